@@ -378,3 +378,26 @@ def tfidf_logreg_predict(
     model.fit(x_train, y)
     pred = model.predict(vectorizer.transform([str(t) for t in test_texts]))
     return [classes[i] for i in pred]
+
+
+# ---------------------------------------------------------------- the held-out test set
+class HeldOutTestSet:
+    """The client's real test set. Training code gets `texts` only; labels are read through
+    `labels_for_scoring()`, which the evaluation calls once, after every model is trained.
+
+    Keeping the labels behind one named method makes the rule checkable: tests wrap this method and
+    assert that it is never called before training has finished and that permuting the labels leaves
+    every prediction unchanged.
+    """
+
+    def __init__(self, texts: Sequence[str], labels: Sequence[Any]) -> None:
+        if len(texts) != len(labels):
+            raise ValueError(f"{len(texts)} test texts but {len(labels)} labels")
+        self.texts: list[str] = [str(t) for t in texts]
+        self._labels = list(labels)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def labels_for_scoring(self) -> list[Any]:
+        return list(self._labels)
