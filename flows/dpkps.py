@@ -154,7 +154,7 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def flags_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    values = {k: v for k, v in vars(args).items() if k not in ("func", "config_file", "storage_option", *skip)}
+    values = {k: v for k, v in vars(args).items() if k not in ("func", "config_file", "storage_option", "verbose", "command", *skip)}
     if args.storage_option:
         values["storage_options"] = storage.parse_storage_options(args.storage_option)
     return values
