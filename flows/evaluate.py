@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import logging
 import os
@@ -23,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
-
-from tasks import classify, metrics, report
+import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
+from tasks import classify, corpus, metrics, report, storage
 from tasks.errors import ConfigError, CorpusError
+from prefect import flow, task  # noqa: E402  (after flows._runtime)
+from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 log = logging.getLogger("privseed.evaluate")
 
@@ -61,21 +62,6 @@ def _cache_dir(opts: EvalOptions) -> Path:
 
 
 # ================================================================ reading
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def _local(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
-
-
-def _read_json(path: str) -> Any:
-    import fsspec
-
-    with fsspec.open(path, "r") as fh:
-        return json.load(fh)
-
-
 @dataclass
 class Release:
     """A published release: its synthetic rows, manifest and ledger."""
@@ -86,93 +72,31 @@ class Release:
     ledger: dict[str, Any] | None
 
 
-def read_release(out: str) -> Release:
-    """Read a release through its manifest (a release is complete iff manifest.json names it).
-
-    Uses tasks.corpus.read_release when the foundation provides it; otherwise reads the parquet files
-    the manifest lists under synthetic/ (verifying sha256 where the manifest records one).
-    """
-    out = out.rstrip("/")
-    try:
-        from tasks.corpus import read_release as corpus_read_release  # foundation's reader, once it exists
-    except ImportError:
-        corpus_read_release = None
-    try:
-        manifest = _read_json(f"{out}/manifest.json")
-    except FileNotFoundError as exc:
-        raise CorpusError(f"{out} is not a complete release: manifest.json is missing") from exc
-    if corpus_read_release is not None:
-        rows = corpus_read_release(out)
-        rows = rows[0] if isinstance(rows, tuple) else rows
-    else:
-        rows = _read_release_files(out, manifest)
+def read_release(out: str, storage_options: dict[str, Any] | None = None) -> Release:
+    """Read a release through its manifest (tasks.corpus.read_release verifies every part's sha256)."""
+    manifest, rows = corpus.read_release(out, storage_options)
     for column in ("text", "label"):
         if column not in rows.columns:
             raise CorpusError(f"release {out} has no '{column}' column")
     if "keyphrases" not in rows.columns:
         rows = rows.assign(keyphrases=[[] for _ in range(len(rows))])
-    try:
-        ledger = _read_json(f"{out}/ledger.json")
-    except FileNotFoundError:
-        ledger = None
+    ledger_uri = storage.join(out, "ledger.json")
+    ledger = json.loads(storage.read_bytes(ledger_uri, storage_options)) if storage.exists(ledger_uri, storage_options) else None
     return Release(out, rows.reset_index(drop=True), manifest, ledger)
 
 
-def _manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    files = manifest.get("files", [])
-    if isinstance(files, dict):
-        files = [{"path": k, **(v if isinstance(v, dict) else {})} for k, v in files.items()]
-    return [f if isinstance(f, dict) else {"path": str(f)} for f in files]
-
-
-def _read_release_files(out: str, manifest: dict[str, Any]) -> pd.DataFrame:
-    import fsspec
-
-    listed = [f for f in _manifest_files(manifest)
-              if str(f.get("path", f.get("name", ""))).startswith("synthetic/")
-              and str(f.get("path", f.get("name", ""))).endswith(".parquet")]
-    if not listed:
-        raise CorpusError(f"the manifest of {out} lists no synthetic/*.parquet file")
-    frames = []
-    for entry in sorted(listed, key=lambda f: str(f.get("path", f.get("name")))):
-        rel = str(entry.get("path", entry.get("name")))
-        with fsspec.open(f"{out}/{rel}", "rb") as fh:
-            data = fh.read()
-        if entry.get("sha256") and hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise CorpusError(f"{rel} in release {out} does not match the sha256 in its manifest")
-        import io
-
-        frames.append(pd.read_parquet(io.BytesIO(data)))
-    return pd.concat(frames, ignore_index=True)
-
-
-def read_labelled(path: str, text_column: str = "text", label_column: str = "label") -> pd.DataFrame:
-    """A labelled corpus (test or client data) as columns text, label (+ label_name when present)."""
-    try:
-        from tasks.corpus import read_corpus
-    except ImportError:
-        read_corpus = None
-    if read_corpus is not None:
-        df = read_corpus(path, text_column=text_column, label_column=label_column)
-    else:
-        try:
-            raw = pd.read_parquet(_local(path) if _is_local(path) else path)
-        except (FileNotFoundError, OSError) as exc:
-            raise CorpusError(f"cannot read corpus {path}: {type(exc).__name__}") from exc
-        missing = [c for c in (text_column, label_column) if c not in raw.columns]
-        if missing:
-            raise CorpusError(f"corpus {path} has no column {missing[0]!r}")
-        df = raw[[text_column, label_column]].rename(columns={text_column: "text", label_column: "label"})
-    if df.empty:
-        raise CorpusError(f"corpus {path} is empty")
-    return df.reset_index(drop=True)
+def read_labelled(path: str, text_column: str = "text", label_column: str = "label",
+                  storage_options: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A labelled corpus (test or client data) as columns text, label."""
+    return corpus.read_corpus(path, text_column=text_column, label_column=label_column,
+                              storage_options=storage_options).reset_index(drop=True)
 
 
 def label_names_from(path: str, label_column: str = "label") -> dict[str, str]:
     """label -> human name, from a `label_name` column when the file has one (public label set)."""
     try:
-        raw = pd.read_parquet(_local(path) if _is_local(path) else path, columns=[label_column, "label_name"])
-    except Exception:  # no label_name column: names are the labels themselves
+        raw = pd.concat([read_shard_columns(uri, [label_column, "label_name"]) for uri in corpus.list_shards(path)])
+    except Exception:  # no label_name column (or not readable as such): names are the labels themselves
         return {}
     return {str(k): str(v) for k, v in raw.drop_duplicates(label_column).itertuples(index=False)}
 
@@ -216,15 +140,18 @@ def phrase_view_task(texts: list[str], vocabulary: dict[str, Any]) -> list[str]:
 
 
 def phrase_view(texts: Sequence[str], vocabulary: dict[str, Any]) -> list[str]:
-    """No-LLM ablation: each document becomes its own phrase sequence (same extractor and public
-    vocabulary as the release), joined by single spaces like a `--llm none` release's text."""
+    """No-LLM ablation: each document becomes its own phrase sequence, extracted with the same greedy
+    longest-match extractor and public vocabulary V as the release (recorded in its manifest), joined by
+    single spaces like a `--llm none` release's text. V is public, so this costs no privacy."""
     try:
-        from tasks.vocabulary import PhraseMatcher, load_vocabulary
+        from tasks.vocabulary import load_vocabulary, phrase_matcher
     except ImportError as exc:
-        raise ConfigError("the phrase view needs tasks.vocabulary (PhraseMatcher), which is not installed") from exc
-    vocab = load_vocabulary(**vocabulary)
-    matcher = PhraseMatcher(vocab)
-    return [" ".join(seq) for seq in matcher.extract_many(list(texts))]
+        raise ConfigError("the phrase view needs tasks.vocabulary, which this installation lacks") from exc
+    spec = str(vocabulary.get("vocab", vocabulary.get("source", "english")))
+    top = vocabulary.get("vocab_top")
+    vocab = load_vocabulary(spec, int(top)) if top else load_vocabulary(spec)
+    matcher = phrase_matcher(vocab)
+    return [" ".join(vocab.terms[i] for i in ids) for ids in matcher.extract(texts)]
 
 
 @task(name="train-and-predict", cache_policy=NO_CACHE)
@@ -321,12 +248,10 @@ def _release_is_llm_free(release_rows: pd.DataFrame, manifest: dict[str, Any]) -
 
 def _vocabulary_config(manifest: dict[str, Any]) -> dict[str, Any]:
     config = manifest.get("config", {}) if isinstance(manifest, dict) else {}
-    vocab = config.get("vocabulary", config.get("vocab")) if isinstance(config, dict) else None
-    if isinstance(vocab, dict):
-        return vocab
-    if isinstance(vocab, str):
-        return {"source": vocab}
-    raise ConfigError("the release's manifest records no vocabulary; pass --test-view text")
+    vocab = config.get("vocab") if isinstance(config, dict) else None
+    if not isinstance(vocab, str):
+        raise ConfigError("the release's manifest records no vocabulary; pass --test-view text")
+    return {"vocab": vocab, "vocab_top": config.get("vocab_top")}
 
 
 def build_run_report(result: dict[str, Any], scored: dict[str, Any], release_rows: pd.DataFrame,
@@ -355,9 +280,15 @@ def build_run_report(result: dict[str, Any], scored: dict[str, Any], release_row
     examples = []
     for _, group in release_rows.groupby("label", sort=True):
         for _, row in group.head(n_examples).iterrows():
-            examples.append({"label_name": name(row["label"]), "keyphrases": list(row.get("keyphrases", []) or []),
+            examples.append({"label_name": name(row["label"]), "keyphrases": _as_list(row.get("keyphrases")),
                              "seed": row.get("seed"), "text": row["text"]})
     return report.render_run_report(result, figures=figures, ledger=ledger, manifest=manifest, examples=examples)
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return []
+    return list(value)
 
 
 def _privacy_summary(ledger: dict[str, Any] | None) -> str:
@@ -397,8 +328,7 @@ def evaluate(synthetic: str, test: str, client: str | None = None, coral: bool =
     test_texts = test_df["text"].astype(str).tolist()
     client_texts = None
     if client:
-        client_df = read_labelled_task(client, text_column, label_column) if _has_label(client, label_column) \
-            else _read_unlabelled(client, text_column)
+        client_df = read_client_texts(client, text_column)
         client_texts = choose_client_texts(client_df, test_texts, len(release.rows), seed)
     if view == "phrases":
         vocab = _vocabulary_config(release.manifest)
@@ -436,27 +366,23 @@ def evaluate(synthetic: str, test: str, client: str | None = None, coral: bool =
     return result
 
 
-def _has_label(path: str, label_column: str) -> bool:
-    try:
-        import pyarrow.parquet as pq
+def read_shard_columns(uri: str, columns: list[str]) -> pd.DataFrame:
+    import pyarrow.parquet as pq
 
-        return label_column in pq.read_schema(_local(path)).names
-    except Exception:
-        return True
+    return pq.read_table(io.BytesIO(storage.read_bytes(uri)), columns=columns).to_pandas()
 
 
-def _read_unlabelled(path: str, text_column: str) -> pd.DataFrame:
-    raw = pd.read_parquet(_local(path) if _is_local(path) else path, columns=[text_column])
-    return raw.rename(columns={text_column: "text"})
+def read_client_texts(path: str, text_column: str = "text") -> pd.DataFrame:
+    """Unlabelled client documents: only the text column is read (labels, if any, are never used)."""
+    frames = [read_shard_columns(uri, [text_column]) for uri in corpus.list_shards(path)]
+    df = pd.concat(frames, ignore_index=True).rename(columns={text_column: "text"})
+    if df.empty:
+        raise CorpusError(f"client corpus {path} is empty")
+    return df
 
 
 def _write_text(path: str, text: str) -> None:
-    import fsspec
-
-    if _is_local(path):
-        Path(_local(path)).parent.mkdir(parents=True, exist_ok=True)
-    with fsspec.open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    storage.write_bytes(path, text.encode("utf-8"))
 
 
 def _json_default(value: Any) -> Any:
@@ -467,3 +393,494 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     return str(value)
+
+
+# ================================================================ the experiment grid
+REPO = Path(__file__).resolve().parents[1]
+DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log")
+BASELINE_METHODS = ("real",)
+PAPER_NUMBERS = REPO / "experiments" / "paper_numbers.csv"
+
+
+def data_root() -> Path:
+    """Where `{data}` in experiment files points: $PRIVSEED_DATA_ROOT, else the project's shared/data."""
+    env = os.environ.get("PRIVSEED_DATA_ROOT")
+    if env:
+        return Path(env)
+    for candidate in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data"):
+        if candidate.exists():
+            return candidate
+    raise ConfigError("cannot find the shared datasets: set PRIVSEED_DATA_ROOT")
+
+
+@dataclass
+class DatasetSpec:
+    """One dataset of the grid. Binary stand-ins map `positive_column == positive_value` to 1, else 0."""
+
+    name: str
+    train: str
+    test: str | None = None
+    test_fraction: float = 0.3  # used only when `test` is absent (the train file is split with data_seed)
+    private_per_class: int = 200
+    synthetic_per_class: int = 100
+    test_per_class: int | None = None
+    positive_column: str | None = None
+    positive_value: Any = None
+    label_names: list[str] | None = None
+    doc_type: str = "document"
+    paper_group: str = "dbpedia14"  # which of the paper's datasets the numbers come from (dbpedia14 | medical)
+    data_seed: int = 20240601
+
+
+@dataclass
+class ExperimentSpec:
+    name: str
+    datasets: list[DatasetSpec]
+    methods: list[str]
+    eps: list[tuple[float, float]]
+    seeds: list[int]
+    llm: str = "none"
+    classifier: str = "mlp"
+    tfidf: bool = True
+    coral: list[bool] = field(default_factory=lambda: [False])
+    max_epochs: int = 60
+    dpkps: dict[str, Any] = field(default_factory=dict)  # passed to DpKpsConfig (vocab, length, bandwidth, ...)
+    out: str = "experiments/results"
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) / self.name
+
+
+def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
+    """Read an experiment TOML (see experiments/*.toml) and apply CLI overrides; validate up front."""
+    import tomllib
+
+    raw: dict[str, Any] = {}
+    if path:
+        file = Path(path)
+        if not file.exists():
+            raise ConfigError(f"experiment file {path} does not exist")
+        try:
+            raw = tomllib.loads(file.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"cannot parse {path}: {exc}") from exc
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    root = str(data_root()) if "{data}" in json.dumps(raw) else ""
+    datasets_raw = raw.pop("dataset", raw.pop("datasets", None))
+    if datasets_raw is None:
+        raise ConfigError("the experiment names no [dataset]")
+    if isinstance(datasets_raw, dict):
+        datasets_raw = [datasets_raw]
+    datasets = []
+    for d in datasets_raw:
+        d = {k: (v.replace("{data}", root) if isinstance(v, str) else v) for k, v in d.items()}
+        try:
+            datasets.append(DatasetSpec(**d))
+        except TypeError as exc:
+            raise ConfigError(f"bad [dataset] entry: {exc}") from exc
+    try:
+        spec = ExperimentSpec(datasets=datasets, **{k: v for k, v in raw.items()})
+    except TypeError as exc:
+        raise ConfigError(f"bad experiment setting: {exc}") from exc
+    spec.eps = [tuple(float(x) for x in pair) for pair in spec.eps]
+    spec.coral = [bool(c) for c in (spec.coral if isinstance(spec.coral, list) else [spec.coral])]
+    unknown = [m for m in spec.methods if m not in DPKPS_METHODS + BASELINE_METHODS]
+    if unknown:
+        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(DPKPS_METHODS + BASELINE_METHODS)}")
+    if any(len(p) != 2 or min(p) <= 0 for p in spec.eps):
+        raise ConfigError("eps must be a list of [eps_voc, eps_kde] pairs, each > 0")
+    if not spec.seeds:
+        raise ConfigError("give at least one seed")
+    if spec.classifier not in ("mlp", "finetune"):
+        raise ConfigError(f"classifier must be mlp or finetune, not {spec.classifier!r}")
+    return spec
+
+
+@dataclass
+class PreparedData:
+    """The private corpus (for the release), the client's unlabelled pool, and its held-out test set."""
+
+    private_path: str
+    private: pd.DataFrame
+    client_pool: list[str]
+    test: pd.DataFrame
+    label_names: dict[str, str]
+
+
+def _balanced_sample(df: pd.DataFrame, per_class: int | None, rng: np.random.Generator) -> pd.DataFrame:
+    if per_class is None:
+        return df
+    parts = []
+    for _, group in df.groupby("label", sort=True):
+        take = min(per_class, len(group))
+        parts.append(group.iloc[np.sort(rng.choice(len(group), size=take, replace=False))])
+    return pd.concat(parts)
+
+
+def prepare_data(ds: DatasetSpec, work: Path) -> PreparedData:
+    """Split public benchmark data into the three roles of the paper's protocol, with a fixed data seed.
+
+    private: `private_per_class` labelled documents per class (the data owner's corpus);
+    client pool: the remaining training documents, unlabelled (Deep CORAL's D_B), disjoint from test;
+    test: the real test split (or a seeded split of the file when the dataset ships no test split).
+    """
+    rng = np.random.default_rng(ds.data_seed)
+    raw_train = pd.concat([pd.read_parquet(uri) if not storage.is_remote(uri)
+                           else pd.read_parquet(io.BytesIO(storage.read_bytes(uri)))
+                           for uri in corpus.list_shards(ds.train)], ignore_index=True)
+    if ds.test:
+        raw_test = pd.concat([pd.read_parquet(uri) for uri in corpus.list_shards(ds.test)], ignore_index=True)
+    else:
+        order = rng.permutation(len(raw_train))
+        n_test = int(round(len(raw_train) * ds.test_fraction))
+        raw_test, raw_train = raw_train.iloc[order[:n_test]], raw_train.iloc[order[n_test:]]
+
+    def labelled(df: pd.DataFrame) -> pd.DataFrame:
+        if ds.positive_column:
+            column = df[ds.positive_column]
+            positive = column.astype(str) == str(ds.positive_value)
+            return pd.DataFrame({"text": df["text"].astype(str), "label": positive.astype(int)})
+        return pd.DataFrame({"text": df["text"].astype(str), "label": df["label"]})
+
+    train, test = labelled(raw_train).reset_index(drop=True), labelled(raw_test).reset_index(drop=True)
+    if ds.label_names:
+        names = {str(i): n for i, n in enumerate(ds.label_names)}
+    elif "label_name" in raw_train.columns and not ds.positive_column:
+        names = {str(k): str(v) for k, v in raw_train[["label", "label_name"]].drop_duplicates("label").itertuples(index=False)}
+    else:
+        names = {}
+    private = _balanced_sample(train, ds.private_per_class, rng)
+    test = _balanced_sample(test, ds.test_per_class, rng).reset_index(drop=True)
+    test_texts = set(test["text"])
+    client_pool = [t for t in train.drop(index=private.index)["text"] if t not in test_texts]
+    private = private.reset_index(drop=True)
+    path = work / "data" / ds.name / "private.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    private.to_parquet(path, index=False)
+    return PreparedData(str(path), private, client_pool, test, names)
+
+
+@task(name="prepare-data", cache_policy=NO_CACHE)
+def prepare_data_task(ds: DatasetSpec, work: str) -> PreparedData:
+    return prepare_data(ds, Path(work))
+
+
+def cell_id(dataset: str, method: str, eps: tuple[float, float] | None, seed: int, llm: str) -> str:
+    eps_part = "noeps" if eps is None else f"eps{eps[0]:g}+{eps[1]:g}"
+    return f"{dataset}/{method}/{llm.replace(':', '_').replace('/', '_')}/{eps_part}/seed{seed}"
+
+
+def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, method: str,
+                     eps: tuple[float, float], seed: int, out: Path) -> Release:
+    """Run the DP-KPS flow (as a subflow) on the private split; reuse a finished release (and its ledger)."""
+    if not (out / "manifest.json").exists():
+        from flows.dpkps import dpkps_flow
+
+        config = {**spec.dpkps, "data": data.private_path, "out": str(out), "method": method,
+                  "eps_voc": eps[0], "eps_kde": eps[1], "seed": seed, "per_class": ds.synthetic_per_class,
+                  "llm": spec.llm, "doc_type": ds.doc_type}
+        dpkps_flow(config)
+    return read_release(str(out))
+
+
+def real_baseline(data: PreparedData, per_class: int, seed: int) -> pd.DataFrame:
+    """The same classifier trained on as many real documents (drawn from the private split)."""
+    sample = _balanced_sample(data.private, per_class, np.random.default_rng(seed))
+    return sample.assign(keyphrases=[[] for _ in range(len(sample))]).reset_index(drop=True)
+
+
+def evaluate_cell(train: pd.DataFrame, data: PreparedData, test_view_texts: list[str], client_view: list[str],
+                  opts: EvalOptions) -> dict[str, Any]:
+    held_out = classify.HeldOutTestSet(test_view_texts, data.test["label"].tolist())
+    scored = score_corpus(train[["text", "label"]], held_out, client_texts=client_view if opts.coral else None,
+                          opts=opts)
+    return scored
+
+
+def _paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, coral: bool,
+                  eps: tuple[float, float] | None) -> tuple[float, str]:
+    """The paper's number for the same setting, and its table/row; NaN when the paper has none."""
+    llm_key = "none" if llm == "none" else "yes"
+    sampler = {"iterative-log": "iterative", "iterative-linear": "iterative"}.get(method, method)
+    rows = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
+                 & (paper["da"].isin(["any", "yes" if coral else "no"]))]
+    if method == "real":
+        rows = rows[rows["sampler"] == "real"]
+    else:
+        if eps is None:
+            return float("nan"), ""
+        rows = rows[(rows["eps_voc"] == eps[0]) & (rows["eps_kde"] == eps[1])]
+        exact = rows[rows["sampler"] == sampler]
+        rows = exact if len(exact) else rows[rows["sampler"] == "any"]
+    if rows.empty:
+        return float("nan"), ""
+    first = rows.iloc[0]
+    return float(first["accuracy"]), f"{first['table']}, {first['row']}, {first['column']}"
+
+
+def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, str]) -> pd.DataFrame:
+    """Mean and sample sd over seeds per (dataset, method, llm, coral, classifier, eps), paper beside."""
+    keys = ["dataset", "method", "llm", "coral", "classifier", "eps_voc", "eps_kde"]
+    cells = cells.assign(eps_voc=cells["eps_voc"].fillna(-1), eps_kde=cells["eps_kde"].fillna(-1))
+    rows = []
+    for key, g in cells.groupby(keys, sort=False):
+        rec = dict(zip(keys, key))
+        eps = None if rec["eps_voc"] < 0 else (rec["eps_voc"], rec["eps_kde"])
+        rec["eps_voc"], rec["eps_kde"] = (eps if eps else (float("nan"), float("nan")))
+        rec["eps_total"] = float("nan") if eps is None else eps[0] + eps[1]
+        for metric in ("accuracy", "macro_f1", "fid", "distinct_2"):
+            m, s = metrics.mean_and_spread(g[metric].tolist())
+            rec[f"{metric}_mean"], rec[f"{metric}_std"] = m, s
+        rec["seeds"] = int(len(g))
+        rec["llm_calls"] = float(g["llm_calls"].mean())
+        value, cite = _paper_lookup(paper, group=groups[rec["dataset"]], method=rec["method"], llm=rec["llm"],
+                                    coral=bool(rec["coral"]), eps=eps)
+        rec["paper_accuracy"], rec["paper_source"] = value, cite
+        rows.append(rec)
+    return pd.DataFrame(rows)
+
+
+def table_markdown(table: pd.DataFrame) -> str:
+    """The experiment table in markdown: ours as mean ± sd (percent) over seeds, the paper's beside."""
+    lines = ["| dataset | method | LLM | DA | classifier | eps_voc + eps_kde | accuracy % (mean ± sd) "
+             "| macro-F1 % | seeds | paper % | paper source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table.itertuples(index=False):
+        eps = "–" if np.isnan(r.eps_total) else f"{r.eps_voc:g} + {r.eps_kde:g} = {r.eps_total:g}"
+        paper = "–" if np.isnan(r.paper_accuracy) else f"{r.paper_accuracy:.1f}"
+        lines.append(f"| {r.dataset} | {r.method} | {r.llm} | {'yes' if r.coral else 'no'} | {r.classifier} | {eps} "
+                     f"| {100 * r.accuracy_mean:.1f} ± {100 * r.accuracy_std:.1f} "
+                     f"| {100 * r.macro_f1_mean:.1f} ± {100 * r.macro_f1_std:.1f} | {r.seeds} | {paper} "
+                     f"| {r.paper_source or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cells_table_rows(cells: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for r in cells.to_dict("records"):
+        rec = {k: r[k] for k in ("cell", "classifier", "accuracy", "macro_f1", "fid", "distinct_2",
+                                 "duplicate_rate", "llm_calls", "seconds") if k in r}
+        rec["report"] = r.get("report", "")
+        out.append(rec)
+    return out
+
+
+def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd.DataFrame,
+                            paper: pd.DataFrame, groups: dict[str, str]) -> str:
+    figures: dict[str, str] = {}
+    for (dataset, classifier, llm, coral), rows in table.groupby(["dataset", "classifier", "llm", "coral"], sort=False):
+        group = groups[dataset]
+        llm_key = "none" if llm == "none" else "yes"
+        p = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
+                  & (paper["da"].isin(["any", "yes" if coral else "no"]))]
+        p = p.assign(label=p["table"] + " " + p["column"],
+                     eps_total=p["eps_voc"].astype(float) + p["eps_kde"].astype(float))
+        title = f"{dataset}: {classifier}, LLM {llm}{', Deep CORAL' if coral else ''}"
+        figures[f"Accuracy vs epsilon, {title} (ours: mean ± sd over seeds; paper: hollow squares)"] = \
+            report.figure_to_data_uri(report.plot_accuracy_vs_epsilon(rows, p[["label", "eps_total", "accuracy"]],
+                                                                      title=title))
+    display = []
+    for r in table.to_dict("records"):
+        display.append({
+            "dataset": r["dataset"], "method": r["method"], "LLM": r["llm"], "DA": "yes" if r["coral"] else "no",
+            "classifier": r["classifier"],
+            "eps": "–" if np.isnan(r["eps_total"]) else f"{r['eps_voc']:g}+{r['eps_kde']:g}",
+            "accuracy %": f"{100 * r['accuracy_mean']:.1f} ± {100 * r['accuracy_std']:.1f}",
+            "macro-F1 %": f"{100 * r['macro_f1_mean']:.1f} ± {100 * r['macro_f1_std']:.1f}",
+            "FID": round(r["fid_mean"], 4), "seeds": r["seeds"],
+            "paper %": "–" if np.isnan(r["paper_accuracy"]) else f"{r['paper_accuracy']:.1f}",
+            "paper source": r["paper_source"] or "–",
+        })
+    used = paper[paper["dataset"].isin(set(groups.values()))]
+    summary = (f"{len(cells['cell'].unique())} runs: {len(spec.datasets)} dataset(s) x {len(spec.methods)} method(s) "
+               f"x {len(spec.eps)} epsilon setting(s) x {len(spec.seeds)} seed(s), LLM {spec.llm}. "
+               "Every classifier is trained on synthetic data only and scored on the real test set.")
+    return report.render_experiment_report(
+        title=f"privseed experiment: {spec.name}", table_markdown=table_markdown(table), table_rows=display,
+        figures=figures, paper_rows=used.fillna("").to_dict("records"), cells=_cells_table_rows(cells),
+        config=_spec_dict(spec), summary=summary)
+
+
+def _spec_dict(spec: ExperimentSpec) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(spec)
+
+
+@flow(name="experiment", log_prints=True)
+def experiment(config_path: str | None = None, overrides: dict[str, Any] | None = None,
+               cell_reports: bool = True, progress: bool = True) -> dict[str, Any]:
+    """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
+
+    Resumable: a finished cell's scores are kept in cells.jsonl and its release in runs/<cell>/ (whose
+    ledger re-reads every drawn value), so a re-run only does the missing cells.
+    """
+    from tqdm.auto import tqdm
+
+    spec = load_experiment(config_path, overrides)
+    out = spec.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    done_path = out / "cells.jsonl"
+    done: dict[str, list[dict[str, Any]]] = {}
+    if done_path.exists():
+        for line in done_path.read_text().splitlines():
+            rec = json.loads(line)
+            done.setdefault(rec["cell"], []).append(rec)
+    paper = pd.read_csv(PAPER_NUMBERS)
+    groups = {ds.name: ds.paper_group for ds in spec.datasets}
+    plan = []
+    for ds in spec.datasets:
+        for method in spec.methods:
+            for eps in ([None] if method in BASELINE_METHODS else spec.eps):
+                for seed in spec.seeds:
+                    plan.append((ds, method, eps, seed))
+    records: list[dict[str, Any]] = [r for recs in done.values() for r in recs]
+    prepared: dict[str, PreparedData] = {}
+    views: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    bar = tqdm(plan, desc=f"experiment {spec.name}", unit="run", disable=not progress)
+    for ds, method, eps, seed in bar:
+        cid = cell_id(ds.name, method, eps, seed, spec.llm)
+        bar.set_postfix_str(cid)
+        if cid in done:
+            continue
+        if ds.name not in prepared:
+            prepared[ds.name] = prepare_data_task(ds, str(out))
+        data = prepared[ds.name]
+        start = time.perf_counter()
+        release: Release | None = None
+        view = "phrases" if spec.llm == "none" else "text"
+        if method == "real":
+            train = real_baseline(data, ds.synthetic_per_class, seed)
+            manifest: dict[str, Any] = {"config": {"vocab": spec.dpkps.get("vocab", "english"),
+                                                   "vocab_top": spec.dpkps.get("vocab_top", 50_000)}}
+            if view == "phrases":  # Table 5's reference: real documents as their own phrase sequences
+                train = train.assign(text=phrase_view_task(train["text"].tolist(), _vocabulary_config(manifest)))
+        else:
+            release = generate_release(spec, ds, data, method, eps, seed, out / "runs" / cid)
+            train, manifest = release.rows, release.manifest
+        n_client = len(train) // 2
+        client = choose_client_texts(pd.DataFrame({"text": data.client_pool}), data.test["text"], len(train), seed)
+        key = (ds.name, view)
+        if key not in views:
+            test_texts = data.test["text"].tolist()
+            if view == "phrases":
+                vocab = _vocabulary_config(manifest)
+                views[key] = (phrase_view_task(test_texts, vocab), phrase_view_task(data.client_pool, vocab))
+            else:
+                views[key] = (test_texts, list(data.client_pool))
+        test_view_texts, client_pool_view = views[key]
+        if view == "phrases":
+            index = {t: i for i, t in enumerate(data.client_pool)}
+            client = [client_pool_view[index[t]] for t in client]
+        new_records = []
+        for coral in spec.coral:
+            opts = EvalOptions(classifier=spec.classifier, tfidf=spec.tfidf, coral=coral, test_view=view,
+                               train=classify.TrainConfig(seed=seed, max_epochs=spec.max_epochs, progress=False),
+                               map_method="pca")
+            scored = evaluate_cell(train, data, test_view_texts, client[:n_client], opts)
+            fid = metrics.frechet_distance(scored["test_x"], scored["train_x"])
+            corpus_stats = metrics.corpus_metrics(train["text"].astype(str).tolist())
+            usage = metrics.llm_usage(train)
+            report_path = ""
+            if cell_reports and release is not None:
+                report_path = str(out / "runs" / cid / ("report-coral.html" if coral else "report.html"))
+                result = {"title": cid, "synthetic": release.path, "test": ds.test or ds.train, "test_view": view,
+                          "n_train": len(train), "n_test": len(data.test), "scores": scored["scores"], "fid": fid,
+                          "client": "client pool (unlabelled training documents)" if coral else None,
+                          "n_client": n_client if coral else 0,
+                          "corpus": {"synthetic": corpus_stats, "real test": metrics.corpus_metrics(test_view_texts)},
+                          "usage": usage, "privacy": _privacy_summary(release.ledger)}
+                _write_text(report_path, build_run_report(result, scored, train, test_view_texts, data.label_names,
+                                                          manifest=release.manifest, ledger=release.ledger, opts=opts))
+            for label, s in scored["scores"].items():
+                new_records.append({
+                    "cell": cid, "dataset": ds.name, "method": method, "llm": spec.llm, "coral": coral,
+                    "classifier": label.replace(" + CORAL", ""), "seed": seed,
+                    "eps_voc": None if eps is None else eps[0], "eps_kde": None if eps is None else eps[1],
+                    "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "n_train": len(train),
+                    "n_test": s["n_test"], "fid": fid, "distinct_2": corpus_stats["distinct_2"],
+                    "duplicate_rate": corpus_stats["duplicate_rate"], "llm_calls": usage["llm_calls"],
+                    "tokens_out": usage["tokens_out"], "seconds": round(time.perf_counter() - start, 1),
+                    "report": report_path,
+                })
+        with done_path.open("a") as fh:
+            for rec in new_records:
+                fh.write(json.dumps(rec, default=_json_default) + "\n")
+        records.extend(new_records)
+    cells = pd.DataFrame(records)
+    table = aggregate_cells(cells, paper, groups)
+    table.to_csv(out / "table.csv", index=False)
+    cells.to_csv(out / "cells.csv", index=False)
+    md = table_markdown(table)
+    (out / "table.md").write_text(md)
+    (out / "report.html").write_text(build_experiment_report(spec, table, cells, paper, groups), encoding="utf-8")
+    print(md)
+    print(f"table: {out / 'table.csv'} and {out / 'table.md'}; report: {out / 'report.html'}")
+    return {"table": str(out / "table.csv"), "markdown": str(out / "table.md"), "report": str(out / "report.html"),
+            "rows": table.to_dict("records")}
+
+
+# ================================================================ CLI
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    ev = subparsers.add_parser("evaluate", help="train on a synthetic release only; score on a real test set",
+                               description=evaluate.__doc__)
+    ev.add_argument("--synthetic", required=True, metavar="OUT", help="a release folder (read through manifest.json)")
+    ev.add_argument("--test", required=True, metavar="PATH", help="the real labelled test set (Parquet)")
+    ev.add_argument("--client", metavar="PATH", help="unlabelled client documents for Deep CORAL (disjoint from --test)")
+    ev.add_argument("--coral", action="store_true", help="Deep CORAL domain adaptation against --client")
+    ev.add_argument("--classifier", choices=["mlp", "finetune"], default="mlp",
+                    help="mlp: 3-layer MLP over frozen MiniLM embeddings (CPU); finetune: MiniLM end to end (GPU)")
+    ev.add_argument("--test-view", choices=["auto", "text", "phrases"], default="auto",
+                    help="phrases: test documents become phrase sequences (no-LLM ablation; auto when --llm none)")
+    ev.add_argument("--json", dest="json_path", metavar="FILE", help="write the scores and metrics as JSON")
+    ev.add_argument("--report", dest="report_path", metavar="FILE", help="where report.html goes (default OUT/report.html)")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--epochs", dest="max_epochs", type=int, default=60, help="maximum epochs (early stopping)")
+    ev.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    ev.add_argument("--text-column", default="text")
+    ev.add_argument("--label-column", default="label")
+    ev.set_defaults(func=_evaluate_from_cli)
+
+    ex = subparsers.add_parser("experiment", help="a grid of methods x epsilon x seeds, one table beside the paper")
+    ex.add_argument("--config", dest="experiment_config", metavar="FILE", help="experiments/*.toml")
+    ex.add_argument("--name")
+    ex.add_argument("--methods", type=_csv, help="comma separated: independent,iterative-log,iterative-linear,real")
+    ex.add_argument("--eps", type=_eps_pairs, help="eps_voc+eps_kde pairs, e.g. 1+5,5+5,1+10,5+10")
+    ex.add_argument("--seeds", type=lambda s: [int(x) for x in _csv(s)], help="e.g. 0,1,2")
+    ex.add_argument("--llm", help="none | local | anthropic:MODEL (passed to the DP-KPS flow)")
+    ex.add_argument("--classifier", choices=["mlp", "finetune"])
+    ex.add_argument("--coral", choices=["no", "yes", "both"], help="Deep CORAL: without, with, or both (Table 4)")
+    ex.add_argument("--out", help="results folder (default experiments/results)")
+    ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
+                    help="skip the per-run report.html files")
+    ex.set_defaults(func=_experiment_from_cli)
+
+
+def _csv(value: str) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+def _eps_pairs(value: str) -> list[list[float]]:
+    try:
+        return [[float(a), float(b)] for a, b in (p.split("+") for p in _csv(value))]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--eps wants pairs like 1+5,5+10, got {value!r}") from exc
+
+
+def _evaluate_from_cli(args: argparse.Namespace) -> int:
+    evaluate(synthetic=args.synthetic, test=args.test, client=args.client, coral=args.coral,
+             classifier=args.classifier, json_path=args.json_path, report_path=args.report_path,
+             test_view=args.test_view, seed=args.seed, max_epochs=args.max_epochs, device=args.device,
+             text_column=args.text_column, label_column=args.label_column)
+    return 0
+
+
+def _experiment_from_cli(args: argparse.Namespace) -> int:
+    coral = {"no": [False], "yes": [True], "both": [False, True]}.get(args.coral) if args.coral else None
+    overrides = {"name": args.name, "methods": args.methods, "eps": args.eps, "seeds": args.seeds, "llm": args.llm,
+                 "classifier": args.classifier, "coral": coral, "out": args.out}
+    if not args.experiment_config and not args.methods:
+        raise ConfigError("give --config experiments/X.toml (or at least --methods and a dataset in a config)")
+    experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports)
+    return 0
