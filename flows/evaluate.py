@@ -466,6 +466,7 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"cannot parse {path}: {exc}") from exc
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    raw.setdefault("name", Path(path).stem if path else "experiment")
     root = str(data_root()) if "{data}" in json.dumps(raw) else ""
     datasets_raw = raw.pop("dataset", raw.pop("datasets", None))
     if datasets_raw is None:
@@ -698,7 +699,7 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
                "Every classifier is trained on synthetic data only and scored on the real test set.")
     return report.render_experiment_report(
         title=f"privseed experiment: {spec.name}", table_markdown=table_markdown(table), table_rows=display,
-        figures=figures, paper_rows=used.fillna("").to_dict("records"), cells=_cells_table_rows(cells),
+        figures=figures, paper_rows=used.astype(object).where(used.notna(), "").to_dict("records"), cells=_cells_table_rows(cells),
         config=_spec_dict(spec), summary=summary)
 
 
