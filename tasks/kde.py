@@ -174,24 +174,28 @@ def laplace_scale(n_features: int, epsilon: float) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def gaussian_sigma(n_features: int, epsilon: float, delta: float) -> float:
-    """sigma = z * sqrt(2 I): z is the noise multiplier dp-accounting's PLD accountant calibrates for one
-    Gaussian release at (eps, delta); sqrt(2 I) is the L2 sensitivity of the sum (add/remove)."""
+def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
+    """The smallest z such that one Gaussian release with noise z * (L2 sensitivity) is (eps, delta)-DP,
+    calibrated by dp-accounting's PLD accountant (tight; no hand-written accountant)."""
     _check_epsilon(epsilon)
     if not (0.0 < delta < 1.0):
         raise ConfigError(f"the Gaussian mechanism needs 0 < delta < 1, got {delta}")
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant
 
-    multiplier = dp_accounting.calibrate_dp_mechanism(
+    return float(dp_accounting.calibrate_dp_mechanism(
         pld_privacy_accountant.PLDAccountant,
         dp_accounting.GaussianDpEvent,
         target_epsilon=float(epsilon),
         target_delta=float(delta),
-        bracket_interval=dp_accounting.ExplicitBracketInterval(1e-4, 1e4),
-        tol=1e-6,
-    )
-    return float(multiplier) * math.sqrt(2.0 * n_features)
+        bracket_interval=dp_accounting.LowerEndpointAndGuess(0.1, 1.0),
+        tol=1e-4,
+    ))
+
+
+def gaussian_sigma(n_features: int, epsilon: float, delta: float) -> float:
+    """sigma = z(eps, delta) * sqrt(2 I): sqrt(2 I) is the L2 sensitivity of the sum under add/remove."""
+    return gaussian_noise_multiplier(float(epsilon), float(delta)) * math.sqrt(2.0 * n_features)
 
 
 def release_sketch(
@@ -243,3 +247,83 @@ def exact_kde_sum(points: np.ndarray, queries: np.ndarray, bandwidth: float) -> 
     y = queries.reshape(queries.shape[0], -1)
     d2 = ((y[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
     return np.exp(-d2 / (bandwidth**2 * blocks)).sum(axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Map step over shards (Dask): exact per-class partial sums; noise is added once after the reduce
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Everything needed to regenerate one sketch's public features on any worker, bit for bit."""
+
+    seed: int
+    name: str  # the sketch's name; with the seed it selects an independent feature stream
+    n_features: int
+    dim: int
+    blocks: int
+    bandwidth: float
+
+    def draw(self) -> RffFeatures:
+        from tasks.ledger import stage_rng
+
+        return _draw_cached(self, stage_rng(self.seed, "kde-features", self.name))
+
+
+_FEATURE_CACHE: dict[FeatureSpec, RffFeatures] = {}
+
+
+def _draw_cached(spec: FeatureSpec, rng: np.random.Generator) -> RffFeatures:
+    if spec not in _FEATURE_CACHE:
+        if len(_FEATURE_CACHE) > 32:
+            _FEATURE_CACHE.clear()
+        _FEATURE_CACHE[spec] = draw_rff_features(rng, n_features=spec.n_features, dim=spec.dim,
+                                                 blocks=spec.blocks, bandwidth=spec.bandwidth)
+    return _FEATURE_CACHE[spec]
+
+
+def shard_sketch_sums(
+    texts: Sequence[str],
+    labels: Sequence,
+    class_labels: Sequence,
+    released_terms: tuple[str, ...],
+    embeddings: np.ndarray,
+    specs: Sequence[FeatureSpec],
+    single_terms: bool,
+    short_documents: str = "pad",
+) -> np.ndarray:
+    """Exact per-class sums of per-document feature vectors for one shard: (classes, sketches, I) float64.
+
+    Documents are represented by their sequences of V~ terms (looked up, never re-embedded).
+    ``single_terms``: the independent sampler's sketch (each document's mean of phi over all its phrases);
+    otherwise sketch k sums phi of each document's length-``blocks`` prefix (one point per document).
+    Additive over shards. A class with no documents in the shard gets zeros: no error path depends on it.
+    """
+    from tasks.vocabulary import phrase_matcher, released_vocabulary
+
+    matcher = phrase_matcher(released_vocabulary(tuple(released_terms)))
+    index = {label: i for i, label in enumerate(class_labels)}
+    per_class: list[list[list[int]]] = [[] for _ in class_labels]
+    for text, label in zip(texts, labels):
+        if label not in index:
+            raise ConfigError("a document's label is not in the declared label set")
+        per_class[index[label]].append(matcher.match(text))
+    vocab_size = len(released_terms)
+    out = np.zeros((len(class_labels), len(specs), specs[0].n_features), dtype=np.float64)
+    for k, spec in enumerate(specs):
+        features = spec.draw()
+        tables = features.block_phase_tables(embeddings)
+        for c, sequences in enumerate(per_class):
+            if single_terms:
+                out[c, k] = single_term_sketch_sum(single_term_weights(sequences, vocab_size), tables, features.offset)
+            else:
+                out[c, k] = prefix_sketch_sum(prefix_matrix(sequences, spec.blocks, short_documents), tables,
+                                              features.offset)
+    return out
+
+
+def sketch_sums_of_shard(shard: tuple[Sequence[str], Sequence], class_labels: Sequence, released_terms: tuple[str, ...],
+                         embeddings: np.ndarray, specs: Sequence[FeatureSpec], single_terms: bool) -> np.ndarray:
+    """``shard_sketch_sums`` for a (texts, labels) pair: the function the flow maps over shards."""
+    texts, labels = shard
+    return shard_sketch_sums(texts, labels, class_labels, released_terms, embeddings, specs, single_terms)

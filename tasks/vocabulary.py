@@ -210,3 +210,20 @@ def privatize_vocabulary(
     top = np.argpartition(-noisy, n - 1)[:n]
     top = top[np.argsort(-noisy[top], kind="stable")]
     return {"term_ids": top.astype(np.int64), "noisy_counts": noisy[top]}
+
+
+def shard_histogram(texts: Sequence[str], vocab_spec: str, english_top_n: int, max_terms_per_doc: int) -> np.ndarray:
+    """Map step of the vocabulary stage: the first-S histogram of one shard of documents.
+
+    Runs on a Dask worker; the public vocabulary is loaded and indexed once per worker process.
+    The reduce is a plain sum (histograms are additive); noise is added once, after the reduce.
+    """
+    vocabulary = load_vocabulary(vocab_spec, english_top_n)
+    matcher = phrase_matcher(vocabulary)
+    return first_terms_histogram((matcher.match(t) for t in texts), len(vocabulary), max_terms_per_doc)
+
+
+@functools.lru_cache(maxsize=4)
+def released_vocabulary(terms: tuple[str, ...]) -> Vocabulary:
+    """V~ as a Vocabulary (its terms are already normalized token strings); cached per process."""
+    return Vocabulary.from_terms("released", terms)
