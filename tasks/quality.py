@@ -38,7 +38,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("text", "label", "keyphrases")
 
 DEFAULT_BOUNDS: dict[str, float | int] = {
     # A synthetic document shorter than this many words is not a document (a failed or truncated call).
-    "min_words": 5,
+    # None: 5 words when an LLM wrote the texts, 1 in the no-LLM ablation (a text is its keyphrases).
+    "min_words": None,
     # Longer than this is a runaway generation (the LLM ignored max_tokens or looped).
     "max_words": 2000,
     # Share of rows whose normalised text repeats an earlier row; above this the LLM collapsed.
@@ -142,11 +143,13 @@ def derive_quality_columns(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _bounds(overrides: dict[str, Any]) -> dict[str, Any]:
+def _bounds(overrides: dict[str, Any], llm_used: bool) -> dict[str, Any]:
     unknown = sorted(set(overrides) - set(DEFAULT_BOUNDS))
     if unknown:
         raise ConfigError(f"unknown release-gate bound(s) {unknown}; known: {sorted(DEFAULT_BOUNDS)}")
     bounds = {**DEFAULT_BOUNDS, **{k: v for k, v in overrides.items() if v is not None}}
+    if bounds["min_words"] is None:
+        bounds["min_words"] = 5 if llm_used else 1
     for rate in ("max_duplicate_rate", "max_passthrough_rate", "max_residue_rate"):
         if not 0.0 <= float(bounds[rate]) <= 1.0:
             raise ConfigError(f"release-gate bound {rate}={bounds[rate]} must be in [0, 1]")
@@ -266,7 +269,7 @@ def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool,
     """
     if not labels:
         raise ConfigError("the release gate needs the declared label set (labels=[...]); got an empty list")
-    limits = _bounds(bounds)
+    limits = _bounds(bounds, llm_used)
     frame = derive_quality_columns(df)
     # Labels compare as strings so an int label set and labels read back as strings (or numpy ints) agree.
     frame["q_label_value"] = [None if t in ("NoneType", "missing") else str(_jsonable(v))
@@ -318,7 +321,7 @@ def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool,
 
 def release_gate(*, labels: Sequence[Any], llm_used: bool, **bounds: Any) -> Callable[[pd.DataFrame], dict[str, Any]]:
     """The ``gate=`` callable for ``tasks.corpus.publish_release``: candidate frame -> gate result."""
-    _bounds(bounds)  # fail on a bad bound when the flow is wired, not after generation
+    _bounds(bounds, llm_used)  # fail on a bad bound when the flow is wired, not after generation
     return functools.partial(validate_release, labels=list(labels), llm_used=llm_used, **bounds)
 
 
