@@ -93,7 +93,7 @@ def join(uri: str, *parts: str) -> str:
     return "/".join([base, *[p.strip("/") for p in parts if p]])
 
 
-def with_retries(action: Callable[[], T], *, what: str, attempts: int = 4, base_delay: float = 0.5) -> T:
+def with_retries(action: Callable[[], T], *, what: str, attempts: int = 3, base_delay: float = 0.5) -> T:
     """Run ``action`` with exponential backoff on transient I/O errors; raise StorageError at the end.
 
     Object stores drop connections and throttle; a write that fails after every attempt is reported
