@@ -7,6 +7,8 @@ Loaded as a pytest plugin (``pytest_plugins = ["tests.s3server"]`` in conftest.p
   ``AWS_SECRET_ACCESS_KEY`` / ``AWS_DEFAULT_REGION`` set for the test (so code under test finds the
   endpoint the way it would in production: from the standard variables).
 - ``private_s3_server``: a server of the test's own, for tests that stop it (a dead endpoint).
+- ``proxied_s3_bucket``: a bucket reached through a ``TcpProxy`` (the environment points at the proxy);
+  ``bucket.proxy.stop()`` kills the endpoint while the objects stay readable through ``bucket.server``.
 
 The server is a subprocess speaking real HTTP, so s3fs, pyarrow and Dask workers in other processes
 reach it exactly as they would reach MinIO or AWS.
@@ -21,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -119,12 +122,85 @@ class MotoServer:
         return name
 
 
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 in front of a server, which a test can stop and start again.
+
+    moto keeps its objects in memory, so stopping moto itself would also destroy the release a test
+    wants to check afterwards; stopping this proxy makes the endpoint dead (connections refused) while
+    the objects stay readable on the server behind it."""
+
+    def __init__(self, target_port: int, port: int | None = None) -> None:
+        self.target_port = target_port
+        self.port = port or free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._listener: socket.socket | None = None
+        self._connections: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> TcpProxy:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # the listener was closed: the proxy is stopped
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._connections += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """Refuse new connections and cut the open ones (a dead endpoint, as a crashed server looks)."""
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            for sock in self._connections:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+            self._connections.clear()
+
+
 @dataclasses.dataclass(frozen=True)
 class S3Bucket:
     """A bucket on a running server; ``url`` is ``s3://name``."""
 
     server: MotoServer
     name: str
+    proxy: TcpProxy | None = None
 
     @property
     def url(self) -> str:
@@ -132,7 +208,8 @@ class S3Bucket:
 
     @property
     def endpoint_url(self) -> str:
-        return self.server.endpoint_url
+        """The endpoint code under test uses (the proxy's, when there is one)."""
+        return self.proxy.endpoint_url if self.proxy else self.server.endpoint_url
 
     def keys(self, prefix: str = "") -> list[str]:
         """Every object key under ``prefix`` (paginated)."""
@@ -155,9 +232,11 @@ def clear_s3fs_cache() -> None:
         pass
 
 
-def _point_env_at(server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def _point_env_at(server: MotoServer, monkeypatch: pytest.MonkeyPatch, endpoint_url: str | None = None) -> None:
     for key, value in server.env().items():
         monkeypatch.setenv(key, value)
+    if endpoint_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint_url)
     for key in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     clear_s3fs_cache()
@@ -189,4 +268,17 @@ def private_s3_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
         yield server
     finally:
         server.stop()
+        clear_s3fs_cache()
+
+
+@pytest.fixture
+def proxied_s3_bucket(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Bucket]:
+    """A fresh bucket on the session server, reached through a proxy the test may stop."""
+    proxy = TcpProxy(moto_server.port).start()
+    _point_env_at(moto_server, monkeypatch, proxy.endpoint_url)
+    bucket = S3Bucket(moto_server, moto_server.create_bucket(), proxy)
+    try:
+        yield bucket
+    finally:
+        proxy.stop()
         clear_s3fs_cache()
