@@ -1,9 +1,9 @@
 """DP-KPS step 7: one LLM prompt per released keyphrase sequence (post-processing, no privacy cost).
 
 Pure parts (no I/O): ``candidate_seed``, ``build_generation_requests``, ``select_best``, ``assemble_rows``,
-``no_llm_rows``, ``estimate_cost``. I/O part: ``generate_shard`` (backend + call cache + progress bar) and its
-Prefect task ``generate_shard_task``, mapped over shards of seeds by ``generate_documents`` (Dask workers when
-the flow runs on a DaskTaskRunner; each worker process loads the local model once, see tasks.llm.get_backend).
+``no_llm_rows``, ``estimate_cost``. I/O part: ``generate_shard`` (backend + call cache + progress bar) runs
+on Dask workers over shards of seeds (``generate_seeds``; each worker process loads the local model once, see
+tasks.llm.get_backend); the Prefect task ``generate_documents(sequences, cfg)`` is what flows call.
 
 Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabulary V~, sampled from released
 DP-KDEs), recipient few-shot examples and public configuration. Nothing here reads the private corpus, and
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import threading
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -30,7 +29,7 @@ from tasks.llm import LLMSpec, get_backend, parse_llm_spec
 from tasks.llm.base import ChatRequest, ChatResult, LLMBackend
 from tasks.llm.cache import CallCache, cached_complete
 from tasks.llm.prompting import PromptTemplate, build_request, term_coverage
-from tasks.llm.released import RecipientExample, ReleasedSeed
+from tasks.llm.released import RecipientExample, ReleasedSeed, ReleasedVocabulary
 
 log = logging.getLogger("privseed.generation")
 
@@ -165,15 +164,18 @@ class _Progress:
         self.lock = threading.Lock()
 
     def __call__(self, r: ChatResult) -> None:
+        self.add(1, r.tokens_in, r.tokens_out, int(r.cached))
+
+    def add(self, calls: int, tokens_in: int, tokens_out: int, cached: int = 0) -> None:
         with self.lock:
-            self.tokens_in += r.tokens_in
-            self.tokens_out += r.tokens_out
-            self.cached += int(r.cached)
+            self.tokens_in += tokens_in
+            self.tokens_out += tokens_out
+            self.cached += cached
             post = {"in": self.tokens_in, "out": self.tokens_out, "cached": self.cached}
             if self.prices is not None:
                 post["usd"] = f"{(self.tokens_in * self.prices[0] + self.tokens_out * self.prices[1]) / 1e6:.4f}"
             self.bar.set_postfix(post, refresh=False)
-            self.bar.update(1)
+            self.bar.update(calls)
 
     def close(self) -> None:
         self.bar.close()
@@ -206,40 +208,129 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     return df
 
 
-def shard_seeds(seeds: Sequence[ReleasedSeed], n_shards: int) -> list[list[ReleasedSeed]]:
-    n_shards = max(1, min(int(n_shards), len(seeds))) if seeds else 1
-    size = math.ceil(len(seeds) / n_shards) if seeds else 0
-    return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)] if seeds else [[]]
+def shard_seeds(seeds: Sequence[ReleasedSeed], shard_size: int) -> list[list[ReleasedSeed]]:
+    size = max(1, int(shard_size))
+    return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
 
 
-def _shard_task():
-    from prefect import task
-    from prefect.cache_policies import NO_CACHE
-
-    # Our own call cache makes the task idempotent; Prefect's input hashing is not needed (and the seeds are
-    # large). Retries re-run the shard, which re-sends only the calls missing from the cache.
-    return task(generate_shard, name="generate-shard", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
-
-
-generate_shard_task = _shard_task()
-
-
-def generate_documents(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
-                       cache_uri: str | None, storage_options: dict | None = None, n_shards: int = 2,
-                       progress: bool = True) -> pd.DataFrame:
-    """Inside a flow: map ``generate_shard_task`` over shards (the flow's task runner decides where they run,
-    e.g. Dask workers). Message Batches want one big submission, so a batching Anthropic run is one shard."""
+def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
+                   cache_uri: str | None, storage_options: dict | None = None, shard_size: int = 16,
+                   progress: bool = True) -> pd.DataFrame:
+    """One document per seed. With a Dask client (the flow's), shards of ``shard_size`` seeds run on the workers,
+    each worker process keeping its model loaded, and one progress bar here advances per finished shard; without
+    one, everything runs in this process with a per-call bar. Rows come back in seed order.
+    A batching Anthropic run is one shard: Message Batches want one big submission."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
     if spec.kind == "none":
         return no_llm_rows(seeds)
+    if not seeds:
+        return pd.DataFrame(columns=ROW_COLUMNS)
     n_calls = len(seeds) * params.best_of
     if spec.kind == "anthropic":
         opts = dict(spec.options)
         batched = opts.get("use_batches")
         if batched or (batched is None and n_calls >= int(opts.get("batch_threshold", 200))):
-            n_shards = 1
-    shards = shard_seeds(seeds, n_shards)
-    futures = [generate_shard_task.submit(sh, spec, params, cache_uri, storage_options, progress, i)
-               for i, sh in enumerate(shards)]
-    frames = [f.result() for f in futures]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROW_COLUMNS)
+            shard_size = len(seeds)
+    from tasks.cluster import current_client
+
+    client = current_client()
+    shards = shard_seeds(seeds, shard_size)
+    if client is None or len(shards) == 1:
+        frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i)
+                  for i, sh in enumerate(shards)]
+        return pd.concat(frames, ignore_index=True)
+    from distributed import as_completed
+
+    bar = _Progress(n_calls, _prices(spec, n_calls), f"generate {spec.kind}", progress)
+    futures = {client.submit(generate_shard, sh, spec, params, cache_uri, storage_options, False, i, pure=False): i
+               for i, sh in enumerate(shards)}
+    frames: list[pd.DataFrame | None] = [None] * len(shards)
+    try:
+        for fut in as_completed(futures):
+            df = fut.result()
+            frames[futures[fut]] = df
+            for row in df.itertuples():
+                bar.add(int(row.candidates), int(row.tokens_in), int(row.tokens_out))
+    finally:
+        bar.close()
+    return pd.concat(frames, ignore_index=True)
+
+
+def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | None, run_seed: int,
+                         source: str = "released vocabulary") -> list[ReleasedSeed]:
+    """Mint prompt seeds from the sampler's output (columns ``label``, ``keyphrases``). ``vocabulary`` is the
+    released V~ (default: ``sequences.attrs["released_vocabulary"]``): every keyphrase must belong to it.
+    Call seeds come from ``stage_rng(run_seed, "generate")``, one per row, so a re-run repeats every call."""
+    from tasks.ledger import stage_rng
+
+    if vocabulary is None:
+        vocabulary = sequences.attrs.get("released_vocabulary")
+    if vocabulary is None:
+        raise ConfigError("generation needs the released vocabulary V~ (pass it, or set "
+                          "sequences.attrs['released_vocabulary']) to check that prompts carry released terms only")
+    released = ReleasedVocabulary(list(vocabulary), sequences.attrs.get("released_vocabulary_source", source))
+    call_seeds = stage_rng(run_seed, "generate").integers(0, 2**31 - 1, size=len(sequences))
+    return [released.seed(list(k), lab, int(sd))
+            for k, lab, sd in zip(sequences["keyphrases"], sequences["label"], call_seeds)]
+
+
+def params_from_config(cfg) -> GenerationParams:
+    """GenerationParams from a flow config (DpKpsConfig or any ReleaseConfig); fields it lacks keep defaults."""
+    from tasks.llm.released import load_few_shot
+
+    few = getattr(cfg, "few_shot", None)
+    kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of") if getattr(cfg, k, None) is not None}
+    template = getattr(cfg, "prompt_template", None)
+    if template:
+        kw["template"] = template
+    return GenerationParams(doc_type=cfg.doc_type, few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
+                            **kw)
+
+
+def spec_from_config(cfg) -> LLMSpec:
+    spec = parse_llm_spec(cfg.llm)
+    opts = {}
+    if spec.kind == "anthropic":
+        opts["batch_state"] = cfg.state_uri
+        opts["storage_options"] = cfg.storage_options or None
+    for name in ("llm_concurrency", "llm_secret"):
+        value = getattr(cfg, name, None)
+        if value is not None and spec.kind in ("anthropic", "openai-compatible"):
+            opts["max_concurrency" if name == "llm_concurrency" else "secret_block"] = value
+    return spec.with_options(**opts)
+
+
+def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> CostEstimate:
+    """``--dry-run``: what generation would send, from the released seeds; sends nothing."""
+    seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
+    spec, params = spec_from_config(cfg), params_from_config(cfg)
+    template = PromptTemplate.load(params.template)
+    flat = [r for per in build_generation_requests(seeds, template, params) for r in per]
+    backend = get_backend(spec) if spec.kind == "local" else None
+    cache = CallCache(_cache_uri(cfg), cfg.storage_options)
+    return estimate_cost(spec, flat, cache, backend)
+
+
+def _cache_uri(cfg) -> str:
+    from tasks import storage
+
+    return storage.join(cfg.state_uri, "llm-cache")
+
+
+def _generate_documents(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> pd.DataFrame:
+    seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
+    spec, params = spec_from_config(cfg), params_from_config(cfg)
+    return generate_seeds(seeds, spec, params, _cache_uri(cfg), cfg.storage_options or None)
+
+
+def _task():
+    from prefect import task
+    from prefect.cache_policies import NO_CACHE
+
+    # The call cache makes this idempotent: a retry re-sends only calls that never finished.
+    return task(_generate_documents, name="generate-documents", retries=2, retry_delay_seconds=[5, 30],
+                persist_result=False, cache_policy=NO_CACHE)
+
+
+#: Prefect task: ``generate_documents(sequences, cfg)`` -> synthetic rows (ROW_COLUMNS), in sequence order.
+generate_documents = _task()

@@ -20,7 +20,7 @@ from tasks.llm.released import (RecipientExample, ReleasedSeed, ReleasedVocabula
 __all__ = ["ChatMessage", "ChatRequest", "ChatResult", "LLMBackend", "CallCache", "cached_complete",
            "PromptTemplate", "build_messages", "build_request", "term_coverage", "RecipientExample",
            "ReleasedSeed", "ReleasedVocabulary", "UnreleasedValueError", "load_few_shot", "LLMSpec",
-           "parse_llm_spec", "make_backend", "get_backend"]
+           "parse_llm_spec", "make_backend", "get_backend", "register_backend"]
 
 KINDS = ("local", "anthropic", "openai-compatible", "none")
 
@@ -90,12 +90,28 @@ _BACKENDS: dict[str, LLMBackend] = {}
 _LOCK = threading.Lock()
 
 
+def _key(spec: LLMSpec) -> str:
+    return json.dumps([spec.kind, spec.model, spec.url, [list(o) for o in spec.options]], default=str)
+
+
 def get_backend(spec: LLMSpec | str) -> LLMBackend:
     """One backend per spec per process: a Dask worker loads the local model once for all its shards."""
     if isinstance(spec, str):
         spec = parse_llm_spec(spec)
-    key = json.dumps([spec.kind, spec.model, spec.url, [list(o) for o in spec.options]], default=str)
+    key = _key(spec)
     with _LOCK:
         if key not in _BACKENDS:
             _BACKENDS[key] = make_backend(spec)
         return _BACKENDS[key]
+
+
+def register_backend(spec: LLMSpec | str, backend: LLMBackend | None) -> None:
+    """Serve ``spec`` from an in-process backend object (a custom client, a recording test double);
+    ``None`` removes the registration. Affects this process only (Dask workers build their own)."""
+    if isinstance(spec, str):
+        spec = parse_llm_spec(spec)
+    with _LOCK:
+        if backend is None:
+            _BACKENDS.pop(_key(spec), None)
+        else:
+            _BACKENDS[_key(spec)] = backend
