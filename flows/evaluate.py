@@ -266,7 +266,8 @@ def build_run_report(result: dict[str, Any], scored: dict[str, Any], release_row
     figures["2-D map of real test vs synthetic embeddings (as the paper's Figure 5)"] = report.figure_to_data_uri(
         report.plot_embedding_map(real_xy, syn_xy, method=opts.map_method))
     figures["Document lengths in words"] = report.figure_to_data_uri(report.plot_length_histograms(
-        metrics.word_lengths(test_texts), metrics.word_lengths(release_rows["text"].astype(str))))
+        metrics.word_lengths(test_texts), metrics.word_lengths(release_rows["text"].astype(str)),
+        real_label="real test" + (" as phrase sequences" if result.get("test_view") == "phrases" else "")))
     classes = sorted({*map(str, scored["y_true"]), *map(str, release_rows["label"])},
                      key=lambda v: (len(v), v))
     for label, run in scored["runs"].items():
@@ -398,7 +399,7 @@ def _json_default(value: Any) -> Any:
 # ================================================================ the experiment grid
 REPO = Path(__file__).resolve().parents[1]
 DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log")
-BASELINE_METHODS = ("real",)
+BASELINE_METHODS = ("real", "only-llm")
 PAPER_NUMBERS = REPO / "experiments" / "paper_numbers.csv"
 
 
@@ -591,6 +592,41 @@ def real_baseline(data: PreparedData, per_class: int, seed: int) -> pd.DataFrame
     return sample.assign(keyphrases=[[] for _ in range(len(sample))]).reset_index(drop=True)
 
 
+def only_llm_prompt(doc_type: str, class_name: str) -> str:
+    """Appendix C.2.3's only-LLM ablation: no seed at all, so (unlike DP-KPS) the prompt names the class."""
+    return f"Write a {doc_type} about the following topic: {class_name}."
+
+
+def only_llm_corpus(llm: str, doc_type: str, label_names: dict[str, str], labels: Sequence[Any], per_class: int,
+                    seed: int, cache_uri: str, max_tokens: int = 160, temperature: float = 1.0) -> pd.DataFrame:
+    """Unseeded prompts to the LLM: per_class documents per class, no private data involved at all.
+
+    The label names are the public label set; every call is cached (tasks.llm.cache), so a re-run sends
+    only the calls that never finished."""
+    from tasks.ledger import stage_rng
+    from tasks.llm import get_backend
+    from tasks.llm.base import ChatMessage, ChatRequest
+    from tasks.llm.cache import CallCache, cached_complete
+
+    if llm == "none":
+        raise ConfigError("the only-llm method needs an LLM (--llm local or anthropic:MODEL)")
+    rng = stage_rng(seed, "only-llm")
+    requests, row_labels = [], []
+    for label in labels:
+        prompt = only_llm_prompt(doc_type, label_names.get(str(label), str(label)))
+        for _ in range(per_class):
+            requests.append(ChatRequest(messages=(ChatMessage("user", prompt),), max_tokens=max_tokens,
+                                        temperature=temperature, seed=int(rng.integers(0, 2**31 - 1))))
+            row_labels.append(label)
+    backend = get_backend(llm)
+    results = cached_complete(backend, requests, CallCache(cache_uri))
+    return pd.DataFrame({
+        "text": [r.text for r in results], "label": row_labels, "keyphrases": [[] for _ in results],
+        "backend": backend.name, "model": backend.model, "seed": [q.seed for q in requests],
+        "tokens_in": [r.tokens_in for r in results], "tokens_out": [r.tokens_out for r in results],
+    })
+
+
 def evaluate_cell(train: pd.DataFrame, data: PreparedData, test_view_texts: list[str], client_view: list[str],
                   opts: EvalOptions) -> dict[str, Any]:
     held_out = classify.HeldOutTestSet(test_view_texts, data.test["label"].tolist())
@@ -757,6 +793,12 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
                                                    "vocab_top": spec.dpkps.get("vocab_top", 50_000)}}
             if view == "phrases":  # Table 5's reference: real documents as their own phrase sequences
                 train = train.assign(text=phrase_view_task(train["text"].tolist(), _vocabulary_config(manifest)))
+        elif method == "only-llm":
+            labels = sorted(data.private["label"].unique().tolist())
+            train = only_llm_corpus(spec.llm, ds.doc_type, data.label_names, labels, ds.synthetic_per_class, seed,
+                                    str(out / "runs" / cid / "_llm_cache"))
+            manifest = {"config": {"vocab": spec.dpkps.get("vocab", "english"),
+                                   "vocab_top": spec.dpkps.get("vocab_top", 50_000)}}
         else:
             release = generate_release(spec, ds, data, method, eps, seed, out / "runs" / cid)
             train, manifest = release.rows, release.manifest

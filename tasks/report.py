@@ -83,7 +83,8 @@ def plot_embedding_map(real_xy: np.ndarray, synthetic_xy: np.ndarray, *, method:
     return fig
 
 
-def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Sequence[int]) -> Figure:
+def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Sequence[int], *,
+                           real_label: str = "real test") -> Figure:
     real_lengths = np.asarray(real_lengths)
     synthetic_lengths = np.asarray(synthetic_lengths)
     hi = int(max(np.percentile(real_lengths, 99) if len(real_lengths) else 1,
@@ -91,7 +92,7 @@ def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Seque
     bins = np.linspace(0, hi, min(40, hi) + 1)
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
     ax.hist(real_lengths, bins=bins, alpha=0.55, color=REAL_COLOR, density=True,
-            label=f"real test (median {np.median(real_lengths):.0f})")
+            label=f"{real_label} (median {np.median(real_lengths):.0f})")
     ax.hist(synthetic_lengths, bins=bins, alpha=0.55, color=SYNTHETIC_COLOR, density=True,
             label=f"synthetic (median {np.median(synthetic_lengths):.0f})")
     ax.set_xlabel("words per document")
