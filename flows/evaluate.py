@@ -308,11 +308,35 @@ def choose_client_texts(client: pd.DataFrame, test_texts: Sequence[str], n_synth
     return texts
 
 
+EVALUATE_KEYS = ("synthetic", "test", "client", "coral", "classifier", "json_path", "report_path", "test_view",
+                 "seed", "max_epochs", "device", "text_column", "label_column", "progress")
+
+
 @flow(name="evaluate", log_prints=True)
-def evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
-             classifier: str = "mlp", json_path: str | None = None, report_path: str | None = None,
-             test_view: str = "auto", seed: int = 0, max_epochs: int = 60, device: str | None = None,
-             text_column: str = "text", label_column: str = "label", progress: bool = True) -> dict[str, Any]:
+def evaluate_flow(config: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate one release (the deployable entry point; `config` holds `evaluate`'s parameters and is
+    JSON-able; `release` is accepted for `synthetic`)."""
+    values = dict(config)
+    if "release" in values:
+        values["synthetic"] = values.pop("release")
+    unknown = sorted(set(values) - set(EVALUATE_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown evaluate setting(s): {', '.join(unknown)}")
+    missing = [k for k in ("synthetic", "test") if not values.get(k)]
+    if missing:
+        raise ConfigError(f"evaluate needs {' and '.join(missing)}")
+    return _evaluate(**values)
+
+
+def evaluate(synthetic: str, test: str, **options: Any) -> dict[str, Any]:
+    """Python entry point: `evaluate(OUT, TEST, client=..., coral=True, ...)` runs the `evaluate` flow."""
+    return evaluate_flow({"synthetic": synthetic, "test": test, **options})
+
+
+def _evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
+              classifier: str = "mlp", json_path: str | None = None, report_path: str | None = None,
+              test_view: str = "auto", seed: int = 0, max_epochs: int = 60, device: str | None = None,
+              text_column: str = "text", label_column: str = "label", progress: bool = True) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set."""
     if classifier not in ("mlp", "finetune"):
         raise ConfigError(f"--classifier must be mlp or finetune, not {classifier!r}")
@@ -867,7 +891,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
 # ================================================================ CLI
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("evaluate", help="train on a synthetic release only; score on a real test set",
-                               description=evaluate.__doc__)
+                               description=_evaluate.__doc__)
     ev.add_argument("--synthetic", required=True, metavar="OUT", help="a release folder (read through manifest.json)")
     ev.add_argument("--test", required=True, metavar="PATH", help="the real labelled test set (Parquet)")
     ev.add_argument("--client", metavar="PATH", help="unlabelled client documents for Deep CORAL (disjoint from --test)")

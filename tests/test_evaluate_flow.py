@@ -199,3 +199,10 @@ def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
         register_backend(spec, None)
     with pytest.raises(ConfigError):
         ev.only_llm_corpus("none", "x", {}, [0], 1, seed=0, cache_uri=str(tmp_path / "c2"))
+
+
+def test_deployable_entry_point_validates_its_config(prefect_harness):
+    with pytest.raises(ConfigError, match="unknown evaluate setting"):
+        ev.evaluate_flow({"release": "OUT", "test": "t.parquet", "colar": True})
+    with pytest.raises(ConfigError, match="needs test"):
+        ev.evaluate_flow({"release": "OUT"})
