@@ -123,7 +123,7 @@ def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarra
     if len(texts) == 0:
         return np.zeros((0, 384), dtype=np.float32)
     vectors = np.asarray(embed_texts(list(texts), model=model), dtype=np.float32)
-    tmp = path.with_suffix(".tmp.npy")
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # unique per process; the rename is atomic
     np.save(tmp, vectors)
     tmp.replace(path)
     return vectors
@@ -583,7 +583,9 @@ def prepare_data(ds: DatasetSpec, work: Path) -> PreparedData:
     private = private.reset_index(drop=True)
     path = work / "data" / ds.name / "private.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    private.to_parquet(path, index=False)
+    tmp = path.with_name(f"private.{os.getpid()}.tmp.parquet")  # concurrent grids share this file
+    private.to_parquet(tmp, index=False)
+    tmp.replace(path)
     return PreparedData(str(path), private, client_pool, test, names)
 
 
@@ -875,7 +877,11 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
             for rec in new_records:
                 fh.write(json.dumps(rec, default=_json_default) + "\n")
         records.extend(new_records)
-    cells = pd.DataFrame(records)
+    # Aggregate what cells.jsonl holds now: other processes may have filled cells of the same grid.
+    records = [json.loads(line) for line in done_path.read_text().splitlines() if line.strip()]
+    wanted = {cell_id(ds.name, m, e, sd, spec.llm) for ds, m, e, sd in plan}
+    cells = pd.DataFrame(records).drop_duplicates(["cell", "classifier", "coral"], keep="last")
+    cells = cells[cells["cell"].isin(wanted)].reset_index(drop=True)
     table = aggregate_cells(cells, paper, groups)
     table.to_csv(out / "table.csv", index=False)
     cells.to_csv(out / "cells.csv", index=False)
