@@ -119,6 +119,33 @@ class SelectionRule:
         return w
 
 
+    def draw(self, scores: torch.Tensor, rng: np.random.Generator) -> np.ndarray:
+        """One term per row of (R, V) scores, on the scores' device; same law as ``weights`` + ``draw_rows``.
+
+        top-K works on the K best of each row only (torch.topk), so a step costs O(R * V) once, not a full
+        sort; uniforms come from ``rng`` so runs are reproducible on CPU and GPU alike.
+        """
+        rows, vocab = scores.shape
+        if self.kind == "greedy":
+            return scores.argmax(dim=1).cpu().numpy()
+        if self.kind == "top" and self.k < vocab:
+            values, index = torch.topk(scores, self.k, dim=1)
+        else:
+            values, index = scores, None
+        w = torch.clamp(values, min=0.0)
+        if self.kind == "power":
+            w = w**self.power
+        empty = w.sum(dim=1) <= 0
+        if bool(empty.any()):
+            w[empty] = 1.0
+        cdf = torch.cumsum(w, dim=1)
+        u = torch.as_tensor(rng.random(rows), dtype=cdf.dtype, device=cdf.device) * cdf[:, -1]
+        pick = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1).clamp_(max=w.shape[1] - 1)
+        if index is not None:
+            pick = index.gather(1, pick[:, None]).squeeze(1)
+        return pick.cpu().numpy()
+
+
 def draw_rows(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One index per row, P(j) = weights[r, j] / sum_j weights[r, j]."""
     cdf = np.cumsum(weights, axis=1)
@@ -245,7 +272,7 @@ def sample_sequences(
     chosen = torch.zeros((rows, 0), dtype=torch.long, device=device)
     for step in range(1, length + 1):
         k = sketch_for_step(blocks, step)
-        scores = fast_scores(sketches[k], sums[row_class, k], chosen).cpu().numpy()
-        nxt = draw_rows(rule.weights(scores), rng)
+        scores = fast_scores(sketches[k], sums[row_class, k], chosen)
+        nxt = rule.draw(scores, rng)
         chosen = torch.cat([chosen, torch.as_tensor(nxt, device=device)[:, None]], dim=1)
     return chosen.cpu().numpy().reshape(n_classes, per_class, length)
