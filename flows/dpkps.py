@@ -262,6 +262,13 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         ledger = open_ledger(cfg, fingerprint)
         sequences = privatize_keyphrase_sequences(corpus, labels, cfg, ledger)
         del corpus  # nothing private is needed past this line
+        if cfg.dry_run:
+            from tasks.generation import estimate_generation
+
+            estimate = estimate_generation(sequences, cfg)
+            logger.info("dry run, nothing sent: %s", estimate.describe())
+            return {"dry_run": True, "estimate": estimate.describe(), "calls": estimate.calls,
+                    "usd": estimate.usd, "tokens_in": estimate.tokens_in, "tokens_out_max": estimate.tokens_out_max}
         if cfg.llm == "none":
             synthetic = render_without_llm(sequences)
         else:
@@ -298,6 +305,12 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dask-address", help="an existing Dask scheduler (default: a LocalCluster)")
     parser.add_argument("--workers", dest="n_workers", type=int, help="LocalCluster workers (default 2)")
     parser.add_argument("--no-gate", dest="gate", action="store_const", const=False, help="skip the release gate")
+    parser.add_argument("--prompt-template", help="'generic' (the paper's prompt), 'coverage', or a YAML file")
+    parser.add_argument("--temperature", type=float, help="LLM sampling temperature (default 0.7)")
+    parser.add_argument("--max-tokens", type=int, help="output tokens per LLM call (default 256)")
+    parser.add_argument("--best-of", type=int, help="candidates per seed, best by seed-term coverage (default 1)")
+    parser.add_argument("--llm-concurrency", type=int, help="calls in flight for remote APIs (default 4)")
+    parser.add_argument("--llm-secret", help="Prefect Secret block with the API key (default: the environment)")
 
 
 def flags_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -334,6 +347,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 def run_from_cli(args: argparse.Namespace) -> int:
     cfg = build_config(DpKpsConfig, flags_from_args(args), args.config_file)
     manifest = dpkps_flow(cfg.model_dump())
+    if manifest.get("dry_run"):
+        print(f"dry run, nothing sent: {manifest['estimate']}")
+        return 0
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")
     print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  (epsilon={manifest['privacy']['epsilon']:g})")
