@@ -224,9 +224,9 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
     rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     _stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
-    # Generation checks every prompt term against V~, so a private word can never reach an LLM request.
+    # Generation mints prompt seeds only from terms of the released vocabulary (tasks/llm/released.py).
     sequences.attrs["released_vocabulary"] = list(terms)
-    sequences.attrs["released_vocabulary_source"] = f"privatized vocabulary of run seed {cfg.seed}"
+    sequences.attrs["released_vocabulary_source"] = "ledger:vocabulary"
     return sequences
 
 
