@@ -113,17 +113,3 @@ def test_endpoint_from_storage_option_flags(prefect_harness, s3_bucket, tiny_cor
     manifest = json.loads(s3_bucket.get("out/manifest.json"))
     assert manifest["config"]["storage_options"] == {"endpoint_url": s3_bucket.endpoint_url}
     assert manifest["rows"] == 12
-
-
-def test_without_the_endpoint_the_run_fails_naming_the_problem(prefect_harness, s3_bucket, tiny_corpus,
-                                                               monkeypatch):
-    put_corpus_shards(s3_bucket, tiny_corpus, "in", n_shards=1)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
-    from tests.s3server import clear_s3fs_cache
-
-    clear_s3fs_cache()
-    code, _, err = run_cli("dpkps", f"{s3_bucket.url}/in/", "--out", f"{s3_bucket.url}/out", *SMALL, "--workers", "1")
-    assert code == 2
-    assert "privseed: error:" in err and "127.0.0.1:9" in err
-    assert TEST_SECRET_KEY not in err
-    assert s3_bucket.keys("out/") == []
