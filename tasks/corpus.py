@@ -1,0 +1,272 @@
+"""The private corpus in, the synthetic release out.
+
+Input: a Parquet file, a folder of Parquet files, or a prefix of shards, on local disk or ``s3://``.
+Output: a release folder whose ``manifest.json`` is written **last**. The manifest names every file of the
+release with its row count and sha256; a release is complete exactly when the manifest names it. Parts
+carry the release id in their names, so publishing a new release never overwrites the files of the last
+good one before the new manifest is in place.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import logging
+import platform
+import uuid
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks import storage
+from tasks.errors import CorpusError, GateFailedError, StorageError
+
+if TYPE_CHECKING:
+    from tasks.ledger import PrivacyLedger
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "privseed-release/1"
+SYNTHETIC_DIR = "synthetic"
+RELEASES_DIR = "_releases"
+QUARANTINE_DIR = "_quarantine"
+
+
+def list_shards(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The Parquet shards that make up ``path``, in a stable order.
+
+    ``path`` may be one file, a folder (searched recursively) or a prefix such as ``s3://b/data/part-``."""
+    fs, inner = storage.filesystem(path, storage_options)
+    try:
+        if fs.isfile(inner):
+            found = [inner]
+        elif fs.isdir(inner):
+            found = [p for p in fs.find(inner) if p.endswith(".parquet")]
+        else:
+            found = [p for p in fs.glob(inner + "*") if p.endswith(".parquet") and fs.isfile(p)]
+    except (OSError, ConnectionError) as exc:
+        raise CorpusError(f"cannot list the corpus at {path!r}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # botocore errors for an unreachable endpoint
+        raise CorpusError(f"cannot list the corpus at {path!r}: {type(exc).__name__}: {exc}") from exc
+    if not found:
+        raise CorpusError(f"no Parquet files found at {path!r} (expected a .parquet file, a folder or a shard prefix)")
+    return [storage._unstrip(path, inner, p) if "://" in path else p for p in sorted(found)]
+
+
+def read_shard(
+    path: str,
+    text_column: str = "text",
+    label_column: str = "label",
+    storage_options: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """One shard as a DataFrame with exactly the columns ``text`` and ``label``."""
+    fs, inner = storage.filesystem(path, storage_options)
+    try:
+        with fs.open(inner, "rb") as handle:
+            table = pq.read_table(handle)
+    except FileNotFoundError as exc:
+        raise CorpusError(f"shard not found: {path}") from exc
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorpusError(f"unreadable Parquet shard {path}: {exc}") from exc
+    missing = [c for c in (text_column, label_column) if c not in table.column_names]
+    if missing:
+        raise CorpusError(
+            f"shard {path} has no column {', '.join(map(repr, missing))}; "
+            f"its columns are {table.column_names} (set --text-column / --label-column)"
+        )
+    frame = table.select([text_column, label_column]).to_pandas()
+    frame.columns = ["text", "label"]
+    bad_text = frame["text"].isna() | (frame["text"].astype(str).str.strip() == "")
+    if bad_text.any():
+        raise CorpusError(f"shard {path}: {int(bad_text.sum())} rows have null or empty text in column {text_column!r}")
+    if frame["label"].isna().any():
+        raise CorpusError(f"shard {path}: {int(frame['label'].isna().sum())} rows have a null label in column {label_column!r}")
+    if not pd.api.types.is_string_dtype(frame["text"]) and not frame["text"].map(lambda v: isinstance(v, str)).all():
+        raise CorpusError(f"shard {path}: column {text_column!r} does not hold text")
+    frame["text"] = frame["text"].astype(str)
+    return frame
+
+
+def read_corpus(
+    path: str,
+    text_column: str = "text",
+    label_column: str = "label",
+    storage_options: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """The whole private corpus as one DataFrame (columns ``text``, ``label``), validated."""
+    shards = list_shards(path, storage_options)
+    frames = [read_shard(s, text_column, label_column, storage_options) for s in shards]
+    corpus = pd.concat(frames, ignore_index=True)
+    if corpus.empty:
+        raise CorpusError(f"the corpus at {path!r} is empty (0 rows in {len(shards)} shard(s))")
+    return corpus
+
+
+def dataset_fingerprint(df: pd.DataFrame) -> str:
+    """sha256 over the multiset of (text, label) rows: independent of row order and of sharding, so the
+    same corpus always maps to the same ledger."""
+    row_hashes = sorted(
+        hashlib.sha256(f"{label!r}\x1f{text}".encode()).digest()
+        for text, label in zip(df["text"], df["label"])
+    )
+    digest = hashlib.sha256()
+    for h in row_hashes:
+        digest.update(h)
+    return digest.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("privseed", "numpy", "torch", "prefect", "dask", "pyarrow", "sentence-transformers",
+                 "great-expectations", "llama-cpp-python", "anthropic", "dp-accounting"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _parquet_bytes(df: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), buffer)
+    return buffer.getvalue()
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    return str(value)
+
+
+def new_release_id() -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def publish_release(
+    out: str,
+    synthetic: pd.DataFrame,
+    *,
+    ledger: PrivacyLedger,
+    config: Mapping[str, Any],
+    extra_files: Mapping[str, bytes] | None = None,
+    gate: Callable[[pd.DataFrame], dict] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    rows_per_shard: int = 5000,
+    release_id: str | None = None,
+) -> dict:
+    """Gate, then publish ``synthetic`` under ``out`` atomically; return the manifest.
+
+    Order of writes: the gate result; every part under a new name; the release's ledger, quality result
+    and extra files under ``_releases/<id>/`` and as top-level copies; then ``manifest.json`` (the commit
+    point); then the parts of older releases are removed. A crash or a storage failure before the
+    manifest leaves the previous manifest, and every file it names, untouched.
+    A failing gate writes the candidate under ``_quarantine/<id>/`` and raises GateFailedError."""
+    release_id = release_id or new_release_id()
+    if synthetic.empty:
+        raise GateFailedError("the synthetic corpus is empty; nothing to publish")
+    gate_result = gate(synthetic) if gate is not None else None
+
+    if gate_result is not None and not gate_result.get("success", False):
+        quarantine = storage.join(out, QUARANTINE_DIR, release_id)
+        storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"), _parquet_bytes(synthetic), storage_options)
+        storage.write_bytes(storage.join(quarantine, "quality.json"), _json_bytes(gate_result), storage_options)
+        failed = [e.get("name", "?") for e in gate_result.get("expectations", []) if not e.get("success", True)]
+        raise GateFailedError(
+            f"release gate failed ({', '.join(failed) or 'see quality.json'}); candidate kept at {quarantine}",
+            result=gate_result,
+            quarantine=quarantine,
+        )
+
+    files: list[dict[str, Any]] = []
+    n_shards = max(1, int(np.ceil(len(synthetic) / rows_per_shard)))
+    for index in range(n_shards):
+        part = synthetic.iloc[index * rows_per_shard : (index + 1) * rows_per_shard]
+        data = _parquet_bytes(part)
+        relative = f"{SYNTHETIC_DIR}/part-{index:05d}-{release_id}.parquet"
+        storage.write_bytes(storage.join(out, relative), data, storage_options)
+        files.append({"path": relative, "rows": len(part), "sha256": hashlib.sha256(data).hexdigest(), "kind": "synthetic"})
+
+    documents: dict[str, bytes] = {"ledger.json": ledger.to_json().encode()}
+    if gate_result is not None:
+        documents["quality.json"] = _json_bytes(gate_result)
+    documents.update(extra_files or {})
+    for name, data in documents.items():
+        relative = f"{RELEASES_DIR}/{release_id}/{name}"
+        storage.write_bytes(storage.join(out, relative), data, storage_options)
+        storage.write_bytes(storage.join(out, name), data, storage_options)
+        files.append({"path": relative, "copy": name, "sha256": hashlib.sha256(data).hexdigest(), "kind": name})
+
+    epsilon, delta = ledger.total()
+    labels = synthetic["label"].tolist()
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "release_id": release_id,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "rows": len(synthetic),
+        # Synthetic per-class counts come from the configuration, so they are public.
+        "rows_per_label": {str(k): int(v) for k, v in pd.Series(labels).value_counts().sort_index().items()},
+        "columns": list(synthetic.columns),
+        "files": files,
+        "privacy": {"epsilon": epsilon, "delta": delta, "dataset_fingerprint": ledger.dataset_fingerprint,
+                    "run_id": ledger.run_id},
+        "gate": None if gate_result is None else {"success": gate_result.get("success")},
+        "config": dict(config),
+        "versions": _versions(),
+    }
+    storage.write_bytes(storage.join(out, MANIFEST), _json_bytes(manifest), storage_options)
+    _remove_stale_parts(out, {f["path"] for f in files}, storage_options)
+    log.info("published release %s: %d synthetic rows in %d part(s) at %s", release_id, len(synthetic), n_shards, out)
+    return manifest
+
+
+def _remove_stale_parts(out: str, keep: set[str], storage_options: Mapping[str, Any] | None) -> None:
+    """Parts of superseded releases go once the new manifest is in place; a failure here is harmless."""
+    try:
+        for uri in storage.listdir(storage.join(out, SYNTHETIC_DIR), storage_options):
+            relative = f"{SYNTHETIC_DIR}/{uri.rstrip('/').rsplit('/', 1)[-1]}"
+            if relative not in keep:
+                storage.remove(uri, storage_options)
+    except StorageError as exc:
+        log.warning("could not remove parts of older releases: %s", exc)
+
+
+def read_manifest(out: str, storage_options: Mapping[str, Any] | None = None) -> dict:
+    uri = storage.join(out, MANIFEST)
+    try:
+        manifest = json.loads(storage.read_bytes(uri, storage_options))
+    except FileNotFoundError as exc:
+        raise CorpusError(f"no release at {out!r}: {MANIFEST} is missing (an unfinished run publishes nothing)") from exc
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise CorpusError(f"{uri} is not a privseed release manifest (format {manifest.get('format')!r})")
+    return manifest
+
+
+def read_release(out: str, storage_options: Mapping[str, Any] | None = None, verify: bool = True) -> tuple[dict, pd.DataFrame]:
+    """The manifest and the synthetic corpus it names (checksums verified)."""
+    manifest = read_manifest(out, storage_options)
+    frames = []
+    for entry in manifest["files"]:
+        if entry["kind"] != "synthetic":
+            continue
+        data = storage.read_bytes(storage.join(out, entry["path"]), storage_options)
+        if verify and hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise CorpusError(f"{entry['path']} does not match the checksum in the manifest of {out}")
+        frames.append(pq.read_table(io.BytesIO(data)).to_pandas())
+    return manifest, pd.concat(frames, ignore_index=True)

@@ -1,0 +1,186 @@
+"""Paths on local disk, ``file://`` or ``s3://`` through fsspec, with the retries object storage needs.
+
+Storage options (endpoint, credentials) come from the standard AWS variables (``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``) or from ``--storage-option
+KEY=VALUE`` flags. Credentials are never logged: :func:`redact_options` is what goes into manifests.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from tasks.errors import ConfigError, StorageError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SECRET_KEYS = ("secret", "key", "token", "password", "credential")
+
+
+def is_remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+def parse_storage_options(pairs: Iterable[str] = ()) -> dict[str, Any]:
+    """``["endpoint_url=http://127.0.0.1:9000", "anon=false"]`` -> options for fsspec.
+
+    Values "true"/"false" and numbers are converted, because s3fs expects booleans and ints."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--storage-option expects KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"--storage-option has an empty key in {pair!r}")
+        options[key] = _coerce(value.strip())
+    return options
+
+
+def _coerce(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def resolve_storage_options(uri: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Options for ``uri``: explicit ones win over the environment.
+
+    s3fs does not read ``AWS_ENDPOINT_URL`` on every version, so it is passed explicitly; the region is
+    left to ``AWS_DEFAULT_REGION`` (setting it through client_kwargs breaks ``mkdir`` on s3fs)."""
+    resolved = dict(options or {})
+    if uri.startswith(("s3://", "s3a://")):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint and "endpoint_url" not in resolved and "client_kwargs" not in resolved:
+            resolved["endpoint_url"] = endpoint
+    return resolved
+
+
+def redact_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Storage options safe to write into a manifest or a log."""
+    return {
+        k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v)
+        for k, v in (options or {}).items()
+    }
+
+
+def filesystem(uri: str, options: Mapping[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem and the path inside it."""
+    try:
+        return url_to_fs(uri, **resolve_storage_options(uri, options))
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"cannot open storage for {uri!r}: {exc}") from exc
+
+
+def join(uri: str, *parts: str) -> str:
+    base = uri.rstrip("/")
+    return "/".join([base, *[p.strip("/") for p in parts if p]])
+
+
+def with_retries(action: Callable[[], T], *, what: str, attempts: int = 3, base_delay: float = 0.5) -> T:
+    """Run ``action`` with exponential backoff on transient I/O errors; raise StorageError at the end.
+
+    Object stores drop connections and throttle; a write that fails after every attempt is reported
+    with what was being done, never with the data."""
+    last: BaseException | None = None
+    for attempt in range(attempts):
+        try:
+            return action()
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            raise
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            last = exc
+            if attempt + 1 < attempts:
+                delay = base_delay * 2**attempt
+                log.warning("storage: %s failed (%s); retrying in %.1fs", what, type(exc).__name__, delay)
+                time.sleep(delay)
+        except Exception as exc:  # botocore/aiohttp errors do not all derive from OSError
+            if not _looks_transient(exc):
+                raise StorageError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            last = exc
+            if attempt + 1 < attempts:
+                time.sleep(base_delay * 2**attempt)
+    raise StorageError(f"{what} failed after {attempts} attempts: {type(last).__name__}: {last}") from last
+
+
+def _looks_transient(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    return any(s in name for s in ("Connect", "Timeout", "EndpointConnection", "ServerDisconnected", "Throttl"))
+
+
+def write_bytes(uri: str, data: bytes, options: Mapping[str, Any] | None = None) -> None:
+    """Write a whole object atomically: a temporary name then a rename on local disk; one PUT on S3
+    (an S3 object is never visible half-written)."""
+    fs, path = filesystem(uri, options)
+
+    def _write() -> None:
+        if is_remote(uri):
+            fs.pipe_file(path, data)
+            return
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+    with_retries(_write, what=f"writing {uri}")
+
+
+def read_bytes(uri: str, options: Mapping[str, Any] | None = None) -> bytes:
+    fs, path = filesystem(uri, options)
+    return with_retries(lambda: fs.cat_file(path), what=f"reading {uri}")
+
+
+def exists(uri: str, options: Mapping[str, Any] | None = None) -> bool:
+    fs, path = filesystem(uri, options)
+    return with_retries(lambda: fs.exists(path), what=f"checking {uri}")
+
+
+def listdir(uri: str, options: Mapping[str, Any] | None = None) -> list[str]:
+    """Full URIs of the entries directly under ``uri`` (empty if it does not exist)."""
+    fs, path = filesystem(uri, options)
+
+    def _ls() -> list[str]:
+        if not fs.exists(path):
+            return []
+        return sorted(fs.ls(path, detail=False))
+
+    names = with_retries(_ls, what=f"listing {uri}")
+    return [_unstrip(uri, path, n) for n in names]
+
+
+def remove(uri: str, options: Mapping[str, Any] | None = None, recursive: bool = False) -> None:
+    fs, path = filesystem(uri, options)
+
+    def _rm() -> None:
+        if fs.exists(path):
+            fs.rm(path, recursive=recursive)
+
+    with_retries(_rm, what=f"removing {uri}")
+
+
+def _unstrip(uri: str, path: str, name: str) -> str:
+    """fsspec lists paths without the protocol; put it back so callers keep full URIs."""
+    if "://" in uri:
+        protocol = uri.split("://", 1)[0]
+        if protocol == "file":
+            return "file://" + name
+        return f"{protocol}://{name}"
+    return name

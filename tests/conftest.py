@@ -1,0 +1,61 @@
+"""Shared fixtures. Settings that make Prefect, GX and the models work offline are set before any import
+of them; every test session gets its own PREFECT_HOME so runs never touch a user's Prefect database."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+_HOME = tempfile.mkdtemp(prefix="privseed-tests-")
+os.environ.setdefault("PREFECT_HOME", os.path.join(_HOME, "prefect"))
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
+os.environ["GX_ANALYTICS_ENABLED"] = "false"
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["DO_NOT_TRACK"] = "1"
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One ephemeral Prefect API for the whole session (it takes 15-36 s to start on two cores)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def tiny_corpus() -> pd.DataFrame:
+    """A small labelled corpus with real words, three classes, in the shape of the private input."""
+    topics = {
+        0: ["football club player scored goals league season", "striker signed contract club league",
+            "goalkeeper saved penalty match season", "coach team won championship league title"],
+        1: ["river valley mountain lake forest village", "mountain peak glacier valley river",
+            "lake shore forest island river", "forest national park mountain trail lake"],
+        2: ["album band song released records guitar", "singer recorded album single records",
+            "band tour guitar drums album", "song chart single album music video"],
+    }
+    rows = [(text, label) for label, texts in topics.items() for text in texts for _ in range(3)]
+    return pd.DataFrame(rows, columns=["text", "label"])
+
+
+@pytest.fixture
+def corpus_file(tmp_path, tiny_corpus) -> str:
+    path = tmp_path / "corpus.parquet"
+    tiny_corpus.to_parquet(path, index=False)
+    return str(path)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)

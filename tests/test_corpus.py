@@ -1,0 +1,119 @@
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from tasks import storage
+from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_corpus, read_release
+from tasks.errors import CorpusError, GateFailedError, StorageError
+from tasks.ledger import PrivacyLedger
+
+
+def test_reads_file_folder_and_prefix(tmp_path, tiny_corpus):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    tiny_corpus.iloc[:10].to_parquet(folder / "part-0.parquet")
+    tiny_corpus.iloc[10:].to_parquet(folder / "part-1.parquet")
+    assert len(read_corpus(str(folder))) == len(tiny_corpus)
+    assert len(read_corpus(str(folder / "part-"))) == len(tiny_corpus)
+    assert len(list_shards("file://" + str(folder))) == 2
+    assert list(read_corpus(str(folder / "part-0.parquet")).columns) == ["text", "label"]
+
+
+def test_custom_columns(tmp_path, tiny_corpus):
+    path = tmp_path / "c.parquet"
+    tiny_corpus.rename(columns={"text": "note", "label": "dx"}).to_parquet(path)
+    assert len(read_corpus(str(path), text_column="note", label_column="dx")) == len(tiny_corpus)
+
+
+def test_bad_input_gets_a_clear_error(tmp_path, tiny_corpus):
+    with pytest.raises(CorpusError, match="no Parquet files"):
+        read_corpus(str(tmp_path / "nothing-here"))
+    missing = tmp_path / "m.parquet"
+    tiny_corpus[["text"]].to_parquet(missing)
+    with pytest.raises(CorpusError, match="no column 'label'"):
+        read_corpus(str(missing))
+    empty = tmp_path / "e.parquet"
+    tiny_corpus.iloc[:0].to_parquet(empty)
+    with pytest.raises(CorpusError, match="is empty"):
+        read_corpus(str(empty))
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(CorpusError, match="unreadable Parquet shard .*broken.parquet"):
+        read_corpus(str(broken))
+    nulls = tmp_path / "n.parquet"
+    pd.DataFrame({"text": ["a", None], "label": [1, 2]}).to_parquet(nulls)
+    with pytest.raises(CorpusError, match="null or empty text"):
+        read_corpus(str(nulls))
+
+
+def test_fingerprint_ignores_order_and_sees_content(tiny_corpus):
+    shuffled = tiny_corpus.sample(frac=1, random_state=3)
+    assert dataset_fingerprint(tiny_corpus) == dataset_fingerprint(shuffled)
+    changed = tiny_corpus.copy()
+    changed.loc[0, "label"] = 2
+    assert dataset_fingerprint(changed) != dataset_fingerprint(tiny_corpus)
+
+
+def _synthetic(n=7):
+    return pd.DataFrame({"text": [f"doc {i}" for i in range(n)], "label": [i % 2 for i in range(n)],
+                         "keyphrases": [["doc", str(i)] for i in range(n)]})
+
+
+def _ledger(tmp_path):
+    return PrivacyLedger(str(tmp_path / "out" / "_state"), "fp", "run1")
+
+
+def test_publish_writes_contract_layout_and_manifest_last(tmp_path):
+    out = str(tmp_path / "out")
+    manifest = publish_release(out, _synthetic(), ledger=_ledger(tmp_path), config={"k": 1}, rows_per_shard=3)
+    parts = sorted(os.listdir(os.path.join(out, "synthetic")))
+    assert len(parts) == 3 and all(p.startswith("part-") and p.endswith(".parquet") for p in parts)
+    assert {"ledger.json", "manifest.json"} <= set(os.listdir(out))
+    assert manifest["rows"] == 7 and json.load(open(os.path.join(out, "manifest.json"))) == json.loads(json.dumps(manifest))
+    got_manifest, frame = read_release(out)
+    assert frame["text"].tolist() == _synthetic()["text"].tolist()
+    assert list(frame["keyphrases"].iloc[0]) == ["doc", "0"]
+
+
+def test_a_new_release_replaces_the_old_one_only_at_the_manifest(tmp_path, monkeypatch):
+    out = str(tmp_path / "out")
+    first = publish_release(out, _synthetic(4), ledger=_ledger(tmp_path), config={})
+    real_write = storage.write_bytes
+
+    def failing_manifest(uri, data, options=None):
+        if uri.endswith("manifest.json"):
+            raise StorageError("endpoint went away")
+        real_write(uri, data, options)
+
+    monkeypatch.setattr(storage, "write_bytes", failing_manifest)
+    with pytest.raises(StorageError):
+        publish_release(out, _synthetic(9), ledger=_ledger(tmp_path), config={})
+    monkeypatch.setattr(storage, "write_bytes", real_write)
+    manifest, frame = read_release(out)  # the old release, complete and verified
+    assert manifest["release_id"] == first["release_id"] and len(frame) == 4
+    second = publish_release(out, _synthetic(9), ledger=_ledger(tmp_path), config={})
+    manifest, frame = read_release(out)
+    assert manifest["release_id"] == second["release_id"] and len(frame) == 9
+    assert len(os.listdir(os.path.join(out, "synthetic"))) == 1  # stale parts removed after the commit
+
+
+def test_failing_gate_quarantines_and_publishes_nothing(tmp_path):
+    out = str(tmp_path / "out")
+    gate = lambda df: {"success": False, "expectations": [{"name": "no_template_residue", "success": False}]}
+    with pytest.raises(GateFailedError, match="no_template_residue") as info:
+        publish_release(out, _synthetic(), ledger=_ledger(tmp_path), config={}, gate=gate)
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    assert os.path.exists(os.path.join(info.value.quarantine, "quality.json"))
+    with pytest.raises(CorpusError, match="manifest.json is missing"):
+        read_release(out)
+
+
+def test_tampered_part_is_detected(tmp_path):
+    out = str(tmp_path / "out")
+    publish_release(out, _synthetic(), ledger=_ledger(tmp_path), config={})
+    part = os.path.join(out, "synthetic", os.listdir(os.path.join(out, "synthetic"))[0])
+    _synthetic(2).to_parquet(part)
+    with pytest.raises(CorpusError, match="checksum"):
+        read_release(out)
