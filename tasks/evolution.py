@@ -419,3 +419,55 @@ def cluster_votes(noisy_centres: np.ndarray, noisy_sizes: np.ndarray, synthetic_
     np.add.at(hist, nearest, np.asarray(noisy_sizes, dtype=np.float64))
     return hist
 
+
+
+# ----------------------------------------------------------------------------------------------------------
+# RANDOM_API / VARIATION_API prompt templates (tasks/llm/prompts/pe_*.txt)
+# ----------------------------------------------------------------------------------------------------------
+
+PROMPT_DIR = __import__("pathlib").Path(__file__).resolve().parent / "llm" / "prompts"
+
+
+@dataclass(frozen=True)
+class PeTemplate:
+    """A PE prompt file: optional system message and a user message with {placeholders}.
+
+    ``version`` is the file name plus a hash of its content, so a changed prompt never reuses cached calls
+    or gets mistaken for the old one in an output row."""
+
+    name: str
+    system: str | None
+    user: str
+    version: str
+
+    def render(self, **values: str) -> tuple[str | None, str]:
+        system = self.system.format(**values) if self.system else None
+        return system, self.user.format(**values)
+
+
+def load_pe_template(name: str) -> PeTemplate:
+    import hashlib
+
+    path = PROMPT_DIR / f"{name}.txt"
+    if not path.exists():
+        raise ConfigError(f"no prompt template {name!r} in {PROMPT_DIR}")
+    text = path.read_text(encoding="utf-8")
+    system: list[str] | None = None
+    user: list[str] | None = None
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if current is None and (line.startswith("#") or not line.strip()):
+            continue
+        if line.startswith("system:"):
+            system = [line[len("system:"):].strip()]
+            current = system
+        elif line.startswith("user:"):
+            user = [line[len("user:"):].strip()]
+            current = user
+        elif current is not None:
+            current.append(line)
+    if user is None:
+        raise ConfigError(f"prompt template {name!r} has no 'user:' message")
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    return PeTemplate(name, "\n".join(system).strip() if system else None, "\n".join(user).strip(),
+                      f"{name}@{digest}")
