@@ -58,6 +58,7 @@ class EvolutionConfig(ReleaseConfig):
     embedding_model: str = "minilm"
     llm_shards: int = Field(default=1, ge=1, le=1024,
                             description="split each round's LLM calls into this many Dask tasks (1: in-process)")
+    llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
 
     @model_validator(mode="after")
     def _needs_llm(self) -> "EvolutionConfig":
@@ -274,7 +275,8 @@ def _attach(meta: pd.DataFrame, answers: list[dict]) -> pd.DataFrame:
 
 
 def _generate(cfg: EvolutionConfig, prompts, meta: pd.DataFrame) -> pd.DataFrame:
-    return _attach(meta, llm_calls(prompts, cfg))
+    # A retry re-reads every finished call from the cache and sends only the rest.
+    return _attach(meta, llm_calls.with_options(retries=cfg.llm_retries)(prompts, cfg))
 
 
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:

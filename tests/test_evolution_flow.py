@@ -130,16 +130,25 @@ def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path,
 
 
 def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file, tmp_path, fake_llm):
-    from flows.evolution import augpe_flow
+    from flows.evolution import AugPeConfig, _check_schedule, augpe_flow, augpe_schedule
+    from tasks.corpus import dataset_fingerprint, read_corpus
+    from tasks.ledger import PrivacyLedger
 
     out = tmp_path / "resume"
     augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=1))
     with pytest.raises(LedgerMismatchError, match="iterations"):
         augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=2))
-    with pytest.raises(LedgerMismatchError):
-        augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=1, epsilon=20.0))
-    with pytest.raises(LedgerMismatchError):
-        augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=1, seed=8))
+    # every other schedule field is refused the same way (checked without running the flow again)
+    ledger = PrivacyLedger(str(out / "_state"), dataset_fingerprint(read_corpus(corpus_file)), "fixed-run")
+    same = augpe_schedule(AugPeConfig.model_validate(_cfg(corpus_file, out, iterations=1)))
+    _check_schedule(ledger, "augpe.schedule", same)  # the original schedule resumes
+    sigma = same["sigma"]
+    for change, field in [({"epsilon": None, "noise_multiplier": sigma * 0.9}, "sigma"), ({"seed": 8}, "seed"),
+                          ({"epsilon": None, "noise_multiplier": sigma, "delta": 1e-6}, "delta"),
+                          ({"selection": "sample"}, "selection"), ({"per_class": 3}, "per_class")]:
+        other = augpe_schedule(AugPeConfig.model_validate(_cfg(corpus_file, out, iterations=1, **change)))
+        with pytest.raises(LedgerMismatchError, match=field):
+            _check_schedule(ledger, "augpe.schedule", other)
 
 
 def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_file, tmp_path):
@@ -151,7 +160,7 @@ def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_
     register_backend("local:fake-topics", crashing)
     try:
         with pytest.raises(Exception):
-            augpe_flow(_cfg(corpus_file, out))
+            augpe_flow(_cfg(corpus_file, out, llm_retries=0))
         assert crashing.calls == 9
         healthy = FakeBackend()
         register_backend("local:fake-topics", healthy)
@@ -204,18 +213,21 @@ def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fa
     assert evolution["llm_calls"] == {"random": 12, "variation": 6}
 
 
-def test_secpe_fixed_sigma_is_checked_against_budget(prefect_harness, corpus_file, tmp_path, fake_llm):
-    from flows.evolution import secpe_flow
+def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
+    from scipy import sparse
 
-    public = tmp_path / "public.parquet"
-    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(12)]}).to_parquet(public)
-    secrets = tmp_path / "secrets.txt"
-    secrets.write_text("goals\n")
-    cfg = _cfg(corpus_file, tmp_path / "o", public=str(public), secrets=str(secrets), clusters=3,
-               noise_multiplier=0.05)
-    cfg.pop("epsilon")
+    from flows.evolution import SecPeConfig, secpe_noise
+
+    incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
+    base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
+            "r_over_p": 10.0}
+    sigma, rho, info = secpe_noise(SecPeConfig.model_validate(base), incidence)
+    assert info["worst_blow_up"] <= 1e-3 and rho[2] == 1.0  # the document without secrets is always sampled
+    assert sparse.csr_matrix(incidence).T @ (rho * 1.0) == pytest.approx(sparse.csr_matrix(incidence).T @ rho)
+    ok, _, _ = secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": sigma * 1.01}), incidence)
+    assert ok == pytest.approx(sigma * 1.01)
     with pytest.raises(ConfigError, match="reconstruction bound"):
-        secpe_flow(cfg)
+        secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": sigma * 0.5}), incidence)
 
 
 def test_cli_registers_both_commands():
