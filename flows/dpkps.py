@@ -79,6 +79,155 @@ def open_ledger(cfg: DpKpsConfig, fingerprint: str) -> PrivacyLedger:
     return ledger
 
 
+# -- DP-KPS privatization stages (steps 2-6 of DESIGN.md). Pure math lives in tasks/vocabulary.py,
+# tasks/kde.py and tasks/sampling.py; these wrappers map it over shards and route every release through
+# the ledger, so noise is drawn once and re-read on retry or re-run.
+PRIVATE_TASK = dict(persist_result=False, cache_policy=NO_CACHE)
+
+#: Selection rule used when --selection is not given, chosen on public data (docs/dpkps.md).
+DEFAULT_SELECTION = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5"}
+
+
+def selection_rule(cfg: DpKpsConfig) -> str:
+    if cfg.selection is None:
+        return DEFAULT_SELECTION[cfg.method]
+    return f"top-{cfg.top_k}" if cfg.selection == "top-k" else cfg.selection
+
+
+def corpus_shards(corpus: pd.DataFrame, n_workers: int) -> list[tuple[list[str], list]]:
+    """Row chunks of the loaded corpus, the unit of the map steps (two per worker keeps both busy)."""
+    n_parts = max(1, min(len(corpus), 2 * n_workers))
+    bounds = np.linspace(0, len(corpus), n_parts + 1).astype(int)
+    return [(corpus["text"].iloc[a:b].tolist(), corpus["label"].iloc[a:b].tolist())
+            for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+@task(name="vocabulary-histogram", retries=1, **PRIVATE_TASK)
+def vocabulary_histogram(shards: list[tuple[list[str], list]], cfg: DpKpsConfig) -> np.ndarray:
+    """Extract phrases and count each document's first S terms over V: map over shards, sum (private)."""
+    from tasks.cluster import map_shards
+    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, shard_histogram
+
+    top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
+    parts = map_shards(shard_histogram, [texts for texts, _ in shards], cfg.vocab, top_n, cfg.first_terms)
+    counts = np.sum(parts, axis=0)
+    if counts.sum() == 0:
+        # Fails before any noise is drawn; says nothing about any single document.
+        raise CorpusError(f"no document contains a term of the public vocabulary {cfg.vocab!r}: "
+                          "check --vocab and --text-column")
+    return counts
+
+
+@task(name="privatize-vocabulary", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig, ledger: PrivacyLedger) -> list[str]:
+    """V~: Laplace(S / eps_voc) on every term of V, top N. Drawn once through the ledger."""
+    from tasks.ledger import stage_rng
+    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary, privatize_vocabulary
+
+    top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
+    vocabulary = load_vocabulary(cfg.vocab, top_n)
+    params = {"vocab": vocabulary.name, "vocab_terms": len(vocabulary), "first_terms": cfg.first_terms,
+              "vocab_size": cfg.vocab_size, "seed": cfg.seed, "adjacency": "add/remove one document"}
+    released = ledger.draw_once(
+        "vocabulary", mechanism="laplace", params=params, epsilon=cfg.eps_voc, sensitivity=float(cfg.first_terms),
+        stage="vocabulary",
+        draw=lambda: privatize_vocabulary(counts, epsilon=cfg.eps_voc, max_terms_per_doc=cfg.first_terms,
+                                          top_n=cfg.vocab_size, rng=stage_rng(cfg.seed, "vocabulary-noise")),
+    )
+    terms = [vocabulary.terms[i] for i in released["term_ids"]]
+    get_run_logger().info("privatized vocabulary: %d terms", len(terms))
+    return terms
+
+
+@task(name="embed-released-vocabulary", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+def embed_released_vocabulary(terms: list[str], cfg: DpKpsConfig) -> np.ndarray:
+    """Unit-norm embeddings of V~ (public from here on); private documents are looked up, not embedded."""
+    from tasks.embedding import embed_texts
+
+    return embed_texts(terms, cfg.embedding_model)
+
+
+def feature_specs(cfg: DpKpsConfig, dim: int) -> list:
+    from tasks.kde import FeatureSpec
+    from tasks.sampling import ensemble_blocks
+
+    return [FeatureSpec(seed=cfg.seed, name=f"{cfg.method}-{k}", n_features=cfg.n_features, dim=dim, blocks=b,
+                        bandwidth=cfg.bandwidth)
+            for k, b in enumerate(ensemble_blocks(cfg.method, cfg.length))]
+
+
+@task(name="sketch-per-class", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: list[str], embeddings: np.ndarray,
+                     cfg: DpKpsConfig, ledger: PrivacyLedger) -> np.ndarray:
+    """Per-class DP-KDE sketches: exact partial sums per shard on the cluster, one reduce, then noise once
+    per (class, sketch) through the ledger. Classes are disjoint (parallel composition); the sketches of
+    one class split eps_kde (basic composition). Returns the released sums (classes, sketches, I)."""
+    from tasks.cluster import map_shards
+    from tasks.kde import release_sketch, sensitivity, sketch_sums_of_shard
+    from tasks.ledger import stage_rng
+    from tasks.sampling import split_budget
+
+    specs = feature_specs(cfg, embeddings.shape[1])
+    parts = map_shards(sketch_sums_of_shard, shards, labels, tuple(terms), embeddings, specs, cfg.method == "independent")
+    exact = np.sum(parts, axis=0)
+    budgets = split_budget(cfg.method, cfg.eps_kde, cfg.length)
+    delta_each = cfg.delta / len(specs) if cfg.mechanism == "gaussian" else 0.0
+    released = np.zeros_like(exact)
+    for c in range(len(labels)):
+        for k, spec in enumerate(specs):
+            params = {"method": cfg.method, "length": cfg.length, "sketch": k, "blocks": spec.blocks,
+                      "n_features": spec.n_features, "bandwidth": spec.bandwidth, "feature_seed": spec.seed,
+                      "feature_stream": spec.name, "embedding_model": cfg.embedding_model, "dim": spec.dim,
+                      "mechanism": cfg.mechanism, "vocabulary": _terms_digest(terms),
+                      "adjacency": "add/remove one document", "contribution": "sum of per-document phi"}
+            released[c, k] = ledger.draw_once(
+                f"kde-class{c}-sketch{k}", mechanism=cfg.mechanism, params=params, epsilon=budgets[k],
+                delta=delta_each, sensitivity=sensitivity(cfg.mechanism, spec.n_features),
+                partition=f"class{c}", stage="kde",
+                draw=lambda c=c, k=k: {"noisy_sum": release_sketch(
+                    exact[c, k], epsilon=budgets[k], delta=delta_each, mechanism=cfg.mechanism,
+                    rng=stage_rng(cfg.seed, "kde-noise", str(c), str(k)))},
+            )["noisy_sum"]
+    get_run_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
+    return released
+
+
+def _terms_digest(terms: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("\n".join(terms).encode()).hexdigest()[:16]
+
+
+@task(name="sample-sequences", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[str], embeddings: np.ndarray,
+                               cfg: DpKpsConfig) -> pd.DataFrame:
+    """Post-processing of the released sketches: per_class sequences of length L per class."""
+    from tasks.ledger import stage_rng
+    from tasks.sampling import SelectionRule, SketchTables, default_device, sample_sequences
+
+    device = default_device()
+    rule = SelectionRule.parse(selection_rule(cfg))
+    sketches = [SketchTables.build(spec.draw(), embeddings, device=device)
+                for spec in feature_specs(cfg, embeddings.shape[1])]
+    ids = sample_sequences(cfg.method, sketches, released, per_class=cfg.per_class, length=cfg.length, rule=rule,
+                           rng=stage_rng(cfg.seed, "sample"))
+    rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
+    get_run_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
+    return pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
+
+
+def privatize_keyphrase_sequences(corpus: pd.DataFrame, labels: list, cfg: DpKpsConfig,
+                                  ledger: PrivacyLedger) -> pd.DataFrame:
+    """extract -> privatize vocabulary -> embed V~ -> sketch per class -> sample per class."""
+    shards = corpus_shards(corpus, cfg.n_workers)
+    counts = vocabulary_histogram(shards, cfg)
+    terms = privatize_vocabulary_stage(counts, cfg, ledger)
+    del counts
+    embeddings = embed_released_vocabulary(terms, cfg)
+    released = sketch_per_class(shards, labels, terms, embeddings, cfg, ledger)
+    return sample_keyphrase_sequences(released, labels, terms, embeddings, cfg)
+
+
 @task(name="render-without-llm", persist_result=False, cache_policy=NO_CACHE)
 def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
     """The paper's no-LLM ablation: the released keyphrases joined by single spaces are the document."""
@@ -104,8 +253,6 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, la
 @flow(name="dpkps", log_prints=True)
 def dpkps_flow(config: dict[str, Any]) -> dict:
     """DP-KPS end to end; ``config`` is a DpKpsConfig as a dict (JSON-able, so deployments can pass it)."""
-    from tasks.sampling import privatize_keyphrase_sequences
-
     cfg = DpKpsConfig.model_validate(config)
     logger = get_run_logger()
     with dask_client(cfg.dask_address, cfg.n_workers):
@@ -115,6 +262,13 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         ledger = open_ledger(cfg, fingerprint)
         sequences = privatize_keyphrase_sequences(corpus, labels, cfg, ledger)
         del corpus  # nothing private is needed past this line
+        if cfg.dry_run:
+            from tasks.generation import estimate_generation
+
+            estimate = estimate_generation(sequences, cfg)
+            logger.info("dry run, nothing sent: %s", estimate.describe())
+            return {"dry_run": True, "estimate": estimate.describe(), "calls": estimate.calls,
+                    "usd": estimate.usd, "tokens_in": estimate.tokens_in, "tokens_out_max": estimate.tokens_out_max}
         if cfg.llm == "none":
             synthetic = render_without_llm(sequences)
         else:
@@ -151,6 +305,12 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dask-address", help="an existing Dask scheduler (default: a LocalCluster)")
     parser.add_argument("--workers", dest="n_workers", type=int, help="LocalCluster workers (default 2)")
     parser.add_argument("--no-gate", dest="gate", action="store_const", const=False, help="skip the release gate")
+    parser.add_argument("--prompt-template", help="'generic' (the paper's prompt), 'coverage', or a YAML file")
+    parser.add_argument("--temperature", type=float, help="LLM sampling temperature (default 0.7)")
+    parser.add_argument("--max-tokens", type=int, help="output tokens per LLM call (default 256)")
+    parser.add_argument("--best-of", type=int, help="candidates per seed, best by seed-term coverage (default 1)")
+    parser.add_argument("--llm-concurrency", type=int, help="calls in flight for remote APIs (default 4)")
+    parser.add_argument("--llm-secret", help="Prefect Secret block with the API key (default: the environment)")
 
 
 def flags_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -187,6 +347,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 def run_from_cli(args: argparse.Namespace) -> int:
     cfg = build_config(DpKpsConfig, flags_from_args(args), args.config_file)
     manifest = dpkps_flow(cfg.model_dump())
+    if manifest.get("dry_run"):
+        print(f"dry run, nothing sent: {manifest['estimate']}")
+        return 0
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")
     print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  (epsilon={manifest['privacy']['epsilon']:g})")

@@ -30,10 +30,10 @@ def dask_client(address: str | None = None, n_workers: int = 2) -> Iterator[Any]
         return
     cluster = LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None, silence_logs=logging.WARNING,
+        dashboard_address=":0", silence_logs=logging.WARNING,
     )
     client = Client(cluster)
-    log.info("dask: LocalCluster with %d worker(s) at %s", n_workers, cluster.scheduler_address)
+    log.info("dask: LocalCluster with %d worker(s), dashboard %s", n_workers, cluster.dashboard_link)
     try:
         yield client
     finally:

@@ -48,6 +48,13 @@ class ReleaseConfig(BaseModel):
     dask_address: str | None = Field(default=None, description="scheduler address; None starts a LocalCluster")
     n_workers: int = Field(default=2, ge=1, le=256)
     gate: bool = Field(default=True, description="run the Great Expectations release gate before publishing")
+    # LLM generation (tasks/generation.py, docs/generation.md); public settings only, never a key.
+    prompt_template: str = Field(default="generic", description="packaged prompt template name or a YAML path")
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call")
+    best_of: int = Field(default=1, ge=1, le=16, description="candidates per seed, best by seed-term coverage")
+    llm_concurrency: int = Field(default=4, ge=1, le=256, description="calls in flight for remote APIs")
+    llm_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key")
 
     @field_validator("llm")
     @classmethod

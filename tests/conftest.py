@@ -21,6 +21,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+# Real S3-compatible server (moto_server on 127.0.0.1) fixtures: moto_server, s3_bucket, ...
+pytest_plugins = ["tests.s3server"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 

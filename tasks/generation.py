@@ -1,0 +1,336 @@
+"""DP-KPS step 7: one LLM prompt per released keyphrase sequence (post-processing, no privacy cost).
+
+Pure parts (no I/O): ``candidate_seed``, ``build_generation_requests``, ``select_best``, ``assemble_rows``,
+``no_llm_rows``, ``estimate_cost``. I/O part: ``generate_shard`` (backend + call cache + progress bar) runs
+on Dask workers over shards of seeds (``generate_seeds``; each worker process loads the local model once, see
+tasks.llm.get_backend); the Prefect task ``generate_documents(sequences, cfg)`` is what flows call.
+
+Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabulary V~, sampled from released
+DP-KDEs), recipient few-shot examples and public configuration. Nothing here reads the private corpus, and
+logs carry counts only.
+
+Best-of-k (``best_of``): k candidates per seed, each a separate call with its own derived seed; the one that
+covers the most seed terms is kept (ties: the lowest candidate index). Ranking uses only the released seed and
+the synthetic candidates, so it costs no privacy. Token counts in a row are the sum over all k candidates
+(what the run actually spent).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+
+from tasks.errors import ConfigError
+from tasks.llm import LLMSpec, get_backend, parse_llm_spec
+from tasks.llm.base import ChatRequest, ChatResult, LLMBackend
+from tasks.llm.cache import CallCache, cached_complete
+from tasks.llm.prompting import PromptTemplate, build_request, term_coverage
+from tasks.llm.released import RecipientExample, ReleasedSeed, ReleasedVocabulary
+
+log = logging.getLogger("privseed.generation")
+
+ROW_COLUMNS = ["text", "label", "keyphrases", "backend", "model", "prompt_version", "seed", "tokens_in",
+               "tokens_out", "coverage", "candidates"]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Public generation settings. ``template`` is a packaged template name or a YAML path."""
+
+    doc_type: str = "document"
+    template: str = "generic"
+    max_tokens: int = 256
+    temperature: float = 0.7
+    top_p: float = 1.0
+    best_of: int = 1
+    few_shot: tuple[RecipientExample, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.best_of < 1:
+            raise ConfigError(f"best_of must be >= 1, got {self.best_of}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+def candidate_seed(seed: int, j: int) -> int:
+    """Call seed of candidate j of a prompt seed: candidate 0 uses the seed itself, others a hash of (seed, j),
+    kept in [0, 2^31) for llama.cpp and OpenAI-compatible servers."""
+    if j == 0:
+        return int(seed) & 0x7FFFFFFF
+    return int.from_bytes(hashlib.sha256(f"{int(seed)}:{j}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def build_generation_requests(seeds: Sequence[ReleasedSeed], template: PromptTemplate,
+                              params: GenerationParams) -> list[list[ChatRequest]]:
+    """k requests per seed (pure)."""
+    return [[build_request(template, s, params.doc_type, max_tokens=params.max_tokens,
+                           temperature=params.temperature, top_p=params.top_p, call_seed=candidate_seed(s.seed, j),
+                           few_shot=params.few_shot) for j in range(params.best_of)] for s in seeds]
+
+
+def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult]) -> tuple[int, float]:
+    """Index and coverage of the candidate covering the most seed terms (ties: lowest index)."""
+    covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
+    best = max(range(len(covs)), key=lambda i: (covs[i], -i))
+    return best, covs[best]
+
+
+def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
+                  model: str, prompt_version: str) -> pd.DataFrame:
+    rows = []
+    for s, cands in zip(seeds, candidates):
+        best, cov = select_best(s, cands)
+        rows.append({"text": cands[best].text, "label": s.label, "keyphrases": list(s.keyphrases),
+                     "backend": backend, "model": model, "prompt_version": prompt_version, "seed": s.seed,
+                     "tokens_in": sum(c.tokens_in for c in cands), "tokens_out": sum(c.tokens_out for c in cands),
+                     "coverage": cov, "candidates": len(cands)})
+    return pd.DataFrame(rows, columns=ROW_COLUMNS)
+
+
+def no_llm_rows(seeds: Sequence[ReleasedSeed]) -> pd.DataFrame:
+    """``--llm none`` (the paper's no-LLM ablation): the keyphrase sequence itself is the document."""
+    return assemble_rows(seeds, [[ChatResult(" ".join(s.keyphrases), 0, 0)] for s in seeds], backend="none",
+                         model="", prompt_version="none")
+
+
+# -- cost ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CostEstimate:
+    calls: int
+    cached_calls: int
+    tokens_in: int
+    tokens_out_max: int
+    usd: float | None  # None: price unknown for this backend/model
+
+    def describe(self) -> str:
+        cost = "unknown (no price for this model)" if self.usd is None else f"at most ${self.usd:,.4f}"
+        return (f"{self.calls} LLM calls ({self.cached_calls} already cached, {self.calls - self.cached_calls} to "
+                f"send), ~{self.tokens_in:,} input tokens, at most {self.tokens_out_max:,} output tokens, cost {cost}")
+
+
+def _prices(spec: LLMSpec, n_calls: int) -> tuple[float, float] | None:
+    if spec.kind == "local":
+        return 0.0, 0.0
+    opts = dict(spec.options)
+    if spec.kind == "anthropic":
+        from tasks.llm.anthropic_backend import BATCH_DISCOUNT, anthropic_price
+
+        p = anthropic_price(spec.model or "")
+        if p is None:
+            return None
+        batched = opts.get("use_batches")
+        if batched is None:
+            batched = n_calls >= int(opts.get("batch_threshold", 200))
+        f = BATCH_DISCOUNT if batched else 1.0
+        return p[0] * f, p[1] * f
+    if opts.get("price_in_per_mtok") is not None and opts.get("price_out_per_mtok") is not None:
+        return float(opts["price_in_per_mtok"]), float(opts["price_out_per_mtok"])
+    return None
+
+
+def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCache | None = None,
+                  backend: LLMBackend | None = None) -> CostEstimate:
+    """Upper-bound estimate before sending anything: output tokens at max_tokens for every uncached call;
+    input tokens from the local tokenizer when a backend is given, else ~4 characters per token."""
+    def n_in(r: ChatRequest) -> int:
+        text = "\n".join(m.content for m in r.messages)
+        return backend.count_tokens(text) if backend is not None else max(1, len(text) // 4)
+
+    model_id = backend.model if backend is not None else (spec.model or "")
+    kind = backend.name if backend is not None else spec.kind
+    cached = [cache is not None and cache.get(r.cache_key(kind, model_id)) is not None for r in requests]
+    todo = [r for r, c in zip(requests, cached) if not c]
+    t_in = sum(n_in(r) for r in todo)
+    t_out = sum(r.max_tokens for r in todo)
+    p = _prices(spec, len(todo))
+    usd = None if p is None else (t_in * p[0] + t_out * p[1]) / 1e6
+    return CostEstimate(len(requests), sum(cached), t_in, t_out, usd)
+
+
+# -- I/O -------------------------------------------------------------------------------------------------------
+class _Progress:
+    """tqdm bar: calls done, tokens in/out, cost so far (thread-safe)."""
+
+    def __init__(self, total: int, prices: tuple[float, float] | None, desc: str, enabled: bool):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="call", disable=not enabled, leave=False)
+        self.prices = prices
+        self.tokens_in = self.tokens_out = self.cached = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, r: ChatResult) -> None:
+        self.add(1, r.tokens_in, r.tokens_out, int(r.cached))
+
+    def add(self, calls: int, tokens_in: int, tokens_out: int, cached: int = 0) -> None:
+        with self.lock:
+            self.tokens_in += tokens_in
+            self.tokens_out += tokens_out
+            self.cached += cached
+            post = {"in": self.tokens_in, "out": self.tokens_out, "cached": self.cached}
+            if self.prices is not None:
+                post["usd"] = f"{(self.tokens_in * self.prices[0] + self.tokens_out * self.prices[1]) / 1e6:.4f}"
+            self.bar.set_postfix(post, refresh=False)
+            self.bar.update(calls)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
+                   cache_uri: str | None, storage_options: dict | None = None, progress: bool = True,
+                   shard: int = 0) -> pd.DataFrame:
+    """Write one document per seed. Every call goes through the call cache, so re-running a crashed shard
+    sends only the calls that never finished."""
+    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
+    if spec.kind == "none":
+        return no_llm_rows(seeds)
+    template = PromptTemplate.load(params.template)
+    requests = build_generation_requests(seeds, template, params)
+    flat = [r for per_seed in requests for r in per_seed]
+    backend = get_backend(spec)
+    cache = CallCache(cache_uri, storage_options) if cache_uri else None
+    bar = _Progress(len(flat), _prices(spec, len(flat)), f"generate[{shard}] {spec.kind}", progress)
+    try:
+        results = cached_complete(backend, flat, cache, on_result=bar)
+    finally:
+        bar.close()
+    k = params.best_of
+    per_seed = [results[i * k:(i + 1) * k] for i in range(len(seeds))]
+    df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
+                       prompt_version=template.version)
+    log.info("shard %d: %d documents, %d calls (%d cached), %d input / %d output tokens", shard, len(df),
+             len(flat), bar.cached, bar.tokens_in, bar.tokens_out)
+    return df
+
+
+def shard_seeds(seeds: Sequence[ReleasedSeed], shard_size: int) -> list[list[ReleasedSeed]]:
+    size = max(1, int(shard_size))
+    return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
+
+
+def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
+                   cache_uri: str | None, storage_options: dict | None = None, shard_size: int = 16,
+                   progress: bool = True) -> pd.DataFrame:
+    """One document per seed. With a Dask client (the flow's), shards of ``shard_size`` seeds run on the workers,
+    each worker process keeping its model loaded, and one progress bar here advances per finished shard; without
+    one, everything runs in this process with a per-call bar. Rows come back in seed order.
+    A batching Anthropic run is one shard: Message Batches want one big submission."""
+    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
+    if spec.kind == "none":
+        return no_llm_rows(seeds)
+    if not seeds:
+        return pd.DataFrame(columns=ROW_COLUMNS)
+    n_calls = len(seeds) * params.best_of
+    if spec.kind == "anthropic":
+        opts = dict(spec.options)
+        batched = opts.get("use_batches")
+        if batched or (batched is None and n_calls >= int(opts.get("batch_threshold", 200))):
+            shard_size = len(seeds)
+    from tasks.cluster import current_client
+
+    client = current_client()
+    shards = shard_seeds(seeds, shard_size)
+    if client is None or len(shards) == 1:
+        frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i)
+                  for i, sh in enumerate(shards)]
+        return pd.concat(frames, ignore_index=True)
+    from distributed import as_completed
+
+    bar = _Progress(n_calls, _prices(spec, n_calls), f"generate {spec.kind}", progress)
+    futures = {client.submit(generate_shard, sh, spec, params, cache_uri, storage_options, False, i, pure=False): i
+               for i, sh in enumerate(shards)}
+    frames: list[pd.DataFrame | None] = [None] * len(shards)
+    try:
+        for fut in as_completed(futures):
+            df = fut.result()
+            frames[futures[fut]] = df
+            for row in df.itertuples():
+                bar.add(int(row.candidates), int(row.tokens_in), int(row.tokens_out))
+    finally:
+        bar.close()
+    return pd.concat(frames, ignore_index=True)
+
+
+def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | None, run_seed: int,
+                         source: str = "released vocabulary") -> list[ReleasedSeed]:
+    """Mint prompt seeds from the sampler's output (columns ``label``, ``keyphrases``). ``vocabulary`` is the
+    released V~ (default: ``sequences.attrs["released_vocabulary"]``): every keyphrase must belong to it.
+    Call seeds come from ``stage_rng(run_seed, "generate")``, one per row, so a re-run repeats every call."""
+    from tasks.ledger import stage_rng
+
+    if vocabulary is None:
+        vocabulary = sequences.attrs.get("released_vocabulary")
+    if vocabulary is None:
+        raise ConfigError("generation needs the released vocabulary V~ (pass it, or set "
+                          "sequences.attrs['released_vocabulary']) to check that prompts carry released terms only")
+    released = ReleasedVocabulary(list(vocabulary), sequences.attrs.get("released_vocabulary_source", source))
+    call_seeds = stage_rng(run_seed, "generate").integers(0, 2**31 - 1, size=len(sequences))
+    return [released.seed(list(k), lab, int(sd))
+            for k, lab, sd in zip(sequences["keyphrases"], sequences["label"], call_seeds)]
+
+
+def params_from_config(cfg) -> GenerationParams:
+    """GenerationParams from a flow config (DpKpsConfig or any ReleaseConfig); fields it lacks keep defaults."""
+    from tasks.llm.released import load_few_shot
+
+    few = getattr(cfg, "few_shot", None)
+    kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of") if getattr(cfg, k, None) is not None}
+    template = getattr(cfg, "prompt_template", None)
+    if template:
+        kw["template"] = template
+    return GenerationParams(doc_type=cfg.doc_type, few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
+                            **kw)
+
+
+def spec_from_config(cfg) -> LLMSpec:
+    spec = parse_llm_spec(cfg.llm)
+    opts = {}
+    if spec.kind == "anthropic":
+        opts["batch_state"] = cfg.state_uri
+        opts["storage_options"] = cfg.storage_options or None
+    for name in ("llm_concurrency", "llm_secret"):
+        value = getattr(cfg, name, None)
+        if value is not None and spec.kind in ("anthropic", "openai-compatible"):
+            opts["max_concurrency" if name == "llm_concurrency" else "secret_block"] = value
+    return spec.with_options(**opts)
+
+
+def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> CostEstimate:
+    """``--dry-run``: what generation would send, from the released seeds; sends nothing."""
+    seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
+    spec, params = spec_from_config(cfg), params_from_config(cfg)
+    template = PromptTemplate.load(params.template)
+    flat = [r for per in build_generation_requests(seeds, template, params) for r in per]
+    backend = get_backend(spec) if spec.kind == "local" else None
+    cache = CallCache(_cache_uri(cfg), cfg.storage_options)
+    return estimate_cost(spec, flat, cache, backend)
+
+
+def _cache_uri(cfg) -> str:
+    from tasks import storage
+
+    return storage.join(cfg.state_uri, "llm-cache")
+
+
+def _generate_documents(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> pd.DataFrame:
+    seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
+    spec, params = spec_from_config(cfg), params_from_config(cfg)
+    return generate_seeds(seeds, spec, params, _cache_uri(cfg), cfg.storage_options or None)
+
+
+def _task():
+    from prefect import task
+    from prefect.cache_policies import NO_CACHE
+
+    # The call cache makes this idempotent: a retry re-sends only calls that never finished.
+    return task(_generate_documents, name="generate-documents", retries=2, retry_delay_seconds=[5, 30],
+                persist_result=False, cache_policy=NO_CACHE)
+
+
+#: Prefect task: ``generate_documents(sequences, cfg)`` -> synthetic rows (ROW_COLUMNS), in sequence order.
+generate_documents = _task()

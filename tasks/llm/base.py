@@ -1,0 +1,101 @@
+"""The one backend interface: a batch of chat requests in, texts plus token counts out.
+
+Every backend (local llama.cpp, Anthropic, OpenAI-compatible, the recording test backend) implements
+``LLMBackend.complete``. Requests carry everything that determines the answer (messages, max_tokens,
+temperature, seed), so ``ChatRequest.cache_key`` together with the backend's identity names a call
+exactly; the call cache (tasks/llm/cache.py) relies on that.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+# Called as on_each(index_in_batch, result) the moment each answer arrives (possibly from a worker thread),
+# so finished calls are cached even if a later call in the batch crashes.
+OnEach = Callable[[int, "ChatResult"], None]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion request. ``seed`` makes sampling reproducible where the backend supports it
+    (llama.cpp, OpenAI-compatible servers); Anthropic has no seed, so there it only keys the cache."""
+
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int
+    temperature: float
+    seed: int
+    top_p: float = 1.0
+
+    def params(self) -> dict:
+        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed, "top_p": self.top_p}
+
+    def messages_dicts(self) -> list[dict[str, str]]:
+        return [m.to_dict() for m in self.messages]
+
+    def system_and_turns(self) -> tuple[str | None, list[dict[str, str]]]:
+        """Split a leading system message off (the Anthropic API takes it as a separate field)."""
+        msgs = self.messages_dicts()
+        system = None
+        if msgs and msgs[0]["role"] == "system":
+            system = msgs[0]["content"]
+            msgs = msgs[1:]
+        return system, msgs
+
+    def cache_key(self, backend: str, model: str) -> str:
+        """sha256 over (backend, model, messages, params, seed): equal keys mean the same call."""
+        payload = {"backend": backend, "model": model, "messages": self.messages_dicts(), "params": self.params()}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    text: str
+    tokens_in: int
+    tokens_out: int
+    cached: bool = False
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+
+    @classmethod
+    def from_dict(cls, d: dict, cached: bool = False) -> "ChatResult":
+        return cls(text=d["text"], tokens_in=int(d["tokens_in"]), tokens_out=int(d["tokens_out"]), cached=cached)
+
+
+class LLMBackend(ABC):
+    """A text generator. ``name`` is the backend kind ("local", "anthropic", ...), ``model`` the model id;
+    both go into every cache key and every output row."""
+
+    name: str = "abstract"
+    model: str = ""
+    # USD per million input / output tokens, None when unknown (local models cost nothing).
+    price_in_per_mtok: float | None = None
+    price_out_per_mtok: float | None = None
+
+    @abstractmethod
+    def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
+        """Answer every request, in order; call ``on_each(i, result)`` as each one finishes.
+        Backends parallelise internally as suits them."""
+
+    def count_tokens(self, text: str) -> int:
+        """Token estimate for cost previews; backends with a tokenizer override it."""
+        return max(1, len(text) // 4)
+
+    def close(self) -> None:  # pragma: no cover - default no-op
+        pass
+
+    def __repr__(self) -> str:  # never includes credentials
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"

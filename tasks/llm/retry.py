@@ -1,0 +1,82 @@
+"""Retries with exponential backoff, and a bounded thread pool for remote APIs."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Callable, Sequence, TypeVar
+
+from tasks.llm.base import ChatRequest, ChatResult, OnEach
+
+T = TypeVar("T")
+log = logging.getLogger("privseed.llm")
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+class RetryableCallError(Exception):
+    """Raised by a backend's single-call function for a transient failure (429, 5xx, overloaded, network).
+    ``retry_after`` is the server's hint in seconds, when it gave one."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 6
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """Full-jitter exponential backoff, never shorter than the server's retry-after hint."""
+        backoff = min(self.max_delay, self.base_delay * (2 ** attempt))
+        d = rng.uniform(0.5 * backoff, backoff)
+        return max(d, retry_after or 0.0)
+
+
+def with_retries(fn: Callable[[], T], policy: RetryPolicy, what: str,
+                 sleep: Callable[[float], None] = time.sleep) -> T:
+    rng = random.Random()
+    for attempt in range(policy.max_retries + 1):
+        try:
+            return fn()
+        except RetryableCallError as e:
+            if attempt == policy.max_retries:
+                raise
+            d = policy.delay(attempt, e.retry_after, rng)
+            # The message is the backend's status summary (status code / error type), never prompt text.
+            log.warning("%s: transient failure (%s); retry %d/%d in %.1fs", what, e, attempt + 1,
+                        policy.max_retries, d)
+            sleep(d)
+    raise AssertionError("unreachable")
+
+
+def run_concurrently(call: Callable[[ChatRequest], ChatResult], requests: Sequence[ChatRequest],
+                     max_concurrency: int, on_each: OnEach | None) -> list[ChatResult]:
+    """Run ``call`` over ``requests`` with at most ``max_concurrency`` in flight; results in request order.
+    The first permanent failure cancels what has not started and is re-raised (finished calls were already
+    handed to ``on_each`` and so are cached)."""
+    results: list[ChatResult | None] = [None] * len(requests)
+    if max_concurrency <= 1 or len(requests) <= 1:
+        for i, r in enumerate(requests):
+            results[i] = call(r)
+            if on_each:
+                on_each(i, results[i])
+        return results  # type: ignore[return-value]
+    with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="llm") as pool:
+        futures = {pool.submit(call, r): i for i, r in enumerate(requests)}
+        try:
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                if on_each:
+                    on_each(i, results[i])
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    return results  # type: ignore[return-value]

@@ -1,0 +1,229 @@
+"""Public vocabularies, phrase extraction and the DP vocabulary histogram (DP-KPS steps 1-3).
+
+Step 1: a *public* vocabulary V (a frequency-cut English word list from wordfreq, or a file of terms).
+Step 2: deterministic phrase extraction: lower-case, tokenize, greedy longest match left to right.
+Step 3: the privatized vocabulary V~: counts of the first S matched terms of every document,
+        Laplace(S / eps_voc) noise on EVERY term of V (zero counts included), top N noisy counts.
+
+Nothing in this module does I/O beyond reading a public vocabulary file, and nothing logs text.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tasks.errors import ConfigError
+
+# Unicode word characters without the underscore; one rule for documents and vocabulary terms,
+# so a term matches exactly when its tokens appear consecutively in a document.
+_TOKEN_RE = re.compile(r"[^\W_]+")
+
+DEFAULT_ENGLISH_TOP_N = 50_000
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case and split into word tokens (letters and digits; punctuation separates tokens)."""
+    return _TOKEN_RE.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A public list of terms. ``terms[i]`` is the display form, ``keys[i]`` its token tuple."""
+
+    name: str
+    terms: tuple[str, ...]
+    keys: tuple[tuple[str, ...], ...]
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    @classmethod
+    def from_terms(cls, name: str, terms: Iterable[str]) -> "Vocabulary":
+        """Tokenize terms; drop empty ones and duplicates (same tokens), keeping the first occurrence."""
+        seen: set[tuple[str, ...]] = set()
+        out_terms: list[str] = []
+        out_keys: list[tuple[str, ...]] = []
+        for term in terms:
+            key = tuple(tokenize(term))
+            if not key or key in seen:
+                continue
+            seen.add(key)
+            out_terms.append(" ".join(key))
+            out_keys.append(key)
+        if not out_terms:
+            raise ConfigError(f"vocabulary {name!r} has no usable terms")
+        return cls(name=name, terms=tuple(out_terms), keys=tuple(out_keys))
+
+    def subset(self, term_ids: Sequence[int], name: str | None = None) -> "Vocabulary":
+        ids = [int(i) for i in term_ids]
+        return Vocabulary(
+            name=name or f"{self.name}[subset]",
+            terms=tuple(self.terms[i] for i in ids),
+            keys=tuple(self.keys[i] for i in ids),
+        )
+
+
+def _english_stop_words() -> frozenset[str]:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
+
+
+@functools.lru_cache(maxsize=8)
+def english_vocabulary(top_n: int = DEFAULT_ENGLISH_TOP_N, min_length: int = 2) -> Vocabulary:
+    """The ``top_n`` most frequent English words of wordfreq's 'large' list (shipped in the wheel,
+    no download), alphabetic only, sklearn's English stop words removed.
+
+    ``top_n`` is a *public* frequency cut: it costs no privacy, and it keeps Laplace noise over
+    hundreds of thousands of rare words from pushing junk into V~ when the private corpus is small.
+    The cut is applied to wordfreq's list before filtering, so it is a rank threshold.
+    """
+    if top_n < 1:
+        raise ConfigError(f"english vocabulary top_n must be >= 1, got {top_n}")
+    import wordfreq
+
+    stop = _english_stop_words()
+    words = wordfreq.top_n_list("en", top_n, wordlist="large")
+    keep = (w for w in words if w.isalpha() and len(w) >= min_length and w not in stop)
+    return Vocabulary.from_terms(f"english-top{top_n}", keep)
+
+
+@functools.lru_cache(maxsize=8)
+def file_vocabulary(path: str) -> Vocabulary:
+    """One term per line (multi-word terms allowed); blank lines and '#' comments ignored."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"vocabulary file not found: {path}")
+    with p.open(encoding="utf-8") as fh:
+        lines = (ln.strip() for ln in fh)
+        return Vocabulary.from_terms(p.name, (ln for ln in lines if ln and not ln.startswith("#")))
+
+
+def load_vocabulary(spec: str, english_top_n: int = DEFAULT_ENGLISH_TOP_N) -> Vocabulary:
+    """``"english"`` or a path to a term file. Cached once per process."""
+    if spec == "english":
+        return english_vocabulary(english_top_n)
+    return file_vocabulary(str(Path(spec).expanduser().resolve()))
+
+
+class PhraseMatcher:
+    """Greedy longest-match phrase extraction over a vocabulary (DESIGN step 2).
+
+    Index: an n-gram hash (dict from token tuple to term id) plus, per first token, the longest term
+    length starting with it. At every position we try the longest candidate first and step down;
+    a match consumes its tokens, otherwise we advance one token. Cost per token is one dict lookup for
+    tokens that start no term; it scales to |V| = 400K terms (no regex alternation).
+    """
+
+    def __init__(self, vocabulary: Vocabulary):
+        self.vocabulary = vocabulary
+        self._ids: dict[tuple[str, ...], int] = {}
+        self._max_len: dict[str, int] = {}
+        for term_id, key in enumerate(vocabulary.keys):
+            self._ids.setdefault(key, term_id)
+            first = key[0]
+            if len(key) > self._max_len.get(first, 0):
+                self._max_len[first] = len(key)
+
+    def match_tokens(self, tokens: Sequence[str]) -> list[int]:
+        """Term ids matched in reading order."""
+        ids = self._ids
+        max_len = self._max_len
+        out: list[int] = []
+        pos = 0
+        n_tokens = len(tokens)
+        while pos < n_tokens:
+            longest = max_len.get(tokens[pos], 0)
+            if longest == 0:
+                pos += 1
+                continue
+            longest = min(longest, n_tokens - pos)
+            for n in range(longest, 0, -1):
+                term_id = ids.get(tuple(tokens[pos : pos + n]))
+                if term_id is not None:
+                    out.append(term_id)
+                    pos += n
+                    break
+            else:
+                pos += 1
+        return out
+
+    def match(self, text: str) -> list[int]:
+        return self.match_tokens(tokenize(text))
+
+    def extract(self, texts: Iterable[str]) -> list[list[int]]:
+        return [self.match(t) for t in texts]
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_matcher(vocabulary: Vocabulary) -> PhraseMatcher:
+    return PhraseMatcher(vocabulary)
+
+
+def phrase_matcher(vocabulary: Vocabulary) -> PhraseMatcher:
+    """A matcher indexed once per process per vocabulary."""
+    return _cached_matcher(vocabulary)
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 3: DP histogram over V
+# ---------------------------------------------------------------------------------------------
+
+def first_terms_histogram(sequences: Iterable[Sequence[int]], vocab_size: int, max_terms_per_doc: int) -> np.ndarray:
+    """Counts over V of the first S matched terms of every document (int64, length |V|).
+
+    Additive: histograms of disjoint shards sum to the histogram of their union. Under add/remove of
+    one document the vector changes by at most S in L1 norm (S = ``max_terms_per_doc``).
+    """
+    if max_terms_per_doc < 1:
+        raise ConfigError(f"terms per document S must be >= 1, got {max_terms_per_doc}")
+    flat: list[int] = []
+    for seq in sequences:
+        flat.extend(seq[:max_terms_per_doc])
+    return np.bincount(np.asarray(flat, dtype=np.int64), minlength=vocab_size).astype(np.int64)
+
+
+def privatize_vocabulary(
+    counts: np.ndarray, *, epsilon: float, max_terms_per_doc: int, top_n: int, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Laplace mechanism on the histogram, then keep the top N noisy counts.
+
+    Guarantee: eps-DP under add/remove of one document. The L1 sensitivity of ``counts`` is S
+    (a document contributes at most S term occurrences), so Laplace(S / eps) is added to EVERY
+    coordinate of V, zero counts included (skipping zeros would reveal which terms occur). The top-N
+    selection is post-processing. Returns the selected term ids (by decreasing noisy count) and their
+    noisy counts; nothing else of the noisy histogram is released.
+    """
+    if not np.isfinite(epsilon) or epsilon <= 0:
+        raise ConfigError(f"eps_voc must be a positive finite number, got {epsilon}")
+    if top_n < 1:
+        raise ConfigError(f"vocabulary size N must be >= 1, got {top_n}")
+    scale = max_terms_per_doc / epsilon
+    noisy = counts.astype(np.float64) + rng.laplace(0.0, scale, size=counts.shape[0])
+    n = min(top_n, counts.shape[0])
+    top = np.argpartition(-noisy, n - 1)[:n]
+    top = top[np.argsort(-noisy[top], kind="stable")]
+    return {"term_ids": top.astype(np.int64), "noisy_counts": noisy[top]}
+
+
+def shard_histogram(texts: Sequence[str], vocab_spec: str, english_top_n: int, max_terms_per_doc: int) -> np.ndarray:
+    """Map step of the vocabulary stage: the first-S histogram of one shard of documents.
+
+    Runs on a Dask worker; the public vocabulary is loaded and indexed once per worker process.
+    The reduce is a plain sum (histograms are additive); noise is added once, after the reduce.
+    """
+    vocabulary = load_vocabulary(vocab_spec, english_top_n)
+    matcher = phrase_matcher(vocabulary)
+    return first_terms_histogram((matcher.match(t) for t in texts), len(vocabulary), max_terms_per_doc)
+
+
+@functools.lru_cache(maxsize=4)
+def released_vocabulary(terms: tuple[str, ...]) -> Vocabulary:
+    """V~ as a Vocabulary (its terms are already normalized token strings); cached per process."""
+    return Vocabulary.from_terms("released", terms)

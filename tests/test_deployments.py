@@ -1,0 +1,143 @@
+"""deployments/: prefect.yaml parses into runnable deployments, and a served deployment runs once on a
+real local Prefect server (``prefect server start`` on 127.0.0.1), triggered the way a user does it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.s3server import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+sys.path.insert(0, str(REPO / "deployments"))
+import serve  # noqa: E402  (deployments/serve.py is a script)
+
+
+def test_prefect_yaml_parses_into_deployments_for_every_method():
+    specs = serve.load_deployment_specs()
+    entrypoints = {spec["entrypoint"] for spec in specs}
+    assert {"flows/dpkps.py:dpkps_flow", "flows/evolution.py:augpe_flow", "flows/evolution.py:secpe_flow",
+            "flows/evaluate.py:evaluate_flow"} <= entrypoints
+    document = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())
+    assert document["prefect-version"] == "3.8.8"
+    for spec in specs:
+        assert spec["work_pool"]["name"] == "privseed-local"
+        assert spec["schedules"] and all(s["active"] is False for s in spec["schedules"])
+    deployments = serve.runner_deployments(specs)
+    assert [d.name for d in deployments] == [s["name"] for s in specs]
+    for deployment, spec in zip(deployments, specs):
+        assert deployment.parameters == spec["parameters"]
+        assert all(s.active is False for s in deployment.schedules)
+        assert deployment.schedules[0].schedule.cron == spec["schedules"][0]["cron"]
+
+
+def test_deployment_parameters_are_valid_configurations():
+    from tasks.config import DpKpsConfig
+
+    for spec in serve.load_deployment_specs():
+        if spec["entrypoint"].endswith(":dpkps_flow"):
+            DpKpsConfig.model_validate(spec["parameters"]["config"])  # raises on a bad default
+
+
+def test_unknown_deployment_name_is_refused():
+    with pytest.raises(SystemExit, match="no deployment named nope"):
+        serve.runner_deployments(serve.load_deployment_specs(), ["nope"])
+
+
+def _wait_http(url: str, timeout: float, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"process exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGINT first (a Prefect worker/runner ignores SIGTERM for a while), then kill the process group."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory):
+    """``prefect server start`` on 127.0.0.1 with its own PREFECT_HOME; yields the client environment."""
+    home = tmp_path_factory.mktemp("prefect-server")
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home / "server"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_UI_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = home / "server.log"
+    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/api/health", 180, server, log)
+        client_env = {**os.environ, "PREFECT_HOME": str(home / "client"),
+                      "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PREFECT_LOGGING_TO_API_ENABLED": "true"}
+        yield client_env
+    finally:
+        _stop(server)
+
+
+@pytest.mark.slow
+def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, tiny_corpus):
+    corpus = tmp_path / "corpus.parquet"
+    tiny_corpus.to_parquet(corpus, index=False)
+    out = tmp_path / "release"
+    log = tmp_path / "serve.log"
+    runner = subprocess.Popen([sys.executable, "deployments/serve.py", "--only", "dpkps-demo"], cwd=REPO,
+                              stdout=log.open("wb"), stderr=subprocess.STDOUT, env=local_server,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Your deployments are being served" not in log.read_text():
+            assert runner.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "serve.py did not register its deployment:\n" + log.read_text()[-3000:]
+            time.sleep(1)
+
+        config = {"data": str(corpus), "out": str(out), "llm": "none", "per_class": 4, "length": 5,
+                  "vocab_top": 20000, "vocab_size": 40, "n_features": 64, "n_workers": 1, "seed": 3}
+        triggered = subprocess.run(
+            [PREFECT, "deployment", "run", "dpkps/dpkps-demo", "--params", json.dumps({"config": config}),
+             "--watch", "--watch-timeout", "400"],
+            cwd=REPO, env=local_server, capture_output=True, text=True, timeout=450,
+        )
+        shown = triggered.stdout + triggered.stderr
+        assert triggered.returncode == 0, shown + "\n--- serve.log ---\n" + log.read_text()[-4000:]
+        assert "Flow run finished in state 'Completed'" in shown, shown
+    finally:
+        _stop(runner)
+
+    from tasks.corpus import read_release
+
+    manifest, synthetic = read_release(str(out))
+    assert manifest["rows"] == len(synthetic) == 12  # 3 classes x per_class 4, from the run's parameters
+    assert (out / "ledger.json").exists() and (out / "quality.json").exists()
+    assert json.loads((out / "quality.json").read_text())["success"] is True
+
+    inspected = subprocess.run([PREFECT, "deployment", "inspect", "dpkps/dpkps-demo"], env=local_server,
+                               capture_output=True, text=True, timeout=60)
+    assert "'active': False" in inspected.stdout  # the cron schedule ships inactive
+    assert "'cron': '0 3 * * *'" in inspected.stdout

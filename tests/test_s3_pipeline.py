@@ -1,0 +1,117 @@
+"""The whole DP-KPS flow with its input and its output on s3:// against a real S3 server (moto_server).
+
+The private corpus is three Parquet shards in a bucket, read in parallel by the Dask workers; the release,
+the ledger, the gate result and the draw-once state are written to the bucket. The endpoint comes from
+AWS_ENDPOINT_URL (the standard variable) in one test and from ``--storage-option endpoint_url=...`` in
+the other. Credentials are recognisable strings, and every byte the run left behind (objects, stdout,
+logs, the Prefect database) is scanned for them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows.cli import main
+from tasks.corpus import read_release
+from tests.s3server import TEST_ACCESS_KEY, TEST_SECRET_KEY
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
+         "--llm", "none", "--seed", "5"]
+FAKE_LLM_KEY = "sk-ant-privseed-FAKE-KEY-3b1e77"
+
+
+def put_corpus_shards(bucket, corpus: pd.DataFrame, prefix: str, n_shards: int = 3) -> list[str]:
+    shuffled = corpus.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    keys = []
+    for index, rows in enumerate(np.array_split(np.arange(len(shuffled)), n_shards)):
+        buffer = io.BytesIO()
+        shuffled.iloc[rows].to_parquet(buffer, index=False)
+        key = f"{prefix}/part-{index:05d}.parquet"
+        bucket.server.client().put_object(Bucket=bucket.name, Key=key, Body=buffer.getvalue())
+        keys.append(key)
+    return keys
+
+
+def prefect_database_bytes() -> bytes:
+    """The SQLite file behind the test session's Prefect API (flow-run parameters, logs, states)."""
+    from prefect.settings import get_current_settings
+
+    url = str(get_current_settings().server.database.connection_url or "")
+    path = Path(url.split(":///", 1)[-1]) if url.startswith("sqlite") else None
+    return path.read_bytes() if path and path.exists() else b""
+
+
+def assert_no_secret(blobs: dict[str, bytes | str]) -> None:
+    for where, blob in blobs.items():
+        data = blob.encode() if isinstance(blob, str) else blob
+        for secret in (TEST_SECRET_KEY, FAKE_LLM_KEY):
+            assert secret.encode() not in data, f"a secret leaked into {where}"
+
+
+def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny_corpus, tmp_path, monkeypatch,
+                                                capsys, caplog):
+    monkeypatch.chdir(tmp_path)  # anything written locally by mistake would land here
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_LLM_KEY)
+    caplog.set_level("INFO")
+    put_corpus_shards(s3_bucket, tiny_corpus, "private/corpus")
+    out = f"{s3_bucket.url}/releases/dpkps"
+
+    assert main(["dpkps", f"{s3_bucket.url}/private/corpus/", "--out", out, *SMALL, "--workers", "2"]) == 0
+
+    manifest, synthetic = read_release(out)
+    assert manifest["rows"] == len(synthetic) == 12
+    assert sorted(synthetic["label"].unique().tolist()) == [0, 1, 2]
+    keys = s3_bucket.keys("releases/dpkps/")
+    for entry in manifest["files"]:
+        assert f"releases/dpkps/{entry['path']}" in keys
+    for name in ("manifest.json", "ledger.json", "quality.json"):
+        assert f"releases/dpkps/{name}" in keys
+    assert any(k.startswith("releases/dpkps/_state/runs/") and k.endswith(".npz") for k in keys)
+    ledger = json.loads(s3_bucket.get("releases/dpkps/ledger.json"))
+    assert ledger["total"]["epsilon"] == pytest.approx(11.0)
+    assert json.loads(s3_bucket.get("releases/dpkps/quality.json"))["success"] is True
+    assert list(tmp_path.iterdir()) == [], "the run wrote local files instead of s3://"
+
+    printed = capsys.readouterr()
+    assert_no_secret({
+        **{f"s3://{s3_bucket.name}/{k}": s3_bucket.get(k) for k in keys},
+        "stdout": printed.out, "stderr": printed.err, "logs": caplog.text,
+        "the Prefect database": prefect_database_bytes(),
+    })
+    assert TEST_ACCESS_KEY not in json.dumps(manifest["config"])
+
+
+def test_endpoint_from_storage_option_flags(prefect_harness, s3_bucket, tiny_corpus, monkeypatch, capsys):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    put_corpus_shards(s3_bucket, tiny_corpus, "in", n_shards=2)
+    out = f"{s3_bucket.url}/out"
+    flags = ["--storage-option", f"endpoint_url={s3_bucket.endpoint_url}"]
+
+    assert main(["dpkps", f"{s3_bucket.url}/in/", "--out", out, *SMALL, "--workers", "1", *flags]) == 0
+
+    manifest = json.loads(s3_bucket.get("out/manifest.json"))
+    assert manifest["config"]["storage_options"] == {"endpoint_url": s3_bucket.endpoint_url}
+    assert manifest["rows"] == 12
+    capsys.readouterr()
+
+
+def test_without_the_endpoint_the_run_fails_naming_the_problem(prefect_harness, s3_bucket, tiny_corpus,
+                                                               monkeypatch, capsys):
+    put_corpus_shards(s3_bucket, tiny_corpus, "in", n_shards=1)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    from tests.s3server import clear_s3fs_cache
+
+    clear_s3fs_cache()
+    assert main(["dpkps", f"{s3_bucket.url}/in/", "--out", f"{s3_bucket.url}/out", *SMALL, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "privseed: error:" in err and "127.0.0.1:9" in err
+    assert TEST_SECRET_KEY not in err
+    assert s3_bucket.keys("out/") == []

@@ -1,0 +1,128 @@
+"""Public vocabularies, phrase extraction and the DP vocabulary histogram."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tasks.errors import ConfigError
+from tasks.vocabulary import (
+    PhraseMatcher,
+    Vocabulary,
+    english_vocabulary,
+    file_vocabulary,
+    first_terms_histogram,
+    privatize_vocabulary,
+    tokenize,
+)
+
+
+def test_tokenize_lowercases_and_splits_on_punctuation():
+    assert tokenize("Congestive Heart-Failure, (CHF) in 2019's_notes") == [
+        "congestive", "heart", "failure", "chf", "in", "2019", "s", "notes"]
+
+
+def _vocab(*terms: str) -> Vocabulary:
+    return Vocabulary.from_terms("t", terms)
+
+
+def test_greedy_longest_match_left_to_right():
+    v = _vocab("new", "new york", "new york city", "york", "city hall", "hall")
+    m = PhraseMatcher(v)
+    names = lambda text: [v.terms[i] for i in m.match(text)]
+    assert names("New York City Hall") == ["new york city", "hall"]  # longest first consumes "city"
+    assert names("new york hall") == ["new york", "hall"]
+    assert names("york city hall") == ["york", "city hall"]
+    assert names("the new yorker in new york") == ["new", "new york"]  # "yorker" is not "york"
+    assert names("nothing here") == []
+
+
+def test_overlapping_terms_and_reading_order_with_repeats():
+    v = _vocab("heart failure", "congestive heart failure", "failure", "heart", "chronic kidney disease", "kidney")
+    m = PhraseMatcher(v)
+    text = "Chronic kidney disease and congestive heart failure; heart failure again, kidney."
+    assert [v.terms[i] for i in m.match(text)] == [
+        "chronic kidney disease", "congestive heart failure", "heart failure", "kidney"]
+    # a longer candidate that fails part-way falls back to the longest shorter one
+    assert [v.terms[i] for i in m.match("congestive heart")] == ["heart"]
+    assert m.extract(["heart", "heart heart"]) == [[v.keys.index(("heart",))], [v.keys.index(("heart",))] * 2]
+
+
+def test_vocabulary_deduplicates_by_tokens_and_rejects_empty():
+    v = _vocab("Heart Failure", "heart  failure", "heart-failure", "", "  ")
+    assert v.terms == ("heart failure",)
+    with pytest.raises(ConfigError):
+        _vocab("", "!!")
+
+
+def test_english_vocabulary_is_filtered_cut_and_cached():
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    v = english_vocabulary(5000)
+    assert v is english_vocabulary(5000)
+    assert 4000 < len(v) <= 5000
+    assert all(t.isalpha() for t in v.terms)
+    assert not set(v.terms) & set(ENGLISH_STOP_WORDS)
+    assert "school" in v.terms and "the" not in v.terms
+    assert len(english_vocabulary(20000)) > len(v)
+
+
+def test_file_vocabulary_multiword(tmp_path):
+    p = tmp_path / "terms.txt"
+    p.write_text("# comment\ncongestive heart failure\n\natrial fibrillation\nheart\n", encoding="utf-8")
+    v = file_vocabulary(str(p))
+    assert v.terms == ("congestive heart failure", "atrial fibrillation", "heart")
+    assert [v.terms[i] for i in PhraseMatcher(v).match("Atrial fibrillation with congestive heart failure")] == [
+        "atrial fibrillation", "congestive heart failure"]
+    with pytest.raises(ConfigError):
+        file_vocabulary(str(tmp_path / "missing.txt"))
+
+
+def test_histogram_counts_first_s_terms_and_is_additive():
+    seqs = [[0, 1, 1, 2, 3], [3, 3], [], [4, 0, 0, 0]]
+    h = first_terms_histogram(seqs, 6, max_terms_per_doc=3)
+    assert h.tolist() == [1 + 1 + 1, 2, 0, 2, 1, 0]
+    assert h.sum() <= 3 * len(seqs)
+    np.testing.assert_array_equal(
+        first_terms_histogram(seqs[:2], 6, 3) + first_terms_histogram(seqs[2:], 6, 3), h)
+
+
+def test_laplace_noise_on_every_term_has_scale_s_over_eps():
+    counts = np.zeros(5000, dtype=np.int64)
+    counts[:10] = 50
+    s, eps = 10, 2.0
+    r = privatize_vocabulary(counts, epsilon=eps, max_terms_per_doc=s, top_n=len(counts), rng=np.random.default_rng(3))
+    noise = r["noisy_counts"] - counts[r["term_ids"]]
+    assert stats.kstest(noise, stats.laplace(scale=s / eps).cdf).pvalue > 1e-3
+    # the same test rejects a wrong scale, so it can fail
+    assert stats.kstest(noise, stats.laplace(scale=s / (2 * eps)).cdf).pvalue < 1e-3
+    # noisy counts come out sorted and zero-count terms can be selected
+    assert np.all(np.diff(r["noisy_counts"]) <= 0)
+    small = privatize_vocabulary(counts, epsilon=eps, max_terms_per_doc=s, top_n=30, rng=np.random.default_rng(4))
+    assert (counts[small["term_ids"]] == 0).sum() == 20
+
+
+def test_canary_enters_vocabulary_no_more_often_than_dp_allows():
+    """One document holds a unique phrase once. At eps_voc = 1 the phrase may enter V~ at most e^1 times as
+    often as when that document is absent (then only noise on its zero count can bring it in)."""
+    s, eps, top_n, trials = 10, 1.0, 5, 3000
+    base = np.zeros(60, dtype=np.int64)
+    base[:top_n] = 12  # five popular terms; the other 55 never occur
+    canary = 59
+    with_canary = base.copy()
+    with_canary[canary] += 1
+    with_canary[0] += s - 1  # the canary document's other first-S terms
+    rng = np.random.default_rng(20240601)
+    hits_with = sum(canary in privatize_vocabulary(with_canary, epsilon=eps, max_terms_per_doc=s, top_n=top_n,
+                                                   rng=rng)["term_ids"] for _ in range(trials))
+    hits_without = sum(canary in privatize_vocabulary(base, epsilon=eps, max_terms_per_doc=s, top_n=top_n,
+                                                      rng=rng)["term_ids"] for _ in range(trials))
+    p_with, p_without = hits_with / trials, hits_without / trials
+    assert p_without > 0.005  # zero counts do get noise, so the test has power
+    slack = 4 * np.sqrt(p_with * (1 - p_with) / trials + np.e**2 * p_without * (1 - p_without) / trials)
+    assert p_with <= np.e**eps * p_without + slack
+
+
+def test_privatize_rejects_bad_budget():
+    with pytest.raises(ConfigError):
+        privatize_vocabulary(np.zeros(3, dtype=np.int64), epsilon=0.0, max_terms_per_doc=10, top_n=2,
+                             rng=np.random.default_rng(0))
