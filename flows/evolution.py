@@ -165,7 +165,7 @@ def _call_seed(seed: int, *names: str) -> int:
     return int(stage_rng(seed, "llm-call", *names).integers(0, 2**31 - 1))
 
 
-def _complete_chunk(requests: list, llm: str, cache_root: str, storage_options: dict) -> list[dict]:
+def _complete_chunk(requests: list, llm, cache_root: str, storage_options: dict) -> list[dict]:
     """One shard of calls on whichever process runs it (the backend is loaded once per process)."""
     from tasks.llm import CallCache, cached_complete, get_backend
 
@@ -191,7 +191,9 @@ def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig) 
     bounds = np.linspace(0, len(requests), shards + 1).astype(int)
     chunks = [requests[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     out: list[dict] = []
-    for part in map_shards(_complete_chunk, chunks, cfg.llm, cache_root, cfg.storage_options):
+    from tasks.generation import spec_from_config  # the LLM helper's backend options (batches, concurrency)
+
+    for part in map_shards(_complete_chunk, chunks, spec_from_config(cfg), cache_root, cfg.storage_options):
         out.extend(part)
     tokens = sum(r["tokens_out"] for r in out)
     get_run_logger().info("LLM: %d calls answered (%d output tokens)", len(out), tokens)
@@ -570,8 +572,6 @@ def _evolution_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variations", type=int, help="K: variations per kept sample per round (default 2)")
     parser.add_argument("--variation", choices=["paraphrase", "fill-blanks", "mixed"])
     parser.add_argument("--mask-fraction", type=float)
-    parser.add_argument("--max-tokens", type=int)
-    parser.add_argument("--temperature", type=float)
     parser.add_argument("--embedding-model")
     parser.add_argument("--llm-shards", type=int, help="Dask tasks per round of LLM calls (default 1: in-process)")
     parser.add_argument("--delta", type=float)
