@@ -247,7 +247,10 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
     if isinstance(ledger, Mapping):
         t = ledger.get("total", ledger.get("totals"))
         if isinstance(t, Mapping):
-            total = ", ".join(f"{k} = {_fmt(v)}" for k, v in t.items())
+            first = [k for k in ("epsilon", "delta") if k in t]
+            total = ", ".join(f"{k} = {_fmt(t[k])}" for k in first)
+            rest = [f"{k}: {v}" for k, v in t.items() if k not in first]
+            total += f" ({'; '.join(rest)})" if rest else ""
         elif isinstance(t, (list, tuple)) and len(t) == 2:
             total = f"epsilon = {_fmt(t[0])}, delta = {_fmt(t[1])}"
         elif t is not None:
