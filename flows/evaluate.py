@@ -773,7 +773,7 @@ def _spec_dict(spec: ExperimentSpec) -> dict[str, Any]:
 
 @flow(name="experiment", log_prints=True)
 def experiment(config_path: str | None = None, overrides: dict[str, Any] | None = None,
-               cell_reports: bool = True, progress: bool = True) -> dict[str, Any]:
+               cell_reports: bool = True, progress: bool = True, report_only: bool = False) -> dict[str, Any]:
     """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
 
     Resumable: a finished cell's scores are kept in cells.jsonl and its release in runs/<cell>/ (whose
@@ -805,7 +805,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
     for ds, method, eps, seed in bar:
         cid = cell_id(ds.name, method, eps, seed, spec.llm)
         bar.set_postfix_str(cid)
-        if cid in done:
+        if cid in done or report_only:  # report_only: tabulate finished runs, start none
             continue
         if ds.name not in prepared:
             prepared[ds.name] = prepare_data_task(ds, str(out))
@@ -882,6 +882,8 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
     wanted = {cell_id(ds.name, m, e, sd, spec.llm) for ds, m, e, sd in plan}
     cells = pd.DataFrame(records).drop_duplicates(["cell", "classifier", "coral"], keep="last")
     cells = cells[cells["cell"].isin(wanted)].reset_index(drop=True)
+    if cells.empty:
+        raise ConfigError(f"no finished runs of experiment {spec.name} to tabulate")
     table = aggregate_cells(cells, paper, groups)
     table.to_csv(out / "table.csv", index=False)
     cells.to_csv(out / "cells.csv", index=False)
@@ -927,6 +929,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ex.add_argument("--out", help="results folder (default experiments/results)")
     ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
                     help="skip the per-run report.html files")
+    ex.add_argument("--report-only", action="store_true",
+                    help="only tabulate the runs already finished (start none); missing runs show fewer seeds")
     ex.set_defaults(func=_experiment_from_cli)
 
 
@@ -955,5 +959,6 @@ def _experiment_from_cli(args: argparse.Namespace) -> int:
                  "classifier": args.classifier, "coral": coral, "out": args.out}
     if not args.experiment_config and not args.methods:
         raise ConfigError("give --config experiments/X.toml (or at least --methods and a dataset in a config)")
-    experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports)
+    experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports,
+               report_only=args.report_only)
     return 0
