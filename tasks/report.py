@@ -25,6 +25,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 REAL_COLOR = "#1f77b4"
 SYNTHETIC_COLOR = "#d62728"
+FIXED_METHOD_COLORS = {"independent": "#d62728", "iterative-log": "#1f77b4", "iterative-linear": "#9467bd",
+                       "real": "#222222", "only-llm": "#ff7f0e"}
 METHOD_COLORS = ["#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
 RUN_SECTIONS = ("summary", "scores", "figures", "corpus", "usage", "ledger", "config", "examples")
@@ -159,7 +161,7 @@ def plot_accuracy_vs_epsilon(table: pd.DataFrame, paper: pd.DataFrame | None = N
     methods = list(dict.fromkeys(table["method"]))
     for k, method in enumerate(methods):
         rows = table[table["method"] == method].sort_values("eps_total")
-        color = METHOD_COLORS[k % len(METHOD_COLORS)]
+        color = FIXED_METHOD_COLORS.get(method, METHOD_COLORS[k % len(METHOD_COLORS)])
         mean = rows[f"{metric}_mean"].to_numpy(dtype=float) * 100
         std = rows[f"{metric}_std"].fillna(0).to_numpy(dtype=float) * 100
         eps = rows["eps_total"].to_numpy(dtype=float)
@@ -177,6 +179,12 @@ def plot_accuracy_vs_epsilon(table: pd.DataFrame, paper: pd.DataFrame | None = N
                 continue
             ax.plot(eps, rows["accuracy"], ls="--", marker="s", mfc="none", color="#777", lw=1, alpha=0.8,
                     label=f"paper: {label}")
+    if {"eps_voc", "eps_kde"} <= set(table.columns):
+        ticks = table.dropna(subset=["eps_total"]).drop_duplicates("eps_total").sort_values("eps_total")
+        if len(ticks):
+            ax.set_xticks(ticks["eps_total"].to_numpy(dtype=float))
+            ax.set_xticklabels([f"{t:g}\n({v:g}+{k:g})" for t, v, k in
+                                ticks[["eps_total", "eps_voc", "eps_kde"]].itertuples(index=False)])
     ax.set_xlabel("total epsilon (eps_voc + eps_kde)")
     ax.set_ylabel(f"{metric.replace('_', ' ')} on the real test set (%)")
     ax.set_ylim(0, 100)
