@@ -701,7 +701,11 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
                                     coral=bool(rec["coral"]), eps=eps)
         rec["paper_accuracy"], rec["paper_source"] = value, cite
         rows.append(rec)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    order = {m: i for i, m in enumerate(("real", *DPKPS_METHODS, "only-llm"))}
+    table["_rank"] = table["method"].map(lambda m: order.get(m, len(order)))
+    return (table.sort_values(["dataset", "classifier", "coral", "_rank", "eps_total"], na_position="first")
+            .drop(columns="_rank").reset_index(drop=True))
 
 
 def table_markdown(table: pd.DataFrame) -> str:
