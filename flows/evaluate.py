@@ -492,7 +492,8 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             raise ConfigError(f"cannot parse {path}: {exc}") from exc
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     raw.setdefault("name", Path(path).stem if path else "experiment")
-    root = str(data_root()) if "{data}" in json.dumps(raw) else ""
+    if "{data}" in json.dumps(raw):
+        raw = _substitute_data_root(raw, str(data_root()))
     datasets_raw = raw.pop("dataset", raw.pop("datasets", None))
     if datasets_raw is None:
         raise ConfigError("the experiment names no [dataset]")
@@ -500,7 +501,6 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         datasets_raw = [datasets_raw]
     datasets = []
     for d in datasets_raw:
-        d = {k: (v.replace("{data}", root) if isinstance(v, str) else v) for k, v in d.items()}
         try:
             datasets.append(DatasetSpec(**d))
         except TypeError as exc:
@@ -521,6 +521,17 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
     if spec.classifier not in ("mlp", "finetune"):
         raise ConfigError(f"classifier must be mlp or finetune, not {spec.classifier!r}")
     return spec
+
+
+def _substitute_data_root(value: Any, root: str) -> Any:
+    """Replace `{data}` in every string of the experiment file (datasets, [dpkps] vocab paths, ...)."""
+    if isinstance(value, str):
+        return value.replace("{data}", root)
+    if isinstance(value, list):
+        return [_substitute_data_root(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute_data_root(v, root) for k, v in value.items()}
+    return value
 
 
 @dataclass

@@ -122,6 +122,7 @@ def test_experiment_configs_in_the_repo_load():
     for path in sorted(Path(ev.REPO / "experiments").glob("*.toml")):
         spec = ev.load_experiment(str(path))
         assert spec.datasets and spec.methods and len(spec.seeds) >= 3, path
+        assert "{data}" not in json.dumps(ev._spec_dict(spec)), path  # every path resolved
     with pytest.raises(ConfigError, match="unknown method"):
         ev.load_experiment(None, {"dataset": {"name": "x", "train": "t"}, "methods": ["magic"], "eps": [[1, 5]],
                                   "seeds": [0]})
