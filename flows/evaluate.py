@@ -679,8 +679,8 @@ def _paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, cor
     sampler = {"iterative-log": "iterative", "iterative-linear": "iterative"}.get(method, method)
     rows = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
                  & (paper["da"].isin(["any", "yes" if coral else "no"]))]
-    if method == "real":
-        rows = rows[rows["sampler"] == "real"]
+    if method in BASELINE_METHODS:
+        rows = rows[rows["sampler"] == method]
     else:
         if eps is None:
             return float("nan"), ""
