@@ -223,7 +223,11 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
                            rng=stage_rng(cfg.seed, "sample"))
     rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     _stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
-    return pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
+    sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
+    # Generation mints prompt seeds only from terms of the released vocabulary (tasks/llm/released.py).
+    sequences.attrs["released_vocabulary"] = list(terms)
+    sequences.attrs["released_vocabulary_source"] = "ledger:vocabulary"
+    return sequences
 
 
 def privatize_keyphrase_sequences(corpus: pd.DataFrame, labels: list, cfg: DpKpsConfig,
