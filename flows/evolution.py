@@ -1,0 +1,625 @@
+"""Private evolution baselines as Prefect flows: Aug-PE, AugPE+V~ (``--vocab-words``) and SecPE.
+
+    augpe:  load -> [privatize vocabulary] -> embed private -> RANDOM_API -> T x (embed candidates -> DP vote
+            histogram (drawn once) -> select -> VARIATION_API) -> gate -> publish
+    secpe:  load -> secrets -> SecretNoise (LP, sigma) -> public k-means -> RANDOM_API -> T x (embed candidates
+            -> SecretClustering per class (drawn once) -> cluster votes -> top N -> VARIATION_API) -> publish
+
+Class conditioning without naming the class (DP-KPS's setting): every class has its own population. All
+populations start from the same unconditional RANDOM_API prompt (Aug-PE, SecPE) or from prompts carrying random
+words of the released vocabulary V~ (AugPE+V~), with different call seeds; private documents vote only within
+their class, so the classes separate through selection alone. The synthetic documents keep their population's
+label.
+
+Privacy boundary: private documents are embedded locally (inside the mechanism) and never persisted; what
+crosses the boundary are the noisy histograms / noisy cluster statistics, each drawn once through the ledger, and
+text the LLM wrote from public prompts or from earlier synthetic text. Every LLM call is cached under
+``_state/llm-cache`` so a crash mid-round repeats none that finished.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+from typing import Any, ClassVar, Literal
+
+import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
+import numpy as np
+import pandas as pd
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from pydantic import Field, model_validator
+
+from tasks import accounting, storage
+from tasks import evolution as ev
+from tasks.config import ReleaseConfig, build_config
+from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
+from tasks.errors import ConfigError, CorpusError, LedgerMismatchError
+from tasks.ledger import PrivacyLedger, stage_rng
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------------------
+class EvolutionConfig(ReleaseConfig):
+    """What Aug-PE and SecPE share. ``per_class`` is the population size N kept per class each round."""
+
+    llm: str = Field(default="local", description="PE needs an LLM: local[:PATH] | anthropic:MODEL | openai-compatible:URL")
+    iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds")
+    variations: int = Field(default=2, ge=1, le=100, description="K: LLM variations of each kept sample per round")
+    variation: Literal["paraphrase", "fill-blanks", "mixed"] = Field(
+        default="mixed", description="VARIATION_API prompt; mixed alternates paraphrase and fill-in-the-blanks")
+    mask_fraction: float = Field(default=0.3, ge=0.0, lt=1.0, description="fill-in-the-blanks: share of words blanked")
+    max_tokens: int = Field(default=128, ge=8, le=8192)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    embedding_model: str = "minilm"
+    llm_shards: int = Field(default=1, ge=1, le=1024,
+                            description="split each round's LLM calls into this many Dask tasks (1: in-process)")
+    llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
+
+    @model_validator(mode="after")
+    def _needs_llm(self) -> "EvolutionConfig":
+        if self.llm.split(":", 1)[0] == "none":
+            raise ValueError("private evolution needs an LLM (RANDOM_API / VARIATION_API); --llm none is DP-KPS only")
+        return self
+
+
+class AugPeConfig(EvolutionConfig):
+    """Aug-PE (Xie et al. 2024) and AugPE+V~. See docs/baselines.md."""
+
+    privacy_fields: ClassVar[tuple[str, ...]] = (
+        "labels", "epsilon", "delta", "noise_multiplier", "n_upper_bound", "iterations", "per_class", "variations",
+        "variation", "threshold", "selection", "vocab_words", "vocab", "vocab_top", "eps_voc", "first_terms",
+        "vocab_size", "words_per_prompt", "embedding_model", "text_column", "label_column", "llm", "max_tokens",
+        "temperature", "mask_fraction", "doc_type",
+    )
+
+    epsilon: float | None = Field(default=None, description="DP budget of the T voting rounds (default 4.0)")
+    delta: float | None = Field(default=None, description="default 1/(n ln n) with n = --n-upper-bound (public)")
+    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma; instead of --epsilon")
+    n_upper_bound: int = Field(default=1_000_000, ge=3,
+                               description="a public upper bound on the private corpus size, for the default delta")
+    threshold: float = Field(default=0.0, description="H: noisy counts below H are dropped")
+    selection: Literal["rank", "sample"] = "rank"
+    vocab_words: bool = Field(default=False, description="AugPE+V~: random words of DP-KPS's released vocabulary")
+    words_per_prompt: int = Field(default=5, ge=1, le=100)
+    vocab: str = "english"
+    vocab_top: int | None = 50_000
+    eps_voc: float = Field(default=1.0, gt=0.0)
+    first_terms: int = Field(default=10, ge=1)
+    vocab_size: int = Field(default=1000, ge=1)
+
+    @model_validator(mode="after")
+    def _budget(self) -> "AugPeConfig":
+        if self.epsilon is not None and self.noise_multiplier is not None:
+            raise ValueError("give --epsilon or --noise-multiplier, not both")
+        if self.epsilon is not None and not (self.epsilon > 0 and self.epsilon < float("inf")):
+            raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon}")
+        if self.delta is not None and not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta}")
+        return self
+
+
+class SecPeConfig(EvolutionConfig):
+    """SecPE (Wang et al.): (p, r)-secret protection with secret clustering. See docs/baselines.md."""
+
+    privacy_fields: ClassVar[tuple[str, ...]] = (
+        "labels", "public", "p", "r_over_p", "clusters", "secrets", "secret_quantile", "secret_count", "radius",
+        "secret_vocab_top",
+        "rho_norm", "noise_multiplier", "delta", "n_upper_bound", "iterations", "per_class", "variations",
+        "variation", "embedding_model", "text_column", "label_column", "public_text_column", "llm", "max_tokens",
+        "temperature", "mask_fraction", "doc_type", "value_discretization",
+    )
+
+    public: str = Field(description="a public corpus of the same domain (Parquet; only its text column is read)")
+    public_text_column: str = "text"
+    p: float = Field(default=1e-4, gt=0.0, lt=1.0, description="the adversary's prior success probability")
+    r_over_p: float = Field(default=10.0, gt=1.0, description="r / p; r is the bound on reconstruction success")
+    clusters: int = Field(default=50, ge=1, description="K: public k-means clusters")
+    secrets: str = Field(default="words", description="words | pii | FILE (one secret term per line)")
+    secret_quantile: float = Field(default=0.5, ge=0.0, le=1.0,
+                                   description="words: secrets sit around this rank quantile of the public word list")
+    secret_count: int = Field(default=200, ge=1, description="words: how many secret words")
+    secret_vocab_top: int = Field(default=50_000, ge=10, description="words: size of the public word list (wordfreq)")
+    radius: float = Field(default=1.0, gt=0.0, description="R: clipping radius of embeddings (unit vectors: 1)")
+    rho_norm: Literal["max", "paper"] = "max"
+    noise_multiplier: float | None = Field(default=None, gt=0.0,
+                                           description="fix sigma publicly instead of calibrating it on the secrets")
+    delta: float | None = Field(default=None, description="delta of the reported DP epsilon (default 1/(n ln n))")
+    n_upper_bound: int = Field(default=1_000_000, ge=3)
+    value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tasks shared by both flows
+# ---------------------------------------------------------------------------------------------------------
+@task(name="load-private-corpus", retries=2, retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
+def load_private_corpus(cfg: EvolutionConfig) -> pd.DataFrame:
+    shards = list_shards(cfg.data, cfg.storage_options)
+    corpus = pd.concat([read_shard(s, cfg.text_column, cfg.label_column, cfg.storage_options) for s in shards],
+                       ignore_index=True)
+    if corpus.empty:
+        raise CorpusError(f"the corpus at {cfg.data!r} is empty (0 rows in {len(shards)} shard(s))")
+    return corpus
+
+
+@task(name="embed-private", persist_result=False, cache_policy=NO_CACHE)
+def embed_private(texts: list[str], model: str) -> np.ndarray:
+    """Private embeddings stay in memory, inside the mechanism; they are never persisted or logged."""
+    from tasks.embedding import embed_texts
+
+    return embed_texts(texts, model)
+
+
+@task(name="embed-candidates", persist_result=False, cache_policy=NO_CACHE)
+def embed_candidates(texts: list[str], model: str) -> np.ndarray:
+    from tasks.embedding import embed_texts
+
+    return embed_texts(texts, model)
+
+
+def _call_seed(seed: int, *names: str) -> int:
+    return int(stage_rng(seed, "llm-call", *names).integers(0, 2**31 - 1))
+
+
+def _complete_chunk(requests: list, llm, cache_root: str, storage_options: dict) -> list[dict]:
+    """One shard of calls on whichever process runs it (the backend is loaded once per process)."""
+    from tasks.llm import CallCache, cached_complete, get_backend
+
+    backend = get_backend(llm)
+    results = cached_complete(backend, requests, CallCache(cache_root, storage_options))
+    return [{"text": r.text.strip(), "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
+             "backend": backend.name, "model": backend.model} for r in results]
+
+
+@task(name="llm-calls", retries=2, retry_delay_seconds=[5, 30], persist_result=False, cache_policy=NO_CACHE)
+def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig) -> list[dict]:
+    """Send (system, user, seed) prompts through the call cache; a retry or a re-run repeats no finished call.
+    Prompts hold public text only (the document type, released words, synthetic documents)."""
+    from tasks.cluster import map_shards
+    from tasks.llm import ChatMessage, ChatRequest
+
+    requests = []
+    for system, user, seed in prompts:
+        messages = ((ChatMessage("system", system),) if system else ()) + (ChatMessage("user", user),)
+        requests.append(ChatRequest(messages=messages, max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed))
+    cache_root = storage.join(cfg.state_uri, "llm-cache")
+    shards = max(1, min(cfg.llm_shards, len(requests)))
+    bounds = np.linspace(0, len(requests), shards + 1).astype(int)
+    chunks = [requests[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    out: list[dict] = []
+    from tasks.generation import spec_from_config  # the LLM helper's backend options (batches, concurrency)
+
+    for part in map_shards(_complete_chunk, chunks, spec_from_config(cfg), cache_root, cfg.storage_options):
+        out.extend(part)
+    tokens = sum(r["tokens_out"] for r in out)
+    get_run_logger().info("LLM: %d calls answered (%d output tokens)", len(out), tokens)
+    return out
+
+
+def _resolve_labels(cfg: EvolutionConfig, corpus: pd.DataFrame) -> list:
+    from flows.dpkps import resolve_labels
+
+    return resolve_labels(cfg, corpus)
+
+
+def _open_ledger(cfg: EvolutionConfig, fingerprint: str) -> PrivacyLedger:
+    run_id = cfg.run_id or cfg.privacy_key(fingerprint)
+    return PrivacyLedger(cfg.state_uri, fingerprint, run_id, cfg.storage_options)
+
+
+def _check_schedule(ledger: PrivacyLedger, name: str, schedule: dict) -> None:
+    """The public implementation silently recomputes sigma on a resume with another schedule and then
+    misreports epsilon. Here the schedule (sigma, eps, delta, T, adjacency, seeds, ...) is stored with the run;
+    a resume with anything else refuses."""
+    if ledger.has(name):
+        stored = next(e for e in ledger.entries() if e["name"] == name)["params"]
+        current = json.loads(json.dumps(schedule, sort_keys=True, default=str))
+        changed = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
+        if changed:
+            raise LedgerMismatchError(
+                f"run {ledger.run_id!r} was started with another schedule ({', '.join(changed)} changed); "
+                "resume with the original settings, or start a new run (new --run-id) and spend new budget")
+
+
+def _candidate_digest(frame: pd.DataFrame) -> str:
+    h = hashlib.sha256()
+    for text, label in zip(frame["text"], frame["label"]):
+        h.update(f"{label!r}\x1f{text}\x1e".encode())
+    return h.hexdigest()
+
+
+def _random_prompts(cfg: EvolutionConfig, labels: list, per_class: int, words: list[str] | None,
+                    words_per_prompt: int) -> tuple[list[tuple[str | None, str, int]], pd.DataFrame]:
+    template = ev.load_pe_template("pe_random_words" if words else "pe_random")
+    prompts, rows = [], []
+    for ci, label in enumerate(labels):
+        for i in range(per_class):
+            seed = _call_seed(cfg.seed, "random", str(ci), str(i))
+            values = {"doc_type": cfg.doc_type}
+            if words:
+                pick = stage_rng(cfg.seed, "pe-words", str(ci), str(i)).choice(len(words), size=min(words_per_prompt, len(words)), replace=False)
+                values["words"] = ", ".join(words[j] for j in pick)
+            system, user = template.render(**values)
+            prompts.append((system, user, seed))
+            rows.append({"label": label, "seed": seed, "prompt_version": template.version, "origin": "random"})
+    return prompts, pd.DataFrame(rows)
+
+
+def _variation_prompts(cfg: EvolutionConfig, kept: pd.DataFrame, round_index: int
+                       ) -> tuple[list[tuple[str | None, str, int]], pd.DataFrame]:
+    paraphrase, fill = ev.load_pe_template("pe_paraphrase"), ev.load_pe_template("pe_fill_blanks")
+    prompts, rows = [], []
+    for slot, (text, label) in enumerate(zip(kept["text"], kept["label"])):
+        for k in range(cfg.variations):
+            use_fill = cfg.variation == "fill-blanks" or (cfg.variation == "mixed" and k % 2 == 1)
+            seed = _call_seed(cfg.seed, "variation", str(round_index), str(slot), str(k))
+            if use_fill:
+                masked = ev.mask_words(text, cfg.mask_fraction, stage_rng(cfg.seed, "mask", str(round_index), str(slot), str(k)))
+                system, user = fill.render(doc_type=cfg.doc_type, text=masked)
+                version = fill.version
+            else:
+                system, user = paraphrase.render(doc_type=cfg.doc_type, text=text)
+                version = paraphrase.version
+            prompts.append((system, user, seed))
+            rows.append({"label": label, "seed": seed, "prompt_version": version, "origin": f"variation-{round_index}"})
+    return prompts, pd.DataFrame(rows)
+
+
+def _attach(meta: pd.DataFrame, answers: list[dict]) -> pd.DataFrame:
+    out = meta.copy().reset_index(drop=True)
+    for key in ("text", "tokens_in", "tokens_out", "backend", "model"):
+        out[key] = [a[key] for a in answers]
+    return out
+
+
+def _generate(cfg: EvolutionConfig, prompts, meta: pd.DataFrame) -> pd.DataFrame:
+    # A retry re-reads every finished call from the cache and sends only the rest.
+    return _attach(meta, llm_calls.with_options(retries=cfg.llm_retries)(prompts, cfg))
+
+
+def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
+    index = {str(label): i for i, label in enumerate(labels)}
+    return np.array([index[str(v)] for v in values], dtype=np.int64)
+
+
+def _release_frame(final: pd.DataFrame, calls: dict) -> pd.DataFrame:
+    out = final[["text", "label"]].copy()
+    out["keyphrases"] = [[] for _ in range(len(out))]  # PE seeds no keyphrases
+    for col in ("backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out", "origin"):
+        out[col] = final[col].values
+    out.attrs["llm_calls"] = calls
+    return out
+
+
+def _publish(cfg: EvolutionConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list,
+             extra: dict[str, Any]) -> dict:
+    gate = None
+    if cfg.gate:
+        from tasks.quality import release_gate
+
+        gate = release_gate(labels=labels, llm_used=True)
+    files = {"evolution.json": (json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n").encode()}
+    return publish_release(cfg.out, synthetic, ledger=ledger, config=cfg.public_dict(), gate=gate,
+                           extra_files=files, storage_options=cfg.storage_options)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Aug-PE
+# ---------------------------------------------------------------------------------------------------------
+def augpe_schedule(cfg: AugPeConfig) -> dict:
+    """sigma, epsilon, delta for the T voting rounds (public: computed from the configuration only)."""
+    delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
+    if cfg.noise_multiplier is not None:
+        sigma = float(cfg.noise_multiplier)
+        epsilon = accounting.augpe_epsilon(sigma, delta, cfg.iterations)
+    else:
+        epsilon = 4.0 if cfg.epsilon is None else float(cfg.epsilon)
+        sigma = accounting.augpe_noise_multiplier(epsilon, delta, cfg.iterations)
+    return {"mechanism": "gaussian-nn-histogram", "sigma": sigma, "epsilon": epsilon, "delta": delta,
+            "iterations": cfg.iterations, "adjacency": accounting.ADJACENCY, "sensitivity_l2": 1.0,
+            "delta_from": "config" if cfg.delta is not None else f"1/(n ln n), n = public bound {cfg.n_upper_bound}",
+            "seed": cfg.seed, "noise_streams": "stage_rng(seed, 'augpe', 'round-t', 'noise')",
+            "per_class": cfg.per_class, "variations": cfg.variations, "selection": cfg.selection,
+            "threshold": cfg.threshold, "accountant": "dp-accounting PLD, add/remove"}
+
+
+@task(name="privatize-vocabulary-for-prompts", persist_result=False, cache_policy=NO_CACHE)
+def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: PrivacyLedger) -> list[str]:
+    """AugPE+V~: DP-KPS's privatized vocabulary (Laplace on the first-S-terms histogram, eps_voc), drawn once."""
+    from tasks import vocabulary as voc
+
+    vocabulary = voc.load_vocabulary(cfg.vocab, cfg.vocab_top) if cfg.vocab == "english" else voc.load_vocabulary(cfg.vocab)
+
+    def draw() -> dict[str, np.ndarray]:
+        sequences = voc.phrase_matcher(vocabulary).extract(corpus["text"].tolist())
+        counts = voc.first_terms_histogram(sequences, len(vocabulary), cfg.first_terms)
+        rng = stage_rng(cfg.seed, "augpe", "vocabulary", "noise")
+        return voc.privatize_vocabulary(counts, epsilon=cfg.eps_voc, max_terms_per_doc=cfg.first_terms,
+                                        top_n=cfg.vocab_size, rng=rng)
+
+    released = ledger.draw_once(
+        "augpe.vocabulary", mechanism="laplace-top-n", stage="vocabulary", epsilon=cfg.eps_voc,
+        sensitivity=float(cfg.first_terms),
+        params={"vocab": cfg.vocab, "vocab_top": cfg.vocab_top, "S": cfg.first_terms, "N": cfg.vocab_size,
+                "eps_voc": cfg.eps_voc, "seed": cfg.seed, "adjacency": accounting.ADJACENCY},
+        draw=draw)
+    return [vocabulary.terms[int(i)] for i in released["term_ids"]]
+
+
+@flow(name="augpe", log_prints=True)
+def augpe_flow(config: dict[str, Any]) -> dict:
+    """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
+    cfg = AugPeConfig.model_validate(config)
+    logger = get_run_logger()
+    corpus = load_private_corpus(cfg)
+    labels = _resolve_labels(cfg, corpus)
+    ledger = _open_ledger(cfg, dataset_fingerprint(corpus))
+    schedule = augpe_schedule(cfg)
+    _check_schedule(ledger, "augpe.schedule", schedule)
+    # The whole schedule is charged up front: T Gaussian rounds composed by the PLD accountant.
+    ledger.charge("augpe.schedule", mechanism=schedule["mechanism"], params=schedule, epsilon=schedule["epsilon"],
+                  delta=schedule["delta"], stage="augpe", sensitivity=1.0)
+    logger.info("Aug-PE: T=%d rounds, sigma=%.4f, epsilon=%.3f, delta=%.3g", cfg.iterations, schedule["sigma"],
+                schedule["epsilon"], schedule["delta"])
+    words = privatized_vocabulary_words(cfg, corpus, ledger) if cfg.vocab_words else None
+    private_emb = embed_private(corpus["text"].tolist(), cfg.embedding_model)
+    private_class = _per_class_index(labels, corpus["label"])
+    del corpus
+
+    n, k = cfg.per_class, cfg.variations
+    prompts, meta = _random_prompts(cfg, labels, n * (k + 1), words, cfg.words_per_prompt)
+    candidates = _generate(cfg, prompts, meta)
+    calls = {"random": len(prompts), "variation": 0}
+    kept = candidates
+    for t in range(1, cfg.iterations + 1):
+        syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
+        syn_class = _per_class_index(labels, candidates["label"])
+        votes = ev.class_votes(private_emb, private_class, syn_emb, syn_class)
+        noisy = ledger.draw_once(
+            f"augpe.round-{t:03d}.histogram", mechanism="gaussian", stage="augpe", epsilon=0.0, delta=0.0,
+            sensitivity=1.0,
+            params={"round": t, "sigma": schedule["sigma"], "seed": cfg.seed, "candidates": _candidate_digest(candidates),
+                    "accounted_in": "augpe.schedule"},
+            draw=lambda: {"noisy_votes": ev.gaussian_noisy_histogram(
+                votes, schedule["sigma"], stage_rng(cfg.seed, "augpe", f"round-{t}", "noise"))},
+        )["noisy_votes"]
+        scores = ev.apply_threshold(noisy, cfg.threshold)
+        keep_idx = []
+        for ci in range(len(labels)):
+            idx = np.flatnonzero(syn_class == ci)
+            chosen = ev.select_population(scores[idx], n, cfg.selection, stage_rng(cfg.seed, "augpe", f"round-{t}", "select", str(ci)))
+            keep_idx.extend(idx[chosen].tolist())
+        kept = candidates.iloc[keep_idx].reset_index(drop=True)
+        if t == cfg.iterations:
+            break
+        prompts, meta = _variation_prompts(cfg, kept, t)
+        calls["variation"] += len(prompts)
+        candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
+        logger.info("Aug-PE round %d/%d done", t, cfg.iterations)
+
+    synthetic = _release_frame(kept, calls)
+    extra = {"method": "augpe+vocab" if cfg.vocab_words else "augpe", "schedule": schedule, "llm_calls": calls,
+             "vocabulary_words": len(words) if words else 0}
+    manifest = _publish(cfg, synthetic, ledger, labels, extra)
+    epsilon, delta = ledger.total()
+    logger.info("release %s: %d documents, epsilon=%g, delta=%g", manifest["release_id"], manifest["rows"], epsilon, delta)
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SecPE
+# ---------------------------------------------------------------------------------------------------------
+@task(name="load-public-corpus", retries=2, retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
+def load_public_texts(cfg: SecPeConfig) -> list[str]:
+    texts: list[str] = []
+    for shard in list_shards(cfg.public, cfg.storage_options):
+        fs, inner = storage.filesystem(shard, cfg.storage_options)
+        with fs.open(inner, "rb") as handle:
+            frame = pd.read_parquet(handle, columns=[cfg.public_text_column])
+        texts.extend(frame[cfg.public_text_column].dropna().astype(str).tolist())
+    if not texts:
+        raise CorpusError(f"the public corpus at {cfg.public!r} has no text")
+    return texts
+
+
+@task(name="detect-secrets", persist_result=False, cache_policy=NO_CACHE)
+def detect_secrets(cfg: SecPeConfig, texts: list[str]):
+    """(documents x secrets) incidence. The secret *list* is public for words/FILE; PII values are private and
+    never leave this task except as the incidence matrix used by the LP."""
+    if cfg.secrets == "words":
+        import wordfreq
+
+        public_words = wordfreq.top_n_list("en", cfg.secret_vocab_top)  # public, frequency-ranked
+        secrets = ev.quantile_secret_words(public_words, cfg.secret_quantile, cfg.secret_count)
+        return ev.word_secret_incidence(texts, secrets), "words"
+    if cfg.secrets == "pii":
+        incidence, _types = ev.pii_secret_incidence(texts)
+        return incidence, "pii"
+    path = cfg.secrets
+    if not storage.exists(path, cfg.storage_options):
+        raise ConfigError(f"--secrets {path!r}: expected 'words', 'pii' or an existing file of secret terms")
+    terms = storage.read_bytes(path, cfg.storage_options).decode("utf-8").splitlines()
+    return ev.file_secret_incidence(texts, [t for t in terms if t.strip()]), "file"
+
+
+def secpe_noise(cfg: SecPeConfig, incidence) -> tuple[float, np.ndarray, dict]:
+    """SecretNoise: LP weights -> rho -> sigma (calibrated on the mixture blow-up over 2T releases)."""
+    r = min(1.0, cfg.p * cfg.r_over_p)
+    eta = accounting.gdp_mu_for_secret(cfg.p, r) if r < 1.0 else float(incidence.shape[0])
+    weights = ev.secret_weights_lp(incidence, eta)
+    rho = ev.sampling_probabilities(weights, cfg.rho_norm)
+    # Each round releases noisy sizes AND noisy centres, each with the same sigma and normalised sensitivity S_j:
+    # 2T compositions (the paper counts T; we count both releases).
+    compositions = 2 * cfg.iterations
+    if cfg.noise_multiplier is not None:
+        sigma = float(cfg.noise_multiplier)
+        blow = [accounting.secret_blow_up(sigma, h, cfg.p, compositions, cfg.value_discretization)
+                for h in ev.holder_probabilities(incidence, rho)]
+        worst = max(blow, default=cfg.p)
+        if worst > r:
+            raise ConfigError(f"--noise-multiplier {sigma} gives reconstruction bound {worst:.3g} > r = {r:.3g}")
+        cal_sigma, binding = sigma, -1
+    else:
+        cal = accounting.calibrate_secret_sigma(ev.holder_probabilities(incidence, rho), cfg.p, r, compositions,
+                                                cfg.value_discretization)
+        cal_sigma, binding, worst = cal.sigma, cal.binding_secret, float(cal.blow_ups.max(initial=cfg.p))
+    info = {"p": cfg.p, "r": r, "eta": eta, "compositions": compositions, "worst_blow_up": worst,
+            "sigma_source": "config" if cfg.noise_multiplier is not None else "calibrated on the private secret incidence"}
+    return cal_sigma, rho, info
+
+
+@flow(name="secpe", log_prints=True)
+def secpe_flow(config: dict[str, Any]) -> dict:
+    """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
+    cfg = SecPeConfig.model_validate(config)
+    logger = get_run_logger()
+    corpus = load_private_corpus(cfg)
+    labels = _resolve_labels(cfg, corpus)
+    ledger = _open_ledger(cfg, dataset_fingerprint(corpus))
+    incidence, _kind = detect_secrets(cfg, corpus["text"].tolist())
+    sigma, rho, noise_info = secpe_noise(cfg, incidence)
+    if sigma <= 0:
+        raise ConfigError("SecPE found no secret to protect (sigma = 0): no noise would be added; "
+                          "choose other secrets or fix --noise-multiplier")
+    # Per-document DP of the same releases (each document moves one cluster's size by 1 and its centre by at
+    # most 2R/n_k, i.e. 1 in noise units): 2T Gaussian releases with std sigma. This treats rho and sigma as
+    # fixed; both are computed from the private secret incidence, as in the paper (see docs/baselines.md).
+    delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
+    dp_epsilon = accounting.augpe_epsilon(sigma, delta, 2 * cfg.iterations)
+    schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
+                "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
+                "rho_norm": cfg.rho_norm, "per_class": cfg.per_class, "variations": cfg.variations,
+                "secret_protection": noise_info, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon, "delta": delta}
+    _check_schedule(ledger, "secpe.schedule", schedule)
+    ledger.charge("secpe.schedule", mechanism="secret-clustering-gaussian", params=schedule, epsilon=dp_epsilon,
+                  delta=delta, stage="secpe", sensitivity=1.0)
+    logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g", cfg.iterations, sigma, cfg.p, noise_info["r"])
+
+    public_emb = embed_candidates(load_public_texts(cfg), cfg.embedding_model)
+    clusters = ev.public_kmeans(public_emb, min(cfg.clusters, public_emb.shape[0]), cfg.seed)
+    private_emb = embed_private(corpus["text"].tolist(), cfg.embedding_model)
+    private_class = _per_class_index(labels, corpus["label"])
+    del corpus
+
+    n, k = cfg.per_class, cfg.variations
+    prompts, meta = _random_prompts(cfg, labels, n * (k + 1), None, 0)
+    candidates = _generate(cfg, prompts, meta)
+    calls = {"random": len(prompts), "variation": 0}
+    kept = candidates
+    for t in range(1, cfg.iterations + 1):
+        syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
+        syn_class = _per_class_index(labels, candidates["label"])
+        keep_idx = []
+        for ci, label in enumerate(labels):
+            members = private_class == ci
+            released = ledger.draw_once(
+                f"secpe.round-{t:03d}.class-{ci}", mechanism="secret-clustering", stage="secpe", partition=str(label),
+                epsilon=0.0, delta=0.0, sensitivity=1.0,
+                params={"round": t, "class": str(label), "sigma": sigma, "seed": cfg.seed, "K": int(clusters.sizes.size),
+                        "radius": cfg.radius, "accounted_in": "secpe.schedule"},
+                draw=lambda: dict(zip(("centres", "sizes"), ev.secret_clustering(
+                    clusters, private_emb[members], rho[members], radius=cfg.radius, sigma=sigma,
+                    rng=stage_rng(cfg.seed, "secpe", f"round-{t}", f"class-{ci}", "noise")))),
+            )
+            idx = np.flatnonzero(syn_class == ci)
+            hist = ev.cluster_votes(released["centres"], released["sizes"], syn_emb[idx], radius=cfg.radius)
+            chosen = ev.select_population(hist, n, "rank", stage_rng(cfg.seed, "secpe", f"round-{t}", str(ci)))
+            keep_idx.extend(idx[chosen].tolist())
+        kept = candidates.iloc[keep_idx].reset_index(drop=True)
+        if t == cfg.iterations:
+            break
+        prompts, meta = _variation_prompts(cfg, kept, t)
+        calls["variation"] += len(prompts)
+        candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
+        logger.info("SecPE round %d/%d done", t, cfg.iterations)
+
+    synthetic = _release_frame(kept, calls)
+    extra = {"method": "secpe", "schedule": schedule, "llm_calls": calls,
+             "guarantee": "(p, r)-secret protection for the detected secrets (SecPE Theorem 2); the reported DP "
+                          "epsilon holds per document if rho and sigma are treated as fixed (docs/baselines.md)"}
+    manifest = _publish(cfg, synthetic, ledger, labels, extra)
+    logger.info("release %s: %d documents", manifest["release_id"], manifest["rows"])
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Entry points for `privseed experiment` and the CLI
+# ---------------------------------------------------------------------------------------------------------
+def run_augpe(config: dict[str, Any]) -> str:
+    """Run Aug-PE (or AugPE+V~ with ``vocab_words=True``) from a config dict; returns the release path."""
+    cfg = AugPeConfig.model_validate(config)
+    augpe_flow(cfg.model_dump())
+    return cfg.out
+
+
+def run_secpe(config: dict[str, Any]) -> str:
+    """Run SecPE from a config dict; returns the release path."""
+    cfg = SecPeConfig.model_validate(config)
+    secpe_flow(cfg.model_dump())
+    return cfg.out
+
+
+def _evolution_arguments(parser: argparse.ArgumentParser) -> None:
+    from flows.dpkps import add_release_arguments
+
+    add_release_arguments(parser)
+    parser.add_argument("--population", dest="per_class", type=int, help="N: population kept per class (= --per-class)")
+    parser.add_argument("--iterations", type=int, help="T: voting rounds (default 5)")
+    parser.add_argument("--variations", type=int, help="K: variations per kept sample per round (default 2)")
+    parser.add_argument("--variation", choices=["paraphrase", "fill-blanks", "mixed"])
+    parser.add_argument("--mask-fraction", type=float)
+    parser.add_argument("--embedding-model")
+    parser.add_argument("--llm-shards", type=int, help="Dask tasks per round of LLM calls (default 1: in-process)")
+    parser.add_argument("--delta", type=float)
+    parser.add_argument("--n-upper-bound", type=int, help="public upper bound on the corpus size (default delta)")
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("augpe", help="Aug-PE baseline (add --vocab-words for AugPE+V~)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _evolution_arguments(p)
+    p.add_argument("--epsilon", type=float, help="DP budget of the voting rounds (default 4)")
+    p.add_argument("--noise-multiplier", type=float, help="sigma, instead of --epsilon")
+    p.add_argument("--threshold", type=float, help="H: drop noisy counts below H (default 0)")
+    p.add_argument("--selection", choices=["rank", "sample"])
+    p.add_argument("--vocab-words", action="store_const", const=True, help="AugPE+V~ (costs --eps-voc)")
+    p.add_argument("--words-per-prompt", type=int)
+    p.add_argument("--vocab")
+    p.add_argument("--vocab-top", type=int)
+    p.add_argument("--eps-voc", type=float)
+    p.add_argument("--first-terms", type=int)
+    p.add_argument("--vocab-size", type=int)
+    p.set_defaults(func=lambda args: _run_cli(AugPeConfig, augpe_flow, args))
+
+    s = subparsers.add_parser("secpe", help="SecPE baseline: (p, r)-secret protection with secret clustering",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _evolution_arguments(s)
+    s.add_argument("--public", required=True, help="public corpus of the same domain (Parquet, text column)")
+    s.add_argument("--public-text-column")
+    s.add_argument("--p", type=float, help="prior success probability (default 1e-4)")
+    s.add_argument("--r-over-p", type=float, help="r / p (default 10)")
+    s.add_argument("--clusters", type=int, help="K public clusters (default 50)")
+    s.add_argument("--secrets", help="words | pii | FILE")
+    s.add_argument("--secret-quantile", type=float)
+    s.add_argument("--secret-count", type=int)
+    s.add_argument("--radius", type=float)
+    s.add_argument("--rho-norm", choices=["max", "paper"])
+    s.add_argument("--noise-multiplier", type=float, help="fix sigma publicly (checked against the (p, r) budget)")
+    s.set_defaults(func=lambda args: _run_cli(SecPeConfig, secpe_flow, args))
+
+
+def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
+    from flows.dpkps import flags_from_args
+
+    cfg = build_config(model, flags_from_args(args), args.config_file)
+    manifest = flow_fn(cfg.model_dump())
+    print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
+    print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")
+    print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  (epsilon={manifest['privacy']['epsilon']:g}, "
+          f"delta={manifest['privacy']['delta']:g})")
+    print(f"  manifest:         {storage.join(cfg.out, 'manifest.json')}")
+    return 0

@@ -1,0 +1,473 @@
+"""Private-evolution math: Aug-PE votes and selection, SecPE secrets, SecretNoise weights, SecretClustering.
+
+Pure functions (numpy / torch / scipy / sklearn), no I/O, no Prefect, no logging of private values. Accounting
+(sigma calibration, blow-up) lives in tasks/accounting.py.
+
+Privacy unit: one document; adjacent corpora differ by adding or removing one document.
+
+Aug-PE (DP nearest-neighbour histogram). In a round every private document casts exactly one vote, for its
+nearest synthetic sample (within its own class's population). Adding or removing one document therefore
+changes the concatenated vote vector of all classes by one unit vector: L2 sensitivity 1. Gaussian noise
+N(0, sigma^2) is added to every bin (including bins with no votes); thresholding and selection are
+post-processing of the noisy histogram.
+
+SecPE. Votes come from K noisy cluster centres instead of from every private document. Which documents may
+move a centre is governed by SecretNoise (a linear program bounding, for every secret, the total weight of
+the documents that hold it) and the noise sigma is calibrated to (p, r)-secret protection (accounting.py).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy import sparse
+
+from tasks.errors import ConfigError
+
+# ----------------------------------------------------------------------------------------------------------
+# Nearest-neighbour votes
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _torch_device(device: str | None):
+    import torch
+
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def nearest_synthetic(private: np.ndarray, synthetic: np.ndarray, *, chunk_rows: int = 16384,
+                      device: str | None = None) -> np.ndarray:
+    """Index of the nearest synthetic row (Euclidean) for every private row, by chunked GEMM.
+
+    argmin_j ||x - s_j||^2 = argmax_j (2 x.s_j - ||s_j||^2), so a chunk of B private rows against all M
+    synthetic rows is one (B x d) @ (d x M) product; memory is O(B * M), never O(n * M). float32 products
+    (float32 rounding only matters for exact ties, which are broken towards the lower index).
+    """
+    import torch
+
+    private = np.asarray(private, dtype=np.float32)
+    synthetic = np.asarray(synthetic, dtype=np.float32)
+    if synthetic.ndim != 2 or synthetic.shape[0] == 0:
+        raise ConfigError("nearest-neighbour voting needs at least one synthetic sample")
+    if private.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    if private.shape[1] != synthetic.shape[1]:
+        raise ConfigError(f"embedding dimensions differ: private {private.shape[1]}, synthetic {synthetic.shape[1]}")
+    dev = _torch_device(device)
+    syn = torch.from_numpy(synthetic).to(dev)
+    bias = (syn * syn).sum(dim=1)  # ||s_j||^2
+    out = np.empty(private.shape[0], dtype=np.int64)
+    with torch.inference_mode():
+        for start in range(0, private.shape[0], chunk_rows):
+            block = torch.from_numpy(private[start:start + chunk_rows]).to(dev)
+            scores = torch.addmm(bias.unsqueeze(0), block, syn.T, beta=-1.0, alpha=2.0)  # 2 x.s - ||s||^2
+            out[start:start + block.shape[0]] = scores.argmax(dim=1).cpu().numpy()
+    return out
+
+
+def nearest_neighbour_votes(private: np.ndarray, synthetic: np.ndarray, *, chunk_rows: int = 16384,
+                            device: str | None = None) -> np.ndarray:
+    """Vote counts (int64, length M): every private row votes once for its nearest synthetic row.
+
+    Sensitivity: adding or removing one private row changes the result by one unit vector (L2 norm 1).
+    """
+    nn = nearest_synthetic(private, synthetic, chunk_rows=chunk_rows, device=device)
+    return np.bincount(nn, minlength=np.asarray(synthetic).shape[0]).astype(np.int64)
+
+
+def naive_nearest_neighbour_votes(private: np.ndarray, synthetic: np.ndarray) -> np.ndarray:
+    """Reference implementation: one distance vector per private document (what brute-force PE voting does).
+
+    Used by tests (same answer as the GEMM version) and by benchmarks/bench_pe_histogram.py (speed).
+    """
+    private = np.asarray(private, dtype=np.float32)
+    synthetic = np.asarray(synthetic, dtype=np.float32)
+    counts = np.zeros(synthetic.shape[0], dtype=np.int64)
+    for x in private:
+        d = ((synthetic - x) ** 2).sum(axis=1)
+        counts[int(np.argmin(d))] += 1
+    return counts
+
+
+def class_votes(private_emb: np.ndarray, private_labels: np.ndarray, synthetic_emb: np.ndarray,
+                synthetic_labels: np.ndarray, *, chunk_rows: int = 16384, device: str | None = None) -> np.ndarray:
+    """Votes over the whole candidate set, where private documents vote only within their class.
+
+    Returns int64 counts aligned with ``synthetic_emb``. A private document whose class has no synthetic
+    candidate casts no vote (so the sensitivity stays <= 1). Private labels are only compared, never reported.
+    """
+    private_labels = np.asarray(private_labels)
+    synthetic_labels = np.asarray(synthetic_labels)
+    votes = np.zeros(synthetic_emb.shape[0], dtype=np.int64)
+    for label in np.unique(synthetic_labels):
+        syn_idx = np.flatnonzero(synthetic_labels == label)
+        priv_idx = np.flatnonzero(private_labels == label)
+        if priv_idx.size == 0:
+            continue
+        votes[syn_idx] += nearest_neighbour_votes(private_emb[priv_idx], synthetic_emb[syn_idx],
+                                                  chunk_rows=chunk_rows, device=device)
+    return votes
+
+
+def gaussian_noisy_histogram(votes: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """votes + N(0, sigma^2) on every bin (Gaussian mechanism; sensitivity 1 per round, add/remove)."""
+    if not sigma >= 0 or not math.isfinite(sigma):
+        raise ConfigError(f"noise multiplier must be finite and >= 0, got {sigma}")
+    votes = np.asarray(votes, dtype=np.float64)
+    return votes + rng.normal(0.0, sigma, size=votes.shape)
+
+
+def apply_threshold(noisy: np.ndarray, threshold: float) -> np.ndarray:
+    """Aug-PE's threshold H: bins with a noisy count below H become 0 (post-processing)."""
+    noisy = np.asarray(noisy, dtype=np.float64)
+    return np.where(noisy >= threshold, noisy, 0.0).clip(min=0.0)
+
+
+def select_population(scores: np.ndarray, n: int, mode: str, rng: np.random.Generator) -> np.ndarray:
+    """Pick n candidate indices from thresholded noisy scores.
+
+    rank:   the n highest scores (ties towards the lower index), distinct candidates.
+    sample: n draws with replacement in proportion to the scores (Aug-PE's original rule). If every score is
+            0 (all votes thresholded away) the draw is uniform: the noisy histogram carried no signal.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    m = scores.shape[0]
+    if n < 1 or m < 1:
+        raise ConfigError(f"selection needs n >= 1 and at least one candidate, got n={n}, m={m}")
+    if mode == "rank":
+        if n > m:
+            raise ConfigError(f"rank selection of {n} from {m} candidates: the candidate pool is too small")
+        order = np.lexsort((np.arange(m), -scores))
+        return np.sort(order[:n])
+    if mode == "sample":
+        total = scores.sum()
+        probs = scores / total if total > 0 else np.full(m, 1.0 / m)
+        return np.sort(rng.choice(m, size=n, replace=True, p=probs))
+    raise ConfigError(f"unknown selection mode {mode!r} (expected 'rank' or 'sample')")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fill-in-the-blanks masking (VARIATION_API input); the text masked is synthetic, never private
+# ----------------------------------------------------------------------------------------------------------
+
+_WORD_RE = re.compile(r"\S+")
+
+
+def mask_words(text: str, fraction: float, rng: np.random.Generator, blank: str = "_") -> str:
+    """Replace a random fraction of the words of a *synthetic* text by a blank."""
+    if not 0.0 <= fraction < 1.0:
+        raise ConfigError(f"mask fraction must lie in [0, 1), got {fraction}")
+    words = _WORD_RE.findall(text)
+    if not words:
+        return text
+    k = int(round(fraction * len(words)))
+    if k == 0:
+        return " ".join(words)
+    idx = set(rng.choice(len(words), size=k, replace=False).tolist())
+    return " ".join(blank if i in idx else w for i, w in enumerate(words))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SecPE: secrets
+# ----------------------------------------------------------------------------------------------------------
+
+_TOKEN_RE = re.compile(r"[^\W_]+")
+
+
+def quantile_secret_words(public_words: Sequence[str], quantile: float, count: int,
+                          min_length: int = 3) -> list[str]:
+    """Secrets "near a frequency quantile": ``count`` words around rank quantile * |list| of a public
+    frequency-ranked word list (most frequent first). Depends on public data only."""
+    if not 0.0 <= quantile <= 1.0:
+        raise ConfigError(f"secret quantile must lie in [0, 1], got {quantile}")
+    words = [w for w in public_words if w.isalpha() and len(w) >= min_length]
+    if count < 1 or not words:
+        raise ConfigError("secret word selection needs count >= 1 and a non-empty public word list")
+    centre = int(round(quantile * (len(words) - 1)))
+    lo = max(0, min(centre - count // 2, len(words) - count))
+    return words[lo:lo + count]
+
+
+def word_secret_incidence(texts: Sequence[str], secrets: Sequence[str]) -> sparse.csr_matrix:
+    """Boolean (documents x secrets) matrix: document i holds secret j when the token appears in it."""
+    index = {w.lower(): j for j, w in enumerate(secrets)}
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, text in enumerate(texts):
+        found = {index[t] for t in _TOKEN_RE.findall(text.lower()) if t in index}
+        rows.extend([i] * len(found))
+        cols.extend(found)
+    data = np.ones(len(rows), dtype=np.float64)
+    return sparse.csr_matrix((data, (rows, cols)), shape=(len(texts), len(secrets)))
+
+
+PII_ENTITIES = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "IBAN_CODE", "US_SSN", "URL")
+
+
+def pii_secret_incidence(texts: Sequence[str], entities: Sequence[str] = PII_ENTITIES,
+                         score_threshold: float = 0.4) -> tuple[sparse.csr_matrix, list[str]]:
+    """PII secrets with Presidio's pattern recognizers (offline, no NLP model).
+
+    Each distinct detected PII *value* is one secret (the value itself is what must not be reconstructed).
+    Returns the (documents x secrets) incidence and the secret *types* (never the values: they are private).
+    """
+    recognizers = _presidio_pattern_recognizers(entities)
+    secret_ids: dict[str, int] = {}
+    secret_types: list[str] = []
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, text in enumerate(texts):
+        found: set[int] = set()
+        for rec in recognizers:
+            for res in rec.analyze(text, entities=list(rec.supported_entities), nlp_artifacts=None) or []:
+                if res.score < score_threshold:
+                    continue
+                value = text[res.start:res.end].strip().lower()
+                key = f"{res.entity_type}\x00{value}"
+                if key not in secret_ids:
+                    secret_ids[key] = len(secret_types)
+                    secret_types.append(res.entity_type)
+                found.add(secret_ids[key])
+        rows.extend([i] * len(found))
+        cols.extend(found)
+    data = np.ones(len(rows), dtype=np.float64)
+    return sparse.csr_matrix((data, (rows, cols)), shape=(len(texts), len(secret_types))), secret_types
+
+
+def _presidio_pattern_recognizers(entities: Sequence[str]):
+    try:
+        from presidio_analyzer import predefined_recognizers as pr
+    except ImportError as exc:  # pragma: no cover - depends on the optional install
+        raise ConfigError("PII secrets need presidio-analyzer (pip install 'privseed[pii]')") from exc
+    import tldextract
+
+    # The e-mail recognizer validates domains with tldextract, whose default extractor fetches the public
+    # suffix list over the network; use the snapshot shipped inside the package instead (offline, no delay).
+    if tldextract.tldextract.TLD_EXTRACTOR.suffix_list_urls:
+        tldextract.tldextract.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+    by_entity = {
+        "EMAIL_ADDRESS": "EmailRecognizer", "PHONE_NUMBER": "PhoneRecognizer", "CREDIT_CARD": "CreditCardRecognizer",
+        "IP_ADDRESS": "IpRecognizer", "IBAN_CODE": "IbanRecognizer", "US_SSN": "UsSsnRecognizer",
+        "URL": "UrlRecognizer",
+    }
+    out = []
+    for e in entities:
+        if e not in by_entity:
+            raise ConfigError(f"unknown PII entity {e!r}; known: {sorted(by_entity)}")
+        out.append(getattr(pr, by_entity[e])())
+    return out
+
+
+def file_secret_incidence(texts: Sequence[str], secret_terms: Sequence[str]) -> sparse.csr_matrix:
+    """Secrets from a user file: each line a (possibly multi-word) term, matched on token boundaries."""
+    keys = [tuple(_TOKEN_RE.findall(t.lower())) for t in secret_terms]
+    keys = [k for k in keys if k]
+    if not keys:
+        raise ConfigError("the secrets file has no usable terms")
+    single = {k[0]: j for j, k in enumerate(keys) if len(k) == 1}
+    multi = [(j, k) for j, k in enumerate(keys) if len(k) > 1]
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, text in enumerate(texts):
+        toks = _TOKEN_RE.findall(text.lower())
+        found = {single[t] for t in toks if t in single}
+        if multi:
+            joined = " " + " ".join(toks) + " "
+            found.update(j for j, k in multi if " " + " ".join(k) + " " in joined)
+        rows.extend([i] * len(found))
+        cols.extend(found)
+    data = np.ones(len(rows), dtype=np.float64)
+    return sparse.csr_matrix((data, (rows, cols)), shape=(len(texts), len(keys)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SecPE: SecretNoise (Algorithm 1, the linear program)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def secret_weights_lp(incidence: sparse.spmatrix, eta: Sequence[float] | float) -> np.ndarray:
+    """Solve max sum_i w_i s.t. sum_{i holds j} w_i <= eta_j for every secret j, 0 <= w_i <= 1 (LP (6)).
+
+    scipy.optimize.linprog with HiGHS on the sparse constraint matrix. Documents holding no secret get w = 1.
+    """
+    from scipy.optimize import linprog
+
+    inc = sparse.csr_matrix(incidence, dtype=np.float64)
+    n, m = inc.shape
+    eta_arr = np.broadcast_to(np.asarray(eta, dtype=np.float64), (m,)).copy()
+    if np.any(eta_arr < 0):
+        raise ConfigError("secret capacities eta_j must be >= 0")
+    w = np.ones(n)
+    holders = np.flatnonzero(np.asarray(inc.sum(axis=1)).ravel() > 0)
+    if holders.size == 0 or m == 0:
+        return w
+    sub = inc[holders].T.tocsr()  # (secrets x holders)
+    active = np.flatnonzero(np.asarray(sub.sum(axis=1)).ravel() > 0)
+    res = linprog(c=-np.ones(holders.size), A_ub=sub[active], b_ub=eta_arr[active],
+                  bounds=(0.0, 1.0), method="highs")
+    if res.status != 0:
+        raise ConfigError(f"the SecretNoise linear program failed: {res.message}")
+    # HiGHS may overshoot a bound by ~1e-9; clip and rescale so every capacity holds exactly.
+    x = np.clip(res.x, 0.0, 1.0)
+    load = sub[active] @ x
+    over = load > eta_arr[active]
+    if np.any(over):
+        scale = np.ones(holders.size)
+        for j in np.flatnonzero(over):
+            cols = sub[active][j].indices
+            scale[cols] = np.minimum(scale[cols], eta_arr[active][j] / load[j])
+        x = x * scale
+    w[holders] = x
+    return w
+
+
+def sampling_probabilities(w: np.ndarray, normalization: str = "max") -> np.ndarray:
+    """rho_i from the LP weights.
+
+    "paper": rho_i = w_i / (max w * sum w), Algorithm 1 line 4 as printed; the expected number of sampled
+             documents per round is then 1 / max w (about one document).
+    "max":   rho_i = w_i / max w (the HUSH reading: weights are inclusion probabilities, the largest is 1).
+    Either is valid for the guarantee, because sigma is calibrated on the rho actually used.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    wmax = float(w.max()) if w.size else 0.0
+    if wmax <= 0:
+        return np.zeros_like(w)
+    if normalization == "paper":
+        return w / (wmax * float(w.sum()))
+    if normalization == "max":
+        return w / wmax
+    raise ConfigError(f"unknown rho normalization {normalization!r} (expected 'max' or 'paper')")
+
+
+def holder_probabilities(incidence: sparse.spmatrix, rho: np.ndarray) -> list[np.ndarray]:
+    """For every secret j, the sampling probabilities of the documents holding it."""
+    csc = sparse.csc_matrix(incidence)
+    return [rho[csc.indices[csc.indptr[j]:csc.indptr[j + 1]]] for j in range(csc.shape[1])]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SecPE: SecretClustering (Algorithm 2) and cluster votes (Algorithm 3)
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublicClusters:
+    centres: np.ndarray  # (K, d) float64, public k-means centres
+    sizes: np.ndarray    # (K,) int64, public cluster sizes n_k (>= 1)
+
+
+def public_kmeans(public_emb: np.ndarray, k: int, seed: int) -> PublicClusters:
+    """k-means on the public corpus (no privacy cost). Empty clusters are dropped so every n_k >= 1."""
+    from sklearn.cluster import KMeans
+
+    public_emb = np.asarray(public_emb, dtype=np.float64)
+    if k < 1 or public_emb.shape[0] < k:
+        raise ConfigError(f"k-means needs 1 <= K <= |public| (K={k}, |public|={public_emb.shape[0]})")
+    km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(public_emb)
+    sizes = np.bincount(km.labels_, minlength=k)
+    keep = sizes > 0
+    return PublicClusters(km.cluster_centers_[keep], sizes[keep].astype(np.int64))
+
+
+def clip_rows(x: np.ndarray, radius: float) -> np.ndarray:
+    """Clip_R: scale every row to L2 norm at most R."""
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x * np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+
+
+def secret_clustering(clusters: PublicClusters, private_emb: np.ndarray, rho: np.ndarray, *, radius: float,
+                      sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 2: noisy centres and sizes.
+
+    Each private point joins with probability rho_i (Bernoulli), is clipped to radius R and added to its nearest
+    public centre. Released: n~_k = n_k + m_k + N(0, sigma^2) and
+    e~_k = (n_k e_k + sum ê_i) / (n_k + m_k) + (2R / n_k) N(0, sigma^2 I).
+    Guarantee ((p, r)-secret protection, SecPE Theorem 1): for a secret held by documents sampled S times,
+    the size vector moves by at most S in L2 and each centre by at most 2R S / n_k, i.e. S in units of the
+    noise; S is Poisson-binomial(rho of the holders), which is what accounting.calibrate_secret_sigma uses.
+    """
+    private_emb = clip_rows(private_emb, radius)
+    k, d = clusters.centres.shape
+    take = rng.random(private_emb.shape[0]) < np.asarray(rho, dtype=np.float64)
+    sampled = private_emb[take]
+    sums = clusters.centres * clusters.sizes[:, None]
+    m = np.zeros(k, dtype=np.int64)
+    if sampled.shape[0]:
+        nearest = nearest_synthetic(sampled, clusters.centres)
+        np.add.at(sums, nearest, sampled)
+        m = np.bincount(nearest, minlength=k).astype(np.int64)
+    centres = sums / (clusters.sizes + m)[:, None]
+    noisy_sizes = (clusters.sizes + m).astype(np.float64) + rng.normal(0.0, sigma, size=k)
+    noisy_centres = centres + (2.0 * radius / clusters.sizes)[:, None] * rng.normal(0.0, sigma, size=(k, d))
+    return noisy_centres, noisy_sizes
+
+
+def cluster_votes(noisy_centres: np.ndarray, noisy_sizes: np.ndarray, synthetic_emb: np.ndarray, *,
+                  radius: float = 1.0) -> np.ndarray:
+    """Algorithm 3 lines 6-11: each noisy centre adds its noisy size to its nearest (clipped) synthetic sample.
+    Post-processing of the released centres and sizes."""
+    syn = clip_rows(synthetic_emb, radius)
+    nearest = nearest_synthetic(noisy_centres, syn)
+    hist = np.zeros(syn.shape[0], dtype=np.float64)
+    np.add.at(hist, nearest, np.asarray(noisy_sizes, dtype=np.float64))
+    return hist
+
+
+
+# ----------------------------------------------------------------------------------------------------------
+# RANDOM_API / VARIATION_API prompt templates (tasks/llm/prompts/pe_*.txt)
+# ----------------------------------------------------------------------------------------------------------
+
+PROMPT_DIR = __import__("pathlib").Path(__file__).resolve().parent / "llm" / "prompts"
+
+
+@dataclass(frozen=True)
+class PeTemplate:
+    """A PE prompt file: optional system message and a user message with {placeholders}.
+
+    ``version`` is the file name plus a hash of its content, so a changed prompt never reuses cached calls
+    or gets mistaken for the old one in an output row."""
+
+    name: str
+    system: str | None
+    user: str
+    version: str
+
+    def render(self, **values: str) -> tuple[str | None, str]:
+        system = self.system.format(**values) if self.system else None
+        return system, self.user.format(**values)
+
+
+def load_pe_template(name: str) -> PeTemplate:
+    import hashlib
+
+    path = PROMPT_DIR / f"{name}.txt"
+    if not path.exists():
+        raise ConfigError(f"no prompt template {name!r} in {PROMPT_DIR}")
+    text = path.read_text(encoding="utf-8")
+    system: list[str] | None = None
+    user: list[str] | None = None
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if current is None and (line.startswith("#") or not line.strip()):
+            continue
+        if line.startswith("system:"):
+            system = [line[len("system:"):].strip()]
+            current = system
+        elif line.startswith("user:"):
+            user = [line[len("user:"):].strip()]
+            current = user
+        elif current is not None:
+            current.append(line)
+    if user is None:
+        raise ConfigError(f"prompt template {name!r} has no 'user:' message")
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    return PeTemplate(name, "\n".join(system).strip() if system else None, "\n".join(user).strip(),
+                      f"{name}@{digest}")

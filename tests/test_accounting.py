@@ -1,0 +1,101 @@
+"""Accounting for Aug-PE and SecPE against published vectors and closed forms."""
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from tasks import accounting as acc
+from tasks.errors import ConfigError
+
+# Aug-PE (Xie et al. 2024), T = 10, delta = 1 / (n ln n): published sigma for eps = 1, 2, 4.
+PUBLISHED = {
+    "yelp": (1_939_290, {1: 15.34, 2: 8.03, 4: 4.24}),
+    "openreview": (8_396, {1: 11.60, 2: 6.22, 4: 3.38}),
+    "pubmed": (75_316, {1: 13.26, 2: 7.01, 4: 3.75}),
+}
+NINE = [(name, n, eps, sigma) for name, (n, table) in PUBLISHED.items() for eps, sigma in table.items()]
+
+
+# The authors' notebook (notebook/dp_budget.ipynb in the public Aug-PE repository) searched a 0.01 grid; its own
+# search printed 15.40 for Yelp at eps = 1, while the paper's table says 15.34 (which is (1.0045, delta)-DP).
+# The exact calibration therefore matches the table to 0.01 in eight of nine cells and the notebook in the ninth.
+NOTEBOOK_OVERRIDES = {("yelp", 1): 15.40}
+
+
+@pytest.mark.parametrize("name,n,eps,sigma", NINE)
+def test_published_multipliers_give_their_epsilon(name, n, eps, sigma):
+    got = acc.augpe_epsilon(sigma, acc.default_delta(n), 10)
+    assert abs(got - eps) < 0.01, (name, got)
+
+
+@pytest.mark.parametrize("name,n,eps,sigma", NINE)
+def test_calibrated_multiplier_matches_published(name, n, eps, sigma):
+    delta = acc.default_delta(n)
+    ours = acc.augpe_noise_multiplier(eps, delta, 10, tol=1e-3)
+    expected = NOTEBOOK_OVERRIDES.get((name, eps), sigma)
+    assert abs(ours - expected) <= 0.0101, (name, eps, ours)
+    assert ours == pytest.approx(sigma, rel=5e-3)          # and within 0.5 % of the table everywhere
+    assert acc.augpe_epsilon(ours, delta, 10) <= eps + 1e-3  # never less private than claimed
+
+
+def test_calibration_is_exact_gaussian_composition():
+    # T Gaussian rounds with sigma are one Gaussian with sigma / sqrt(T) (mu-GDP, mu = sqrt(T)/sigma).
+    delta = 1e-5
+    sigma = acc.augpe_noise_multiplier(2.0, delta, 10)
+    mu = math.sqrt(10) / sigma
+    closed = norm.cdf(-2.0 / mu + mu / 2) - math.exp(2.0) * norm.cdf(-2.0 / mu - mu / 2)
+    assert closed == pytest.approx(delta, rel=2e-2)
+
+
+def test_default_delta_needs_public_bound():
+    assert acc.default_delta(8396) == pytest.approx(1 / (8396 * math.log(8396)))
+    with pytest.raises(ConfigError):
+        acc.default_delta(None)
+
+
+@pytest.mark.parametrize("sigma,T", [(2.0, 1), (4.0, 10), (1.5, 3)])
+def test_blow_up_matches_gaussian_closed_form(sigma, T):
+    p = 1e-4
+    mu = math.sqrt(T) / sigma
+    closed = acc.gaussian_reconstruction_bound(p, mu)
+    got = acc.secret_blow_up(sigma, [1.0], p, T, value_discretization_interval=1e-3)
+    assert got >= closed * (1 - 1e-3)          # a valid upper bound never undercuts the exact value
+    assert got == pytest.approx(closed, rel=3e-2)
+
+
+def test_blow_up_grows_with_sampling_probability_and_rounds():
+    p = 1e-4
+    low = acc.secret_blow_up(3.0, [0.2, 0.2], p, 5)
+    high = acc.secret_blow_up(3.0, [0.9, 0.9], p, 5)
+    more_rounds = acc.secret_blow_up(3.0, [0.9, 0.9], p, 10)
+    assert p <= low < high < more_rounds
+
+
+def test_poisson_binomial_pmf():
+    support, probs, dropped = acc.poisson_binomial_pmf([0.5, 0.5])
+    assert support.tolist() == [0, 1, 2]
+    assert probs == pytest.approx([0.25, 0.5, 0.25])
+    assert dropped == 0.0
+    support, probs, dropped = acc.poisson_binomial_pmf([1e-3] * 20)
+    assert support.size < 21 and 0 < dropped < 1e-12
+    assert probs.sum() == pytest.approx(1.0)
+
+
+def test_calibrated_secret_sigma_meets_every_budget():
+    p, r = 1e-4, 1e-3
+    rho_by_secret = [np.array([1.0]), np.array([0.3, 0.3]), np.array([0.05] * 4), np.array([])]
+    cal = acc.calibrate_secret_sigma(rho_by_secret, p, r, compositions=4)
+    assert np.all(cal.blow_ups <= r + 1e-12)
+    assert cal.binding_secret == 0  # the certain-holder secret binds
+    # minimality: 2 % less noise breaks the binding secret's bound
+    assert acc.secret_blow_up(cal.sigma * 0.98, rho_by_secret[0], p, 4) > r
+    # with a single certain holder, the sigma is the GDP one: sqrt(T)/sigma = mu
+    mu = acc.gdp_mu_for_secret(p, r)
+    assert cal.sigma == pytest.approx(math.sqrt(4) / mu, rel=3e-2)
+
+
+def test_secret_budget_validation():
+    with pytest.raises(ConfigError):
+        acc.gdp_mu_for_secret(1e-4, 1e-5)
+    assert acc.gdp_mu_for_secret(1e-4, 1.0) == math.inf

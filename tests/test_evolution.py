@@ -1,0 +1,183 @@
+"""Aug-PE / SecPE math: votes, sensitivity, selection, secrets, the SecretNoise LP, SecretClustering."""
+import importlib.util
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from tasks import evolution as ev
+from tasks.errors import ConfigError
+
+
+def _unit(rng, n, d):
+    x = rng.normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_gemm_votes_equal_naive_votes():
+    rng = np.random.default_rng(0)
+    private, synthetic = _unit(rng, 700, 16), _unit(rng, 37, 16)
+    fast = ev.nearest_neighbour_votes(private, synthetic, chunk_rows=64)  # several chunks
+    assert fast.tolist() == ev.naive_nearest_neighbour_votes(private, synthetic).tolist()
+    assert fast.sum() == 700  # every document votes exactly once
+
+
+def test_votes_use_euclidean_distance_for_unnormalised_vectors():
+    synthetic = np.array([[10.0, 0.0], [1.0, 0.0]], dtype=np.float32)
+    private = np.array([[1.2, 0.0]], dtype=np.float32)  # inner product prefers row 0, distance prefers row 1
+    assert ev.nearest_neighbour_votes(private, synthetic).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_document_changes_each_rounds_votes_by_at_most_l2_one(seed):
+    rng = np.random.default_rng(seed)
+    n, m, classes = 300, 24, 3
+    private, labels = _unit(rng, n, 8), rng.integers(0, classes, size=n)
+    synthetic, syn_labels = _unit(rng, m, 8), np.repeat(np.arange(classes), m // classes)
+    full = ev.class_votes(private, labels, synthetic, syn_labels)
+    for drop in rng.choice(n, size=20, replace=False):
+        keep = np.arange(n) != drop
+        neighbour = ev.class_votes(private[keep], labels[keep], synthetic, syn_labels)
+        diff = (full - neighbour).astype(float)
+        assert np.linalg.norm(diff) == pytest.approx(1.0)  # exactly one unit vector: remove one document
+        assert np.abs(diff).sum() == 1
+    # an adversarial duplicate of an existing document, and a document of a class with no candidates
+    extra = ev.class_votes(np.vstack([private, private[:1]]), np.append(labels, labels[0]), synthetic, syn_labels)
+    assert np.linalg.norm((extra - full).astype(float)) == pytest.approx(1.0)
+    orphan = ev.class_votes(np.vstack([private, private[:1]]), np.append(labels, 99), synthetic, syn_labels)
+    assert np.linalg.norm((orphan - full).astype(float)) <= 1.0
+
+
+def test_votes_stay_within_class():
+    rng = np.random.default_rng(1)
+    private = _unit(rng, 50, 4)
+    synthetic = np.vstack([private[:5], private[5:10]])  # class 1's candidates are identical to class 0 docs
+    syn_labels = np.array([0] * 5 + [1] * 5)
+    votes = ev.class_votes(private[:5], np.zeros(5, int), synthetic, syn_labels)
+    assert votes[:5].tolist() == [1] * 5 and votes[5:].sum() == 0
+
+
+def test_gaussian_noise_scale():
+    rng = np.random.default_rng(2)
+    noisy = ev.gaussian_noisy_histogram(np.zeros(20000, dtype=np.int64), 3.0, rng)
+    assert noisy.std() == pytest.approx(3.0, rel=0.03)
+    assert abs(noisy.mean()) < 0.1
+
+
+def test_threshold_and_rank_selection():
+    scores = ev.apply_threshold(np.array([5.0, -1.0, 2.0, 7.0, 1.9]), 2.0)
+    assert scores.tolist() == [5.0, 0.0, 2.0, 7.0, 0.0]
+    assert ev.select_population(scores, 2, "rank", np.random.default_rng(0)).tolist() == [0, 3]
+    with pytest.raises(ConfigError):
+        ev.select_population(scores, 9, "rank", np.random.default_rng(0))
+
+
+def test_sample_selection_is_proportional_and_uniform_without_signal():
+    rng = np.random.default_rng(3)
+    picks = ev.select_population(np.array([0.0, 1.0, 3.0]), 40000, "sample", rng)
+    freq = np.bincount(picks, minlength=3) / picks.size
+    assert freq == pytest.approx([0.0, 0.25, 0.75], abs=0.01)
+    flat = np.bincount(ev.select_population(np.zeros(4), 40000, "sample", rng), minlength=4) / 40000
+    assert flat == pytest.approx([0.25] * 4, abs=0.01)
+
+
+def test_mask_words():
+    rng = np.random.default_rng(0)
+    out = ev.mask_words("a b c d e f g h i j", 0.3, rng)
+    assert out.split().count("_") == 3 and len(out.split()) == 10
+
+
+def test_quantile_secret_words_and_incidence():
+    words = [f"w{i}" for i in range(10)] + ["apple", "banana", "cherry", "damson", "elder", "fig", "grape"]
+    secrets = ev.quantile_secret_words(words, 0.5, 3)
+    assert secrets == ["cherry", "damson", "elder"]  # centred on the median of the alphabetic words (w0.. skipped)
+    inc = ev.word_secret_incidence(["Cherry bread.", "damson, cherry", "nothing"], secrets)
+    assert inc.toarray().tolist() == [[1, 0, 0], [1, 1, 0], [0, 0, 0]]
+
+
+def test_file_secrets_match_multiword_terms():
+    inc = ev.file_secret_incidence(["Heart failure, congestive.", "congestive heart failure here"],
+                                   ["congestive heart failure", "here"])
+    assert inc.toarray().tolist() == [[0, 0], [1, 1]]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("presidio_analyzer") is None, reason="presidio-analyzer not installed")
+def test_pii_secrets_with_presidio_offline():
+    texts = ["Write to jane.roe@example.org today.", "nothing to see", "JANE.ROE@example.org or 192.168.0.7"]
+    inc, types = ev.pii_secret_incidence(texts, entities=("EMAIL_ADDRESS", "IP_ADDRESS"))
+    dense = inc.toarray()
+    email = types.index("EMAIL_ADDRESS")
+    assert dense[:, email].tolist() == [1, 0, 1]  # the same address (case-folded) is one secret
+    assert "IP_ADDRESS" in types and dense[1].sum() == 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lp_respects_every_secret_capacity(seed):
+    rng = np.random.default_rng(seed)
+    n, m = 400, 30
+    inc = sparse.random(n, m, density=0.03, random_state=seed, format="csr")
+    inc.data[:] = 1.0
+    eta = rng.uniform(0.2, 2.0, size=m)
+    w = ev.secret_weights_lp(inc, eta)
+    assert np.all((w >= 0) & (w <= 1))
+    load = inc.T @ w
+    assert np.all(load <= eta + 1e-12)
+    free = np.asarray(inc.sum(axis=1)).ravel() == 0
+    assert np.all(w[free] == 1.0)  # documents with no secret are unconstrained
+    # optimality against a feasible alternative: uniform scaling to the tightest capacity
+    holders = ~free
+    per_doc_cap = np.array([min(eta[inc[i].indices] / np.maximum(1, (inc.T @ holders.astype(float))[inc[i].indices]))
+                            if holders[i] else 1.0 for i in range(n)])
+    alt = np.where(holders, np.minimum(1.0, per_doc_cap), 1.0)
+    if np.all(inc.T @ alt <= eta + 1e-12):
+        assert w.sum() >= alt.sum() - 1e-6
+
+
+def test_sampling_probabilities():
+    w = np.array([1.0, 0.5, 0.25, 0.25])
+    assert ev.sampling_probabilities(w, "max").tolist() == [1.0, 0.5, 0.25, 0.25]
+    assert ev.sampling_probabilities(w, "paper") == pytest.approx(w / 2.0)
+    assert ev.sampling_probabilities(w, "paper").sum() == pytest.approx(1.0)  # ~one document per round
+    with pytest.raises(ConfigError):
+        ev.sampling_probabilities(w, "other")
+
+
+def test_holder_probabilities():
+    inc = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0]], dtype=float))
+    rho = np.array([0.1, 0.2, 0.3])
+    hp = ev.holder_probabilities(inc, rho)
+    assert hp[0].tolist() == [0.1, 0.2] and hp[1].tolist() == [0.2]
+
+
+def test_secret_clustering_without_noise_is_the_weighted_mean_and_count():
+    centres = np.array([[1.0, 0.0], [0.0, 1.0]])
+    clusters = ev.PublicClusters(centres, np.array([2, 4]))
+    private = np.array([[2.0, 0.0], [0.9, 0.1], [0.0, 0.5]])  # the first is clipped to norm 1
+    rho = np.array([1.0, 1.0, 0.0])  # the third is never sampled
+    c, s = ev.secret_clustering(clusters, private, rho, radius=1.0, sigma=0.0, rng=np.random.default_rng(0))
+    assert s.tolist() == [4.0, 4.0]
+    assert c[0] == pytest.approx((2 * np.array([1.0, 0.0]) + [1.0, 0.0] + [0.9, 0.1]) / 4)
+    assert c[1] == pytest.approx([0.0, 1.0])
+
+
+def test_secret_clustering_noise_scales():
+    rng = np.random.default_rng(4)
+    clusters = ev.PublicClusters(np.zeros((2000, 3)), np.full(2000, 10))
+    c, s = ev.secret_clustering(clusters, np.zeros((0, 3)), np.zeros(0), radius=1.0, sigma=2.0, rng=rng)
+    assert (s - 10).std() == pytest.approx(2.0, rel=0.05)
+    assert c.std() == pytest.approx(2.0 * 1.0 / 10 * 2.0, rel=0.05)  # (2R / n_k) * sigma
+
+
+def test_cluster_votes_weight_by_noisy_size():
+    synthetic = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    hist = ev.cluster_votes(np.array([[0.9, 0.1], [0.8, 0.0], [0.1, 0.9]]), np.array([3.0, 2.0, 5.5]), synthetic)
+    assert hist.tolist() == [5.0, 5.5, 0.0]
+
+
+def test_public_kmeans():
+    rng = np.random.default_rng(0)
+    pts = np.vstack([rng.normal(0, 0.05, (30, 2)) + [1, 0], rng.normal(0, 0.05, (20, 2)) + [0, 1]])
+    pc = ev.public_kmeans(pts, 2, seed=0)
+    assert sorted(pc.sizes.tolist()) == [20, 30]
+    with pytest.raises(ConfigError):
+        ev.public_kmeans(pts[:1], 2, seed=0)

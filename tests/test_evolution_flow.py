@@ -1,0 +1,295 @@
+"""Aug-PE, AugPE+V~ and SecPE flows end to end: release layout, draw-once noise, refused resumes, cached calls.
+
+Most tests use a deterministic fake backend (same interface as the real ones: a batch of chat requests in, texts
+and token counts out); the `slow` tests at the end run the packaged local LLM.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks.errors import ConfigError, LedgerMismatchError
+
+TOPICS = {
+    0: "football club player scored goals league season striker",
+    1: "river valley mountain lake forest village glacier",
+    2: "album band song released records guitar singer",
+}
+
+
+class FakeBackend:
+    """Deterministic stand-in for an LLM: RANDOM_API returns a topic chosen by the call seed; a variation keeps
+    the input's topic. Counts every call it really answers (cache hits never reach it)."""
+
+    name = "fake"
+    model = "fake-topics"
+
+    def __init__(self, fail_after: int | None = None):
+        self.calls = 0
+        self.prompts: list[str] = []
+        self.fail_after = fail_after
+        self.lock = threading.Lock()
+
+    def _answer(self, req) -> str:
+        user = req.messages[-1].content
+        for label, words in TOPICS.items():
+            if words.split()[0] in user or words.split()[1] in user:
+                return f"{words} variant {req.seed % 97}"
+        topic = TOPICS[req.seed % 3]
+        return f"{topic} number {req.seed % 1000}"
+
+    def complete(self, requests, on_each=None):
+        from tasks.llm import ChatResult
+
+        out = []
+        for j, req in enumerate(requests):
+            with self.lock:
+                if self.fail_after is not None and self.calls >= self.fail_after:
+                    raise RuntimeError("simulated crash of the LLM backend")
+                self.calls += 1
+                self.prompts.append(req.messages[-1].content)
+            res = ChatResult(text=self._answer(req), tokens_in=10, tokens_out=8)
+            if on_each:
+                on_each(j, res)
+            out.append(res)
+        return out
+
+    def count_tokens(self, text):
+        return len(text) // 4
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def fake_llm():
+    from tasks.llm import register_backend
+
+    backend = FakeBackend()
+    register_backend("local:fake-topics", backend)
+    yield backend
+    register_backend("local:fake-topics", None)
+
+
+def _cfg(corpus_file, out, **kw):
+    base = {"data": corpus_file, "out": str(out), "llm": "local:fake-topics", "per_class": 2, "variations": 1,
+            "iterations": 2, "epsilon": 50.0, "delta": 1e-5, "gate": False, "doc_type": "short text", "seed": 3}
+    base.update(kw)
+    return base
+
+
+def _read_release(out: Path) -> tuple[dict, pd.DataFrame, dict]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    parts = sorted((out / "synthetic").glob("part-*.parquet"))
+    frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    ledger = json.loads((out / "ledger.json").read_text())
+    return manifest, frame, ledger
+
+
+def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
+    from flows.evolution import augpe_flow, run_augpe
+    from tasks import accounting
+
+    out = tmp_path / "augpe"
+    manifest = augpe_flow(_cfg(corpus_file, out))
+    manifest, frame, ledger = _read_release(out)
+    assert manifest["rows"] == 3 * 2 and sorted(frame["label"].unique().tolist()) == [0, 1, 2]
+    assert all(len(k) == 0 for k in frame["keyphrases"])  # PE seeds no keyphrases
+    assert {"text", "label", "keyphrases", "backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out"} <= set(frame.columns)
+    names = [e["name"] for e in ledger["entries"]]
+    assert "augpe.schedule" in names and "augpe.round-001.histogram" in names and "augpe.round-002.histogram" in names
+    sigma = accounting.augpe_noise_multiplier(50.0, 1e-5, 2)
+    sched = next(e for e in ledger["entries"] if e["name"] == "augpe.schedule")
+    assert sched["params"]["sigma"] == pytest.approx(sigma) and sched["params"]["iterations"] == 2
+    assert ledger["total"]["epsilon"] == pytest.approx(50.0) and ledger["total"]["delta"] == pytest.approx(1e-5)
+    # calls: N(K+1) random per class, then N K variations per class for the T-1 later rounds
+    assert fake_llm.calls == 3 * 2 * 2 + 3 * 2 * 1
+    # no prompt names a class or carries private text
+    private = set(tiny_corpus["text"])
+    assert not any(p in private for p in fake_llm.prompts)
+    assert not any(str(lbl) in p for p in fake_llm.prompts[:12] for lbl in ("Athlete", "label"))
+    # with little noise, selection pulls each class's population towards its private documents
+    from flows.evolution import _call_seed
+
+    topic_of = {0: "football", 1: "river", 2: "album"}
+    # precondition: with seed 3 every class's initial candidates include one of its own topic
+    assert all(any(_call_seed(3, "random", str(c), str(i)) % 3 == c for i in range(4)) for c in range(3))
+    on_topic = {int(lbl) for text, lbl in zip(frame["text"], frame["label"]) if topic_of[int(lbl)] in text}
+    assert on_topic == {0, 1, 2}  # every class kept its own topic (random: ~17 %)
+    # idempotent re-run: every noisy histogram re-read, no LLM call repeated
+    before = fake_llm.calls
+    path = run_augpe(_cfg(corpus_file, out))
+    assert path == str(out) and fake_llm.calls == before
+    _, again, _ = _read_release(out)
+    assert again["text"].tolist() == frame["text"].tolist()
+
+
+def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file, tmp_path, fake_llm):
+    from flows.evolution import AugPeConfig, _check_schedule, augpe_flow, augpe_schedule
+    from tasks.corpus import dataset_fingerprint, read_corpus
+    from tasks.ledger import PrivacyLedger
+
+    out = tmp_path / "resume"
+    augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=1))
+    with pytest.raises(LedgerMismatchError, match="iterations"):
+        augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=2))
+    # every other schedule field is refused the same way (checked without running the flow again)
+    ledger = PrivacyLedger(str(out / "_state"), dataset_fingerprint(read_corpus(corpus_file)), "fixed-run")
+    same = augpe_schedule(AugPeConfig.model_validate(_cfg(corpus_file, out, iterations=1)))
+    _check_schedule(ledger, "augpe.schedule", same)  # the original schedule resumes
+    sigma = same["sigma"]
+    for change, field in [({"epsilon": None, "noise_multiplier": sigma * 0.9}, "sigma"), ({"seed": 8}, "seed"),
+                          ({"epsilon": None, "noise_multiplier": sigma, "delta": 1e-6}, "delta"),
+                          ({"selection": "sample"}, "selection"), ({"per_class": 3}, "per_class")]:
+        other = augpe_schedule(AugPeConfig.model_validate(_cfg(corpus_file, out, iterations=1, **change)))
+        with pytest.raises(LedgerMismatchError, match=field):
+            _check_schedule(ledger, "augpe.schedule", other)
+
+
+def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_file, tmp_path):
+    from flows.evolution import augpe_flow
+    from tasks.llm import register_backend
+
+    out = tmp_path / "crash"
+    crashing = FakeBackend(fail_after=9)  # 12 random calls are needed: dies in the first round
+    register_backend("local:fake-topics", crashing)
+    try:
+        with pytest.raises(Exception):
+            augpe_flow(_cfg(corpus_file, out, llm_retries=0))
+        assert crashing.calls == 9
+        healthy = FakeBackend()
+        register_backend("local:fake-topics", healthy)
+        augpe_flow(_cfg(corpus_file, out))
+        assert healthy.calls == (12 - 9) + 6  # the 3 unfinished random calls, then the variations
+    finally:
+        register_backend("local:fake-topics", None)
+
+
+def test_augpe_config_validation(corpus_file, tmp_path):
+    from flows.evolution import AugPeConfig
+    from tasks.config import validate_config
+
+    with pytest.raises(ConfigError, match="not both"):
+        validate_config(AugPeConfig, _cfg(corpus_file, tmp_path, noise_multiplier=3.0))
+    with pytest.raises(ConfigError, match="needs an LLM"):
+        validate_config(AugPeConfig, _cfg(corpus_file, tmp_path, llm="none"))
+
+
+def test_augpe_default_delta_uses_public_bound(corpus_file, tmp_path):
+    from flows.evolution import AugPeConfig, augpe_schedule
+    from tasks import accounting
+
+    cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, delta=None, n_upper_bound=10_000, epsilon=2.0))
+    sched = augpe_schedule(cfg)
+    assert sched["delta"] == pytest.approx(accounting.default_delta(10_000))
+    cfg2 = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, epsilon=None, noise_multiplier=5.0))
+    assert augpe_schedule(cfg2)["epsilon"] == pytest.approx(accounting.augpe_epsilon(5.0, 1e-5, 2))
+
+
+def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
+    from flows.evolution import secpe_flow
+
+    public = tmp_path / "public.parquet"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    secrets = tmp_path / "secrets.txt"
+    secrets.write_text("goals\nglacier\nguitar\n")
+    out = tmp_path / "secpe"
+    cfg = _cfg(corpus_file, out, public=str(public), secrets=str(secrets), clusters=6, p=1e-4, r_over_p=10.0)
+    cfg.pop("epsilon")
+    secpe_flow(cfg)
+    manifest, frame, ledger = _read_release(out)
+    assert manifest["rows"] == 6
+    sched = next(e for e in ledger["entries"] if e["name"] == "secpe.schedule")["params"]
+    assert sched["sigma"] > 0 and sched["secret_protection"]["worst_blow_up"] <= 1e-3 + 1e-12
+    assert sched["secret_protection"]["compositions"] == 4
+    names = {e["name"] for e in ledger["entries"]}
+    assert {f"secpe.round-00{t}.class-{c}" for t in (1, 2) for c in range(3)} <= names
+    evolution = json.loads((out / "evolution.json").read_text())
+    assert evolution["llm_calls"] == {"random": 12, "variation": 6}
+
+
+def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
+    from scipy import sparse
+
+    from flows.evolution import SecPeConfig, secpe_noise
+
+    incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
+    base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
+            "r_over_p": 10.0}
+    sigma, rho, info = secpe_noise(SecPeConfig.model_validate(base), incidence)
+    assert info["worst_blow_up"] <= 1e-3 and rho[2] == 1.0  # the document without secrets is always sampled
+    assert sparse.csr_matrix(incidence).T @ (rho * 1.0) == pytest.approx(sparse.csr_matrix(incidence).T @ rho)
+    ok, _, _ = secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": sigma * 1.01}), incidence)
+    assert ok == pytest.approx(sigma * 1.01)
+    with pytest.raises(ConfigError, match="reconstruction bound"):
+        secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": sigma * 0.5}), incidence)
+
+
+def test_cli_registers_both_commands():
+    from flows.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["augpe", "d.parquet", "--out", "o", "--epsilon", "2", "--iterations", "3",
+                              "--population", "4", "--variations", "2", "--threshold", "1.5", "--selection",
+                              "sample", "--vocab-words", "--llm", "local", "--doc-type", "article", "--seed", "1"])
+    assert args.per_class == 4 and args.vocab_words and args.selection == "sample"
+    args = parser.parse_args(["secpe", "d.parquet", "--public", "p.parquet", "--out", "o", "--p", "1e-4",
+                              "--r-over-p", "10", "--clusters", "8", "--secrets", "pii", "--iterations", "2"])
+    assert args.public == "p.parquet" and args.r_over_p == 10 and args.secrets == "pii"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The real local LLM (packaged SmolLM2), tiny: 2 classes, N = 1, K = 1, T = 2, 32 tokens
+# ------------------------------------------------------------------------------------------------------------
+def _local_llm_available() -> bool:
+    try:
+        from tasks.llm.local import packaged_gguf
+
+        packaged_gguf()
+        import llama_cpp  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture
+def two_class_corpus(tmp_path, tiny_corpus) -> str:
+    path = tmp_path / "two.parquet"
+    tiny_corpus[tiny_corpus["label"] < 2].to_parquet(path, index=False)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _local_llm_available(), reason="the packaged local LLM is not installed")
+@pytest.mark.parametrize("vocab_words", [False, True])
+def test_augpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_path, vocab_words):
+    from flows.evolution import run_augpe
+
+    extra = {"vocab_words": True, "vocab_size": 20, "vocab_top": 5000, "words_per_prompt": 3} if vocab_words else {}
+    out = run_augpe(_cfg(two_class_corpus, tmp_path / "local", llm="local", per_class=1, max_tokens=32,
+                         epsilon=4.0, **extra))
+    manifest, frame, ledger = _read_release(Path(out))
+    assert manifest["rows"] == 2 and frame["backend"].eq("local").all()
+    assert frame["text"].str.len().gt(0).all() and frame["tokens_out"].gt(0).all()
+    expected = 4.0 + (1.0 if vocab_words else 0.0)
+    assert ledger["total"]["epsilon"] == pytest.approx(expected)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _local_llm_available(), reason="the packaged local LLM is not installed")
+def test_secpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_path):
+    from flows.evolution import run_secpe
+
+    public = tmp_path / "public.parquet"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(12)]}).to_parquet(public)
+    cfg = _cfg(two_class_corpus, tmp_path / "local-secpe", llm="local", per_class=1, max_tokens=32,
+               public=str(public), clusters=4, secrets="words", secret_quantile=0.02, secret_count=400)
+    cfg.pop("epsilon")
+    out = run_secpe(cfg)
+    manifest, frame, _ = _read_release(Path(out))
+    assert manifest["rows"] == 2 and frame["text"].str.len().gt(0).all()
