@@ -113,3 +113,20 @@ def test_endpoint_from_storage_option_flags(prefect_harness, s3_bucket, tiny_cor
     manifest = json.loads(s3_bucket.get("out/manifest.json"))
     assert manifest["config"]["storage_options"] == {"endpoint_url": s3_bucket.endpoint_url}
     assert manifest["rows"] == 12
+
+
+def test_storage_secret_from_a_prefect_secret_block(prefect_harness, s3_bucket):
+    from prefect.blocks.system import Secret
+
+    from tasks import storage
+    from tasks.errors import ConfigError
+
+    Secret(value=TEST_SECRET_KEY).save("privseed-test-s3-secret", overwrite=True)
+    options = {"key": TEST_ACCESS_KEY, "secret": "prefect-secret:privseed-test-s3-secret"}
+    resolved = storage.resolve_storage_options(f"{s3_bucket.url}/x", options)
+    assert resolved["secret"] == TEST_SECRET_KEY and resolved["key"] == TEST_ACCESS_KEY
+    storage.write_bytes(f"{s3_bucket.url}/x", b"through the block", options)
+    assert s3_bucket.get("x") == b"through the block"
+    assert storage.redact_options(options)["secret"] == "***"  # what a manifest would hold
+    with pytest.raises(ConfigError, match="no-such-block"):
+        storage.resolve_storage_options(f"{s3_bucket.url}/x", {"secret": "prefect-secret:no-such-block"})
