@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
          "--llm", "none", "--seed", "5"]
-FAKE_LLM_KEY = "sk-ant-privseed-FAKE-KEY-3b1e77"
+FAKE_LLM_KEY = "sk-privseed-FAKE-LLM-KEY-3b1e77"
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -69,14 +69,25 @@ def assert_no_secret(blobs: dict[str, bytes | str]) -> None:
 
 def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny_corpus, tmp_path, monkeypatch,
                                                 caplog):
+    """Private shards in, release out, draw-once state and LLM call cache, all in the bucket; the LLM is an
+    OpenAI-compatible fake on 127.0.0.1 that requires the (fake) API key from the environment."""
+    from tests.fakes.anthropic_server import FakeAnthropic
+
     monkeypatch.chdir(tmp_path)  # anything written locally by mistake would land here
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_LLM_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_LLM_KEY)
     caplog.set_level("INFO")
     put_corpus_shards(s3_bucket, tiny_corpus, "private/corpus")
     out = f"{s3_bucket.url}/releases/dpkps"
 
-    code, stdout, stderr = run_cli("dpkps", f"{s3_bucket.url}/private/corpus/", "--out", out, *SMALL, "--workers", "2")
+    with FakeAnthropic(api_key=FAKE_LLM_KEY) as llm:
+        argv = [*SMALL]
+        argv[argv.index("none")] = f"openai-compatible:{llm.base_url}/v1#fake-model"
+        code, stdout, stderr = run_cli("dpkps", f"{s3_bucket.url}/private/corpus/", "--out", out, *argv,
+                                       "--workers", "2")
+        calls = [r for r in llm.requests if r["path"].startswith("/v1/chat/completions")]
     assert code == 0, stderr[-3000:]
+    assert calls, "the LLM was never called"
     assert "release " in stdout and out in stdout
 
     manifest, synthetic = read_release(out)
@@ -88,6 +99,8 @@ def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny
     for name in ("manifest.json", "ledger.json", "quality.json"):
         assert f"releases/dpkps/{name}" in keys
     assert any(k.startswith("releases/dpkps/_state/runs/") and k.endswith(".npz") for k in keys)
+    assert sum(k.startswith("releases/dpkps/_state/llm-cache/") for k in keys) == len(calls)
+    assert synthetic["text"].str.startswith("A fake document").all()
     ledger = json.loads(s3_bucket.get("releases/dpkps/ledger.json"))
     assert ledger["total"]["epsilon"] == pytest.approx(11.0)
     assert json.loads(s3_bucket.get("releases/dpkps/quality.json"))["success"] is True
