@@ -43,7 +43,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     out = str(Path(args.out).resolve()) if "://" not in args.out else args.out
     cfg = validate_config(DpKpsConfig, demo_config(out, args.llm))
-    print(f"privseed demo: DP-KPS on {cfg.data} (560 documents, 14 classes), LLM: {cfg.llm}")
+    print(f"privseed demo: DP-KPS on {cfg.data} (7,000 documents, 14 classes), LLM: {cfg.llm}")
     started = time.perf_counter()
     manifest = dpkps_flow(cfg.model_dump())
     elapsed = time.perf_counter() - started

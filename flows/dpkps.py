@@ -88,6 +88,16 @@ PRIVATE_TASK = dict(persist_result=False, cache_policy=NO_CACHE)
 DEFAULT_SELECTION = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5"}
 
 
+def _stage_logger():
+    """The run logger inside a flow; the module logger when a stage body is called directly (tests)."""
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return log
+
+
 def selection_rule(cfg: DpKpsConfig) -> str:
     if cfg.selection is None:
         return DEFAULT_SELECTION[cfg.method]
@@ -135,7 +145,7 @@ def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig, ledger: Pri
                                           top_n=cfg.vocab_size, rng=stage_rng(cfg.seed, "vocabulary-noise")),
     )
     terms = [vocabulary.terms[i] for i in released["term_ids"]]
-    get_run_logger().info("privatized vocabulary: %d terms", len(terms))
+    _stage_logger().info("privatized vocabulary: %d terms", len(terms))
     return terms
 
 
@@ -188,7 +198,7 @@ def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: 
                     exact[c, k], epsilon=budgets[k], delta=delta_each, mechanism=cfg.mechanism,
                     rng=stage_rng(cfg.seed, "kde-noise", str(c), str(k)))},
             )["noisy_sum"]
-    get_run_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
+    _stage_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
     return released
 
 
@@ -212,8 +222,12 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
     ids = sample_sequences(cfg.method, sketches, released, per_class=cfg.per_class, length=cfg.length, rule=rule,
                            rng=stage_rng(cfg.seed, "sample"))
     rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
-    get_run_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
-    return pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
+    _stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
+    sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
+    # Generation mints prompt seeds only from terms of the released vocabulary (tasks/llm/released.py).
+    sequences.attrs["released_vocabulary"] = list(terms)
+    sequences.attrs["released_vocabulary_source"] = "ledger:vocabulary"
+    return sequences
 
 
 def privatize_keyphrase_sequences(corpus: pd.DataFrame, labels: list, cfg: DpKpsConfig,

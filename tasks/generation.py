@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -48,8 +49,13 @@ class GenerationParams:
     top_p: float = 1.0
     best_of: int = 1
     few_shot: tuple[RecipientExample, ...] = field(default=())
+    # Extra rounds for seeds whose best candidate is empty or still carries prompt/chat-template residue
+    # (what the release gate rejects): each round asks for one more candidate for those seeds only.
+    retry_rounds: int = 2
 
     def __post_init__(self) -> None:
+        if self.retry_rounds < 0:
+            raise ConfigError(f"retry_rounds must be >= 0, got {self.retry_rounds}")
         if self.best_of < 1:
             raise ConfigError(f"best_of must be >= 1, got {self.best_of}")
         if self.max_tokens < 1:
@@ -72,17 +78,56 @@ def build_generation_requests(seeds: Sequence[ReleasedSeed], template: PromptTem
                            few_shot=params.few_shot) for j in range(params.best_of)] for s in seeds]
 
 
+_PREAMBLE = re.compile(
+    r"^\s*(?:(?:here(?:'s| is)|sure|certainly|okay)\b[^\n]{0,120}:|"
+    r"(?:an?|the|this|my)\s+[^\n:.]{0,60}\b(?:article|summary|document|text|entry|essay|story)\b[^\n:.]{0,40}:)"
+    r"[ \t]*(?:\n+|$)", re.I)
+
+
+def clean_text(text: str) -> str:
+    """Drop what small models put before the document ("Here's a summary of ...:", "A Wikipedia-style
+    article:" lines, repeated) and quotes wrapped around the whole answer. Touches nothing else."""
+    out = text.strip()
+    while True:
+        m = _PREAMBLE.match(out)
+        if not m:
+            break
+        out = out[m.end():].lstrip()
+    if len(out) >= 2 and out[0] == out[-1] and out[0] in "\"'":
+        out = out[1:-1].strip()
+    return out
+
+
+def acceptable(text: str) -> bool:
+    """A candidate the release gate would not reject for its form: non-empty, no prompt echo, no chat
+    template residue (the patterns live in tasks.quality)."""
+    from tasks.quality import template_residue
+
+    return bool(text.strip()) and template_residue(text) is None
+
+
 def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult]) -> tuple[int, float]:
-    """Index and coverage of the candidate covering the most seed terms (ties: lowest index)."""
+    """Index and coverage of the best candidate: acceptable ones first, then the most seed terms covered,
+    then the lowest index. Candidates are ranked as given (clean them first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
-    best = max(range(len(covs)), key=lambda i: (covs[i], -i))
+    ok = [acceptable(c.text) for c in candidates]
+    best = max(range(len(covs)), key=lambda i: (ok[i], covs[i], -i))
     return best, covs[best]
+
+
+def _has_acceptable(seed: ReleasedSeed, candidates: Sequence[ChatResult]) -> bool:
+    return any(acceptable(clean_text(c.text)) for c in candidates)
+
+
+def _cleaned(c: ChatResult) -> ChatResult:
+    return ChatResult(clean_text(c.text), c.tokens_in, c.tokens_out, c.cached)
 
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
                   model: str, prompt_version: str) -> pd.DataFrame:
     rows = []
     for s, cands in zip(seeds, candidates):
+        cands = [_cleaned(c) for c in cands]
         best, cov = select_best(s, cands)
         rows.append({"text": cands[best].text, "label": s.label, "keyphrases": list(s.keyphrases),
                      "backend": backend, "model": model, "prompt_version": prompt_version, "seed": s.seed,
@@ -195,16 +240,27 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
     bar = _Progress(len(flat), _prices(spec, len(flat)), f"generate[{shard}] {spec.kind}", progress)
+    k = params.best_of
     try:
         results = cached_complete(backend, flat, cache, on_result=bar)
+        per_seed = [list(results[i * k:(i + 1) * k]) for i in range(len(seeds))]
+        for _ in range(params.retry_rounds):
+            bad = [i for i, (sd, cands) in enumerate(zip(seeds, per_seed)) if not _has_acceptable(sd, cands)]
+            if not bad:
+                break
+            extra = [build_request(template, seeds[i], params.doc_type, max_tokens=params.max_tokens,
+                                   temperature=params.temperature, top_p=params.top_p,
+                                   call_seed=candidate_seed(seeds[i].seed, len(per_seed[i])), few_shot=params.few_shot)
+                     for i in bad]
+            bar.bar.total += len(extra)
+            for i, r in zip(bad, cached_complete(backend, extra, cache, on_result=bar)):
+                per_seed[i].append(r)
     finally:
         bar.close()
-    k = params.best_of
-    per_seed = [results[i * k:(i + 1) * k] for i in range(len(seeds))]
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
                        prompt_version=template.version)
     log.info("shard %d: %d documents, %d calls (%d cached), %d input / %d output tokens", shard, len(df),
-             len(flat), bar.cached, bar.tokens_in, bar.tokens_out)
+             sum(len(c) for c in per_seed), bar.cached, bar.tokens_in, bar.tokens_out)
     return df
 
 

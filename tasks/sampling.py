@@ -119,6 +119,36 @@ class SelectionRule:
         return w
 
 
+    def draw(self, scores: torch.Tensor, rng: np.random.Generator, rows: torch.Tensor | None = None) -> np.ndarray:
+        """One term per row, on the scores' device; same law as ``weights`` + ``draw_rows``.
+
+        ``rows`` (optional): row r draws from ``scores[rows[r]]`` (scores of distinct prefixes, shared by
+        the rows that have them). top-K works on the K best of each score row only (torch.topk); uniforms
+        come from ``rng`` so runs are reproducible on CPU and GPU alike.
+        """
+        vocab = scores.shape[1]
+        if rows is None:
+            rows = torch.arange(scores.shape[0], device=scores.device)
+        if self.kind == "greedy":
+            return scores.argmax(dim=1)[rows].cpu().numpy()
+        if self.kind == "top" and self.k < vocab:
+            values, index = torch.topk(scores, self.k, dim=1)
+        else:
+            values, index = scores, None
+        w = torch.clamp(values, min=0.0)
+        if self.kind == "power":
+            w = w**self.power
+        empty = w.sum(dim=1) <= 0
+        if bool(empty.any()):
+            w[empty] = 1.0
+        cdf = torch.cumsum(w.to(torch.float64), dim=1)[rows]
+        u = torch.as_tensor(rng.random(len(rows)), dtype=cdf.dtype, device=cdf.device) * cdf[:, -1]
+        pick = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1).clamp_(max=w.shape[1] - 1)
+        if index is not None:
+            pick = index[rows].gather(1, pick[:, None]).squeeze(1)
+        return pick.cpu().numpy()
+
+
 def draw_rows(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One index per row, P(j) = weights[r, j] / sum_j weights[r, j]."""
     cdf = np.cumsum(weights, axis=1)
@@ -167,20 +197,21 @@ def fast_scores(sketch: SketchTables, noisy_sums: torch.Tensor, prefixes: torch.
     """Scores s(P + w) = (1/I) sum_i F~_i phi_i(P + w) for every row's prefix P and every term w of V~.
 
     ``noisy_sums``: (R, I) the sketch of each row's class; ``prefixes``: (R, l) with l < blocks (the
-    remaining blocks are zero padding). Two (R x I) @ (I x V) products. Returns (R, V) float64.
+    remaining blocks are zero padding). With a = phase of P and c = phase of w in block l + 1,
+    cos(a + c) = cos a cos c - sin a sin c, so all R x V scores are one (R x 2I) @ (2I x V) product.
+    Phases are accumulated in float64 (they are sums of up to L table entries plus the offset); the
+    product runs in the tables' dtype. Returns (R, V) in the tables' dtype.
     """
     position = prefixes.shape[1]
     if position >= sketch.blocks:
         raise ConfigError(f"prefix of length {position} leaves no block for the next term in a {sketch.blocks}-block sketch")
     dtype = sketch.tables.dtype
-    a = sketch.prefix_phases(prefixes)  # (R, I) float64
-    f = noisy_sums.to(torch.float64)
-    left_cos = (f * torch.cos(a)).to(dtype)
-    left_sin = (f * torch.sin(a)).to(dtype)
+    a = sketch.prefix_phases(prefixes).to(dtype)  # (R, I), summed in float64
+    f = noisy_sums.to(dtype)
+    left = torch.cat([f * torch.cos(a), -f * torch.sin(a)], dim=1)  # (R, 2I)
     c = sketch.tables[position]  # (V, I)
-    cos_c, sin_c = torch.cos(c), torch.sin(c)
-    scores = left_cos @ cos_c.T - left_sin @ sin_c.T
-    return scores.to(torch.float64) * (SQRT2 / sketch.tables.shape[2])
+    right = torch.cat([torch.cos(c), torch.sin(c)], dim=1)  # (V, 2I)
+    return (left @ right.T) * (SQRT2 / sketch.tables.shape[2])
 
 
 def naive_scores(features: RffFeatures, noisy_sum: np.ndarray, embeddings: np.ndarray, prefixes: np.ndarray) -> np.ndarray:
@@ -232,7 +263,7 @@ def sample_sequences(
 
     if method == "independent":
         empty = torch.zeros((n_classes, 0), dtype=torch.long, device=device)
-        scores = fast_scores(sketches[0], sums[:, 0], empty).cpu().numpy()  # (classes, V)
+        scores = fast_scores(sketches[0], sums[:, 0], empty).cpu().numpy().astype(np.float64)  # (classes, V)
         weights = rule.weights(scores)
         out = np.empty((n_classes, per_class, length), dtype=np.int64)
         for c in range(n_classes):
@@ -245,7 +276,11 @@ def sample_sequences(
     chosen = torch.zeros((rows, 0), dtype=torch.long, device=device)
     for step in range(1, length + 1):
         k = sketch_for_step(blocks, step)
-        scores = fast_scores(sketches[k], sums[row_class, k], chosen).cpu().numpy()
-        nxt = draw_rows(rule.weights(scores), rng)
+        # Rows with the same class and prefix have the same scores: score each distinct prefix once
+        # (all rows share the empty prefix at step 1, and top-K keeps early steps to few prefixes).
+        keys = torch.cat([row_class[:, None], chosen], dim=1)
+        distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        scores = fast_scores(sketches[k], sums[distinct[:, 0], k], distinct[:, 1:])
+        nxt = rule.draw(scores, rng, rows=inverse)
         chosen = torch.cat([chosen, torch.as_tensor(nxt, device=device)[:, None]], dim=1)
     return chosen.cpu().numpy().reshape(n_classes, per_class, length)

@@ -1,5 +1,5 @@
 """deployments/: prefect.yaml parses into runnable deployments, and a served deployment runs once on a
-real local Prefect server (``prefect server start`` on 127.0.0.1), triggered the way a user does it."""
+real local Prefect server on 127.0.0.1, triggered the way a user does it (``prefect deployment run --watch``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from tests.s3server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
@@ -55,20 +53,6 @@ def test_unknown_deployment_name_is_refused():
         serve.runner_deployments(serve.load_deployment_specs(), ["nope"])
 
 
-def _wait_http(url: str, timeout: float, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"process exited ({process.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(f"{url} did not answer within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
-
-
 def _stop(process: subprocess.Popen) -> None:
     """SIGINT first (a Prefect worker/runner ignores SIGTERM for a while), then kill the process group."""
     if process.poll() is not None:
@@ -81,24 +65,15 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def local_server(tmp_path_factory):
-    """``prefect server start`` on 127.0.0.1 with its own PREFECT_HOME; yields the client environment."""
-    home = tmp_path_factory.mktemp("prefect-server")
-    port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home / "server"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_UI_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    log = home / "server.log"
-    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/api/health", 180, server, log)
-        client_env = {**os.environ, "PREFECT_HOME": str(home / "client"),
-                      "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PREFECT_LOGGING_TO_API_ENABLED": "true"}
-        yield client_env
-    finally:
-        _stop(server)
+@pytest.fixture
+def local_server(prefect_harness, tmp_path):
+    """The session's local Prefect server (the same API app `prefect server start` runs, on 127.0.0.1);
+    yields the environment a client process (serve.py, the prefect CLI) needs to reach it."""
+    from prefect.settings import get_current_settings
+
+    url = str(get_current_settings().api.url)
+    assert url.startswith("http://127.0.0.1:")
+    return {**os.environ, "PREFECT_API_URL": url, "PREFECT_HOME": str(tmp_path / "prefect-client")}
 
 
 @pytest.mark.slow
@@ -126,7 +101,8 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
         )
         shown = triggered.stdout + triggered.stderr
         assert triggered.returncode == 0, shown + "\n--- serve.log ---\n" + log.read_text()[-4000:]
-        assert "Flow run finished in state 'Completed'" in shown, shown
+        assert "Flow run finished successfully in 'Completed'" in shown, shown
+        assert "publish-release" in shown  # --watch shows every task run of the flow
     finally:
         _stop(runner)
 

@@ -141,3 +141,31 @@ def test_real_local_llm_writes_reproducible_documents(tmp_path):
     assert again["text"].tolist() == df["text"].tolist()
     b = LlamaCppBackend(n_threads=1)
     assert b.llama.metadata.get("tokenizer.chat_template", "").count("<|im_start|>") >= 1  # template from the GGUF
+
+
+def test_clean_text_drops_preambles_only():
+    from tasks.generation import clean_text
+
+    assert clean_text("Here's a summary of a Wikipedia-style article:\n\n\"The Ouse is a river.\"") == "The Ouse is a river."
+    assert clean_text("A Wikipedia-style article:\n\nA Wikipedia-style article:\nEdwards was a footballer.") == \
+        "Edwards was a footballer."
+    assert clean_text("The river: a story. It flows.") == "The river: a story. It flows."
+    assert clean_text("  The Ouse is a river.  ") == "The Ouse is a river."
+
+
+def test_residue_triggers_extra_candidates(tmp_path, recording):
+    """Seeds whose answers echo the prompt get one more candidate per round; clean ones get none."""
+    def answer(req):
+        if req.seed in (1000, candidate_seed(1000, 1)):  # seed 1000: two echoes, then a clean text
+            return "The article contains the following terms: river, village."
+        return f"A clean text about {req.messages[-1].content.split('terms: ')[1]}"
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="memo", max_tokens=20, retry_rounds=3)
+    df = generate_shard(seeds(2), "local:recording-test", params, str(tmp_path), progress=False)
+    assert df["candidates"].tolist() == [3, 1] and len(recording.requests) == 4
+    assert all(t.startswith("A clean text") for t in df["text"])
+    none_left = generate_shard(seeds(2), "local:recording-test", GenerationParams(doc_type="memo", max_tokens=20,
+                                                                                  retry_rounds=1), str(tmp_path / "b"),
+                               progress=False)
+    assert none_left["candidates"].tolist() == [2, 1] and "following terms" in none_left["text"].iloc[0]

@@ -3,7 +3,7 @@ nor a log line, nor the console.
 
 Part 1 exercises the generation layer with a worst-case stand-in sampler (it copies each document's terms
 verbatim): even then only released-vocabulary terms can be minted into prompt seeds. Part 2 runs the whole
-DP-KPS flow through the CLI against the fake Anthropic server, once the sampling stage is on the branch.
+DP-KPS flow through the CLI against the fake Anthropic server.
 """
 import logging
 
@@ -97,16 +97,7 @@ def test_canary_never_reaches_a_backend_or_a_log(tiny_corpus, tmp_path, caplog, 
     assert KEY not in caplog.text + out + err
 
 
-def _dpkps_available() -> bool:
-    try:
-        from tasks.sampling import privatize_keyphrase_sequences  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _dpkps_available(), reason="the DP-KPS sampling stage (tasks.sampling) is not on this branch yet")
 def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, monkeypatch, prefect_harness):
     from flows.cli import main
     from tasks.corpus import read_release

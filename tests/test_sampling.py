@@ -147,3 +147,16 @@ def test_sampler_shapes_determinism_and_validation():
     np.testing.assert_array_equal(a, b)
     with pytest.raises(ConfigError):
         sample_sequences("iterative-linear", sketches, sums, rng=np.random.default_rng(1), **kwargs)
+
+
+@pytest.mark.parametrize("spec", ["proportional", "top-3", "power-2", "greedy"])
+def test_torch_draw_follows_the_rule_weights(spec):
+    rule = SelectionRule.parse(spec)
+    scores = np.array([[3.0, -1.0, 1.0, 0.5, 2.0, 0.1]] * 30000)
+    idx = rule.draw(torch.as_tensor(scores), np.random.default_rng(1))
+    freq = np.bincount(idx, minlength=6) / len(idx)
+    w = rule.weights(scores[:1])[0]
+    np.testing.assert_allclose(freq, w / w.sum(), atol=0.012)
+    # all scores negative: uniform fallback over the allowed terms
+    idx = rule.draw(torch.as_tensor(-np.abs(scores[:3000]) - 1), np.random.default_rng(2))
+    assert len(set(idx.tolist())) == (1 if spec == "greedy" else 3 if spec == "top-3" else 6)

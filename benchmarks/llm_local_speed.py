@@ -1,0 +1,63 @@
+"""Local generation speed: tokens/s and documents/min of the packaged SmolLM2-135M (llama.cpp, CPU).
+
+    nice -n 10 python benchmarks/llm_local_speed.py --docs 12 --max-tokens 128
+
+Measures, with no cache: one process at 1 and at 2 llama.cpp threads, and the Dask path (2 worker processes,
+1 thread each, the layout `privseed dpkps --workers 2` uses). Prints the machine's load average too: on a
+shared machine the numbers move with it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from tasks.generation import GenerationParams, generate_seeds, generate_shard
+from tasks.llm import LLMSpec, ReleasedVocabulary, get_backend
+
+TERMS = ["river", "village", "church", "football", "album", "company", "school", "species", "film", "novel",
+         "railway", "mountain", "politician", "painter", "building", "plant", "island", "band", "station", "league"]
+
+
+def seeds(n: int, base: int):
+    v = ReleasedVocabulary(TERMS, "benchmark terms")
+    return [v.seed([TERMS[(i * 7 + j * 3) % len(TERMS)] for j in range(10)], 0, base + i) for i in range(n)]
+
+
+def report(name: str, df, dt: float) -> None:
+    toks = int(df["tokens_out"].sum())
+    print(f"{name:28s} {len(df):3d} docs  {toks:6d} output tokens  {dt:7.1f} s  {toks / dt:6.1f} tokens/s  "
+          f"{60 * len(df) / dt:6.1f} docs/min  (load average {os.getloadavg()[0]:.1f})", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=12)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--skip-dask", action="store_true")
+    args = ap.parse_args()
+    params = GenerationParams(doc_type="summary of a Wikipedia-style article", template="coverage",
+                              max_tokens=args.max_tokens, temperature=0.4)
+    print(f"cpu_count={os.cpu_count()}")
+    for threads in (1, 2):
+        spec = LLMSpec("local").with_options(n_threads=threads)
+        t0 = time.time()
+        get_backend(spec).llama  # noqa: B018 - load the model outside the timing
+        print(f"model load ({threads} thread(s)): {time.time() - t0:.2f} s")
+        t0 = time.time()
+        df = generate_shard(seeds(args.docs, 10_000 * threads), spec, params, None, progress=False)
+        report(f"in-process, {threads} thread(s)", df, time.time() - t0)
+    if not args.skip_dask:
+        from tasks.cluster import dask_client
+
+        spec = LLMSpec("local").with_options(n_threads=1)
+        with dask_client(n_workers=2):
+            # warm both workers (each loads its model once), then time a fresh set of seeds
+            generate_seeds(seeds(4, 77_000), spec, params, None, shard_size=1, progress=False)
+            t0 = time.time()
+            df = generate_seeds(seeds(args.docs, 99_000), spec, params, None, shard_size=2, progress=False)
+            report("dask, 2 workers x 1 thread", df, time.time() - t0)
+
+
+if __name__ == "__main__":
+    main()

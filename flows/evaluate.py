@@ -1,0 +1,887 @@
+"""Client-side evaluation flows: `evaluate` (one release) and `experiment` (a grid), plus their CLI.
+
+`privseed evaluate --synthetic OUT --test PATH [--client PATH] [--coral] [--classifier mlp|finetune]`
+trains downstream classifiers on the synthetic release only and scores them on the client's real test
+set; `privseed experiment --config experiments/X.toml` runs methods x epsilon settings x seeds and
+writes one table beside the paper's numbers, plus report.html files.
+
+The flows only wire tasks; the math lives in tasks.classify, tasks.metrics and tasks.report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
+from tasks import classify, corpus, metrics, report, storage
+from tasks.errors import ConfigError, CorpusError
+from prefect import flow, task  # noqa: E402  (after flows._runtime)
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+log = logging.getLogger("privseed.evaluate")
+
+CLASSIFIERS = ("mlp", "finetune", "tfidf")
+
+
+# ================================================================ options
+@dataclass
+class EvalOptions:
+    """What to train and how. `classifier` is the neural model; TF-IDF is always reported beside it."""
+
+    classifier: str = "mlp"  # mlp | finetune
+    tfidf: bool = True
+    coral: bool = False
+    test_view: str = "auto"  # auto | text | phrases (no-LLM ablation: test documents as phrase sequences)
+    train: classify.TrainConfig = field(default_factory=classify.TrainConfig)
+    embed_model: str = "minilm"
+    device: str | None = None
+    map_method: str = "tsne"  # tsne | pca (report's 2-D map)
+    cache_dir: str | None = None
+
+    def classifiers(self) -> list[str]:
+        return [self.classifier] + (["tfidf"] if self.tfidf else [])
+
+
+def _cache_dir(opts: EvalOptions) -> Path:
+    root = opts.cache_dir or os.environ.get("PRIVSEED_CACHE_DIR") or str(Path.home() / ".cache" / "privseed")
+    path = Path(root) / "embeddings"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# ================================================================ reading
+@dataclass
+class Release:
+    """A published release: its synthetic rows, manifest and ledger."""
+
+    path: str
+    rows: pd.DataFrame
+    manifest: dict[str, Any]
+    ledger: dict[str, Any] | None
+
+
+def read_release(out: str, storage_options: dict[str, Any] | None = None) -> Release:
+    """Read a release through its manifest (tasks.corpus.read_release verifies every part's sha256)."""
+    manifest, rows = corpus.read_release(out, storage_options)
+    for column in ("text", "label"):
+        if column not in rows.columns:
+            raise CorpusError(f"release {out} has no '{column}' column")
+    if "keyphrases" not in rows.columns:
+        rows = rows.assign(keyphrases=[[] for _ in range(len(rows))])
+    ledger_uri = storage.join(out, "ledger.json")
+    ledger = json.loads(storage.read_bytes(ledger_uri, storage_options)) if storage.exists(ledger_uri, storage_options) else None
+    return Release(out, rows.reset_index(drop=True), manifest, ledger)
+
+
+def read_labelled(path: str, text_column: str = "text", label_column: str = "label",
+                  storage_options: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A labelled corpus (test or client data) as columns text, label."""
+    return corpus.read_corpus(path, text_column=text_column, label_column=label_column,
+                              storage_options=storage_options).reset_index(drop=True)
+
+
+def label_names_from(path: str, label_column: str = "label") -> dict[str, str]:
+    """label -> human name, from a `label_name` column when the file has one (public label set)."""
+    try:
+        raw = pd.concat([read_shard_columns(uri, [label_column, "label_name"]) for uri in corpus.list_shards(path)])
+    except Exception:  # no label_name column (or not readable as such): names are the labels themselves
+        return {}
+    return {str(k): str(v) for k, v in raw.drop_duplicates(label_column).itertuples(index=False)}
+
+
+# ================================================================ tasks
+@task(name="read-release", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def read_release_task(out: str) -> Release:
+    return read_release(out)
+
+
+@task(name="read-labelled-corpus", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def read_labelled_task(path: str, text_column: str = "text", label_column: str = "label") -> pd.DataFrame:
+    return read_labelled(path, text_column, label_column)
+
+
+def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarray:
+    """Sentence embeddings (tasks.embedding, unit norm), cached on disk by the hash of model + texts."""
+    from tasks.embedding import embed_texts
+
+    digest = hashlib.sha256(("\x1e".join([model, *map(str, texts)])).encode("utf-8")).hexdigest()[:32]
+    path = cache_dir / f"{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    if len(texts) == 0:
+        return np.zeros((0, 384), dtype=np.float32)
+    vectors = np.asarray(embed_texts(list(texts), model=model), dtype=np.float32)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, vectors)
+    tmp.replace(path)
+    return vectors
+
+
+@task(name="embed", retries=1, cache_policy=NO_CACHE)
+def embed_task(texts: list[str], model: str, cache_dir: str) -> np.ndarray:
+    return embed_cached(texts, model, Path(cache_dir))
+
+
+@task(name="phrase-view", cache_policy=NO_CACHE)
+def phrase_view_task(texts: list[str], vocabulary: dict[str, Any]) -> list[str]:
+    return phrase_view(texts, vocabulary)
+
+
+def phrase_view(texts: Sequence[str], vocabulary: dict[str, Any]) -> list[str]:
+    """No-LLM ablation: each document becomes its own phrase sequence, extracted with the same greedy
+    longest-match extractor and public vocabulary V as the release (recorded in its manifest), joined by
+    single spaces like a `--llm none` release's text. V is public, so this costs no privacy."""
+    try:
+        from tasks.vocabulary import load_vocabulary, phrase_matcher
+    except ImportError as exc:
+        raise ConfigError("the phrase view needs tasks.vocabulary, which this installation lacks") from exc
+    spec = str(vocabulary.get("vocab", vocabulary.get("source", "english")))
+    top = vocabulary.get("vocab_top")
+    vocab = load_vocabulary(spec, int(top)) if top else load_vocabulary(spec)
+    matcher = phrase_matcher(vocab)
+    return [" ".join(vocab.terms[i] for i in ids) for ids in matcher.extract(texts)]
+
+
+@task(name="train-and-predict", cache_policy=NO_CACHE)
+def train_and_predict_task(kind: str, train_texts: list[str], train_labels: list[Any],
+                           train_x: np.ndarray | None, predict_texts: list[str], predict_x: np.ndarray | None,
+                           client_texts: list[str] | None, client_x: np.ndarray | None,
+                           cfg: classify.TrainConfig, embed_model: str, device: str | None) -> dict[str, Any]:
+    return train_and_predict(kind, train_texts, train_labels, train_x, predict_texts, predict_x,
+                             client_texts, client_x, cfg, embed_model, device)
+
+
+def train_and_predict(kind: str, train_texts: Sequence[str], train_labels: Sequence[Any],
+                      train_x: np.ndarray | None, predict_texts: Sequence[str], predict_x: np.ndarray | None,
+                      client_texts: Sequence[str] | None, client_x: np.ndarray | None,
+                      cfg: classify.TrainConfig, embed_model: str = "minilm",
+                      device: str | None = None) -> dict[str, Any]:
+    """Train one classifier on synthetic data (optionally CORAL against client data), predict texts.
+
+    Takes the documents to predict without labels: it cannot look at test labels.
+    """
+    start = time.perf_counter()
+    history: list[dict[str, float]] = []
+    best_epoch = 0
+    if kind == "mlp":
+        clf = classify.train_mlp(train_x, train_labels, client_features=client_x, cfg=cfg, device=device)
+        predictions = classify.predict_mlp(clf, predict_x)
+        history, best_epoch = clf.history, clf.best_epoch
+    elif kind == "finetune":
+        from tasks.embedding import load_embedder
+
+        clf = classify.train_finetune(train_texts, train_labels, load_embedder(embed_model), client_texts=client_texts,
+                                      cfg=cfg, device=device)
+        predictions = classify.predict_finetune(clf, predict_texts)
+        history, best_epoch = clf.history, clf.best_epoch
+    elif kind == "tfidf":
+        predictions = classify.tfidf_logreg_predict(train_texts, train_labels, predict_texts, seed=cfg.seed)
+    else:
+        raise ConfigError(f"unknown classifier {kind!r}; choose one of {', '.join(CLASSIFIERS)}")
+    return {"predictions": list(predictions), "history": history, "best_epoch": best_epoch,
+            "seconds": round(time.perf_counter() - start, 2)}
+
+
+# ================================================================ the evaluation (wires tasks)
+def classifier_label(kind: str, coral: bool) -> str:
+    return {"mlp": "MLP on MiniLM", "finetune": "fine-tuned MiniLM", "tfidf": "TF-IDF + LR"}[kind] + (
+        " + CORAL" if coral and kind != "tfidf" else "")
+
+
+def score_corpus(train: pd.DataFrame, test: classify.HeldOutTestSet, *, client_texts: Sequence[str] | None,
+                 opts: EvalOptions) -> dict[str, Any]:
+    """Train every requested classifier on `train` (text, label) and score it on `test`.
+
+    Runs inside a flow (it calls tasks). Test labels are read exactly once, after all training.
+    Returns scores per classifier, predictions, embeddings (for the report) and training histories.
+    """
+    cache = str(_cache_dir(opts))
+    train_texts = train["text"].astype(str).tolist()
+    train_labels = train["label"].tolist()
+    needs_vectors = opts.classifier == "mlp"
+    train_x = embed_task(train_texts, opts.embed_model, cache)
+    test_x = embed_task(test.texts, opts.embed_model, cache)
+    client_x = None
+    coral_client = list(client_texts) if (opts.coral and client_texts) else None
+    if coral_client:
+        client_x = embed_task(coral_client, opts.embed_model, cache)
+    runs: dict[str, dict[str, Any]] = {}
+    for kind in opts.classifiers():
+        label = classifier_label(kind, opts.coral)
+        runs[label] = train_and_predict_task(
+            kind, train_texts, train_labels, train_x if needs_vectors else None, test.texts,
+            test_x if needs_vectors else None, coral_client if kind != "tfidf" else None,
+            client_x if kind != "tfidf" else None, opts.train, opts.embed_model, opts.device)
+    # ---- all training is done: only now are the test labels read
+    y_true = test.labels_for_scoring()
+    scores = {}
+    for label, run in runs.items():
+        s = metrics.classification_scores(y_true, run["predictions"])
+        s.update(n_train=len(train_texts), best_epoch=run["best_epoch"], seconds=run["seconds"])
+        scores[label] = s
+    return {"scores": scores, "runs": runs, "y_true": y_true, "train_x": train_x, "test_x": test_x}
+
+
+def _label_display(label_names: dict[str, str]):
+    return lambda v: label_names.get(str(v), str(v))
+
+
+def _release_is_llm_free(release_rows: pd.DataFrame, manifest: dict[str, Any]) -> bool:
+    config = manifest.get("config", {}) if isinstance(manifest, dict) else {}
+    llm = str(config.get("llm", "")).lower() if isinstance(config, dict) else ""
+    if llm:
+        return llm == "none"
+    return "backend" not in release_rows.columns or (release_rows["backend"].astype(str).str.lower() == "none").all()
+
+
+def _vocabulary_config(manifest: dict[str, Any]) -> dict[str, Any]:
+    config = manifest.get("config", {}) if isinstance(manifest, dict) else {}
+    vocab = config.get("vocab") if isinstance(config, dict) else None
+    if not isinstance(vocab, str):
+        raise ConfigError("the release's manifest records no vocabulary; pass --test-view text")
+    return {"vocab": vocab, "vocab_top": config.get("vocab_top")}
+
+
+def build_run_report(result: dict[str, Any], scored: dict[str, Any], release_rows: pd.DataFrame,
+                     test_texts: Sequence[str], label_names: dict[str, str], *, manifest: dict[str, Any] | None,
+                     ledger: dict[str, Any] | None, opts: EvalOptions, n_examples: int = 2) -> str:
+    """All figures + HTML for one evaluation (post-processing of released data and aggregate scores)."""
+    name = _label_display(label_names)
+    figures: dict[str, str] = {}
+    main_label = next(iter(scored["runs"]))
+    real_xy, syn_xy = report.project_2d(scored["test_x"], scored["train_x"], method=opts.map_method,
+                                        seed=opts.train.seed)
+    figures["2-D map of real test vs synthetic embeddings (as the paper's Figure 5)"] = report.figure_to_data_uri(
+        report.plot_embedding_map(real_xy, syn_xy, method=opts.map_method))
+    figures["Document lengths in words"] = report.figure_to_data_uri(report.plot_length_histograms(
+        metrics.word_lengths(test_texts), metrics.word_lengths(release_rows["text"].astype(str))))
+    classes = sorted({*map(str, scored["y_true"]), *map(str, release_rows["label"])},
+                     key=lambda v: (len(v), v))
+    for label, run in scored["runs"].items():
+        cm = metrics.label_confusion(scored["y_true"], run["predictions"], classes)
+        acc = result["scores"][label]["accuracy"]
+        figures[f"Confusion matrix, {label} (accuracy {100 * acc:.1f}%)"] = report.figure_to_data_uri(
+            report.plot_confusion(cm, [name(c) for c in classes], title=f"{label} on the real test set"))
+    if scored["runs"][main_label]["history"]:
+        figures[f"Training of {main_label} (early stopping on a synthetic split)"] = report.figure_to_data_uri(
+            report.plot_training_curve(scored["runs"][main_label]["history"], title=main_label))
+    examples = []
+    for _, group in release_rows.groupby("label", sort=True):
+        for _, row in group.head(n_examples).iterrows():
+            examples.append({"label_name": name(row["label"]), "keyphrases": _as_list(row.get("keyphrases")),
+                             "seed": row.get("seed"), "text": row["text"]})
+    return report.render_run_report(result, figures=figures, ledger=ledger, manifest=manifest, examples=examples)
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return []
+    return list(value)
+
+
+def _privacy_summary(ledger: dict[str, Any] | None) -> str:
+    rows, total = report.ledger_rows(ledger)
+    return total or (f"{len(rows)} ledger entries" if rows else "no ledger")
+
+
+def choose_client_texts(client: pd.DataFrame, test_texts: Sequence[str], n_synthetic: int, seed: int) -> list[str]:
+    """Unlabelled client documents for CORAL: disjoint from the test set, half as many as synthetic ones."""
+    test_set = set(map(str, test_texts))
+    texts = [t for t in client["text"].astype(str) if t not in test_set]
+    n = max(2, n_synthetic // 2)
+    if len(texts) > n:
+        rng = np.random.default_rng(seed)
+        texts = [texts[i] for i in sorted(rng.choice(len(texts), size=n, replace=False))]
+    return texts
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
+             classifier: str = "mlp", json_path: str | None = None, report_path: str | None = None,
+             test_view: str = "auto", seed: int = 0, max_epochs: int = 60, device: str | None = None,
+             text_column: str = "text", label_column: str = "label", progress: bool = True) -> dict[str, Any]:
+    """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set."""
+    if classifier not in ("mlp", "finetune"):
+        raise ConfigError(f"--classifier must be mlp or finetune, not {classifier!r}")
+    if coral and not client:
+        raise ConfigError("--coral needs --client PATH (unlabelled client documents, disjoint from the test set)")
+    opts = EvalOptions(classifier=classifier, coral=coral, test_view=test_view, device=device,
+                       train=classify.TrainConfig(seed=seed, max_epochs=max_epochs, progress=progress))
+    release = read_release_task(synthetic)
+    test_df = read_labelled_task(test, text_column, label_column)
+    label_names = label_names_from(test, label_column)
+    view = test_view
+    if view == "auto":
+        view = "phrases" if _release_is_llm_free(release.rows, release.manifest) else "text"
+    test_texts = test_df["text"].astype(str).tolist()
+    client_texts = None
+    if client:
+        client_df = read_client_texts(client, text_column)
+        client_texts = choose_client_texts(client_df, test_texts, len(release.rows), seed)
+    if view == "phrases":
+        vocab = _vocabulary_config(release.manifest)
+        test_texts = phrase_view_task(test_texts, vocab)
+        if client_texts:
+            client_texts = phrase_view_task(client_texts, vocab)
+    held_out = classify.HeldOutTestSet(test_texts, test_df["label"].tolist())
+    scored = score_corpus(release.rows[["text", "label"]], held_out, client_texts=client_texts, opts=opts)
+    real_for_fid = scored["test_x"]
+    result: dict[str, Any] = {
+        "title": f"release {synthetic}",
+        "synthetic": synthetic, "test": test, "client": client if coral else None, "test_view": view,
+        "n_train": len(release.rows), "n_test": len(held_out), "n_client": len(client_texts or []) if coral else 0,
+        "scores": scored["scores"],
+        "fid": metrics.frechet_distance(real_for_fid, scored["train_x"]),
+        "corpus": {
+            "synthetic": metrics.corpus_metrics(release.rows["text"].astype(str).tolist(),
+                                                release.rows["keyphrases"].tolist()),
+            "real test": metrics.corpus_metrics(held_out.texts),
+        },
+        "usage": metrics.llm_usage(release.rows),
+        "privacy": _privacy_summary(release.ledger),
+        "options": {"classifier": classifier, "coral": coral, "seed": seed, "train": opts.train.to_dict()},
+    }
+    html_text = build_run_report(result, scored, release.rows, held_out.texts, label_names,
+                                 manifest=release.manifest, ledger=release.ledger, opts=opts)
+    target = report_path or f"{synthetic.rstrip('/')}/report.html"
+    _write_text(target, html_text)
+    result["report"] = target
+    if json_path:
+        _write_text(json_path, json.dumps(result, indent=2, default=_json_default))
+    for label, s in result["scores"].items():
+        print(f"{label}: accuracy {100 * s['accuracy']:.1f}%  macro-F1 {100 * s['macro_f1']:.1f}%  (n_test={s['n_test']})")
+    print(f"report: {target}")
+    return result
+
+
+def read_shard_columns(uri: str, columns: list[str]) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(io.BytesIO(storage.read_bytes(uri)), columns=columns).to_pandas()
+
+
+def read_client_texts(path: str, text_column: str = "text") -> pd.DataFrame:
+    """Unlabelled client documents: only the text column is read (labels, if any, are never used)."""
+    frames = [read_shard_columns(uri, [text_column]) for uri in corpus.list_shards(path)]
+    df = pd.concat(frames, ignore_index=True).rename(columns={text_column: "text"})
+    if df.empty:
+        raise CorpusError(f"client corpus {path} is empty")
+    return df
+
+
+def _write_text(path: str, text: str) -> None:
+    storage.write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+# ================================================================ the experiment grid
+REPO = Path(__file__).resolve().parents[1]
+DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log")
+BASELINE_METHODS = ("real",)
+PAPER_NUMBERS = REPO / "experiments" / "paper_numbers.csv"
+
+
+def data_root() -> Path:
+    """Where `{data}` in experiment files points: $PRIVSEED_DATA_ROOT, else the project's shared/data."""
+    env = os.environ.get("PRIVSEED_DATA_ROOT")
+    if env:
+        return Path(env)
+    for candidate in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data"):
+        if candidate.exists():
+            return candidate
+    raise ConfigError("cannot find the shared datasets: set PRIVSEED_DATA_ROOT")
+
+
+@dataclass
+class DatasetSpec:
+    """One dataset of the grid. Binary stand-ins map `positive_column == positive_value` to 1, else 0."""
+
+    name: str
+    train: str
+    test: str | None = None
+    test_fraction: float = 0.3  # used only when `test` is absent (the train file is split with data_seed)
+    private_per_class: int = 200
+    synthetic_per_class: int = 100
+    test_per_class: int | None = None
+    positive_column: str | None = None
+    positive_value: Any = None
+    label_names: list[str] | None = None
+    doc_type: str = "document"
+    paper_group: str = "dbpedia14"  # which of the paper's datasets the numbers come from (dbpedia14 | medical)
+    data_seed: int = 20240601
+
+
+@dataclass
+class ExperimentSpec:
+    name: str
+    datasets: list[DatasetSpec]
+    methods: list[str]
+    eps: list[tuple[float, float]]
+    seeds: list[int]
+    llm: str = "none"
+    classifier: str = "mlp"
+    tfidf: bool = True
+    coral: list[bool] = field(default_factory=lambda: [False])
+    max_epochs: int = 60
+    dpkps: dict[str, Any] = field(default_factory=dict)  # passed to DpKpsConfig (vocab, length, bandwidth, ...)
+    out: str = "experiments/results"
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) / self.name
+
+
+def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
+    """Read an experiment TOML (see experiments/*.toml) and apply CLI overrides; validate up front."""
+    import tomllib
+
+    raw: dict[str, Any] = {}
+    if path:
+        file = Path(path)
+        if not file.exists():
+            raise ConfigError(f"experiment file {path} does not exist")
+        try:
+            raw = tomllib.loads(file.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"cannot parse {path}: {exc}") from exc
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    raw.setdefault("name", Path(path).stem if path else "experiment")
+    root = str(data_root()) if "{data}" in json.dumps(raw) else ""
+    datasets_raw = raw.pop("dataset", raw.pop("datasets", None))
+    if datasets_raw is None:
+        raise ConfigError("the experiment names no [dataset]")
+    if isinstance(datasets_raw, dict):
+        datasets_raw = [datasets_raw]
+    datasets = []
+    for d in datasets_raw:
+        d = {k: (v.replace("{data}", root) if isinstance(v, str) else v) for k, v in d.items()}
+        try:
+            datasets.append(DatasetSpec(**d))
+        except TypeError as exc:
+            raise ConfigError(f"bad [dataset] entry: {exc}") from exc
+    try:
+        spec = ExperimentSpec(datasets=datasets, **{k: v for k, v in raw.items()})
+    except TypeError as exc:
+        raise ConfigError(f"bad experiment setting: {exc}") from exc
+    spec.eps = [tuple(float(x) for x in pair) for pair in spec.eps]
+    spec.coral = [bool(c) for c in (spec.coral if isinstance(spec.coral, list) else [spec.coral])]
+    unknown = [m for m in spec.methods if m not in DPKPS_METHODS + BASELINE_METHODS]
+    if unknown:
+        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(DPKPS_METHODS + BASELINE_METHODS)}")
+    if any(len(p) != 2 or min(p) <= 0 for p in spec.eps):
+        raise ConfigError("eps must be a list of [eps_voc, eps_kde] pairs, each > 0")
+    if not spec.seeds:
+        raise ConfigError("give at least one seed")
+    if spec.classifier not in ("mlp", "finetune"):
+        raise ConfigError(f"classifier must be mlp or finetune, not {spec.classifier!r}")
+    return spec
+
+
+@dataclass
+class PreparedData:
+    """The private corpus (for the release), the client's unlabelled pool, and its held-out test set."""
+
+    private_path: str
+    private: pd.DataFrame
+    client_pool: list[str]
+    test: pd.DataFrame
+    label_names: dict[str, str]
+
+
+def _balanced_sample(df: pd.DataFrame, per_class: int | None, rng: np.random.Generator) -> pd.DataFrame:
+    if per_class is None:
+        return df
+    parts = []
+    for _, group in df.groupby("label", sort=True):
+        take = min(per_class, len(group))
+        parts.append(group.iloc[np.sort(rng.choice(len(group), size=take, replace=False))])
+    return pd.concat(parts)
+
+
+def prepare_data(ds: DatasetSpec, work: Path) -> PreparedData:
+    """Split public benchmark data into the three roles of the paper's protocol, with a fixed data seed.
+
+    private: `private_per_class` labelled documents per class (the data owner's corpus);
+    client pool: the remaining training documents, unlabelled (Deep CORAL's D_B), disjoint from test;
+    test: the real test split (or a seeded split of the file when the dataset ships no test split).
+    """
+    rng = np.random.default_rng(ds.data_seed)
+    raw_train = pd.concat([pd.read_parquet(uri) if not storage.is_remote(uri)
+                           else pd.read_parquet(io.BytesIO(storage.read_bytes(uri)))
+                           for uri in corpus.list_shards(ds.train)], ignore_index=True)
+    if ds.test:
+        raw_test = pd.concat([pd.read_parquet(uri) for uri in corpus.list_shards(ds.test)], ignore_index=True)
+    else:
+        order = rng.permutation(len(raw_train))
+        n_test = int(round(len(raw_train) * ds.test_fraction))
+        raw_test, raw_train = raw_train.iloc[order[:n_test]], raw_train.iloc[order[n_test:]]
+
+    def labelled(df: pd.DataFrame) -> pd.DataFrame:
+        if ds.positive_column:
+            column = df[ds.positive_column]
+            positive = column.astype(str) == str(ds.positive_value)
+            return pd.DataFrame({"text": df["text"].astype(str), "label": positive.astype(int)})
+        return pd.DataFrame({"text": df["text"].astype(str), "label": df["label"]})
+
+    train, test = labelled(raw_train).reset_index(drop=True), labelled(raw_test).reset_index(drop=True)
+    if ds.label_names:
+        names = {str(i): n for i, n in enumerate(ds.label_names)}
+    elif "label_name" in raw_train.columns and not ds.positive_column:
+        names = {str(k): str(v) for k, v in raw_train[["label", "label_name"]].drop_duplicates("label").itertuples(index=False)}
+    else:
+        names = {}
+    private = _balanced_sample(train, ds.private_per_class, rng)
+    test = _balanced_sample(test, ds.test_per_class, rng).reset_index(drop=True)
+    test_texts = set(test["text"])
+    client_pool = [t for t in train.drop(index=private.index)["text"] if t not in test_texts]
+    private = private.reset_index(drop=True)
+    path = work / "data" / ds.name / "private.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    private.to_parquet(path, index=False)
+    return PreparedData(str(path), private, client_pool, test, names)
+
+
+@task(name="prepare-data", cache_policy=NO_CACHE)
+def prepare_data_task(ds: DatasetSpec, work: str) -> PreparedData:
+    return prepare_data(ds, Path(work))
+
+
+def cell_id(dataset: str, method: str, eps: tuple[float, float] | None, seed: int, llm: str) -> str:
+    eps_part = "noeps" if eps is None else f"eps{eps[0]:g}+{eps[1]:g}"
+    return f"{dataset}/{method}/{llm.replace(':', '_').replace('/', '_')}/{eps_part}/seed{seed}"
+
+
+def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, method: str,
+                     eps: tuple[float, float], seed: int, out: Path) -> Release:
+    """Run the DP-KPS flow (as a subflow) on the private split; reuse a finished release (and its ledger)."""
+    if not (out / "manifest.json").exists():
+        from flows.dpkps import dpkps_flow
+
+        config = {**spec.dpkps, "data": data.private_path, "out": str(out), "method": method,
+                  "eps_voc": eps[0], "eps_kde": eps[1], "seed": seed, "per_class": ds.synthetic_per_class,
+                  "llm": spec.llm, "doc_type": ds.doc_type}
+        dpkps_flow(config)
+    return read_release(str(out))
+
+
+def real_baseline(data: PreparedData, per_class: int, seed: int) -> pd.DataFrame:
+    """The same classifier trained on as many real documents (drawn from the private split)."""
+    sample = _balanced_sample(data.private, per_class, np.random.default_rng(seed))
+    return sample.assign(keyphrases=[[] for _ in range(len(sample))]).reset_index(drop=True)
+
+
+def evaluate_cell(train: pd.DataFrame, data: PreparedData, test_view_texts: list[str], client_view: list[str],
+                  opts: EvalOptions) -> dict[str, Any]:
+    held_out = classify.HeldOutTestSet(test_view_texts, data.test["label"].tolist())
+    scored = score_corpus(train[["text", "label"]], held_out, client_texts=client_view if opts.coral else None,
+                          opts=opts)
+    return scored
+
+
+def _paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, coral: bool,
+                  eps: tuple[float, float] | None) -> tuple[float, str]:
+    """The paper's number for the same setting, and its table/row; NaN when the paper has none."""
+    llm_key = "none" if llm == "none" else "yes"
+    sampler = {"iterative-log": "iterative", "iterative-linear": "iterative"}.get(method, method)
+    rows = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
+                 & (paper["da"].isin(["any", "yes" if coral else "no"]))]
+    if method == "real":
+        rows = rows[rows["sampler"] == "real"]
+    else:
+        if eps is None:
+            return float("nan"), ""
+        rows = rows[(rows["eps_voc"] == eps[0]) & (rows["eps_kde"] == eps[1])]
+        exact = rows[rows["sampler"] == sampler]
+        rows = exact if len(exact) else rows[rows["sampler"] == "any"]
+    if rows.empty:
+        return float("nan"), ""
+    first = rows.iloc[0]
+    return float(first["accuracy"]), f"{first['table']}, {first['row']}, {first['column']}"
+
+
+def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, str]) -> pd.DataFrame:
+    """Mean and sample sd over seeds per (dataset, method, llm, coral, classifier, eps), paper beside."""
+    keys = ["dataset", "method", "llm", "coral", "classifier", "eps_voc", "eps_kde"]
+    cells = cells.assign(eps_voc=cells["eps_voc"].fillna(-1), eps_kde=cells["eps_kde"].fillna(-1))
+    rows = []
+    for key, g in cells.groupby(keys, sort=False):
+        rec = dict(zip(keys, key))
+        eps = None if rec["eps_voc"] < 0 else (rec["eps_voc"], rec["eps_kde"])
+        rec["eps_voc"], rec["eps_kde"] = (eps if eps else (float("nan"), float("nan")))
+        rec["eps_total"] = float("nan") if eps is None else eps[0] + eps[1]
+        for metric in ("accuracy", "macro_f1", "fid", "distinct_2"):
+            m, s = metrics.mean_and_spread(g[metric].tolist())
+            rec[f"{metric}_mean"], rec[f"{metric}_std"] = m, s
+        rec["seeds"] = int(len(g))
+        rec["llm_calls"] = float(g["llm_calls"].mean())
+        value, cite = _paper_lookup(paper, group=groups[rec["dataset"]], method=rec["method"], llm=rec["llm"],
+                                    coral=bool(rec["coral"]), eps=eps)
+        rec["paper_accuracy"], rec["paper_source"] = value, cite
+        rows.append(rec)
+    return pd.DataFrame(rows)
+
+
+def table_markdown(table: pd.DataFrame) -> str:
+    """The experiment table in markdown: ours as mean ± sd (percent) over seeds, the paper's beside."""
+    lines = ["| dataset | method | LLM | DA | classifier | eps_voc + eps_kde | accuracy % (mean ± sd) "
+             "| macro-F1 % | seeds | paper % | paper source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table.itertuples(index=False):
+        eps = "–" if np.isnan(r.eps_total) else f"{r.eps_voc:g} + {r.eps_kde:g} = {r.eps_total:g}"
+        paper = "–" if np.isnan(r.paper_accuracy) else f"{r.paper_accuracy:.1f}"
+        lines.append(f"| {r.dataset} | {r.method} | {r.llm} | {'yes' if r.coral else 'no'} | {r.classifier} | {eps} "
+                     f"| {100 * r.accuracy_mean:.1f} ± {100 * r.accuracy_std:.1f} "
+                     f"| {100 * r.macro_f1_mean:.1f} ± {100 * r.macro_f1_std:.1f} | {r.seeds} | {paper} "
+                     f"| {r.paper_source or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cells_table_rows(cells: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for r in cells.to_dict("records"):
+        rec = {k: r[k] for k in ("cell", "classifier", "accuracy", "macro_f1", "fid", "distinct_2",
+                                 "duplicate_rate", "llm_calls", "seconds") if k in r}
+        rec["report"] = r.get("report", "")
+        out.append(rec)
+    return out
+
+
+def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd.DataFrame,
+                            paper: pd.DataFrame, groups: dict[str, str]) -> str:
+    figures: dict[str, str] = {}
+    for (dataset, classifier, llm, coral), rows in table.groupby(["dataset", "classifier", "llm", "coral"], sort=False):
+        group = groups[dataset]
+        llm_key = "none" if llm == "none" else "yes"
+        p = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
+                  & (paper["da"].isin(["any", "yes" if coral else "no"]))]
+        p = p.assign(label=p["table"] + " " + p["column"],
+                     eps_total=p["eps_voc"].astype(float) + p["eps_kde"].astype(float))
+        title = f"{dataset}: {classifier}, LLM {llm}{', Deep CORAL' if coral else ''}"
+        figures[f"Accuracy vs epsilon, {title} (ours: mean ± sd over seeds; paper: hollow squares)"] = \
+            report.figure_to_data_uri(report.plot_accuracy_vs_epsilon(rows, p[["label", "eps_total", "accuracy"]],
+                                                                      title=title))
+    display = []
+    for r in table.to_dict("records"):
+        display.append({
+            "dataset": r["dataset"], "method": r["method"], "LLM": r["llm"], "DA": "yes" if r["coral"] else "no",
+            "classifier": r["classifier"],
+            "eps": "–" if np.isnan(r["eps_total"]) else f"{r['eps_voc']:g}+{r['eps_kde']:g}",
+            "accuracy %": f"{100 * r['accuracy_mean']:.1f} ± {100 * r['accuracy_std']:.1f}",
+            "macro-F1 %": f"{100 * r['macro_f1_mean']:.1f} ± {100 * r['macro_f1_std']:.1f}",
+            "FID": round(r["fid_mean"], 4), "seeds": r["seeds"],
+            "paper %": "–" if np.isnan(r["paper_accuracy"]) else f"{r['paper_accuracy']:.1f}",
+            "paper source": r["paper_source"] or "–",
+        })
+    used = paper[paper["dataset"].isin(set(groups.values()))]
+    summary = (f"{len(cells['cell'].unique())} runs: {len(spec.datasets)} dataset(s) x {len(spec.methods)} method(s) "
+               f"x {len(spec.eps)} epsilon setting(s) x {len(spec.seeds)} seed(s), LLM {spec.llm}. "
+               "Every classifier is trained on synthetic data only and scored on the real test set.")
+    return report.render_experiment_report(
+        title=f"privseed experiment: {spec.name}", table_markdown=table_markdown(table), table_rows=display,
+        figures=figures, paper_rows=used.astype(object).where(used.notna(), "").to_dict("records"), cells=_cells_table_rows(cells),
+        config=_spec_dict(spec), summary=summary)
+
+
+def _spec_dict(spec: ExperimentSpec) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(spec)
+
+
+@flow(name="experiment", log_prints=True)
+def experiment(config_path: str | None = None, overrides: dict[str, Any] | None = None,
+               cell_reports: bool = True, progress: bool = True) -> dict[str, Any]:
+    """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
+
+    Resumable: a finished cell's scores are kept in cells.jsonl and its release in runs/<cell>/ (whose
+    ledger re-reads every drawn value), so a re-run only does the missing cells.
+    """
+    from tqdm.auto import tqdm
+
+    spec = load_experiment(config_path, overrides)
+    out = spec.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    done_path = out / "cells.jsonl"
+    done: dict[str, list[dict[str, Any]]] = {}
+    if done_path.exists():
+        for line in done_path.read_text().splitlines():
+            rec = json.loads(line)
+            done.setdefault(rec["cell"], []).append(rec)
+    paper = pd.read_csv(PAPER_NUMBERS)
+    groups = {ds.name: ds.paper_group for ds in spec.datasets}
+    plan = []
+    for ds in spec.datasets:
+        for method in spec.methods:
+            for eps in ([None] if method in BASELINE_METHODS else spec.eps):
+                for seed in spec.seeds:
+                    plan.append((ds, method, eps, seed))
+    records: list[dict[str, Any]] = [r for recs in done.values() for r in recs]
+    prepared: dict[str, PreparedData] = {}
+    views: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    bar = tqdm(plan, desc=f"experiment {spec.name}", unit="run", disable=not progress)
+    for ds, method, eps, seed in bar:
+        cid = cell_id(ds.name, method, eps, seed, spec.llm)
+        bar.set_postfix_str(cid)
+        if cid in done:
+            continue
+        if ds.name not in prepared:
+            prepared[ds.name] = prepare_data_task(ds, str(out))
+        data = prepared[ds.name]
+        start = time.perf_counter()
+        release: Release | None = None
+        view = "phrases" if spec.llm == "none" else "text"
+        if method == "real":
+            train = real_baseline(data, ds.synthetic_per_class, seed)
+            manifest: dict[str, Any] = {"config": {"vocab": spec.dpkps.get("vocab", "english"),
+                                                   "vocab_top": spec.dpkps.get("vocab_top", 50_000)}}
+            if view == "phrases":  # Table 5's reference: real documents as their own phrase sequences
+                train = train.assign(text=phrase_view_task(train["text"].tolist(), _vocabulary_config(manifest)))
+        else:
+            release = generate_release(spec, ds, data, method, eps, seed, out / "runs" / cid)
+            train, manifest = release.rows, release.manifest
+        n_client = len(train) // 2
+        client = choose_client_texts(pd.DataFrame({"text": data.client_pool}), data.test["text"], len(train), seed)
+        key = (ds.name, view)
+        if key not in views:
+            test_texts = data.test["text"].tolist()
+            if view == "phrases":
+                vocab = _vocabulary_config(manifest)
+                views[key] = (phrase_view_task(test_texts, vocab), phrase_view_task(data.client_pool, vocab))
+            else:
+                views[key] = (test_texts, list(data.client_pool))
+        test_view_texts, client_pool_view = views[key]
+        if view == "phrases":
+            index = {t: i for i, t in enumerate(data.client_pool)}
+            client = [client_pool_view[index[t]] for t in client]
+        new_records = []
+        for coral in spec.coral:
+            opts = EvalOptions(classifier=spec.classifier, tfidf=spec.tfidf, coral=coral, test_view=view,
+                               train=classify.TrainConfig(seed=seed, max_epochs=spec.max_epochs, progress=False),
+                               map_method="pca")
+            scored = evaluate_cell(train, data, test_view_texts, client[:n_client], opts)
+            fid = metrics.frechet_distance(scored["test_x"], scored["train_x"])
+            corpus_stats = metrics.corpus_metrics(train["text"].astype(str).tolist())
+            usage = metrics.llm_usage(train)
+            report_path = ""
+            if cell_reports and release is not None:
+                report_path = str(out / "runs" / cid / ("report-coral.html" if coral else "report.html"))
+                result = {"title": cid, "synthetic": release.path, "test": ds.test or ds.train, "test_view": view,
+                          "n_train": len(train), "n_test": len(data.test), "scores": scored["scores"], "fid": fid,
+                          "client": "client pool (unlabelled training documents)" if coral else None,
+                          "n_client": n_client if coral else 0,
+                          "corpus": {"synthetic": corpus_stats, "real test": metrics.corpus_metrics(test_view_texts)},
+                          "usage": usage, "privacy": _privacy_summary(release.ledger)}
+                _write_text(report_path, build_run_report(result, scored, train, test_view_texts, data.label_names,
+                                                          manifest=release.manifest, ledger=release.ledger, opts=opts))
+            for label, s in scored["scores"].items():
+                new_records.append({
+                    "cell": cid, "dataset": ds.name, "method": method, "llm": spec.llm, "coral": coral,
+                    "classifier": label.replace(" + CORAL", ""), "seed": seed,
+                    "eps_voc": None if eps is None else eps[0], "eps_kde": None if eps is None else eps[1],
+                    "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "n_train": len(train),
+                    "n_test": s["n_test"], "fid": fid, "distinct_2": corpus_stats["distinct_2"],
+                    "duplicate_rate": corpus_stats["duplicate_rate"], "llm_calls": usage["llm_calls"],
+                    "tokens_out": usage["tokens_out"], "seconds": round(time.perf_counter() - start, 1),
+                    "report": report_path,
+                })
+        with done_path.open("a") as fh:
+            for rec in new_records:
+                fh.write(json.dumps(rec, default=_json_default) + "\n")
+        records.extend(new_records)
+    cells = pd.DataFrame(records)
+    table = aggregate_cells(cells, paper, groups)
+    table.to_csv(out / "table.csv", index=False)
+    cells.to_csv(out / "cells.csv", index=False)
+    md = table_markdown(table)
+    (out / "table.md").write_text(md)
+    (out / "report.html").write_text(build_experiment_report(spec, table, cells, paper, groups), encoding="utf-8")
+    print(md)
+    print(f"table: {out / 'table.csv'} and {out / 'table.md'}; report: {out / 'report.html'}")
+    return {"table": str(out / "table.csv"), "markdown": str(out / "table.md"), "report": str(out / "report.html"),
+            "rows": table.to_dict("records")}
+
+
+# ================================================================ CLI
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    ev = subparsers.add_parser("evaluate", help="train on a synthetic release only; score on a real test set",
+                               description=evaluate.__doc__)
+    ev.add_argument("--synthetic", required=True, metavar="OUT", help="a release folder (read through manifest.json)")
+    ev.add_argument("--test", required=True, metavar="PATH", help="the real labelled test set (Parquet)")
+    ev.add_argument("--client", metavar="PATH", help="unlabelled client documents for Deep CORAL (disjoint from --test)")
+    ev.add_argument("--coral", action="store_true", help="Deep CORAL domain adaptation against --client")
+    ev.add_argument("--classifier", choices=["mlp", "finetune"], default="mlp",
+                    help="mlp: 3-layer MLP over frozen MiniLM embeddings (CPU); finetune: MiniLM end to end (GPU)")
+    ev.add_argument("--test-view", choices=["auto", "text", "phrases"], default="auto",
+                    help="phrases: test documents become phrase sequences (no-LLM ablation; auto when --llm none)")
+    ev.add_argument("--json", dest="json_path", metavar="FILE", help="write the scores and metrics as JSON")
+    ev.add_argument("--report", dest="report_path", metavar="FILE", help="where report.html goes (default OUT/report.html)")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--epochs", dest="max_epochs", type=int, default=60, help="maximum epochs (early stopping)")
+    ev.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    ev.add_argument("--text-column", default="text")
+    ev.add_argument("--label-column", default="label")
+    ev.set_defaults(func=_evaluate_from_cli)
+
+    ex = subparsers.add_parser("experiment", help="a grid of methods x epsilon x seeds, one table beside the paper")
+    ex.add_argument("--config", dest="experiment_config", metavar="FILE", help="experiments/*.toml")
+    ex.add_argument("--name")
+    ex.add_argument("--methods", type=_csv, help="comma separated: independent,iterative-log,iterative-linear,real")
+    ex.add_argument("--eps", type=_eps_pairs, help="eps_voc+eps_kde pairs, e.g. 1+5,5+5,1+10,5+10")
+    ex.add_argument("--seeds", type=lambda s: [int(x) for x in _csv(s)], help="e.g. 0,1,2")
+    ex.add_argument("--llm", help="none | local | anthropic:MODEL (passed to the DP-KPS flow)")
+    ex.add_argument("--classifier", choices=["mlp", "finetune"])
+    ex.add_argument("--coral", choices=["no", "yes", "both"], help="Deep CORAL: without, with, or both (Table 4)")
+    ex.add_argument("--out", help="results folder (default experiments/results)")
+    ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
+                    help="skip the per-run report.html files")
+    ex.set_defaults(func=_experiment_from_cli)
+
+
+def _csv(value: str) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+def _eps_pairs(value: str) -> list[list[float]]:
+    try:
+        return [[float(a), float(b)] for a, b in (p.split("+") for p in _csv(value))]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--eps wants pairs like 1+5,5+10, got {value!r}") from exc
+
+
+def _evaluate_from_cli(args: argparse.Namespace) -> int:
+    evaluate(synthetic=args.synthetic, test=args.test, client=args.client, coral=args.coral,
+             classifier=args.classifier, json_path=args.json_path, report_path=args.report_path,
+             test_view=args.test_view, seed=args.seed, max_epochs=args.max_epochs, device=args.device,
+             text_column=args.text_column, label_column=args.label_column)
+    return 0
+
+
+def _experiment_from_cli(args: argparse.Namespace) -> int:
+    coral = {"no": [False], "yes": [True], "both": [False, True]}.get(args.coral) if args.coral else None
+    overrides = {"name": args.name, "methods": args.methods, "eps": args.eps, "seeds": args.seeds, "llm": args.llm,
+                 "classifier": args.classifier, "coral": coral, "out": args.out}
+    if not args.experiment_config and not args.methods:
+        raise ConfigError("give --config experiments/X.toml (or at least --methods and a dataset in a config)")
+    experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports)
+    return 0

@@ -1,0 +1,188 @@
+"""Evaluation metrics for a synthetic release: utility, fidelity, diversity and cost.
+
+Pure functions (numpy/scipy/sklearn, no I/O). Everything here works on released data or on the
+evaluator's own test/client data; nothing here touches the private corpus, so there is no privacy
+cost and no ledger entry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.linalg
+from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens; the same rule for lengths, distinct-n and coverage."""
+    return _TOKEN.findall(str(text).lower())
+
+
+# ---------------------------------------------------------------- utility
+def classification_scores(y_true: Sequence[Any], y_pred: Sequence[Any]) -> dict[str, float]:
+    """Accuracy and macro-F1 over the classes present in y_true or y_pred."""
+    y_true = np.asarray(list(y_true), dtype=object)
+    y_pred = np.asarray(list(y_pred), dtype=object)
+    if len(y_true) != len(y_pred):
+        raise ValueError(f"{len(y_true)} true labels but {len(y_pred)} predictions")
+    if len(y_true) == 0:
+        raise ValueError("cannot score an empty test set")
+    # sklearn needs one comparable type: compare labels as strings (int 3 and "3" are the same class).
+    t = y_true.astype(str)
+    p = y_pred.astype(str)
+    return {
+        "accuracy": float(accuracy_score(t, p)),
+        "macro_f1": float(f1_score(t, p, average="macro", zero_division=0)),
+        "n_test": int(len(t)),
+    }
+
+
+def label_confusion(y_true: Sequence[Any], y_pred: Sequence[Any], labels: Sequence[Any]) -> np.ndarray:
+    """Confusion counts, rows = true label, columns = predicted label, in the order of `labels`."""
+    lab = [str(x) for x in labels]
+    return confusion_matrix(np.asarray(list(y_true)).astype(str), np.asarray(list(y_pred)).astype(str), labels=lab)
+
+
+# ---------------------------------------------------------------- fidelity
+def frechet_distance(real: np.ndarray, synthetic: np.ndarray) -> float:
+    """Fréchet distance between Gaussians fitted to two embedding sets (FID, Heusel et al. 2017).
+
+    ||mu_r - mu_s||^2 + Tr(C_r + C_s - 2 (C_r C_s)^{1/2}). Computed on sentence embeddings, as in
+    Aug-PE's text FID. The matrix square root comes from scipy; its tiny imaginary part (numerical)
+    is dropped, and a singular product is regularised by eps * I as in the reference implementation.
+    """
+    real = np.asarray(real, dtype=np.float64)
+    synthetic = np.asarray(synthetic, dtype=np.float64)
+    if real.ndim != 2 or synthetic.ndim != 2 or real.shape[1] != synthetic.shape[1]:
+        raise ValueError(f"embedding shapes {real.shape} and {synthetic.shape} are not comparable")
+    if len(real) < 2 or len(synthetic) < 2:
+        raise ValueError("FID needs at least two embeddings on each side")
+    mu_r, mu_s = real.mean(axis=0), synthetic.mean(axis=0)
+    cov_r = np.cov(real, rowvar=False)
+    cov_s = np.cov(synthetic, rowvar=False)
+    covmean = scipy.linalg.sqrtm(cov_r @ cov_s)
+    if not np.isfinite(covmean).all():
+        offset = np.eye(cov_r.shape[0]) * 1e-6
+        covmean = scipy.linalg.sqrtm((cov_r + offset) @ (cov_s + offset))
+    covmean = np.real(covmean)
+    diff = mu_r - mu_s
+    value = float(diff @ diff + np.trace(cov_r) + np.trace(cov_s) - 2.0 * np.trace(covmean))
+    return max(value, 0.0)
+
+
+def length_summary(texts: Iterable[str]) -> dict[str, float]:
+    """Word-count distribution summary (mean, median, p10, p90, min, max)."""
+    lengths = np.array([len(tokenize(t)) for t in texts], dtype=np.float64)
+    if lengths.size == 0:
+        return {"mean": 0.0, "median": 0.0, "p10": 0.0, "p90": 0.0, "min": 0.0, "max": 0.0}
+    return {
+        "mean": float(lengths.mean()),
+        "median": float(np.median(lengths)),
+        "p10": float(np.percentile(lengths, 10)),
+        "p90": float(np.percentile(lengths, 90)),
+        "min": float(lengths.min()),
+        "max": float(lengths.max()),
+    }
+
+
+def word_lengths(texts: Iterable[str]) -> np.ndarray:
+    return np.array([len(tokenize(t)) for t in texts], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- diversity
+def distinct_n(texts: Iterable[str], n: int) -> float:
+    """Distinct-n (Li et al. 2016): unique n-grams / all n-grams over the whole corpus."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    total = 0
+    seen: set[tuple[str, ...]] = set()
+    for text in texts:
+        toks = tokenize(text)
+        grams = [tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)]
+        total += len(grams)
+        seen.update(grams)
+    return float(len(seen) / total) if total else 0.0
+
+
+def duplicate_rate(texts: Iterable[str]) -> float:
+    """Share of documents that repeat an earlier document (after lower-casing and collapsing spaces)."""
+    normalized = [" ".join(tokenize(t)) for t in texts]
+    if not normalized:
+        return 0.0
+    counts = Counter(normalized)
+    repeats = sum(c - 1 for c in counts.values())
+    return float(repeats / len(normalized))
+
+
+def seed_term_coverage(texts: Sequence[str], keyphrases: Sequence[Sequence[str]]) -> float:
+    """Mean share of a document's seed keyphrases that appear (as whole words) in its text."""
+    shares = []
+    for text, phrases in zip(texts, keyphrases, strict=True):
+        phrases = [str(p) for p in (list(phrases) if phrases is not None else [])]
+        if not phrases:
+            continue
+        padded = " " + " ".join(tokenize(text)) + " "
+        hit = sum(1 for p in phrases if " " + " ".join(tokenize(p)) + " " in padded)
+        shares.append(hit / len(phrases))
+    return float(np.mean(shares)) if shares else float("nan")
+
+
+# ---------------------------------------------------------------- cost
+def llm_usage(release: pd.DataFrame) -> dict[str, float]:
+    """LLM calls and tokens spent, from the release's generation columns.
+
+    A row written by an LLM carries `backend` (not "none") and token counts; a `--llm none` release has
+    no such columns (or backend == "none") and costs nothing. Rows that record several calls (e.g. best
+    of K candidates) carry an `llm_calls` column; otherwise one row is one call.
+    """
+    if "backend" in release.columns:
+        by_llm = release["backend"].fillna("none").astype(str).str.lower() != "none"
+    else:
+        by_llm = pd.Series(False, index=release.index)
+        if "tokens_out" in release.columns:
+            by_llm = release["tokens_out"].fillna(0) > 0
+    llm_rows = release[by_llm]
+    if "llm_calls" in release.columns:
+        calls = float(pd.to_numeric(llm_rows["llm_calls"], errors="coerce").fillna(1).sum())
+    else:
+        calls = float(len(llm_rows))
+    tokens_in = float(pd.to_numeric(llm_rows.get("tokens_in", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+    tokens_out = float(pd.to_numeric(llm_rows.get("tokens_out", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+    backends = sorted({str(b) for b in llm_rows.get("backend", pd.Series(dtype=str)).dropna().unique()})
+    models = sorted({str(m) for m in llm_rows.get("model", pd.Series(dtype=str)).dropna().unique()})
+    return {
+        "llm_calls": calls,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "backends": ", ".join(backends) if backends else "none",
+        "models": ", ".join(models) if models else "",
+    }
+
+
+def corpus_metrics(texts: Sequence[str], keyphrases: Sequence[Sequence[str]] | None = None) -> dict[str, float]:
+    """Diversity and length metrics of a corpus in one dict (the report's 'corpus' table)."""
+    out: dict[str, float] = {
+        "documents": float(len(texts)),
+        "distinct_1": distinct_n(texts, 1),
+        "distinct_2": distinct_n(texts, 2),
+        "duplicate_rate": duplicate_rate(texts),
+    }
+    out.update({f"words_{k}": v for k, v in length_summary(texts).items()})
+    if keyphrases is not None:
+        out["seed_term_coverage"] = seed_term_coverage(texts, keyphrases)
+    return out
+
+
+def mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; 0 for a single value) over seeds."""
+    arr = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
+    if arr.size == 0:
+        return float("nan"), float("nan")
+    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0

@@ -1,0 +1,69 @@
+"""The DP-KPS privatization stages called directly (no Prefect server, no cluster): budget split, ledger
+entries, draw-once noise, refusals, and a declared class with no documents."""
+
+import numpy as np
+import pytest
+
+from flows.dpkps import (
+    corpus_shards,
+    embed_released_vocabulary,
+    privatize_vocabulary_stage,
+    sample_keyphrase_sequences,
+    sketch_per_class,
+    vocabulary_histogram,
+)
+from tasks.config import DpKpsConfig
+from tasks.errors import CorpusError, LedgerMismatchError
+from tasks.ledger import PrivacyLedger
+
+
+def _config(tmp_path, **overrides):
+    values = dict(data="unused", out=str(tmp_path / "out"), method="iterative-log", vocab_top=20000, vocab_size=30,
+                  n_features=32, per_class=3, length=5, eps_voc=1.0, eps_kde=10.0, gate=False)
+    values.update(overrides)
+    return DpKpsConfig(**values)
+
+
+@pytest.mark.parametrize("method,sketches", [("iterative-log", 4), ("iterative-linear", 5), ("independent", 1)])
+def test_stages_split_the_budget_and_draw_once(tmp_path, tiny_corpus, method, sketches):
+    cfg = _config(tmp_path, method=method)
+    ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
+    labels = [0, 1, 2, 3]  # class 3 is declared but has no documents: sampled from noise, no special path
+    shards = corpus_shards(tiny_corpus, n_workers=2)
+    assert sum(len(texts) for texts, _ in shards) == len(tiny_corpus)
+    terms = privatize_vocabulary_stage.fn(vocabulary_histogram.fn(shards, cfg), cfg, ledger)
+    assert len(terms) == 30
+    embeddings = embed_released_vocabulary.fn(terms, cfg)
+    released = sketch_per_class.fn(shards, labels, terms, embeddings, cfg, ledger)
+    assert released.shape == (4, sketches, 32)
+
+    entries = {e["name"]: e for e in ledger.entries()}
+    assert len(entries) == 1 + 4 * sketches
+    assert entries["vocabulary"]["epsilon"] == 1.0 and entries["vocabulary"]["sensitivity"] == 10
+    kde = [e for e in entries.values() if e["stage"] == "kde"]
+    assert {e["partition"] for e in kde} == {"class0", "class1", "class2", "class3"}
+    assert all(e["epsilon"] == pytest.approx(10.0 / sketches) for e in kde)
+    assert all(e["sensitivity"] == pytest.approx(np.sqrt(2) * 32) for e in kde)
+    assert ledger.total() == (pytest.approx(11.0), 0.0)  # eps_voc + eps_kde: classes compose in parallel
+
+    # a retry re-reads the noise instead of drawing it again, and charges nothing more
+    again = sketch_per_class.fn(shards, labels, terms, embeddings, cfg, ledger)
+    np.testing.assert_array_equal(again, released)
+    assert ledger.total() == (pytest.approx(11.0), 0.0)
+
+    sequences = sample_keyphrase_sequences.fn(released, labels, terms, embeddings, cfg)
+    assert sequences.groupby("label").size().to_dict() == {0: 3, 1: 3, 2: 3, 3: 3}
+    assert all(len(k) == 5 and set(k) <= set(terms) for k in sequences["keyphrases"])
+
+    # the same release names under other parameters are refused, never silently redrawn
+    with pytest.raises(LedgerMismatchError):
+        sketch_per_class.fn(shards, labels, terms, embeddings, _config(tmp_path, method=method, bandwidth=0.9), ledger)
+
+
+def test_corpus_without_vocabulary_terms_fails_before_any_noise(tmp_path):
+    import pandas as pd
+
+    cfg = _config(tmp_path)
+    corpus = pd.DataFrame({"text": ["zzqx wvvk", "qqzx kkwv"], "label": [0, 1]})
+    with pytest.raises(CorpusError, match="vocabulary"):
+        vocabulary_histogram.fn(corpus_shards(corpus, 1), cfg)

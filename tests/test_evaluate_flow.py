@@ -1,0 +1,164 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows import evaluate as ev
+from tasks import classify
+from tasks.corpus import dataset_fingerprint, publish_release
+from tasks.errors import ConfigError
+from tasks.ledger import PrivacyLedger
+
+TOPICS = {
+    0: ("Athlete", ["football", "striker", "goal", "league", "coach", "stadium", "match", "season"]),
+    1: ("Album", ["album", "guitar", "band", "song", "singer", "concert", "record", "drummer"]),
+    2: ("NaturalPlace", ["river", "mountain", "forest", "lake", "glacier", "valley", "island", "waterfall"]),
+}
+
+
+def topic_docs(n_per_class: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for label, (name, words) in TOPICS.items():
+        for _ in range(n_per_class):
+            w = rng.choice(words, size=4, replace=False)
+            rows.append((f"The {w[0]} near the {w[1]} was known for its {w[2]} and {w[3]}.", label, name, list(w)))
+    return pd.DataFrame(rows, columns=["text", "label", "label_name", "keyphrases"])
+
+
+@pytest.fixture
+def release_and_data(tmp_path):
+    synthetic = topic_docs(10, seed=0)
+    rows = synthetic[["text", "label", "keyphrases"]].assign(
+        backend="local", model="tiny", seed=range(len(synthetic)), tokens_in=20, tokens_out=30)
+    ledger = PrivacyLedger(str(tmp_path / "state"), dataset_fingerprint(rows[["text", "label"]]), "run1")
+    ledger.charge("vocabulary", mechanism="laplace", params={"S": 10}, epsilon=1.0, stage="vocabulary")
+    out = tmp_path / "release"
+    publish_release(str(out), rows, ledger=ledger, config={"llm": "local", "vocab": "english", "vocab_top": 50000})
+    test_path, client_path = tmp_path / "test.parquet", tmp_path / "client.parquet"
+    topic_docs(8, seed=1).drop(columns="keyphrases").to_parquet(test_path, index=False)
+    topic_docs(6, seed=2)[["text"]].to_parquet(client_path, index=False)  # unlabelled
+    return str(out), str(test_path), str(client_path)
+
+
+def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_and_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
+    out, test, client = release_and_data
+    result = ev.evaluate(out, test, client=client, coral=True, json_path=str(tmp_path / "r.json"),
+                         max_epochs=30, progress=False)
+    scores = json.loads((tmp_path / "r.json").read_text())["scores"]
+    assert set(scores) == {"MLP on MiniLM + CORAL", "TF-IDF + LR"}
+    for s in scores.values():
+        assert s["accuracy"] > 0.6 and s["n_test"] == 24  # chance is 1/3
+    assert result["n_client"] == 15  # half the synthetic corpus, never more than the client has
+    assert result["usage"]["llm_calls"] == 30 and result["usage"]["tokens_out"] == 900
+    html_text = open(f"{out}/report.html").read()
+    for section in ev.report.RUN_SECTIONS:
+        assert f"<section id='{section}'>" in html_text
+    assert "Athlete" in html_text  # label names from the test file's label_name column
+
+
+def test_evaluator_never_reads_test_labels_during_training(prefect_harness, release_and_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
+    out, test, client = release_and_data
+    finished_trainings: list[str] = []
+    label_reads: list[int] = []
+    real_train = ev.train_and_predict
+
+    def recording_train(kind, *args, **kwargs):
+        result = real_train(kind, *args, **kwargs)
+        finished_trainings.append(kind)
+        return result
+
+    real_read = classify.HeldOutTestSet.labels_for_scoring
+
+    def recording_read(self):
+        label_reads.append(len(finished_trainings))
+        return real_read(self)
+
+    monkeypatch.setattr(ev, "train_and_predict", recording_train)
+    monkeypatch.setattr(classify.HeldOutTestSet, "labels_for_scoring", recording_read)
+    ev.evaluate(out, test, client=client, coral=True, max_epochs=20, progress=False,
+                report_path=str(tmp_path / "r.html"))
+    assert finished_trainings == ["mlp", "tfidf"]
+    assert label_reads == [2]  # read once, after both classifiers were trained
+
+    # and the labels cannot influence training: permuting them leaves every prediction unchanged
+    release = ev.read_release(out)
+    test_df = ev.read_labelled(test)
+    opts = ev.EvalOptions(train=classify.TrainConfig(max_epochs=15, progress=False), coral=False)
+    texts, labels = test_df["text"].tolist(), test_df["label"].to_numpy()
+    a = ev.score_corpus(release.rows, classify.HeldOutTestSet(texts, labels), client_texts=None, opts=opts)
+    b = ev.score_corpus(release.rows, classify.HeldOutTestSet(texts, np.random.default_rng(0).permutation(labels)),
+                        client_texts=None, opts=opts)
+    for name in a["runs"]:
+        assert a["runs"][name]["predictions"] == b["runs"][name]["predictions"]
+
+
+def test_client_documents_are_disjoint_from_test_and_half_the_synthetic_size():
+    client = pd.DataFrame({"text": [f"doc {i}" for i in range(50)]})
+    test_texts = [f"doc {i}" for i in range(10)]
+    chosen = ev.choose_client_texts(client, test_texts, n_synthetic=40, seed=0)
+    assert len(chosen) == 20 and not set(chosen) & set(test_texts)
+    assert chosen == ev.choose_client_texts(client, test_texts, n_synthetic=40, seed=0)
+
+
+def test_cli_registers_evaluate_and_experiment():
+    from flows.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["evaluate", "--synthetic", "OUT", "--test", "t.parquet", "--coral", "--client", "c",
+                              "--classifier", "finetune", "--json", "r.json"])
+    assert args.func is ev._evaluate_from_cli and args.coral and args.classifier == "finetune"
+    args = parser.parse_args(["experiment", "--config", "experiments/dbpedia14_nollm.toml", "--eps", "1+5,5+10",
+                              "--seeds", "0,1,2", "--coral", "both"])
+    assert args.eps == [[1.0, 5.0], [5.0, 10.0]] and args.seeds == [0, 1, 2] and args.coral == "both"
+
+
+def test_experiment_configs_in_the_repo_load():
+    from pathlib import Path
+
+    for path in sorted(Path(ev.REPO / "experiments").glob("*.toml")):
+        spec = ev.load_experiment(str(path))
+        assert spec.datasets and spec.methods and len(spec.seeds) >= 3, path
+    with pytest.raises(ConfigError, match="unknown method"):
+        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t"}, "methods": ["magic"], "eps": [[1, 5]],
+                                  "seeds": [0]})
+
+
+def test_paper_lookup_cites_table_and_row():
+    paper = pd.read_csv(ev.PAPER_NUMBERS)
+    value, source = ev._paper_lookup(paper, group="dbpedia14", method="independent", llm="none", coral=False,
+                                     eps=(1.0, 10.0))
+    assert value == 80.6 and source.startswith("Table 5")
+    value, source = ev._paper_lookup(paper, group="dbpedia14", method="iterative-log", llm="local", coral=True,
+                                     eps=(5.0, 10.0))
+    assert value == 85.1 and source.startswith("Table 2")
+    value, _ = ev._paper_lookup(paper, group="dbpedia14", method="real", llm="none", coral=False, eps=None)
+    assert value == 85.2
+
+
+def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
+    train = topic_docs(30, seed=3).drop(columns="keyphrases")
+    test = topic_docs(8, seed=4).drop(columns="keyphrases")
+    train.to_parquet(tmp_path / "train.parquet", index=False)
+    test.to_parquet(tmp_path / "test.parquet", index=False)
+    overrides = {"name": "tiny", "out": str(tmp_path / "results"), "methods": ["real"], "eps": [[1, 5]],
+                 "seeds": [0, 1], "llm": "local", "max_epochs": 15, "coral": [False, True],
+                 "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"),
+                             "test": str(tmp_path / "test.parquet"), "private_per_class": 10,
+                             "synthetic_per_class": 8}}
+    result = ev.experiment(overrides=overrides, progress=False)
+    table = pd.read_csv(result["table"])
+    assert set(table["classifier"]) == {"MLP on MiniLM", "TF-IDF + LR"} and set(table["coral"]) == {False, True}
+    assert (table["seeds"] == 2).all() and (table["accuracy_mean"] > 0.6).all()
+    md = open(result["markdown"]).read()
+    assert "± " in md and "| tiny | real |" in md
+    html_text = open(result["report"]).read()
+    for section in ev.report.EXPERIMENT_SECTIONS:
+        assert f"<section id='{section}'>" in html_text
+    n_cells = len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines())
+    ev.experiment(overrides=overrides, progress=False)  # a re-run resumes: nothing is recomputed
+    assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells == 2 * 2 * 2

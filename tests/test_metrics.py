@@ -1,0 +1,51 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks import metrics
+
+
+def test_classification_scores_known_values():
+    s = metrics.classification_scores([0, 0, 1, 1], [0, 1, 1, 1])
+    assert s["accuracy"] == pytest.approx(0.75)
+    # class 0: P=1 R=.5 F1=2/3; class 1: P=2/3 R=1 F1=.8 -> macro 0.7333
+    assert s["macro_f1"] == pytest.approx((2 / 3 + 0.8) / 2)
+    # string and int labels of the same class compare equal
+    assert metrics.classification_scores(["1", "0"], [1, 0])["accuracy"] == 1.0
+
+
+def test_frechet_distance_matches_closed_form_for_gaussians():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.0, 1.0, size=(20000, 3))
+    b = rng.normal(0.0, 2.0, size=(20000, 3)) + np.array([1.0, 0.0, 0.0])
+    # closed form: |mu|^2 + tr(I + 4I - 2*2I) = 1 + 3*(1 + 4 - 4) = 4
+    assert metrics.frechet_distance(a, b) == pytest.approx(4.0, rel=0.05)
+    assert metrics.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_distinct_n_and_duplicates():
+    texts = ["a b c", "a b c", "a b d"]
+    assert metrics.distinct_n(texts, 1) == pytest.approx(4 / 9)
+    assert metrics.distinct_n(texts, 2) == pytest.approx(3 / 6)
+    assert metrics.duplicate_rate(texts) == pytest.approx(1 / 3)
+    assert metrics.duplicate_rate(["A  b", "a b", "c"]) == pytest.approx(1 / 3)
+
+
+def test_seed_term_coverage_counts_whole_phrases():
+    texts = ["Congestive heart failure was treated.", "nothing here"]
+    seeds = [["congestive heart failure", "aspirin"], ["heart"]]
+    assert metrics.seed_term_coverage(texts, seeds) == pytest.approx((0.5 + 0.0) / 2)
+
+
+def test_llm_usage_from_release_columns():
+    df = pd.DataFrame({"text": ["x", "y", "z"], "backend": ["local", "local", "none"],
+                       "model": ["m", "m", None], "tokens_in": [10, 20, 0], "tokens_out": [5, 7, 0]})
+    u = metrics.llm_usage(df)
+    assert (u["llm_calls"], u["tokens_in"], u["tokens_out"]) == (2.0, 30.0, 12.0)
+    assert metrics.llm_usage(pd.DataFrame({"text": ["a"]}))["llm_calls"] == 0.0
+
+
+def test_mean_and_spread():
+    m, s = metrics.mean_and_spread([0.5, 0.7, 0.6])
+    assert m == pytest.approx(0.6) and s == pytest.approx(0.1)
+    assert metrics.mean_and_spread([0.4]) == (0.4, 0.0)

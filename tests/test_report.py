@@ -1,0 +1,66 @@
+import base64
+import re
+
+import numpy as np
+import pandas as pd
+
+from tasks import report
+
+
+def _images(html_text: str) -> list[bytes]:
+    return [base64.b64decode(b) for b in re.findall(r"src='data:image/png;base64,([^']+)'", html_text)]
+
+
+def test_run_report_renders_every_section_offline():
+    rng = np.random.default_rng(0)
+    real_xy, syn_xy = report.project_2d(rng.normal(size=(40, 8)), rng.normal(size=(30, 8)) + 1, method="tsne")
+    figures = {
+        "map": report.figure_to_data_uri(report.plot_embedding_map(real_xy, syn_xy, method="tsne")),
+        "lengths": report.figure_to_data_uri(report.plot_length_histograms([10, 20, 30], [12, 15, 40])),
+        "confusion": report.figure_to_data_uri(report.plot_confusion(np.array([[3, 1], [0, 4]]), ["a", "b"], title="c")),
+        "training": report.figure_to_data_uri(report.plot_training_curve(
+            [{"epoch": 1, "train_loss": 1.0, "val_accuracy": 0.5}, {"epoch": 2, "train_loss": 0.5, "val_accuracy": 0.7}],
+            title="t")),
+    }
+    ledger = {"entries": [{"name": "vocabulary", "mechanism": "laplace", "epsilon": 1.0, "stage": "vocabulary",
+                           "params": {"S": 10}}], "total": {"epsilon": 11.0, "delta": 0.0}}
+    result = {"title": "t", "synthetic": "/out", "test": "/test.parquet", "n_train": 8, "n_test": 8,
+              "scores": {"MLP on MiniLM": {"accuracy": 0.875, "macro_f1": 0.87, "n_test": 8}},
+              "fid": 0.12, "corpus": {"synthetic": {"distinct_2": 0.5}}, "usage": {"llm_calls": 8.0},
+              "privacy": "epsilon = 11"}
+    examples = [{"label_name": "Athlete", "keyphrases": np.array(["football", "league"]), "seed": 3,
+                 "text": "A <b>footballer</b> of the league."}]
+    html_text = report.render_run_report(result, figures=figures, ledger=ledger,
+                                         manifest={"config": {"eps_voc": 1}}, examples=examples)
+    for section in report.RUN_SECTIONS:
+        assert f"<section id='{section}'>" in html_text
+    pngs = _images(html_text)
+    assert len(pngs) == 4 and all(p.startswith(b"\x89PNG") for p in pngs)
+    assert "http://" not in html_text and "https://" not in html_text and "<script" not in html_text  # offline
+    assert "&lt;b&gt;footballer&lt;/b&gt;" in html_text  # document text is escaped, never raw HTML
+    assert "football, league" in html_text and "generation seed 3" in html_text
+    assert "87.5%" in html_text and "epsilon = 11" in html_text and "laplace" in html_text
+
+
+def test_experiment_report_renders_every_section():
+    table = pd.DataFrame({"method": ["independent", "independent", "real"], "eps_total": [6.0, 11.0, np.nan],
+                          "accuracy_mean": [0.6, 0.7, 0.85], "accuracy_std": [0.02, 0.01, 0.0]})
+    paper = pd.DataFrame({"label": ["Table 5 no LLM"] * 2, "eps_total": [6.0, 11.0], "accuracy": [71.7, 80.6]})
+    figures = {"acc": report.figure_to_data_uri(report.plot_accuracy_vs_epsilon(table, paper, title="x"))}
+    html_text = report.render_experiment_report(
+        title="exp", table_markdown="| a |", table_rows=[{"method": "independent", "accuracy %": "60.0 ± 2.0"}],
+        figures=figures, paper_rows=[{"table": "Table 5", "row": "eps 6", "accuracy": 71.7}],
+        cells=[{"cell": "x/independent/none/eps1+5/seed0", "accuracy": 0.6}], config={"seeds": [0, 1, 2]},
+        summary="3 runs")
+    for section in report.EXPERIMENT_SECTIONS:
+        assert f"<section id='{section}'>" in html_text
+    assert len(_images(html_text)) == 1 and "Table 5" in html_text and "60.0 ± 2.0" in html_text
+
+
+def test_ledger_rows_reads_the_foundation_ledger_format():
+    rows, total = report.ledger_rows({"entries": [{"name": "kde-0", "mechanism": "laplace", "epsilon": 10.0,
+                                                    "partition": "3", "params": {"I": 300}}],
+                                      "total": {"epsilon": 11.0, "delta": 0.0}})
+    assert rows[0]["name"] == "kde-0" and rows[0]["partition"] == "3" and '"I": 300' in rows[0]["params"]
+    assert "epsilon = 11" in total
+    assert report.ledger_rows(None) == ([], "no ledger in this release")
