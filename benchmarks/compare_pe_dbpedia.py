@@ -149,6 +149,12 @@ def main() -> None:
                      "tokens_out": int(frame["tokens_out"].sum()) if "tokens_out" in frame else 0,
                      "texts": len(frame), "accuracy": acc, "macro_f1": f1, "minutes": minutes})
         print(json.dumps(rows[-1]), flush=True)
+        if name == "dpkps":  # the no-LLM ablation: the released keyphrase sequences themselves are the texts
+            seeds_frame, _, _ = read_release(str(out / "dpkps-seeds"))
+            acc, f1 = classify(seeds_frame, test)
+            rows.append({"method": "dpkps (keyphrases only, no LLM)", "budget": budget, "calls": 0, "tokens_out": 0,
+                         "texts": len(seeds_frame), "accuracy": acc, "macro_f1": f1, "minutes": 0.0})
+            print(json.dumps(rows[-1]), flush=True)
         pd.DataFrame(rows).to_json(out / "results.json", orient="records", indent=2)
 
     print("\n| method | budget | LLM calls | texts | accuracy | macro-F1 | wall (min) |")
