@@ -123,7 +123,7 @@ def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarra
     if len(texts) == 0:
         return np.zeros((0, 384), dtype=np.float32)
     vectors = np.asarray(embed_texts(list(texts), model=model), dtype=np.float32)
-    tmp = path.with_suffix(".tmp.npy")
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # unique per process; the rename is atomic
     np.save(tmp, vectors)
     tmp.replace(path)
     return vectors
@@ -266,7 +266,8 @@ def build_run_report(result: dict[str, Any], scored: dict[str, Any], release_row
     figures["2-D map of real test vs synthetic embeddings (as the paper's Figure 5)"] = report.figure_to_data_uri(
         report.plot_embedding_map(real_xy, syn_xy, method=opts.map_method))
     figures["Document lengths in words"] = report.figure_to_data_uri(report.plot_length_histograms(
-        metrics.word_lengths(test_texts), metrics.word_lengths(release_rows["text"].astype(str))))
+        metrics.word_lengths(test_texts), metrics.word_lengths(release_rows["text"].astype(str)),
+        real_label="real test" + (" as phrase sequences" if result.get("test_view") == "phrases" else "")))
     classes = sorted({*map(str, scored["y_true"]), *map(str, release_rows["label"])},
                      key=lambda v: (len(v), v))
     for label, run in scored["runs"].items():
@@ -307,11 +308,35 @@ def choose_client_texts(client: pd.DataFrame, test_texts: Sequence[str], n_synth
     return texts
 
 
+EVALUATE_KEYS = ("synthetic", "test", "client", "coral", "classifier", "json_path", "report_path", "test_view",
+                 "seed", "max_epochs", "device", "text_column", "label_column", "progress")
+
+
 @flow(name="evaluate", log_prints=True)
-def evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
-             classifier: str = "mlp", json_path: str | None = None, report_path: str | None = None,
-             test_view: str = "auto", seed: int = 0, max_epochs: int = 60, device: str | None = None,
-             text_column: str = "text", label_column: str = "label", progress: bool = True) -> dict[str, Any]:
+def evaluate_flow(config: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate one release (the deployable entry point; `config` holds `evaluate`'s parameters and is
+    JSON-able; `release` is accepted for `synthetic`)."""
+    values = dict(config)
+    if "release" in values:
+        values["synthetic"] = values.pop("release")
+    unknown = sorted(set(values) - set(EVALUATE_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown evaluate setting(s): {', '.join(unknown)}")
+    missing = [k for k in ("synthetic", "test") if not values.get(k)]
+    if missing:
+        raise ConfigError(f"evaluate needs {' and '.join(missing)}")
+    return _evaluate(**values)
+
+
+def evaluate(synthetic: str, test: str, **options: Any) -> dict[str, Any]:
+    """Python entry point: `evaluate(OUT, TEST, client=..., coral=True, ...)` runs the `evaluate` flow."""
+    return evaluate_flow({"synthetic": synthetic, "test": test, **options})
+
+
+def _evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
+              classifier: str = "mlp", json_path: str | None = None, report_path: str | None = None,
+              test_view: str = "auto", seed: int = 0, max_epochs: int = 60, device: str | None = None,
+              text_column: str = "text", label_column: str = "label", progress: bool = True) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set."""
     if classifier not in ("mlp", "finetune"):
         raise ConfigError(f"--classifier must be mlp or finetune, not {classifier!r}")
@@ -398,7 +423,7 @@ def _json_default(value: Any) -> Any:
 # ================================================================ the experiment grid
 REPO = Path(__file__).resolve().parents[1]
 DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log")
-BASELINE_METHODS = ("real",)
+BASELINE_METHODS = ("real", "only-llm")
 PAPER_NUMBERS = REPO / "experiments" / "paper_numbers.csv"
 
 
@@ -467,7 +492,8 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             raise ConfigError(f"cannot parse {path}: {exc}") from exc
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     raw.setdefault("name", Path(path).stem if path else "experiment")
-    root = str(data_root()) if "{data}" in json.dumps(raw) else ""
+    if "{data}" in json.dumps(raw):
+        raw = _substitute_data_root(raw, str(data_root()))
     datasets_raw = raw.pop("dataset", raw.pop("datasets", None))
     if datasets_raw is None:
         raise ConfigError("the experiment names no [dataset]")
@@ -475,7 +501,6 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         datasets_raw = [datasets_raw]
     datasets = []
     for d in datasets_raw:
-        d = {k: (v.replace("{data}", root) if isinstance(v, str) else v) for k, v in d.items()}
         try:
             datasets.append(DatasetSpec(**d))
         except TypeError as exc:
@@ -496,6 +521,17 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
     if spec.classifier not in ("mlp", "finetune"):
         raise ConfigError(f"classifier must be mlp or finetune, not {spec.classifier!r}")
     return spec
+
+
+def _substitute_data_root(value: Any, root: str) -> Any:
+    """Replace `{data}` in every string of the experiment file (datasets, [dpkps] vocab paths, ...)."""
+    if isinstance(value, str):
+        return value.replace("{data}", root)
+    if isinstance(value, list):
+        return [_substitute_data_root(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute_data_root(v, root) for k, v in value.items()}
+    return value
 
 
 @dataclass
@@ -558,7 +594,9 @@ def prepare_data(ds: DatasetSpec, work: Path) -> PreparedData:
     private = private.reset_index(drop=True)
     path = work / "data" / ds.name / "private.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    private.to_parquet(path, index=False)
+    tmp = path.with_name(f"private.{os.getpid()}.tmp.parquet")  # concurrent grids share this file
+    private.to_parquet(tmp, index=False)
+    tmp.replace(path)
     return PreparedData(str(path), private, client_pool, test, names)
 
 
@@ -589,6 +627,41 @@ def real_baseline(data: PreparedData, per_class: int, seed: int) -> pd.DataFrame
     """The same classifier trained on as many real documents (drawn from the private split)."""
     sample = _balanced_sample(data.private, per_class, np.random.default_rng(seed))
     return sample.assign(keyphrases=[[] for _ in range(len(sample))]).reset_index(drop=True)
+
+
+def only_llm_prompt(doc_type: str, class_name: str) -> str:
+    """Appendix C.2.3's only-LLM ablation: no seed at all, so (unlike DP-KPS) the prompt names the class."""
+    return f"Write a {doc_type} about the following topic: {class_name}."
+
+
+def only_llm_corpus(llm: str, doc_type: str, label_names: dict[str, str], labels: Sequence[Any], per_class: int,
+                    seed: int, cache_uri: str, max_tokens: int = 160, temperature: float = 1.0) -> pd.DataFrame:
+    """Unseeded prompts to the LLM: per_class documents per class, no private data involved at all.
+
+    The label names are the public label set; every call is cached (tasks.llm.cache), so a re-run sends
+    only the calls that never finished."""
+    from tasks.ledger import stage_rng
+    from tasks.llm import get_backend
+    from tasks.llm.base import ChatMessage, ChatRequest
+    from tasks.llm.cache import CallCache, cached_complete
+
+    if llm == "none":
+        raise ConfigError("the only-llm method needs an LLM (--llm local or anthropic:MODEL)")
+    rng = stage_rng(seed, "only-llm")
+    requests, row_labels = [], []
+    for label in labels:
+        prompt = only_llm_prompt(doc_type, label_names.get(str(label), str(label)))
+        for _ in range(per_class):
+            requests.append(ChatRequest(messages=(ChatMessage("user", prompt),), max_tokens=max_tokens,
+                                        temperature=temperature, seed=int(rng.integers(0, 2**31 - 1))))
+            row_labels.append(label)
+    backend = get_backend(llm)
+    results = cached_complete(backend, requests, CallCache(cache_uri))
+    return pd.DataFrame({
+        "text": [r.text for r in results], "label": row_labels, "keyphrases": [[] for _ in results],
+        "backend": backend.name, "model": backend.model, "seed": [q.seed for q in requests],
+        "tokens_in": [r.tokens_in for r in results], "tokens_out": [r.tokens_out for r in results],
+    })
 
 
 def evaluate_cell(train: pd.DataFrame, data: PreparedData, test_view_texts: list[str], client_view: list[str],
@@ -639,7 +712,11 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
                                     coral=bool(rec["coral"]), eps=eps)
         rec["paper_accuracy"], rec["paper_source"] = value, cite
         rows.append(rec)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    order = {m: i for i, m in enumerate(("real", *DPKPS_METHODS, "only-llm"))}
+    table["_rank"] = table["method"].map(lambda m: order.get(m, len(order)))
+    return (table.sort_values(["dataset", "classifier", "coral", "_rank", "eps_total"], na_position="first")
+            .drop(columns="_rank").reset_index(drop=True))
 
 
 def table_markdown(table: pd.DataFrame) -> str:
@@ -711,7 +788,7 @@ def _spec_dict(spec: ExperimentSpec) -> dict[str, Any]:
 
 @flow(name="experiment", log_prints=True)
 def experiment(config_path: str | None = None, overrides: dict[str, Any] | None = None,
-               cell_reports: bool = True, progress: bool = True) -> dict[str, Any]:
+               cell_reports: bool = True, progress: bool = True, report_only: bool = False) -> dict[str, Any]:
     """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
 
     Resumable: a finished cell's scores are kept in cells.jsonl and its release in runs/<cell>/ (whose
@@ -743,7 +820,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
     for ds, method, eps, seed in bar:
         cid = cell_id(ds.name, method, eps, seed, spec.llm)
         bar.set_postfix_str(cid)
-        if cid in done:
+        if cid in done or report_only:  # report_only: tabulate finished runs, start none
             continue
         if ds.name not in prepared:
             prepared[ds.name] = prepare_data_task(ds, str(out))
@@ -757,6 +834,12 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
                                                    "vocab_top": spec.dpkps.get("vocab_top", 50_000)}}
             if view == "phrases":  # Table 5's reference: real documents as their own phrase sequences
                 train = train.assign(text=phrase_view_task(train["text"].tolist(), _vocabulary_config(manifest)))
+        elif method == "only-llm":
+            labels = sorted(data.private["label"].unique().tolist())
+            train = only_llm_corpus(spec.llm, ds.doc_type, data.label_names, labels, ds.synthetic_per_class, seed,
+                                    str(out / "runs" / cid / "_llm_cache"))
+            manifest = {"config": {"vocab": spec.dpkps.get("vocab", "english"),
+                                   "vocab_top": spec.dpkps.get("vocab_top", 50_000)}}
         else:
             release = generate_release(spec, ds, data, method, eps, seed, out / "runs" / cid)
             train, manifest = release.rows, release.manifest
@@ -809,7 +892,13 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
             for rec in new_records:
                 fh.write(json.dumps(rec, default=_json_default) + "\n")
         records.extend(new_records)
-    cells = pd.DataFrame(records)
+    # Aggregate what cells.jsonl holds now: other processes may have filled cells of the same grid.
+    records = [json.loads(line) for line in done_path.read_text().splitlines() if line.strip()]
+    wanted = {cell_id(ds.name, m, e, sd, spec.llm) for ds, m, e, sd in plan}
+    cells = pd.DataFrame(records).drop_duplicates(["cell", "classifier", "coral"], keep="last")
+    cells = cells[cells["cell"].isin(wanted)].reset_index(drop=True)
+    if cells.empty:
+        raise ConfigError(f"no finished runs of experiment {spec.name} to tabulate")
     table = aggregate_cells(cells, paper, groups)
     table.to_csv(out / "table.csv", index=False)
     cells.to_csv(out / "cells.csv", index=False)
@@ -825,7 +914,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
 # ================================================================ CLI
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("evaluate", help="train on a synthetic release only; score on a real test set",
-                               description=evaluate.__doc__)
+                               description=_evaluate.__doc__)
     ev.add_argument("--synthetic", required=True, metavar="OUT", help="a release folder (read through manifest.json)")
     ev.add_argument("--test", required=True, metavar="PATH", help="the real labelled test set (Parquet)")
     ev.add_argument("--client", metavar="PATH", help="unlabelled client documents for Deep CORAL (disjoint from --test)")
@@ -855,6 +944,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ex.add_argument("--out", help="results folder (default experiments/results)")
     ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
                     help="skip the per-run report.html files")
+    ex.add_argument("--report-only", action="store_true",
+                    help="only tabulate the runs already finished (start none); missing runs show fewer seeds")
     ex.set_defaults(func=_experiment_from_cli)
 
 
@@ -883,5 +974,6 @@ def _experiment_from_cli(args: argparse.Namespace) -> int:
                  "classifier": args.classifier, "coral": coral, "out": args.out}
     if not args.experiment_config and not args.methods:
         raise ConfigError("give --config experiments/X.toml (or at least --methods and a dataset in a config)")
-    experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports)
+    experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports,
+               report_only=args.report_only)
     return 0

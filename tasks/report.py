@@ -25,6 +25,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 REAL_COLOR = "#1f77b4"
 SYNTHETIC_COLOR = "#d62728"
+FIXED_METHOD_COLORS = {"independent": "#d62728", "iterative-log": "#1f77b4", "iterative-linear": "#9467bd",
+                       "real": "#222222", "only-llm": "#ff7f0e"}
 METHOD_COLORS = ["#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
 RUN_SECTIONS = ("summary", "scores", "figures", "corpus", "usage", "ledger", "config", "examples")
@@ -83,7 +85,8 @@ def plot_embedding_map(real_xy: np.ndarray, synthetic_xy: np.ndarray, *, method:
     return fig
 
 
-def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Sequence[int]) -> Figure:
+def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Sequence[int], *,
+                           real_label: str = "real test") -> Figure:
     real_lengths = np.asarray(real_lengths)
     synthetic_lengths = np.asarray(synthetic_lengths)
     hi = int(max(np.percentile(real_lengths, 99) if len(real_lengths) else 1,
@@ -91,7 +94,7 @@ def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Seque
     bins = np.linspace(0, hi, min(40, hi) + 1)
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
     ax.hist(real_lengths, bins=bins, alpha=0.55, color=REAL_COLOR, density=True,
-            label=f"real test (median {np.median(real_lengths):.0f})")
+            label=f"{real_label} (median {np.median(real_lengths):.0f})")
     ax.hist(synthetic_lengths, bins=bins, alpha=0.55, color=SYNTHETIC_COLOR, density=True,
             label=f"synthetic (median {np.median(synthetic_lengths):.0f})")
     ax.set_xlabel("words per document")
@@ -158,7 +161,7 @@ def plot_accuracy_vs_epsilon(table: pd.DataFrame, paper: pd.DataFrame | None = N
     methods = list(dict.fromkeys(table["method"]))
     for k, method in enumerate(methods):
         rows = table[table["method"] == method].sort_values("eps_total")
-        color = METHOD_COLORS[k % len(METHOD_COLORS)]
+        color = FIXED_METHOD_COLORS.get(method, METHOD_COLORS[k % len(METHOD_COLORS)])
         mean = rows[f"{metric}_mean"].to_numpy(dtype=float) * 100
         std = rows[f"{metric}_std"].fillna(0).to_numpy(dtype=float) * 100
         eps = rows["eps_total"].to_numpy(dtype=float)
@@ -176,6 +179,12 @@ def plot_accuracy_vs_epsilon(table: pd.DataFrame, paper: pd.DataFrame | None = N
                 continue
             ax.plot(eps, rows["accuracy"], ls="--", marker="s", mfc="none", color="#777", lw=1, alpha=0.8,
                     label=f"paper: {label}")
+    if {"eps_voc", "eps_kde"} <= set(table.columns):
+        ticks = table.dropna(subset=["eps_total"]).drop_duplicates("eps_total").sort_values("eps_total")
+        if len(ticks):
+            ax.set_xticks(ticks["eps_total"].to_numpy(dtype=float))
+            ax.set_xticklabels([f"{t:g}\n({v:g}+{k:g})" for t, v, k in
+                                ticks[["eps_total", "eps_voc", "eps_kde"]].itertuples(index=False)])
     ax.set_xlabel("total epsilon (eps_voc + eps_kde)")
     ax.set_ylabel(f"{metric.replace('_', ' ')} on the real test set (%)")
     ax.set_ylim(0, 100)
@@ -246,7 +255,10 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
     if isinstance(ledger, Mapping):
         t = ledger.get("total", ledger.get("totals"))
         if isinstance(t, Mapping):
-            total = ", ".join(f"{k} = {_fmt(v)}" for k, v in t.items())
+            first = [k for k in ("epsilon", "delta") if k in t]
+            total = ", ".join(f"{k} = {_fmt(t[k])}" for k in first)
+            rest = [f"{k}: {v}" for k, v in t.items() if k not in first]
+            total += f" ({'; '.join(rest)})" if rest else ""
         elif isinstance(t, (list, tuple)) and len(t) == 2:
             total = f"epsilon = {_fmt(t[0])}, delta = {_fmt(t[1])}"
         elif t is not None:

@@ -122,6 +122,7 @@ def test_experiment_configs_in_the_repo_load():
     for path in sorted(Path(ev.REPO / "experiments").glob("*.toml")):
         spec = ev.load_experiment(str(path))
         assert spec.datasets and spec.methods and len(spec.seeds) >= 3, path
+        assert "{data}" not in json.dumps(ev._spec_dict(spec)), path  # every path resolved
     with pytest.raises(ConfigError, match="unknown method"):
         ev.load_experiment(None, {"dataset": {"name": "x", "train": "t"}, "methods": ["magic"], "eps": [[1, 5]],
                                   "seeds": [0]})
@@ -162,3 +163,47 @@ def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tm
     n_cells = len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines())
     ev.experiment(overrides=overrides, progress=False)  # a re-run resumes: nothing is recomputed
     assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells == 2 * 2 * 2
+
+
+def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
+    from tasks.llm import register_backend
+    from tasks.llm.base import ChatResult, LLMBackend
+
+    class Recording(LLMBackend):
+        name, model = "openai-compatible", "recorder"
+
+        def __init__(self):
+            self.prompts = []
+
+        def complete(self, requests, on_each=None):
+            out = []
+            for i, r in enumerate(requests):
+                self.prompts.append(r.messages[-1].content)
+                out.append(ChatResult(text=f"doc {r.seed}", tokens_in=5, tokens_out=7))
+                if on_each:
+                    on_each(i, out[-1])
+            return out
+
+    spec = "openai-compatible:http://127.0.0.1:9/v1#recorder"
+    backend = Recording()
+    register_backend(spec, backend)
+    try:
+        names = {"0": "Athlete", "1": "Album"}
+        df = ev.only_llm_corpus(spec, "Wikipedia article", names, [0, 1], 3, seed=0,
+                                cache_uri=str(tmp_path / "cache"))
+        assert list(df["label"]) == [0, 0, 0, 1, 1, 1] and (df["tokens_out"] == 7).all()
+        assert sum("Athlete" in p for p in backend.prompts) == 3 and len(set(df["seed"])) == 6
+        again = ev.only_llm_corpus(spec, "Wikipedia article", names, [0, 1], 3, seed=0,
+                                   cache_uri=str(tmp_path / "cache"))
+        assert len(backend.prompts) == 6 and list(again["text"]) == list(df["text"])  # served from the cache
+    finally:
+        register_backend(spec, None)
+    with pytest.raises(ConfigError):
+        ev.only_llm_corpus("none", "x", {}, [0], 1, seed=0, cache_uri=str(tmp_path / "c2"))
+
+
+def test_deployable_entry_point_validates_its_config(prefect_harness):
+    with pytest.raises(ConfigError, match="unknown evaluate setting"):
+        ev.evaluate_flow({"release": "OUT", "test": "t.parquet", "colar": True})
+    with pytest.raises(ConfigError, match="needs test"):
+        ev.evaluate_flow({"release": "OUT"})
