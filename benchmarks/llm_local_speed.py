@@ -34,12 +34,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", default="1,2", help="llama.cpp thread counts to time in-process")
     ap.add_argument("--skip-dask", action="store_true")
     args = ap.parse_args()
     params = GenerationParams(doc_type="summary of a Wikipedia-style article", template="coverage",
                               max_tokens=args.max_tokens, temperature=0.4)
     print(f"cpu_count={os.cpu_count()}")
-    for threads in (1, 2):
+    for threads in [int(t) for t in args.threads.split(",") if t]:
         spec = LLMSpec("local").with_options(n_threads=threads)
         t0 = time.time()
         get_backend(spec).llama  # noqa: B018 - load the model outside the timing

@@ -196,8 +196,20 @@ def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig) 
     for part in map_shards(_complete_chunk, chunks, spec_from_config(cfg), cache_root, cfg.storage_options):
         out.extend(part)
     tokens = sum(r["tokens_out"] for r in out)
-    get_run_logger().info("LLM: %d calls answered (%d output tokens)", len(out), tokens)
+    log.info("LLM: %d calls answered (%d output tokens)", len(out), tokens)
     return out
+
+
+def _maybe_cluster(cfg: EvolutionConfig):
+    """A Dask cluster only when LLM calls are sharded (--llm-shards > 1) or a scheduler is given: each worker
+    process then loads the backend once and answers its shard of the round's calls in parallel."""
+    import contextlib
+
+    if cfg.llm_shards > 1 or cfg.dask_address:
+        from tasks.cluster import dask_client
+
+        return dask_client(cfg.dask_address, cfg.n_workers)
+    return contextlib.nullcontext()
 
 
 def _resolve_labels(cfg: EvolutionConfig, corpus: pd.DataFrame) -> list:
@@ -354,6 +366,11 @@ def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: 
 def augpe_flow(config: dict[str, Any]) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
     cfg = AugPeConfig.model_validate(config)
+    with _maybe_cluster(cfg):
+        return _augpe(cfg)
+
+
+def _augpe(cfg: AugPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
     labels = _resolve_labels(cfg, corpus)
@@ -476,6 +493,11 @@ def secpe_noise(cfg: SecPeConfig, incidence) -> tuple[float, np.ndarray, dict]:
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
     cfg = SecPeConfig.model_validate(config)
+    with _maybe_cluster(cfg):
+        return _secpe(cfg)
+
+
+def _secpe(cfg: SecPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
     labels = _resolve_labels(cfg, corpus)

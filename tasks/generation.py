@@ -98,25 +98,29 @@ def clean_text(text: str) -> str:
     return out
 
 
-def acceptable(text: str) -> bool:
-    """A candidate the release gate would not reject for its form: non-empty, no prompt echo, no chat
-    template residue (the patterns live in tasks.quality)."""
-    from tasks.quality import template_residue
+MIN_WORDS = 5  # the release gate's lower bound on an LLM-written text
 
-    return bool(text.strip()) and template_residue(text) is None
+
+def acceptable(text: str, keyphrases: Sequence[str] = ()) -> bool:
+    """A candidate the release gate would not reject for its form: at least MIN_WORDS words, no prompt
+    echo or chat-template residue, not just its keyphrase list (the checks live in tasks.quality)."""
+    from tasks.quality import is_keyphrase_passthrough, template_residue
+
+    return (len(text.split()) >= MIN_WORDS and template_residue(text) is None
+            and not (keyphrases and is_keyphrase_passthrough(text, list(keyphrases))))
 
 
 def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult]) -> tuple[int, float]:
     """Index and coverage of the best candidate: acceptable ones first, then the most seed terms covered,
     then the lowest index. Candidates are ranked as given (clean them first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
-    ok = [acceptable(c.text) for c in candidates]
+    ok = [acceptable(c.text, seed.keyphrases) for c in candidates]
     best = max(range(len(covs)), key=lambda i: (ok[i], covs[i], -i))
     return best, covs[best]
 
 
 def _has_acceptable(seed: ReleasedSeed, candidates: Sequence[ChatResult]) -> bool:
-    return any(acceptable(clean_text(c.text)) for c in candidates)
+    return any(acceptable(clean_text(c.text), seed.keyphrases) for c in candidates)
 
 
 def _cleaned(c: ChatResult) -> ChatResult:

@@ -26,7 +26,7 @@ def test_prefect_yaml_parses_into_deployments_for_every_method():
     specs = serve.load_deployment_specs()
     entrypoints = {spec["entrypoint"] for spec in specs}
     assert {"flows/dpkps.py:dpkps_flow", "flows/evolution.py:augpe_flow", "flows/evolution.py:secpe_flow",
-            "flows/evaluate.py:evaluate_flow"} <= entrypoints
+            "flows/evaluate.py:evaluate", "flows/evaluate.py:experiment"} <= entrypoints
     document = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())
     assert document["prefect-version"] == "3.8.8"
     for spec in specs:
@@ -41,11 +41,31 @@ def test_prefect_yaml_parses_into_deployments_for_every_method():
 
 
 def test_deployment_parameters_are_valid_configurations():
+    from prefect.flows import load_flow_from_entrypoint
+
+    from flows.evolution import AugPeConfig, SecPeConfig
     from tasks.config import DpKpsConfig
 
+    models = {"dpkps_flow": DpKpsConfig, "augpe_flow": AugPeConfig, "secpe_flow": SecPeConfig}
     for spec in serve.load_deployment_specs():
-        if spec["entrypoint"].endswith(":dpkps_flow"):
-            DpKpsConfig.model_validate(spec["parameters"]["config"])  # raises on a bad default
+        flow = load_flow_from_entrypoint(spec["entrypoint"])
+        flow.validate_parameters(spec["parameters"])  # names and types against the flow's signature
+        model = models.get(spec["entrypoint"].rsplit(":", 1)[1])
+        if model is not None:
+            model.model_validate(spec["parameters"]["config"])  # raises on a bad default
+        for value in _paths(spec["parameters"]):
+            assert (REPO / value).exists() or value.startswith(("runs/", "s3://")), f"{spec['name']}: {value}"
+
+
+def _paths(parameters: dict) -> list[str]:
+    """Parameter values that name repository files (inputs the deployment reads)."""
+    found = []
+    for value in parameters.values():
+        if isinstance(value, dict):
+            found += _paths(value)
+        elif isinstance(value, str) and ("/" in value) and not value.startswith("tcp://"):
+            found.append(value)
+    return found
 
 
 def test_unknown_deployment_name_is_refused():

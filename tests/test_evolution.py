@@ -181,3 +181,19 @@ def test_public_kmeans():
     assert sorted(pc.sizes.tolist()) == [20, 30]
     with pytest.raises(ConfigError):
         ev.public_kmeans(pts[:1], 2, seed=0)
+
+
+def test_pe_prompt_templates_take_only_public_placeholders():
+    import string
+
+    allowed = {"doc_type", "words", "text"}
+    for name in ("pe_random", "pe_random_words", "pe_paraphrase", "pe_fill_blanks"):
+        template = ev.load_pe_template(name)
+        fields = {f for part in (template.system or "", template.user)
+                  for _, f, _, _ in string.Formatter().parse(part) if f}
+        assert fields <= allowed, (name, fields)  # no class / label placeholder exists
+        system, user = template.render(doc_type="Wikipedia article", words="river, lake", text="A _ text.")
+        assert "Wikipedia article" in user and "{" not in user
+        assert template.version.startswith(name + "@")
+    with pytest.raises(ConfigError):
+        ev.load_pe_template("no-such-template")

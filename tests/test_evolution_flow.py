@@ -170,6 +170,20 @@ def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_
         register_backend("local:fake-topics", None)
 
 
+def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, fake_llm):
+    from flows.evolution import AugPeConfig, llm_calls
+
+    cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, llm_shards=3))
+    prompts = [("sys", f"Write a short text. river {i}" if i % 2 else f"Write a short text. {i}", 100 + i)
+               for i in range(7)]
+    first = llm_calls.fn(prompts, cfg)  # no Dask client: the 3 shards run in this process, in order
+    assert [a["text"] for a in first] == [fake_llm._answer(type("R", (), {"messages": [type("M", (), {"content": p[1]})()],
+                                                                         "seed": p[2]})()) for p in prompts]
+    assert fake_llm.calls == 7
+    again = llm_calls.fn(prompts, cfg)
+    assert again == first and fake_llm.calls == 7  # all 7 answered from the cache
+
+
 def test_augpe_config_validation(corpus_file, tmp_path):
     from flows.evolution import AugPeConfig
     from tasks.config import validate_config

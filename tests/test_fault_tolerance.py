@@ -22,8 +22,6 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
          "--llm", "none", "--seed", "11", "--workers", "1"]
-# The last task that draws noise; after it only post-processing (sampling, rendering, gate, publish) is left.
-PRIVATIZATION_DONE = "Task run 'sketch-per-class"
 
 
 def ledger_state(out: Path) -> dict[str, tuple[bytes, int]]:
@@ -46,48 +44,6 @@ def subprocess_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env["PREFECT_API_URL"] = str(get_current_settings().api.url)
     return env
-
-
-def test_killed_after_privatization_restart_draws_no_new_noise(prefect_harness, tmp_path, tiny_corpus):
-    corpus = tmp_path / "corpus.parquet"
-    tiny_corpus.to_parquet(corpus, index=False)
-    out = tmp_path / "out"
-    env = subprocess_env()
-
-    run = subprocess.Popen(cli(corpus, out), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
-    seen = []
-    deadline = time.monotonic() + 300
-    for line in run.stdout:
-        seen.append(line)
-        if PRIVATIZATION_DONE in line and "Finished in state Completed" in line:
-            os.killpg(run.pid, signal.SIGKILL)  # no cleanup, no flush: a crash, not a shutdown
-            break
-        assert time.monotonic() < deadline, "".join(seen[-50:])
-    run.wait(timeout=30)
-    assert run.returncode == -signal.SIGKILL, "the run ended before privatization finished:\n" + "".join(seen[-50:])
-    assert not (out / "manifest.json").exists(), "killed too late: the release was already published"
-    at_kill = ledger_state(out)
-    assert any(name.endswith(".npz") for name in at_kill), "the ledger had no drawn values when the run was killed"
-    entries_at_kill = [name for name in at_kill if "/entries/" in name]
-    assert len(entries_at_kill) >= 2  # the vocabulary histogram and the per-class sketches
-
-    # The restart runs in this process (already warm: imports, model), as `privseed dpkps` with the same flags.
-    code, _, stderr = run_cli(*cli(corpus, out)[3:])
-    assert code == 0, stderr[-3000:]
-
-    # A redraw would rewrite the value files and the entries (new bytes or at least a new mtime, and a new
-    # created_at): the store is byte-for-byte and timestamp-for-timestamp what the killed run left.
-    after = ledger_state(out)
-    assert after == at_kill
-    ledger = json.loads((out / "ledger.json").read_text())
-    assert len(ledger["entries"]) == len(entries_at_kill)
-    assert ledger["total"]["epsilon"] == pytest.approx(11.0)  # charged once: eps_voc 1 + eps_kde 10
-    for entry in ledger["entries"]:
-        if entry.get("value"):
-            stored = next(v for k, v in at_kill.items() if k.endswith(entry["value"]["path"]))
-            assert hashlib.sha256(stored[0]).hexdigest() == entry["value"]["sha256"]
-    assert (out / "manifest.json").exists()
 
 
 def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harness, proxied_s3_bucket, tmp_path,
@@ -121,3 +77,67 @@ def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harne
 
     after = {key: bucket.get(key) for key in bucket.keys("release/")}  # read behind the proxy
     assert after == before  # nothing added, removed or changed: the last good release is intact
+
+
+def llm_cache_keys(out: Path) -> set[str]:
+    return {path.name for path in (out / "_state" / "llm-cache").rglob("*.json")}
+
+
+def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_call(prefect_harness, tmp_path,
+                                                                                    tiny_corpus, monkeypatch):
+    """SIGKILL a `privseed dpkps` process while it generates documents (privatization is over: every noise
+    value is drawn), restart it: the ledger and its noise are unchanged and only unfinished calls are sent."""
+    from tests.fakes import anthropic_server
+    from tests.fakes.anthropic_server import FakeAnthropic
+
+    corpus = tmp_path / "corpus.parquet"
+    tiny_corpus.to_parquet(corpus, index=False)
+    out = tmp_path / "out"
+    fast_text = anthropic_server.fake_text
+
+    def slow_text(messages):  # each call takes a while, so the kill lands in the middle of generation
+        time.sleep(0.4)
+        return fast_text(messages)
+
+    with FakeAnthropic(api_key="privseed-fake-openai-key") as fake:
+        monkeypatch.setattr(anthropic_server, "fake_text", slow_text)
+        monkeypatch.setenv("OPENAI_API_KEY", "privseed-fake-openai-key")
+        argv = [*cli(corpus, out)[3:]]
+        argv[argv.index("none")] = f"openai-compatible:{fake.base_url}/v1#fake-model"
+        run = subprocess.Popen([sys.executable, "-m", "flows.cli", *argv], cwd=REPO, env=subprocess_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while len(llm_cache_keys(out)) < 3:
+            assert run.poll() is None, run.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no LLM call finished in time"
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
+        cached_at_kill = llm_cache_keys(out)
+        ledger_at_kill = ledger_state(out)
+        assert not (out / "manifest.json").exists()
+        entries_at_kill = [name for name in ledger_at_kill if "/entries/" in name]
+        assert len(entries_at_kill) >= 2  # the vocabulary histogram and the per-class sketches were drawn
+        sent_before = len(fake.requests)
+
+        monkeypatch.setattr(anthropic_server, "fake_text", fast_text)
+        code, _, stderr = run_cli(*argv)
+        assert code == 0, stderr[-3000:]
+        resent = [r for r in fake.requests[sent_before:] if r["path"].startswith("/v1/chat/completions")]
+
+    cached_after = llm_cache_keys(out)
+    assert cached_at_kill < cached_after  # killed mid-way: some calls were done, some were not
+    # The restart sent exactly the calls that had not finished; every finished one came from the cache.
+    assert len(resent) == len(cached_after - cached_at_kill)
+    # A redraw would rewrite the value files and the entries (new bytes or at least a new mtime, and a new
+    # created_at): the draw-once store is byte for byte and mtime for mtime what the killed run left.
+    assert ledger_state(out) == ledger_at_kill
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert len(ledger["entries"]) == len(entries_at_kill)
+    assert ledger["total"]["epsilon"] == pytest.approx(11.0)  # charged once: eps_voc 1 + eps_kde 10
+    for entry in ledger["entries"]:
+        if entry.get("value"):
+            stored = next(v for k, v in ledger_at_kill.items() if k.endswith(entry["value"]["path"]))
+            assert hashlib.sha256(stored[0]).hexdigest() == entry["value"]["sha256"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["rows"] == 12 and manifest["gate"]["success"] is True

@@ -47,7 +47,8 @@ def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
         return " ".join(terms[: j + 1])
 
     recording.answer = answer
-    params = GenerationParams(doc_type="memo", template="coverage", max_tokens=20, temperature=0.4, best_of=3)
+    params = GenerationParams(doc_type="memo", template="coverage", max_tokens=20, temperature=0.4, best_of=3,
+                              retry_rounds=0)
     df = generate_shard(seeds(), "local:recording-test", params, str(tmp_path), progress=False)
     assert list(df.columns) == ROW_COLUMNS and len(df) == 4
     assert len(recording.requests) == 12

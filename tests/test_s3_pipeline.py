@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
          "--llm", "none", "--seed", "5"]
-FAKE_LLM_KEY = "sk-ant-privseed-FAKE-KEY-3b1e77"
+FAKE_LLM_KEY = "sk-privseed-FAKE-LLM-KEY-3b1e77"
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -69,14 +69,25 @@ def assert_no_secret(blobs: dict[str, bytes | str]) -> None:
 
 def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny_corpus, tmp_path, monkeypatch,
                                                 caplog):
+    """Private shards in, release out, draw-once state and LLM call cache, all in the bucket; the LLM is an
+    OpenAI-compatible fake on 127.0.0.1 that requires the (fake) API key from the environment."""
+    from tests.fakes.anthropic_server import FakeAnthropic
+
     monkeypatch.chdir(tmp_path)  # anything written locally by mistake would land here
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_LLM_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_LLM_KEY)
     caplog.set_level("INFO")
     put_corpus_shards(s3_bucket, tiny_corpus, "private/corpus")
     out = f"{s3_bucket.url}/releases/dpkps"
 
-    code, stdout, stderr = run_cli("dpkps", f"{s3_bucket.url}/private/corpus/", "--out", out, *SMALL, "--workers", "2")
+    with FakeAnthropic(api_key=FAKE_LLM_KEY) as llm:
+        argv = [*SMALL]
+        argv[argv.index("none")] = f"openai-compatible:{llm.base_url}/v1#fake-model"
+        code, stdout, stderr = run_cli("dpkps", f"{s3_bucket.url}/private/corpus/", "--out", out, *argv,
+                                       "--workers", "2")
+        calls = [r for r in llm.requests if r["path"].startswith("/v1/chat/completions")]
     assert code == 0, stderr[-3000:]
+    assert calls, "the LLM was never called"
     assert "release " in stdout and out in stdout
 
     manifest, synthetic = read_release(out)
@@ -88,6 +99,8 @@ def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny
     for name in ("manifest.json", "ledger.json", "quality.json"):
         assert f"releases/dpkps/{name}" in keys
     assert any(k.startswith("releases/dpkps/_state/runs/") and k.endswith(".npz") for k in keys)
+    assert sum(k.startswith("releases/dpkps/_state/llm-cache/") for k in keys) == len(calls)
+    assert synthetic["text"].str.startswith("A fake document").all()
     ledger = json.loads(s3_bucket.get("releases/dpkps/ledger.json"))
     assert ledger["total"]["epsilon"] == pytest.approx(11.0)
     assert json.loads(s3_bucket.get("releases/dpkps/quality.json"))["success"] is True
@@ -113,3 +126,20 @@ def test_endpoint_from_storage_option_flags(prefect_harness, s3_bucket, tiny_cor
     manifest = json.loads(s3_bucket.get("out/manifest.json"))
     assert manifest["config"]["storage_options"] == {"endpoint_url": s3_bucket.endpoint_url}
     assert manifest["rows"] == 12
+
+
+def test_storage_secret_from_a_prefect_secret_block(prefect_harness, s3_bucket):
+    from prefect.blocks.system import Secret
+
+    from tasks import storage
+    from tasks.errors import ConfigError
+
+    Secret(value=TEST_SECRET_KEY).save("privseed-test-s3-secret", overwrite=True)
+    options = {"key": TEST_ACCESS_KEY, "secret": "prefect-secret:privseed-test-s3-secret"}
+    resolved = storage.resolve_storage_options(f"{s3_bucket.url}/x", options)
+    assert resolved["secret"] == TEST_SECRET_KEY and resolved["key"] == TEST_ACCESS_KEY
+    storage.write_bytes(f"{s3_bucket.url}/x", b"through the block", options)
+    assert s3_bucket.get("x") == b"through the block"
+    assert storage.redact_options(options)["secret"] == "***"  # what a manifest would hold
+    with pytest.raises(ConfigError, match="no-such-block"):
+        storage.resolve_storage_options(f"{s3_bucket.url}/x", {"secret": "prefect-secret:no-such-block"})

