@@ -312,10 +312,9 @@ EVALUATE_KEYS = ("synthetic", "test", "client", "coral", "classifier", "json_pat
                  "seed", "max_epochs", "device", "text_column", "label_column", "progress")
 
 
-@flow(name="evaluate", log_prints=True)
 def evaluate_flow(config: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate one release (the deployable entry point; `config` holds `evaluate`'s parameters and is
-    JSON-able; `release` is accepted for `synthetic`)."""
+    """Run the `evaluate` flow from one JSON-able dict of its parameters (`release` is accepted for
+    `synthetic`); unknown or missing settings are refused before anything runs."""
     values = dict(config)
     if "release" in values:
         values["synthetic"] = values.pop("release")
@@ -325,12 +324,7 @@ def evaluate_flow(config: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k in ("synthetic", "test") if not values.get(k)]
     if missing:
         raise ConfigError(f"evaluate needs {' and '.join(missing)}")
-    return _evaluate(**values)
-
-
-def evaluate(synthetic: str, test: str, **options: Any) -> dict[str, Any]:
-    """Python entry point: `evaluate(OUT, TEST, client=..., coral=True, ...)` runs the `evaluate` flow."""
-    return evaluate_flow({"synthetic": synthetic, "test": test, **options})
+    return evaluate(**values)
 
 
 def _evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
@@ -389,6 +383,10 @@ def _evaluate(synthetic: str, test: str, client: str | None = None, coral: bool 
         print(f"{label}: accuracy {100 * s['accuracy']:.1f}%  macro-F1 {100 * s['macro_f1']:.1f}%  (n_test={s['n_test']})")
     print(f"report: {target}")
     return result
+
+
+# The flow (deployments/prefect.yaml names flows/evaluate.py:evaluate): typed, flat parameters.
+evaluate = flow(name="evaluate", log_prints=True)(_evaluate)
 
 
 def read_shard_columns(uri: str, columns: list[str]) -> pd.DataFrame:
