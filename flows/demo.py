@@ -31,9 +31,13 @@ def demo_config(out: str, llm: str) -> dict:
         "per_class": 3 if llm != "none" else 20,
         "eps_voc": 1.0,
         "eps_kde": 10.0,
-        "vocab_top": 20_000,
-        "vocab_size": 500,
         "seed": 0,
+        # The embedded 135M model needs help to use its seeds (docs/generation.md): a prompt that demands
+        # every term, a lower temperature, and the better of two candidates by seed-term coverage.
+        "prompt_template": "coverage",
+        "temperature": 0.4,
+        "best_of": 2,
+        "max_tokens": 160,
     }
 
 
