@@ -331,6 +331,7 @@ def flags_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> dic
     values = {k: v for k, v in vars(args).items() if k not in ("func", "config_file", "storage_option", "verbose", "command", *skip)}
     if args.storage_option:
         values["storage_options"] = storage.parse_storage_options(args.storage_option)
+        storage.refuse_literal_secrets(values["storage_options"])
     return values
 
 

@@ -74,3 +74,11 @@ def test_public_dict_redacts_storage_secrets():
     cfg = validate_config(DpKpsConfig, base(storage_options={"key": "AKIA123", "secret": "s3cr3t", "anon": False}))
     public = cfg.public_dict()
     assert public["storage_options"] == {"key": "***", "secret": "***", "anon": False}
+
+
+def test_literal_credentials_in_storage_flags_are_refused():
+    from tasks.storage import parse_storage_options, refuse_literal_secrets
+
+    refuse_literal_secrets(parse_storage_options(["endpoint_url=http://127.0.0.1:9000", "secret=prefect-secret:s3"]))
+    with pytest.raises(ConfigError, match="secret=... would store a credential"):
+        refuse_literal_secrets(parse_storage_options(["secret=hunter2"]))
