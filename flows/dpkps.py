@@ -101,7 +101,11 @@ def _stage_logger():
 def selection_rule(cfg: DpKpsConfig) -> str:
     if cfg.selection is None:
         return DEFAULT_SELECTION[cfg.method]
-    return f"top-{cfg.top_k}" if cfg.selection == "top-k" else cfg.selection
+    if cfg.selection == "top-k":
+        return f"top-{cfg.top_k}"
+    if cfg.selection == "power":
+        return f"power-{cfg.power:g}"
+    return cfg.selection
 
 
 def corpus_shards(corpus: pd.DataFrame, n_workers: int) -> list[tuple[list[str], list]]:
@@ -331,6 +335,7 @@ def flags_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> dic
     values = {k: v for k, v in vars(args).items() if k not in ("func", "config_file", "storage_option", "verbose", "command", *skip)}
     if args.storage_option:
         values["storage_options"] = storage.parse_storage_options(args.storage_option)
+        storage.refuse_literal_secrets(values["storage_options"])
     return values
 
 
@@ -350,7 +355,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vocab-size", type=int, help="N: privatized vocabulary size (default 1000)")
     parser.add_argument("--features", dest="n_features", type=int, help="I: random Fourier features (default 300)")
     parser.add_argument("--bandwidth", type=float, help="h: kernel bandwidth (default 0.5)")
-    parser.add_argument("--selection", choices=["proportional", "greedy", "top-k"])
+    parser.add_argument("--selection", choices=["proportional", "greedy", "top-k", "power"],
+                        help="how the next phrase is drawn (default: power-2 for independent, top-5 for iterative)")
+    parser.add_argument("--power", type=float, help="G for --selection power (default 2)")
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--embedding-model", help="'minilm' or a local sentence-transformers folder")
     parser.add_argument("--few-shot", help="the recipient's few-shot examples (document + keyphrases)")

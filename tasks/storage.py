@@ -89,6 +89,19 @@ def _resolve_secret_reference(key: str, value: Any) -> Any:
         raise ConfigError(f"storage option {key!r} names Prefect Secret block {name!r}, which cannot be loaded: {exc}") from exc
 
 
+def refuse_literal_secrets(options: Mapping[str, Any]) -> None:
+    """Flow parameters are stored and shown by the Prefect server, so a credential given as a flag would
+    leak there. Credentials come from the AWS_* environment variables or a Prefect Secret block."""
+    for key, value in options.items():
+        if any(s in key.lower() for s in _SECRET_KEYS) and not (
+            isinstance(value, str) and value.startswith(SECRET_BLOCK_PREFIX)
+        ):
+            raise ConfigError(
+                f"--storage-option {key}=... would store a credential in the flow run's parameters; set it in the "
+                f"environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or write {key}={SECRET_BLOCK_PREFIX}BLOCK"
+            )
+
+
 def redact_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     """Storage options safe to write into a manifest or a log."""
     return {

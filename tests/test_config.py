@@ -74,3 +74,22 @@ def test_public_dict_redacts_storage_secrets():
     cfg = validate_config(DpKpsConfig, base(storage_options={"key": "AKIA123", "secret": "s3cr3t", "anon": False}))
     public = cfg.public_dict()
     assert public["storage_options"] == {"key": "***", "secret": "***", "anon": False}
+
+
+def test_literal_credentials_in_storage_flags_are_refused():
+    from tasks.storage import parse_storage_options, refuse_literal_secrets
+
+    refuse_literal_secrets(parse_storage_options(["endpoint_url=http://127.0.0.1:9000", "secret=prefect-secret:s3"]))
+    with pytest.raises(ConfigError, match="secret=... would store a credential"):
+        refuse_literal_secrets(parse_storage_options(["secret=hunter2"]))
+
+
+def test_selection_rule_flags_reach_the_sampler():
+    from flows.dpkps import selection_rule
+
+    assert selection_rule(validate_config(DpKpsConfig, base())) == "power-2"
+    assert selection_rule(validate_config(DpKpsConfig, base(method="iterative-log"))) == "top-5"
+    assert selection_rule(validate_config(DpKpsConfig, base(selection="power", power=3))) == "power-3"
+    assert selection_rule(validate_config(DpKpsConfig, base(selection="top-k", top_k=7))) == "top-7"
+    with pytest.raises(ConfigError, match="--power"):
+        validate_config(DpKpsConfig, base(selection="power", power=0))

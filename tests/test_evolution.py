@@ -1,5 +1,4 @@
 """Aug-PE / SecPE math: votes, sensitivity, selection, secrets, the SecretNoise LP, SecretClustering."""
-import importlib.util
 
 import numpy as np
 import pytest
@@ -101,7 +100,6 @@ def test_file_secrets_match_multiword_terms():
     assert inc.toarray().tolist() == [[0, 0], [1, 1]]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("presidio_analyzer") is None, reason="presidio-analyzer not installed")
 def test_pii_secrets_with_presidio_offline():
     texts = ["Write to jane.roe@example.org today.", "nothing to see", "JANE.ROE@example.org or 192.168.0.7"]
     inc, types = ev.pii_secret_incidence(texts, entities=("EMAIL_ADDRESS", "IP_ADDRESS"))

@@ -260,17 +260,6 @@ def test_cli_registers_both_commands():
 # ------------------------------------------------------------------------------------------------------------
 # The real local LLM (packaged SmolLM2), tiny: 2 classes, N = 1, K = 1, T = 2, 32 tokens
 # ------------------------------------------------------------------------------------------------------------
-def _local_llm_available() -> bool:
-    try:
-        from tasks.llm.local import packaged_gguf
-
-        packaged_gguf()
-        import llama_cpp  # noqa: F401
-        return True
-    except Exception:
-        return False
-
-
 @pytest.fixture
 def two_class_corpus(tmp_path, tiny_corpus) -> str:
     path = tmp_path / "two.parquet"
@@ -279,7 +268,6 @@ def two_class_corpus(tmp_path, tiny_corpus) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _local_llm_available(), reason="the packaged local LLM is not installed")
 @pytest.mark.parametrize("vocab_words", [False, True])
 def test_augpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_path, vocab_words):
     from flows.evolution import run_augpe
@@ -295,7 +283,6 @@ def test_augpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _local_llm_available(), reason="the packaged local LLM is not installed")
 def test_secpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_path):
     from flows.evolution import run_secpe
 
