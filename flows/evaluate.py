@@ -327,10 +327,12 @@ def evaluate_flow(config: dict[str, Any]) -> dict[str, Any]:
     return evaluate(**values)
 
 
-def _evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
-              classifier: str = "mlp", json_path: str | None = None, report_path: str | None = None,
-              test_view: str = "auto", seed: int = 0, max_epochs: int = 60, device: str | None = None,
-              text_column: str = "text", label_column: str = "label", progress: bool = True) -> dict[str, Any]:
+# The flow that deployments/prefect.yaml names (flows/evaluate.py:evaluate): typed, flat parameters.
+@flow(name="evaluate", log_prints=True)
+def evaluate(synthetic: str, test: str, client: str | None = None, coral: bool = False,
+             classifier: str = "mlp", json_path: str | None = None, report_path: str | None = None,
+             test_view: str = "auto", seed: int = 0, max_epochs: int = 60, device: str | None = None,
+             text_column: str = "text", label_column: str = "label", progress: bool = True) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set."""
     if classifier not in ("mlp", "finetune"):
         raise ConfigError(f"--classifier must be mlp or finetune, not {classifier!r}")
@@ -384,9 +386,6 @@ def _evaluate(synthetic: str, test: str, client: str | None = None, coral: bool 
     print(f"report: {target}")
     return result
 
-
-# The flow (deployments/prefect.yaml names flows/evaluate.py:evaluate): typed, flat parameters.
-evaluate = flow(name="evaluate", log_prints=True)(_evaluate)
 
 
 def read_shard_columns(uri: str, columns: list[str]) -> pd.DataFrame:
@@ -912,7 +911,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
 # ================================================================ CLI
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("evaluate", help="train on a synthetic release only; score on a real test set",
-                               description=_evaluate.__doc__)
+                               description=evaluate.__doc__)
     ev.add_argument("--synthetic", required=True, metavar="OUT", help="a release folder (read through manifest.json)")
     ev.add_argument("--test", required=True, metavar="PATH", help="the real labelled test set (Parquet)")
     ev.add_argument("--client", metavar="PATH", help="unlabelled client documents for Deep CORAL (disjoint from --test)")
