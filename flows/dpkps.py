@@ -271,7 +271,8 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, la
 @flow(name="dpkps", log_prints=True)
 def dpkps_flow(config: dict[str, Any]) -> dict:
     """DP-KPS end to end; ``config`` is a DpKpsConfig as a dict (JSON-able, so deployments can pass it)."""
-    cfg = DpKpsConfig.model_validate(config)
+    # Environment defaults (PRIVSEED_*) apply under the parameters, so deployments honour them like the CLI.
+    cfg = build_config(DpKpsConfig, config)
     logger = get_run_logger()
     with dask_client(cfg.dask_address, cfg.n_workers):
         corpus = load_private_corpus(cfg)
