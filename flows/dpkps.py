@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks import storage
 from tasks.cluster import dask_client
-from tasks.config import DpKpsConfig, build_config
+from tasks.config import DpKpsConfig, ReleaseConfig, build_config
 from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
 from tasks.errors import ConfigError, CorpusError
 from tasks.ledger import PrivacyLedger
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # Tasks: thin wrappers that do I/O around the pure functions in tasks/.
 # ---------------------------------------------------------------------------------------------------
 @task(name="load-private-corpus", retries=2, retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
-def load_private_corpus(cfg: DpKpsConfig) -> pd.DataFrame:
+def load_private_corpus(cfg: ReleaseConfig) -> pd.DataFrame:
     """All shards of the private corpus, read in parallel on the cluster."""
     from tasks.cluster import map_shards
 
@@ -48,7 +48,7 @@ def load_private_corpus(cfg: DpKpsConfig) -> pd.DataFrame:
     return corpus
 
 
-def resolve_labels(cfg: DpKpsConfig, corpus: pd.DataFrame) -> list:
+def resolve_labels(cfg: ReleaseConfig, corpus: pd.DataFrame) -> list:
     """The public label set. Declared labels are authoritative: a declared class with no documents is
     still sampled (from pure noise), so an empty class is never revealed by a different code path."""
     present = sorted(corpus["label"].unique().tolist(), key=str)
@@ -72,7 +72,7 @@ def _as_label_type(label: Any, present: list) -> Any:
 
 
 @task(name="open-ledger", persist_result=False, cache_policy=NO_CACHE)
-def open_ledger(cfg: DpKpsConfig, fingerprint: str) -> PrivacyLedger:
+def open_ledger(cfg: ReleaseConfig, fingerprint: str) -> PrivacyLedger:
     run_id = cfg.run_id or cfg.privacy_key(fingerprint)
     ledger = PrivacyLedger(cfg.state_uri, fingerprint, run_id, cfg.storage_options)
     get_run_logger().info("privacy ledger for run %s (%d release(s) already drawn)", run_id, len(ledger.entries()))

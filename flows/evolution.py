@@ -31,6 +31,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import Field, model_validator
 
+from flows.dpkps import load_private_corpus, open_ledger, resolve_labels
 from tasks import accounting, storage
 from tasks import evolution as ev
 from tasks.config import ReleaseConfig, build_config
@@ -136,16 +137,6 @@ class SecPeConfig(EvolutionConfig):
 # ---------------------------------------------------------------------------------------------------------
 # Tasks shared by both flows
 # ---------------------------------------------------------------------------------------------------------
-@task(name="load-private-corpus", retries=2, retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
-def load_private_corpus(cfg: EvolutionConfig) -> pd.DataFrame:
-    shards = list_shards(cfg.data, cfg.storage_options)
-    corpus = pd.concat([read_shard(s, cfg.text_column, cfg.label_column, cfg.storage_options) for s in shards],
-                       ignore_index=True)
-    if corpus.empty:
-        raise CorpusError(f"the corpus at {cfg.data!r} is empty (0 rows in {len(shards)} shard(s))")
-    return corpus
-
-
 @task(name="embed-private", persist_result=False, cache_policy=NO_CACHE)
 def embed_private(texts: list[str], model: str) -> np.ndarray:
     """Private embeddings stay in memory, inside the mechanism; they are never persisted or logged."""
@@ -210,17 +201,6 @@ def _maybe_cluster(cfg: EvolutionConfig):
 
         return dask_client(cfg.dask_address, cfg.n_workers)
     return contextlib.nullcontext()
-
-
-def _resolve_labels(cfg: EvolutionConfig, corpus: pd.DataFrame) -> list:
-    from flows.dpkps import resolve_labels
-
-    return resolve_labels(cfg, corpus)
-
-
-def _open_ledger(cfg: EvolutionConfig, fingerprint: str) -> PrivacyLedger:
-    run_id = cfg.run_id or cfg.privacy_key(fingerprint)
-    return PrivacyLedger(cfg.state_uri, fingerprint, run_id, cfg.storage_options)
 
 
 def _check_schedule(ledger: PrivacyLedger, name: str, schedule: dict) -> None:
@@ -373,8 +353,8 @@ def augpe_flow(config: dict[str, Any]) -> dict:
 def _augpe(cfg: AugPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
-    labels = _resolve_labels(cfg, corpus)
-    ledger = _open_ledger(cfg, dataset_fingerprint(corpus))
+    labels = resolve_labels(cfg, corpus)
+    ledger = open_ledger(cfg, dataset_fingerprint(corpus))
     schedule = augpe_schedule(cfg)
     _check_schedule(ledger, "augpe.schedule", schedule)
     # The whole schedule is charged up front: T Gaussian rounds composed by the PLD accountant.
@@ -500,8 +480,8 @@ def secpe_flow(config: dict[str, Any]) -> dict:
 def _secpe(cfg: SecPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
-    labels = _resolve_labels(cfg, corpus)
-    ledger = _open_ledger(cfg, dataset_fingerprint(corpus))
+    labels = resolve_labels(cfg, corpus)
+    ledger = open_ledger(cfg, dataset_fingerprint(corpus))
     incidence, _kind = detect_secrets(cfg, corpus["text"].tolist())
     sigma, rho, noise_info = secpe_noise(cfg, incidence)
     if sigma <= 0:
