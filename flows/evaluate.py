@@ -844,6 +844,7 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
         for metric in ("accuracy", "macro_f1", "fid", "distinct_2"):
             m, s = metrics.mean_and_spread(g[metric].tolist())
             rec[f"{metric}_mean"], rec[f"{metric}_std"] = m, s
+        rec["values"] = [float(v) for v in g.sort_values("seed")["accuracy"]]  # per seed, for the figures
         rec["seeds"] = int(len(g))
         rec["llm_calls"] = float(g["llm_calls"].mean())
         rec["texts"] = float(g["n_train"].mean())
@@ -892,8 +893,10 @@ def _cells_table_rows(cells: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd.DataFrame,
-                            paper: pd.DataFrame, groups: dict[str, str]) -> str:
+                            paper: pd.DataFrame, groups: dict[str, str],
+                            n_classes: dict[str, int] | None = None) -> str:
     figures: dict[str, str] = {}
+    n_classes = n_classes or {}
     for (dataset, classifier, llm, coral), rows in table.groupby(["dataset", "classifier", "llm", "coral"], sort=False):
         group = groups[dataset]
         llm_key = "none" if llm == "none" else "yes"
@@ -902,9 +905,13 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
         p = p.assign(label=p["table"] + " " + p["column"],
                      eps_total=p["eps_voc"].astype(float) + p["eps_kde"].astype(float))
         title = f"{dataset}: {classifier}, LLM {llm}{', Deep CORAL' if coral else ''}"
-        figures[f"Accuracy vs epsilon, {title} (ours: mean ± sd over seeds; paper: hollow squares)"] = \
-            report.figure_to_data_uri(report.plot_accuracy_vs_epsilon(rows, p[["label", "eps_total", "accuracy"]],
-                                                                      title=title))
+        figures[f"Methods side by side, {title}: accuracy (mean ± sd, dots are seeds) and the LLM calls each spent"] = \
+            report.figure_to_data_uri(report.plot_method_comparison(
+                rows, chance=1.0 / n_classes[dataset] if n_classes.get(dataset) else None, title=title))
+        if rows["eps_total"].nunique() > 1:  # a curve needs at least two budgets
+            figures[f"Accuracy vs epsilon, {title} (ours: mean ± sd over seeds; paper: hollow squares)"] = \
+                report.figure_to_data_uri(report.plot_accuracy_vs_epsilon(rows, p[["label", "eps_total", "accuracy"]],
+                                                                          title=title))
     display = []
     for r in table.to_dict("records"):
         display.append({
@@ -1053,11 +1060,13 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
     if cells.empty:
         raise ConfigError(f"no finished runs of experiment {spec.name} to tabulate")
     table = aggregate_cells(cells, paper, groups)
-    table.to_csv(out / "table.csv", index=False)
+    table.drop(columns="values").to_csv(out / "table.csv", index=False)
     cells.to_csv(out / "cells.csv", index=False)
     md = table_markdown(table)
     (out / "table.md").write_text(md)
-    (out / "report.html").write_text(build_experiment_report(spec, table, cells, paper, groups), encoding="utf-8")
+    n_classes = {name: int(data.test["label"].nunique()) for name, data in prepared.items()}
+    (out / "report.html").write_text(build_experiment_report(spec, table, cells, paper, groups, n_classes),
+                                     encoding="utf-8")
     print(md)
     print(f"table: {out / 'table.csv'} and {out / 'table.md'}; report: {out / 'report.html'}")
     return {"table": str(out / "table.csv"), "markdown": str(out / "table.md"), "report": str(out / "report.html"),

@@ -64,6 +64,10 @@ class TrainConfig:
     batch_size: int = 64
     max_epochs: int = 60
     patience: int = 6  # epochs without validation improvement before stopping
+    # A small release (the demo's 42 documents, a grid's 56) fits in one batch: one optimizer step per epoch
+    # would stop early after a handful of updates, at chance. Every epoch takes at least this many steps,
+    # cycling through the shuffled data; sets of >= min_steps_per_epoch * batch_size rows are unaffected.
+    min_steps_per_epoch: int = 10
     val_fraction: float = 0.1  # split of the *synthetic* training data used for early stopping
     coral_weight: float = 1.0  # lambda; used only when client data is given
     max_seq_length: int = 128  # fine-tuning only
@@ -179,12 +183,18 @@ def _train_loop(
         modules.train()
         order = rng.permutation(n_train)
         client_order = rng.permutation(n_client) if n_client else None
-        n_batches = max(1, math.ceil(n_train / cfg.batch_size))
+        batch_size = max(1, min(cfg.batch_size, n_train))
+        n_batches = max(1, math.ceil(n_train / batch_size), cfg.min_steps_per_epoch)
         # Client batches are half the size of synthetic ones (the client set is half as large).
-        client_bs = max(2, math.ceil(n_client / n_batches)) if n_client else 0
+        client_bs = max(2, math.ceil(n_client / math.ceil(n_train / batch_size))) if n_client else 0
         total = 0.0
         for b in range(n_batches):
-            batch = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
+            if (b + 1) * batch_size <= n_train:
+                batch = order[b * batch_size : (b + 1) * batch_size]
+            else:  # past the end of the data (the last partial batch, or extra steps of a small set): wrap
+                batch = np.take(order, np.arange(b * batch_size, (b + 1) * batch_size), mode="wrap")
+                if b * batch_size < n_train:  # the last partial batch of a large set: no repeated rows
+                    batch = order[b * batch_size :]
             if len(batch) < 2 and n_train >= 2:  # BatchNorm-free, but covariance needs 2 rows
                 batch = np.concatenate([batch, order[:1]])
             client_batch = None

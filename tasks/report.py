@@ -26,7 +26,8 @@ from matplotlib.figure import Figure  # noqa: E402
 REAL_COLOR = "#1f77b4"
 SYNTHETIC_COLOR = "#d62728"
 FIXED_METHOD_COLORS = {"independent": "#d62728", "iterative-log": "#1f77b4", "iterative-linear": "#9467bd",
-                       "real": "#222222", "only-llm": "#ff7f0e"}
+                       "real": "#222222", "only-llm": "#ff7f0e", "augpe": "#2ca02c", "augpe+v": "#17becf",
+                       "secpe": "#8c564b"}
 METHOD_COLORS = ["#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
 RUN_SECTIONS = ("summary", "scores", "figures", "corpus", "usage", "ledger", "config", "examples")
@@ -191,6 +192,40 @@ def plot_accuracy_vs_epsilon(table: pd.DataFrame, paper: pd.DataFrame | None = N
     ax.grid(alpha=0.3)
     ax.set_title(title or f"{metric} vs privacy budget")
     ax.legend(fontsize=7.5, loc="lower right", ncol=1)
+    fig.tight_layout()
+    return fig
+
+
+def plot_method_comparison(table: pd.DataFrame, *, metric: str = "accuracy", chance: float | None = None,
+                           title: str = "") -> Figure:
+    """One bar per (method, budget): mean over seeds with a +-1 sd whisker, each seed's value as a dot when the
+    table carries them, and the LLM calls spent under the bar: the side-by-side view of Table 2.
+
+    table columns: method, eps_voc, eps_kde, <metric>_mean, <metric>_std, llm_calls, seeds; optional
+    `values` (list of per-seed values)."""
+    rows = table.reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.6))
+    labels = []
+    for k, r in rows.iterrows():
+        color = FIXED_METHOD_COLORS.get(r["method"], METHOD_COLORS[k % len(METHOD_COLORS)])
+        mean, std = 100 * float(r[f"{metric}_mean"]), 100 * float(np.nan_to_num(r[f"{metric}_std"]))
+        ax.bar(k, mean, yerr=std, color=color, alpha=0.85, capsize=4, width=0.7)
+        ax.text(k, mean + std + 1.5, f"{mean:.1f}", ha="center", fontsize=8)
+        values = r.get("values")
+        if isinstance(values, (list, tuple, np.ndarray)) and len(values) > 1:
+            ax.scatter(np.full(len(values), k) + np.linspace(-0.15, 0.15, len(values)), 100 * np.asarray(values),
+                       s=12, color="black", zorder=3)
+        budget = "" if np.isnan(float(r["eps_voc"])) else f"\neps {float(r['eps_voc']):g}+{float(r['eps_kde']):g}"
+        labels.append(f"{r['method']}{budget}\n{float(r['llm_calls']):g} calls")
+    if chance is not None:
+        ax.axhline(100 * chance, color="#999", ls="--", lw=1, label=f"chance ({100 * chance:.1f}%)")
+        ax.legend(fontsize=8, loc="upper right")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel(f"{metric.replace('_', ' ')} on the real test set (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(title or f"{metric} by method (mean ± sd over seeds)")
     fig.tight_layout()
     return fig
 

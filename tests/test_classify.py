@@ -61,6 +61,28 @@ def test_mlp_beats_chance_on_tiny_corpus():
     assert metrics.classification_scores(test_y, classify.predict_mlp(clf3, x_test))["accuracy"] > 0.8
 
 
+def test_a_release_of_a_few_documents_per_class_still_gets_enough_updates():
+    """56 documents (4 per class, 14 classes) fit in one batch: with one step per epoch early stopping ends
+    training after a handful of updates at chance; min_steps_per_epoch keeps it learning."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(14, 384))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+
+    def sample(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(14), n)
+        x = centres[y] + rng.normal(scale=0.06, size=(len(y), 384))
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), y
+
+    x_train, y_train = sample(4)
+    x_test, y_test = sample(20)
+    accuracy = {}
+    for steps in (1, classify.TrainConfig().min_steps_per_epoch):
+        clf = classify.train_mlp(x_train, y_train, cfg=classify.TrainConfig(seed=0, progress=False,
+                                                                            min_steps_per_epoch=steps))
+        accuracy[steps] = metrics.classification_scores(y_test, classify.predict_mlp(clf, x_test))["accuracy"]
+    assert accuracy[1] < 0.3 and accuracy[10] > 0.95  # chance is 1/14
+
+
 def test_early_stopping_uses_synthetic_split_and_stops():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 8)).astype(np.float32)

@@ -57,6 +57,23 @@ def test_experiment_report_renders_every_section():
     assert len(_images(html_text)) == 1 and "Table 5" in html_text and "60.0 ± 2.0" in html_text
 
 
+def test_method_comparison_figure_draws_one_bar_per_method_and_budget():
+    table = pd.DataFrame({"method": ["independent", "augpe", "secpe"], "eps_voc": [1.0, 1.0, np.nan],
+                          "eps_kde": [10.0, 10.0, np.nan], "accuracy_mean": [0.3, 0.08, 0.07],
+                          "accuracy_std": [0.02, 0.01, np.nan], "llm_calls": [168.0, 168.0, 168.0],
+                          "values": [[0.28, 0.3, 0.32], [0.07, 0.09], [0.07]]})
+    fig = report.plot_method_comparison(table, chance=1 / 14, title="t")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 3 and [round(p.get_height(), 6) for p in ax.patches] == [30.0, 8.0, 7.0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[0] == "independent\neps 1+10\n168 calls" and labels[2] == "secpe\n168 calls"
+    from matplotlib.collections import PathCollection
+
+    dots = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert [len(c.get_offsets()) for c in dots] == [3, 2]  # seed dots for the methods with more than one seed
+    assert report.figure_to_data_uri(fig).startswith("data:image/png;base64,")
+
+
 def test_ledger_rows_reads_the_foundation_ledger_format():
     rows, total = report.ledger_rows({"entries": [{"name": "kde-0", "mechanism": "laplace", "epsilon": 10.0,
                                                     "partition": "3", "params": {"I": 300}}],
