@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from tasks.errors import ConfigError
-from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_seed,
+from tasks.generation import (ROW_COLUMNS, acceptable, GenerationParams, build_generation_requests, candidate_seed,
                               estimate_cost, generate_seeds, generate_shard, no_llm_rows, seeds_from_sequences,
                               select_best)
 from tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
@@ -30,6 +30,14 @@ def test_select_best_prefers_coverage_then_first():
     cands = [ChatResult("a river", 1, 1), ChatResult("river and church", 1, 1), ChatResult("church, river", 1, 1)]
     assert select_best(s, cands) == (1, 1.0)
     assert select_best(s, [ChatResult("nothing", 1, 1), ChatResult("nope", 1, 1)]) == (0, 0.0)
+
+
+def test_select_best_skips_a_keyphrase_list_echo():
+    s = VOCAB.seed(["river", "village", "church", "album", "band"], 0, 1)
+    echo = ChatResult("River, village, church, album and band.", 1, 1)  # what a small model often returns
+    prose = ChatResult("A band recorded its album in the old church of a village by the river.", 1, 1)
+    assert not acceptable(echo.text, s.keyphrases) and acceptable(prose.text, s.keyphrases)
+    assert select_best(s, [echo, prose]) == (1, 1.0)
 
 
 def test_candidate_seeds_are_distinct_and_stable():
