@@ -421,6 +421,13 @@ def _json_default(value: Any) -> Any:
 REPO = Path(__file__).resolve().parents[1]
 DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log")
 BASELINE_METHODS = ("real", "only-llm")
+# Private evolution (flows/evolution.py). Aug-PE spends the cell's eps_voc + eps_kde on its voting rounds;
+# AugPE+V~ spends eps_voc on the vocabulary V~ and eps_kde on the rounds (the same split as DP-KPS, Table 2);
+# SecPE is run at the grid's (p, r), a different guarantee, so it is one cell per seed, not one per epsilon.
+PE_METHODS = ("augpe", "augpe+v", "secpe")
+METHODS = DPKPS_METHODS + BASELINE_METHODS + PE_METHODS
+NO_EPSILON_METHODS = BASELINE_METHODS + ("secpe",)
+LLM_METHODS = ("only-llm",) + PE_METHODS
 PAPER_NUMBERS = REPO / "experiments" / "paper_numbers.csv"
 
 
@@ -452,6 +459,7 @@ class DatasetSpec:
     doc_type: str = "document"
     paper_group: str = "dbpedia14"  # which of the paper's datasets the numbers come from (dbpedia14 | medical)
     data_seed: int = 20240601
+    public_size: int = 700  # SecPE's public corpus: this many unlabelled documents of the client pool
 
 
 @dataclass
@@ -467,6 +475,15 @@ class ExperimentSpec:
     coral: list[bool] = field(default_factory=lambda: [False])
     max_epochs: int = 60
     dpkps: dict[str, Any] = field(default_factory=dict)  # passed to DpKpsConfig (vocab, length, bandwidth, ...)
+    # LLM settings shared by every method that prompts (DP-KPS with an LLM, only-llm, the PE family), so the
+    # methods compare on the same model, output length and temperature.
+    generation: dict[str, Any] = field(default_factory=dict)  # max_tokens, temperature
+    pe: dict[str, Any] = field(default_factory=dict)  # passed to Aug-PE and SecPE (iterations, variations, ...)
+    secpe: dict[str, Any] = field(default_factory=dict)  # passed to SecPE only (p, r_over_p, clusters, secrets)
+    # Table 2's protocol: every method releases synthetic_per_class texts per class AND spends the same number
+    # of LLM calls. PE spends 1 + T K calls per released text, so DP-KPS gets best_of = 1 + T K candidates.
+    match_calls: bool = True
+    gate: bool = True  # the release gate of every method (a research grid on a weak model may switch it off)
     out: str = "experiments/results"
 
     @property
@@ -508,9 +525,19 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         raise ConfigError(f"bad experiment setting: {exc}") from exc
     spec.eps = [tuple(float(x) for x in pair) for pair in spec.eps]
     spec.coral = [bool(c) for c in (spec.coral if isinstance(spec.coral, list) else [spec.coral])]
-    unknown = [m for m in spec.methods if m not in DPKPS_METHODS + BASELINE_METHODS]
+    unknown = [m for m in spec.methods if m not in METHODS]
     if unknown:
-        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(DPKPS_METHODS + BASELINE_METHODS)}")
+        raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    needs_llm = [m for m in spec.methods if m in LLM_METHODS]
+    if needs_llm and spec.llm == "none":
+        raise ConfigError(f"method(s) {', '.join(needs_llm)} prompt an LLM; set llm (local | anthropic:MODEL | ...)")
+    unknown_generation = sorted(set(spec.generation) - {"max_tokens", "temperature"})
+    if unknown_generation:
+        raise ConfigError(f"unknown [generation] setting(s) {unknown_generation}; choose max_tokens, temperature")
+    for section, model in (("pe", "AugPeConfig"), ("secpe", "SecPeConfig")):
+        _check_section(getattr(spec, section), section, model)
+    if "gate" in spec.dpkps:
+        raise ConfigError("set the release gate with the top-level `gate`, not in [dpkps] (it applies to every method)")
     if any(len(p) != 2 or min(p) <= 0 for p in spec.eps):
         raise ConfigError("eps must be a list of [eps_voc, eps_kde] pairs, each > 0")
     if not spec.seeds:
@@ -518,6 +545,50 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
     if spec.classifier not in ("mlp", "finetune"):
         raise ConfigError(f"classifier must be mlp or finetune, not {spec.classifier!r}")
     return spec
+
+
+# Fields an experiment sets itself for every cell; a [pe] or [secpe] section may not override them.
+_CELL_FIELDS = {"data", "out", "seed", "per_class", "llm", "doc_type", "epsilon", "eps_voc", "vocab_words", "public",
+                "gate", "max_tokens", "temperature"}
+
+
+def _check_section(values: dict[str, Any], section: str, model: str) -> None:
+    """Refuse unknown or cell-owned keys in [pe] / [secpe] before any run starts (not at the first PE cell)."""
+    from flows import evolution
+
+    fields = set(getattr(evolution, model).model_fields)
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(f"unknown [{section}] setting(s) {unknown}")
+    owned = sorted(set(values) & _CELL_FIELDS)
+    if owned:
+        raise ConfigError(f"[{section}] may not set {owned}: the grid sets them per cell "
+                          "(budget from eps, texts from synthetic_per_class, LLM settings from [generation])")
+
+
+def calls_per_text(spec: ExperimentSpec) -> int:
+    """LLM calls a PE method spends per released text: N (K+1) RANDOM + (T-1) N K VARIATION per class = N (1 + T K)."""
+    from flows.evolution import AugPeConfig
+
+    defaults = AugPeConfig.model_fields
+    t = int(spec.pe.get("iterations", defaults["iterations"].default))
+    k = int(spec.pe.get("variations", defaults["variations"].default))
+    return 1 + t * k
+
+
+def dpkps_best_of(spec: ExperimentSpec) -> int:
+    """DP-KPS's candidates per seed: matched to PE's calls per text when the grid compares them (Table 2)."""
+    explicit = spec.dpkps.get("best_of")
+    if not (spec.match_calls and any(m in PE_METHODS for m in spec.methods)) or spec.llm == "none":
+        return int(explicit or 1)
+    matched = calls_per_text(spec)
+    if explicit is not None and int(explicit) != matched:
+        raise ConfigError(f"[dpkps] best_of = {explicit} but match_calls needs {matched} (= 1 + T K of [pe]); "
+                          "remove best_of or set match_calls = false")
+    if matched > 16:
+        raise ConfigError(f"match_calls needs best_of = {matched} > 16 (DP-KPS's limit): lower [pe] iterations or "
+                          "variations, or set match_calls = false")
+    return matched
 
 
 def _substitute_data_root(value: Any, root: str) -> Any:
@@ -540,6 +611,7 @@ class PreparedData:
     client_pool: list[str]
     test: pd.DataFrame
     label_names: dict[str, str]
+    public_path: str  # SecPE's public corpus: unlabelled documents of the client pool (text column only)
 
 
 def _balanced_sample(df: pd.DataFrame, per_class: int | None, rng: np.random.Generator) -> pd.DataFrame:
@@ -589,12 +661,22 @@ def prepare_data(ds: DatasetSpec, work: Path) -> PreparedData:
     test_texts = set(test["text"])
     client_pool = [t for t in train.drop(index=private.index)["text"] if t not in test_texts]
     private = private.reset_index(drop=True)
-    path = work / "data" / ds.name / "private.parquet"
+    # Drawn after the splits above, so adding it left every earlier private/test split unchanged.
+    take = min(ds.public_size, len(client_pool))
+    public = pd.DataFrame({"text": [client_pool[i] for i in np.sort(rng.choice(len(client_pool), size=take,
+                                                                                 replace=False))]})
+    folder = work / "data" / ds.name
+    path = _write_parquet_atomic(private, folder / "private.parquet")
+    public_path = _write_parquet_atomic(public, folder / "public.parquet")
+    return PreparedData(str(path), private, client_pool, test, names, str(public_path))
+
+
+def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"private.{os.getpid()}.tmp.parquet")  # concurrent grids share this file
-    private.to_parquet(tmp, index=False)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.parquet")  # concurrent grids share this file
+    frame.to_parquet(tmp, index=False)
     tmp.replace(path)
-    return PreparedData(str(path), private, client_pool, test, names)
+    return path
 
 
 @task(name="prepare-data", cache_policy=NO_CACHE)
@@ -608,16 +690,74 @@ def cell_id(dataset: str, method: str, eps: tuple[float, float] | None, seed: in
 
 
 def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, method: str,
-                     eps: tuple[float, float], seed: int, out: Path) -> Release:
-    """Run the DP-KPS flow (as a subflow) on the private split; reuse a finished release (and its ledger)."""
-    if not (out / "manifest.json").exists():
-        from flows.dpkps import dpkps_flow
+                     eps: tuple[float, float] | None, seed: int, out: Path) -> Release:
+    """Run the method's flow (as a subflow) on the private split; reuse a finished release (and its ledger).
 
-        config = {**spec.dpkps, "data": data.private_path, "out": str(out), "method": method,
-                  "eps_voc": eps[0], "eps_kde": eps[1], "seed": seed, "per_class": ds.synthetic_per_class,
-                  "llm": spec.llm, "doc_type": ds.doc_type}
-        dpkps_flow(config)
+    Every method gets the same texts per class, LLM, [generation] settings and release gate; the budget split
+    is the one written next to PE_METHODS."""
+    if not (out / "manifest.json").exists():
+        common = {"data": data.private_path, "out": str(out), "seed": seed, "per_class": ds.synthetic_per_class,
+                  "llm": spec.llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation}
+        if method in DPKPS_METHODS:
+            from flows.dpkps import dpkps_flow
+
+            assert eps is not None
+            dpkps_flow({**spec.dpkps, **common, "method": method, "eps_voc": eps[0], "eps_kde": eps[1],
+                        "best_of": dpkps_best_of(spec)})
+        elif method in ("augpe", "augpe+v"):
+            from flows.evolution import run_augpe
+
+            assert eps is not None
+            budget = ({"epsilon": eps[0] + eps[1]} if method == "augpe" else
+                      {"epsilon": eps[1], "vocab_words": True, "eps_voc": eps[0],
+                       **{k: spec.dpkps[k] for k in ("vocab", "vocab_top", "first_terms", "vocab_size")
+                          if k in spec.dpkps}})
+            run_augpe({**spec.pe, **common, **budget})
+        elif method == "secpe":
+            from flows.evolution import run_secpe
+
+            run_secpe({**spec.pe, **spec.secpe, **common, "public": data.public_path})
+        else:
+            raise ConfigError(f"method {method!r} writes no release")
     return read_release(str(out))
+
+
+def release_llm_calls(release: Release) -> float:
+    """LLM calls behind a release: PE records its RANDOM + VARIATION calls in evolution.json (the released rows
+    are only the survivors); DP-KPS rows carry their best-of candidates."""
+    info_uri = storage.join(release.path, "evolution.json")
+    if storage.exists(info_uri):
+        calls = json.loads(storage.read_bytes(info_uri))["llm_calls"]
+        return float(calls["random"] + calls["variation"])
+    return metrics.llm_usage(release.rows)["llm_calls"]
+
+
+def release_budget(release: Release | None) -> str:
+    """The guarantee of a release in words, from its ledger (SecPE: the (p, r) statement, not an epsilon)."""
+    if release is None or not release.ledger:
+        return "none (not private)" if release is None else "no ledger"
+    entries = release.ledger.get("entries", [])
+    secpe = next((e for e in entries if e.get("name") == "secpe.schedule"), None)
+    if secpe:
+        protection = secpe["params"]["secret_protection"]
+        return (f"(p, r) = ({protection['p']:g}, {protection['r']:g}), sigma {secpe['params']['sigma']:.3g}; "
+                f"DP eps {secpe['epsilon']:.3g} only if rho, sigma are fixed")
+    total = release.ledger.get("total", {})
+    eps, delta = float(total.get("epsilon", float("nan"))), float(total.get("delta", 0.0))
+    return f"eps {eps:.3g}" + (f", delta {delta:.2g}" if delta > 0 else " (pure)")
+
+
+def round_timings(release: Release | None) -> dict[str, float]:
+    """Mean seconds per voting round of a PE release: its histogram step and its LLM calls (evolution.json)."""
+    if release is None:
+        return {}
+    info_uri = storage.join(release.path, "evolution.json")
+    if not storage.exists(info_uri):
+        return {}
+    rounds = json.loads(storage.read_bytes(info_uri)).get("rounds", [])
+    if not rounds:
+        return {}
+    return {key: float(np.mean([r[key] for r in rounds])) for key in ("histogram_s", "embed_s", "llm_s")}
 
 
 def real_baseline(data: PreparedData, per_class: int, seed: int) -> pd.DataFrame:
@@ -683,7 +823,8 @@ def _paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, cor
             return float("nan"), ""
         rows = rows[(rows["eps_voc"] == eps[0]) & (rows["eps_kde"] == eps[1])]
         exact = rows[rows["sampler"] == sampler]
-        rows = exact if len(exact) else rows[rows["sampler"] == "any"]
+        # "any" rows are DP-KPS numbers whose sampler the paper leaves open; a PE method has only its own rows.
+        rows = exact if len(exact) or method in PE_METHODS else rows[rows["sampler"] == "any"]
     if rows.empty:
         return float("nan"), ""
     first = rows.iloc[0]
@@ -705,12 +846,17 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
             rec[f"{metric}_mean"], rec[f"{metric}_std"] = m, s
         rec["seeds"] = int(len(g))
         rec["llm_calls"] = float(g["llm_calls"].mean())
+        rec["texts"] = float(g["n_train"].mean())
+        rec["budget"] = str(g["budget"].iloc[0]) if "budget" in g and g["budget"].notna().any() else ""
+        for timing in ("histogram_s_per_round", "llm_s_per_round"):
+            values = pd.to_numeric(g[timing], errors="coerce") if timing in g else pd.Series(dtype=float)
+            rec[timing] = float(values.mean()) if values.notna().any() else float("nan")
         value, cite = _paper_lookup(paper, group=groups[rec["dataset"]], method=rec["method"], llm=rec["llm"],
                                     coral=bool(rec["coral"]), eps=eps)
         rec["paper_accuracy"], rec["paper_source"] = value, cite
         rows.append(rec)
     table = pd.DataFrame(rows)
-    order = {m: i for i, m in enumerate(("real", *DPKPS_METHODS, "only-llm"))}
+    order = {m: i for i, m in enumerate(("real", *DPKPS_METHODS, *PE_METHODS, "only-llm"))}
     table["_rank"] = table["method"].map(lambda m: order.get(m, len(order)))
     return (table.sort_values(["dataset", "classifier", "coral", "_rank", "eps_total"], na_position="first")
             .drop(columns="_rank").reset_index(drop=True))
@@ -718,13 +864,16 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
 
 def table_markdown(table: pd.DataFrame) -> str:
     """The experiment table in markdown: ours as mean ± sd (percent) over seeds, the paper's beside."""
-    lines = ["| dataset | method | LLM | DA | classifier | eps_voc + eps_kde | accuracy % (mean ± sd) "
-             "| macro-F1 % | seeds | paper % | paper source |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| dataset | method | LLM | DA | classifier | eps_voc + eps_kde | guarantee (ledger) | texts | LLM calls "
+             "| accuracy % (mean ± sd) | macro-F1 % | seeds | paper % | paper source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):
         eps = "–" if np.isnan(r.eps_total) else f"{r.eps_voc:g} + {r.eps_kde:g} = {r.eps_total:g}"
         paper = "–" if np.isnan(r.paper_accuracy) else f"{r.paper_accuracy:.1f}"
+        budget = getattr(r, "budget", "") or "–"
+        texts = getattr(r, "texts", float("nan"))
         lines.append(f"| {r.dataset} | {r.method} | {r.llm} | {'yes' if r.coral else 'no'} | {r.classifier} | {eps} "
+                     f"| {budget} | {'–' if np.isnan(texts) else f'{texts:g}'} | {r.llm_calls:g} "
                      f"| {100 * r.accuracy_mean:.1f} ± {100 * r.accuracy_std:.1f} "
                      f"| {100 * r.macro_f1_mean:.1f} ± {100 * r.macro_f1_std:.1f} | {r.seeds} | {paper} "
                      f"| {r.paper_source or '–'} |")
@@ -735,7 +884,8 @@ def _cells_table_rows(cells: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for r in cells.to_dict("records"):
         rec = {k: r[k] for k in ("cell", "classifier", "accuracy", "macro_f1", "fid", "distinct_2",
-                                 "duplicate_rate", "llm_calls", "seconds") if k in r}
+                                 "duplicate_rate", "llm_calls", "budget", "histogram_s_per_round",
+                                 "llm_s_per_round", "seconds") if k in r}
         rec["report"] = r.get("report", "")
         out.append(rec)
     return out
@@ -763,6 +913,7 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
             "eps": "–" if np.isnan(r["eps_total"]) else f"{r['eps_voc']:g}+{r['eps_kde']:g}",
             "accuracy %": f"{100 * r['accuracy_mean']:.1f} ± {100 * r['accuracy_std']:.1f}",
             "macro-F1 %": f"{100 * r['macro_f1_mean']:.1f} ± {100 * r['macro_f1_std']:.1f}",
+            "guarantee": r.get("budget") or "–", "texts": r.get("texts"), "LLM calls": r["llm_calls"],
             "FID": round(r["fid_mean"], 4), "seeds": r["seeds"],
             "paper %": "–" if np.isnan(r["paper_accuracy"]) else f"{r['paper_accuracy']:.1f}",
             "paper source": r["paper_source"] or "–",
@@ -807,7 +958,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
     plan = []
     for ds in spec.datasets:
         for method in spec.methods:
-            for eps in ([None] if method in BASELINE_METHODS else spec.eps):
+            for eps in ([None] if method in NO_EPSILON_METHODS else spec.eps):
                 for seed in spec.seeds:
                     plan.append((ds, method, eps, seed))
     records: list[dict[str, Any]] = [r for recs in done.values() for r in recs]
@@ -840,6 +991,10 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
         else:
             release = generate_release(spec, ds, data, method, eps, seed, out / "runs" / cid)
             train, manifest = release.rows, release.manifest
+        llm_calls = release_llm_calls(release) if release is not None else metrics.llm_usage(train)["llm_calls"]
+        budget = release_budget(release) if method not in BASELINE_METHODS else "none (no private data)" if \
+            method == "only-llm" else "none (real private documents)"
+        timings = round_timings(release)
         n_client = len(train) // 2
         client = choose_client_texts(pd.DataFrame({"text": data.client_pool}), data.test["text"], len(train), seed)
         key = (ds.name, view)
@@ -881,9 +1036,10 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
                     "eps_voc": None if eps is None else eps[0], "eps_kde": None if eps is None else eps[1],
                     "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "n_train": len(train),
                     "n_test": s["n_test"], "fid": fid, "distinct_2": corpus_stats["distinct_2"],
-                    "duplicate_rate": corpus_stats["duplicate_rate"], "llm_calls": usage["llm_calls"],
+                    "duplicate_rate": corpus_stats["duplicate_rate"], "llm_calls": llm_calls,
                     "tokens_out": usage["tokens_out"], "seconds": round(time.perf_counter() - start, 1),
-                    "report": report_path,
+                    "budget": budget, "histogram_s_per_round": timings.get("histogram_s"),
+                    "llm_s_per_round": timings.get("llm_s"), "report": report_path,
                 })
         with done_path.open("a") as fh:
             for rec in new_records:
@@ -932,7 +1088,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ex = subparsers.add_parser("experiment", help="a grid of methods x epsilon x seeds, one table beside the paper")
     ex.add_argument("--config", dest="experiment_config", metavar="FILE", help="experiments/*.toml")
     ex.add_argument("--name")
-    ex.add_argument("--methods", type=_csv, help="comma separated: independent,iterative-log,iterative-linear,real")
+    ex.add_argument("--methods", type=_csv, help="comma separated, of: " + ",".join(METHODS))
     ex.add_argument("--eps", type=_eps_pairs, help="eps_voc+eps_kde pairs, e.g. 1+5,5+5,1+10,5+10")
     ex.add_argument("--seeds", type=lambda s: [int(x) for x in _csv(s)], help="e.g. 0,1,2")
     ex.add_argument("--llm", help="none | local | anthropic:MODEL (passed to the DP-KPS flow)")

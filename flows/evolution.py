@@ -19,9 +19,11 @@ text the LLM wrote from public prompts or from earlier synthetic text. Every LLM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
+import time
 from typing import Any, ClassVar, Literal
 
 import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
@@ -278,6 +280,39 @@ def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
     return np.array([index[str(v)] for v in values], dtype=np.int64)
 
 
+class _RoundClock:
+    """Wall-clock seconds of each round's parts, written to evolution.json: ``llm_s`` (the calls that made the
+    round's candidates: RANDOM_API for round 1, VARIATION_API after), ``embed_s`` and ``histogram_s`` (votes or
+    SecretClustering, noise, selection). Shows whether a round is bounded by the LLM or by the histogram."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict[str, float]] = []
+        self._current: dict[str, float] = {}
+        self._open: tuple[str, float] | None = None
+
+    def start(self, part: str) -> None:
+        self._open = (part, time.perf_counter())
+
+    def stop(self) -> None:
+        assert self._open is not None
+        part, began = self._open
+        self._current[part] = self._current.get(part, 0.0) + time.perf_counter() - began
+        self._open = None
+
+    @contextlib.contextmanager
+    def __call__(self, part: str):
+        self.start(part)
+        try:
+            yield
+        finally:
+            self.stop()
+
+    def end_round(self, t: int, candidates: int) -> None:
+        self.rounds.append({"round": t, "candidates": candidates,
+                            **{k: round(self._current.get(k, 0.0), 4) for k in ("llm_s", "embed_s", "histogram_s")}})
+        self._current = {}
+
+
 def _release_frame(final: pd.DataFrame, calls: dict) -> pd.DataFrame:
     out = final[["text", "label"]].copy()
     out["keyphrases"] = [[] for _ in range(len(out))]  # PE seeds no keyphrases
@@ -369,12 +404,16 @@ def _augpe(cfg: AugPeConfig) -> dict:
 
     n, k = cfg.per_class, cfg.variations
     prompts, meta = _random_prompts(cfg, labels, n * (k + 1), words, cfg.words_per_prompt)
-    candidates = _generate(cfg, prompts, meta)
+    clock = _RoundClock()
+    with clock("llm_s"):
+        candidates = _generate(cfg, prompts, meta)
     calls = {"random": len(prompts), "variation": 0}
     kept = candidates
     for t in range(1, cfg.iterations + 1):
-        syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
+        with clock("embed_s"):
+            syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
         syn_class = _per_class_index(labels, candidates["label"])
+        clock.start("histogram_s")
         votes = ev.class_votes(private_emb, private_class, syn_emb, syn_class)
         noisy = ledger.draw_once(
             f"augpe.round-{t:03d}.histogram", mechanism="gaussian", stage="augpe", epsilon=0.0, delta=0.0,
@@ -390,17 +429,20 @@ def _augpe(cfg: AugPeConfig) -> dict:
             idx = np.flatnonzero(syn_class == ci)
             chosen = ev.select_population(scores[idx], n, cfg.selection, stage_rng(cfg.seed, "augpe", f"round-{t}", "select", str(ci)))
             keep_idx.extend(idx[chosen].tolist())
+        clock.stop()
+        clock.end_round(t, len(candidates))
         kept = candidates.iloc[keep_idx].reset_index(drop=True)
         if t == cfg.iterations:
             break
         prompts, meta = _variation_prompts(cfg, kept, t)
         calls["variation"] += len(prompts)
-        candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
+        with clock("llm_s"):
+            candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
         logger.info("Aug-PE round %d/%d done", t, cfg.iterations)
 
     synthetic = _release_frame(kept, calls)
     extra = {"method": "augpe+vocab" if cfg.vocab_words else "augpe", "schedule": schedule, "llm_calls": calls,
-             "vocabulary_words": len(words) if words else 0}
+             "vocabulary_words": len(words) if words else 0, "rounds": clock.rounds}
     manifest = _publish(cfg, synthetic, ledger, labels, extra)
     epsilon, delta = ledger.total()
     logger.info("release %s: %d documents, epsilon=%g, delta=%g", manifest["release_id"], manifest["rows"], epsilon, delta)
@@ -509,12 +551,16 @@ def _secpe(cfg: SecPeConfig) -> dict:
 
     n, k = cfg.per_class, cfg.variations
     prompts, meta = _random_prompts(cfg, labels, n * (k + 1), None, 0)
-    candidates = _generate(cfg, prompts, meta)
+    clock = _RoundClock()
+    with clock("llm_s"):
+        candidates = _generate(cfg, prompts, meta)
     calls = {"random": len(prompts), "variation": 0}
     kept = candidates
     for t in range(1, cfg.iterations + 1):
-        syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
+        with clock("embed_s"):
+            syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
         syn_class = _per_class_index(labels, candidates["label"])
+        clock.start("histogram_s")  # SecretClustering + cluster votes + selection: SecPE's histogram step
         keep_idx = []
         for ci, label in enumerate(labels):
             members = private_class == ci
@@ -531,16 +577,19 @@ def _secpe(cfg: SecPeConfig) -> dict:
             hist = ev.cluster_votes(released["centres"], released["sizes"], syn_emb[idx], radius=cfg.radius)
             chosen = ev.select_population(hist, n, "rank", stage_rng(cfg.seed, "secpe", f"round-{t}", str(ci)))
             keep_idx.extend(idx[chosen].tolist())
+        clock.stop()
+        clock.end_round(t, len(candidates))
         kept = candidates.iloc[keep_idx].reset_index(drop=True)
         if t == cfg.iterations:
             break
         prompts, meta = _variation_prompts(cfg, kept, t)
         calls["variation"] += len(prompts)
-        candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
+        with clock("llm_s"):
+            candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
         logger.info("SecPE round %d/%d done", t, cfg.iterations)
 
     synthetic = _release_frame(kept, calls)
-    extra = {"method": "secpe", "schedule": schedule, "llm_calls": calls,
+    extra = {"method": "secpe", "schedule": schedule, "llm_calls": calls, "rounds": clock.rounds,
              "guarantee": "(p, r)-secret protection for the detected secrets (SecPE Theorem 2); the reported DP "
                           "epsilon holds per document if rho and sigma are treated as fixed (docs/baselines.md)"}
     manifest = _publish(cfg, synthetic, ledger, labels, extra)

@@ -139,8 +139,8 @@ def llm_usage(release: pd.DataFrame) -> dict[str, float]:
     """LLM calls and tokens spent, from the release's generation columns.
 
     A row written by an LLM carries `backend` (not "none") and token counts; a `--llm none` release has
-    no such columns (or backend == "none") and costs nothing. Rows that record several calls (e.g. best
-    of K candidates) carry an `llm_calls` column; otherwise one row is one call.
+    no such columns (or backend == "none") and costs nothing. Rows that record several calls carry an
+    `llm_calls` column, or (DP-KPS best of K) a `candidates` column; otherwise one row is one call.
     """
     if "backend" in release.columns:
         by_llm = release["backend"].fillna("none").astype(str).str.lower() != "none"
@@ -149,8 +149,9 @@ def llm_usage(release: pd.DataFrame) -> dict[str, float]:
         if "tokens_out" in release.columns:
             by_llm = release["tokens_out"].fillna(0) > 0
     llm_rows = release[by_llm]
-    if "llm_calls" in release.columns:
-        calls = float(pd.to_numeric(llm_rows["llm_calls"], errors="coerce").fillna(1).sum())
+    per_row = next((c for c in ("llm_calls", "candidates") if c in release.columns), None)
+    if per_row:
+        calls = float(pd.to_numeric(llm_rows[per_row], errors="coerce").fillna(1).sum())
     else:
         calls = float(len(llm_rows))
     tokens_in = float(pd.to_numeric(llm_rows.get("tokens_in", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())

@@ -165,6 +165,66 @@ def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tm
     assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells == 2 * 2 * 2
 
 
+def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(prefect_harness, tmp_path, monkeypatch):
+    """Table 2's protocol in the grid: every method releases the same texts per class and spends the same LLM
+    calls (DP-KPS best of 1 + T K); Aug-PE spends eps_voc + eps_kde, AugPE+V~ splits it like DP-KPS, SecPE runs
+    at (p, r) once per seed. A deterministic fake LLM stands in for the model."""
+    from tasks.llm import register_backend
+    from tests.test_evolution_flow import FakeBackend
+
+    monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
+    topic_docs(30, seed=3).drop(columns="keyphrases").to_parquet(tmp_path / "train.parquet", index=False)
+    topic_docs(8, seed=4).drop(columns="keyphrases").to_parquet(tmp_path / "test.parquet", index=False)
+    (tmp_path / "secrets.txt").write_text("striker\nglacier\n")  # SecPE's secrets: words some documents hold
+    overrides = {"name": "pe", "out": str(tmp_path / "results"), "methods": ["independent", "augpe", "augpe+v", "secpe"],
+                 "eps": [[1, 5]], "seeds": [0], "llm": "local:fake-topics", "max_epochs": 5, "gate": False,
+                 "generation": {"max_tokens": 32, "temperature": 0.7},
+                 "pe": {"iterations": 2, "variations": 1, "n_upper_bound": 10_000},
+                 "secpe": {"p": 1e-4, "r_over_p": 10.0, "clusters": 4, "secrets": str(tmp_path / "secrets.txt")},
+                 "dpkps": {"vocab_size": 50, "n_features": 50},
+                 "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"),
+                             "test": str(tmp_path / "test.parquet"), "private_per_class": 12,
+                             "synthetic_per_class": 2, "public_size": 20}}
+    spec = ev.load_experiment(None, overrides)
+    assert ev.calls_per_text(spec) == 3 and ev.dpkps_best_of(spec) == 3
+    backend = FakeBackend()
+    register_backend("local:fake-topics", backend)
+    try:
+        result = ev.experiment(overrides=overrides, progress=False, cell_reports=False)
+    finally:
+        register_backend("local:fake-topics", None)
+    cells = pd.read_csv(tmp_path / "results" / "pe" / "cells.csv")
+    assert set(cells["method"]) == {"independent", "augpe", "augpe+v", "secpe"}
+    assert (cells["n_train"] == 6).all() and (cells["llm_calls"] == 3 * 6).all()  # same texts, same calls
+    assert backend.calls > 0
+    budget = dict(zip(cells["method"], cells["budget"]))
+    assert budget["independent"].startswith("eps 6 (pure)")
+    assert budget["augpe"].startswith("eps 6, delta") and budget["augpe+v"].startswith("eps 6, delta")
+    assert budget["secpe"].startswith("(p, r) = (0.0001, 0.001)")
+    assert cells.loc[cells["method"] == "secpe", "eps_voc"].isna().all()  # one SecPE cell per seed, no epsilon
+    pe = cells[cells["method"].isin(["augpe", "augpe+v", "secpe"])]
+    assert (pe["histogram_s_per_round"] >= 0).all() and (pe["llm_s_per_round"] >= 0).all()
+    vocab_entries = json.loads((tmp_path / "results" / "pe" / "runs" / "tiny" / "augpe+v" / "local_fake-topics"
+                                / "eps1+5" / "seed0" / "ledger.json").read_text())["entries"]
+    assert {e["name"]: e["epsilon"] for e in vocab_entries}["augpe.vocabulary"] == 1.0
+    md = open(result["markdown"]).read()
+    assert "| tiny | secpe |" in md and "(p, r)" in md and "LLM calls" in md
+
+
+def test_experiment_refuses_bad_pe_sections():
+    base = {"dataset": {"name": "x", "train": "t"}, "eps": [[1, 5]], "seeds": [0], "llm": "local"}
+    with pytest.raises(ConfigError, match="prompt an LLM"):
+        ev.load_experiment(None, {**base, "methods": ["augpe"], "llm": "none"})
+    with pytest.raises(ConfigError, match=r"unknown \[pe\]"):
+        ev.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"iteratons": 2}})
+    with pytest.raises(ConfigError, match="may not set"):
+        ev.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"epsilon": 3}})
+    spec = ev.load_experiment(None, {**base, "methods": ["independent", "augpe"], "pe": {"iterations": 3, "variations": 2},
+                                     "dpkps": {"best_of": 2}})
+    with pytest.raises(ConfigError, match="match_calls needs 7"):
+        ev.dpkps_best_of(spec)
+
+
 def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
     from tasks.llm import register_backend
     from tasks.llm.base import ChatResult, LLMBackend

@@ -43,6 +43,8 @@ def test_llm_usage_from_release_columns():
     u = metrics.llm_usage(df)
     assert (u["llm_calls"], u["tokens_in"], u["tokens_out"]) == (2.0, 30.0, 12.0)
     assert metrics.llm_usage(pd.DataFrame({"text": ["a"]}))["llm_calls"] == 0.0
+    best_of = df.assign(candidates=[3, 3, 0])  # DP-KPS best of 3: every candidate was a call
+    assert metrics.llm_usage(best_of)["llm_calls"] == 6.0
 
 
 def test_mean_and_spread():
