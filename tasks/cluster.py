@@ -9,36 +9,73 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
+
+from tasks.errors import ConfigError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+DASK_LOG_LEVEL_ENV = "PRIVSEED_DASK_LOG_LEVEL"
+
+
+def dask_log_level() -> int | None:
+    """The level for distributed's loggers while a flow's client is open, or None to leave them alone.
+
+    distributed logs every scheduler, nanny and worker start and stop at INFO, which buries a run's own
+    progress; they are kept at WARNING unless ``PRIVSEED_DASK_LOG_LEVEL`` names a level (``INFO``,
+    ``DEBUG``, ...) or debug logging is on (``privseed -v``), in which case they are left as configured."""
+    name = os.environ.get(DASK_LOG_LEVEL_ENV, "").strip()
+    if name:
+        level = logging.getLevelName(name.upper())
+        if not isinstance(level, int):
+            raise ConfigError(f"{DASK_LOG_LEVEL_ENV}={name!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+        return level
+    if logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
+        return None
+    return logging.WARNING
+
+
+@contextlib.contextmanager
+def _distributed_logs_at(level: int | None) -> Iterator[None]:
+    logger = logging.getLogger("distributed")
+    previous = logger.level
+    if level is not None:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
 
 @contextlib.contextmanager
 def dask_client(address: str | None = None, n_workers: int = 2) -> Iterator[Any]:
-    """A distributed Client: connects to ``address`` or starts a LocalCluster for the duration."""
+    """A distributed Client: connects to ``address`` or starts a LocalCluster for the duration.
+    distributed's own logs are held at :func:`dask_log_level` meanwhile (start-up and shutdown included)."""
     from distributed import Client, LocalCluster
 
-    if address:
-        client = Client(address)
+    level = dask_log_level()
+    with _distributed_logs_at(level):
+        if address:
+            client = Client(address)
+            try:
+                yield client
+            finally:
+                client.close()
+            return
+        cluster = LocalCluster(
+            n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=":0", silence_logs=logging.WARNING if level is None else level,
+        )
+        client = Client(cluster)
+        log.info("dask: LocalCluster with %d worker(s), dashboard %s", n_workers, cluster.dashboard_link)
         try:
             yield client
         finally:
             client.close()
-        return
-    cluster = LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=":0", silence_logs=logging.WARNING,
-    )
-    client = Client(cluster)
-    log.info("dask: LocalCluster with %d worker(s), dashboard %s", n_workers, cluster.dashboard_link)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
+            cluster.close()
 
 
 def current_client() -> Any | None:

@@ -26,7 +26,7 @@ from typing import Sequence
 import pandas as pd
 
 from tasks.errors import ConfigError
-from tasks.llm import LLMSpec, get_backend, parse_llm_spec
+from tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
 from tasks.llm.base import ChatRequest, ChatResult, LLMBackend
 from tasks.llm.cache import CallCache, cached_complete
 from tasks.llm.prompting import PromptTemplate, build_request, term_coverage
@@ -296,8 +296,13 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     client = current_client()
     shards = shard_seeds(seeds, shard_size)
     if client is None or len(shards) == 1:
-        frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i)
-                  for i, sh in enumerate(shards)]
+        try:
+            frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i)
+                      for i, sh in enumerate(shards)]
+        finally:
+            # Generation is over in this process: free a local model now rather than at interpreter
+            # teardown (workers keep theirs for their next shard and free them when they exit).
+            close_backend(spec)
         return pd.concat(frames, ignore_index=True)
     from distributed import as_completed
 
@@ -368,7 +373,11 @@ def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] 
     flat = [r for per in build_generation_requests(seeds, template, params) for r in per]
     backend = get_backend(spec) if spec.kind == "local" else None
     cache = CallCache(_cache_uri(cfg), cfg.storage_options)
-    return estimate_cost(spec, flat, cache, backend)
+    try:
+        return estimate_cost(spec, flat, cache, backend)
+    finally:
+        if backend is not None:
+            backend.close()  # its tokenizer counted the prompts; the weights are not needed any more
 
 
 def _cache_uri(cfg) -> str:

@@ -100,13 +100,37 @@ def template_residue(text: Any) -> str | None:
     return None
 
 
+# A keyphrase echo in list form: "Keywords: a, b; c", "- a\n- b", "1. a 2. b", "a, b and c". The list's
+# separators are not words, so only its markers, connectors and a short "Keywords:" header need removing.
+_LIST_HEADER = re.compile(r"\A\s*[^\n:]{0,60}:(?=\s)")
+_LIST_MARKER = re.compile(r"(?:^|(?<=\s))(?:\(?\d{1,3}[.)]|\([a-z]\)|[-*+\u2022\u00b7\u2013\u2014\u25aa\u25ba\u2023]+)(?=\s)", re.M)
+_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+_LIST_FILLERS = frozenset({"and", "or", "etc", "keywords", "keyword", "keyphrases", "keyphrase", "terms", "tags"})
+# At most this fraction of the remaining words may be other than the keyphrases' words. Seeds are vocabulary
+# terms with stop words removed, so real prose, even prose that uses every keyphrase, is far above it
+# (function words alone are ~40% of English running text).
+PASSTHROUGH_MAX_OTHER_WORDS = 0.15
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
 def is_keyphrase_passthrough(text: Any, keyphrases: Any) -> bool:
-    """True when the document is only its keyphrases joined (the LLM step was skipped or echoed them)."""
+    """True when the document is only its keyphrases (the LLM step was skipped, or the model echoed them):
+    joined by spaces, commas, semicolons, newlines, bullets, numbers or "and", in any order, with at most
+    an optional short "Keywords:" header and a few (PASSTHROUGH_MAX_OTHER_WORDS) other words."""
     if not isinstance(text, str) or not isinstance(keyphrases, (list, tuple, np.ndarray)) or len(keyphrases) == 0:
         return False
-    phrases = [str(p) for p in keyphrases]
-    joined = {_normalise(sep.join(phrases)) for sep in (" ", ", ", "; ", "\n")}
-    return _normalise(text) in joined
+    phrase_words = {w for p in keyphrases for w in _words(str(p))}
+    if not phrase_words:
+        return False
+    body = _LIST_MARKER.sub(" ", _LIST_HEADER.sub(" ", text, count=1))
+    words = [w for w in _words(body) if w not in _LIST_FILLERS]
+    if not words:
+        return False
+    others = sum(w not in phrase_words for w in words)
+    return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words)
 
 
 def derive_quality_columns(df: pd.DataFrame) -> pd.DataFrame:

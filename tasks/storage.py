@@ -158,9 +158,20 @@ def write_bytes(uri: str, data: bytes, options: Mapping[str, Any] | None = None)
     """Write a whole object atomically: a temporary name then a rename on local disk; one PUT on S3
     (an S3 object is never visible half-written)."""
     fs, path = filesystem(uri, options)
+    write_atomic(fs, path, data, what=f"writing {uri}")
+
+
+def is_local_fs(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocols or "local" in protocols
+
+
+def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, what: str) -> None:
+    """:func:`write_bytes` on an already opened filesystem (for callers that write many objects and
+    should resolve their storage options once): temp + rename locally, one PUT elsewhere, with retries."""
 
     def _write() -> None:
-        if is_remote(uri):
+        if not is_local_fs(fs):
             fs.pipe_file(path, data)
             return
         parent = os.path.dirname(path)
@@ -173,7 +184,7 @@ def write_bytes(uri: str, data: bytes, options: Mapping[str, Any] | None = None)
             os.fsync(handle.fileno())
         os.replace(tmp, path)
 
-    with_retries(_write, what=f"writing {uri}")
+    with_retries(_write, what=what)
 
 
 def read_bytes(uri: str, options: Mapping[str, Any] | None = None) -> bytes:

@@ -23,3 +23,47 @@ def test_map_shards_on_a_local_cluster_scatters_large_arguments():
         results = map_shards(_sum_with, shards, 0.5, big)
     assert results == [5.0 * i + 0.5 + 200_000 for i in range(6)]
     assert current_client() is None
+
+
+def test_dask_log_level_defaults_to_warning_and_follows_the_environment(monkeypatch):
+    import logging
+
+    from tasks.cluster import DASK_LOG_LEVEL_ENV, dask_log_level
+    from tasks.errors import ConfigError
+
+    monkeypatch.delenv(DASK_LOG_LEVEL_ENV, raising=False)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", logging.INFO)
+    assert dask_log_level() == logging.WARNING
+    monkeypatch.setattr(root, "level", logging.DEBUG)  # privseed -v: distributed keeps its own levels
+    assert dask_log_level() is None
+    monkeypatch.setenv(DASK_LOG_LEVEL_ENV, "info")
+    assert dask_log_level() == logging.INFO
+    monkeypatch.setenv(DASK_LOG_LEVEL_ENV, "chatty")
+    with pytest.raises(ConfigError, match="PRIVSEED_DASK_LOG_LEVEL"):
+        dask_log_level()
+
+
+@pytest.mark.slow
+def test_dask_client_keeps_distributed_quiet_unless_asked(caplog, monkeypatch):
+    import logging
+
+    from tasks.cluster import DASK_LOG_LEVEL_ENV
+
+    def distributed_info_records():
+        return [r for r in caplog.records if r.name.startswith("distributed") and r.levelno < logging.WARNING]
+
+    before = logging.getLogger("distributed").level
+    monkeypatch.delenv(DASK_LOG_LEVEL_ENV, raising=False)
+    caplog.set_level(logging.INFO)
+    with dask_client(n_workers=1) as client:
+        assert client.submit(sum, [1, 2]).result() == 3
+    assert distributed_info_records() == []  # no scheduler/nanny start-stop lines
+    assert logging.getLogger("distributed").level == before
+
+    monkeypatch.setenv(DASK_LOG_LEVEL_ENV, "INFO")
+    with dask_client(n_workers=1) as client:
+        assert client.submit(sum, [3, 4]).result() == 7
+    names = {r.name for r in distributed_info_records()}
+    assert "distributed.scheduler" in names
+    assert logging.getLogger("distributed").level == before

@@ -118,6 +118,36 @@ def test_batch_resumes_after_a_crash_without_resubmitting(fake, tmp_path):
     assert fake.message_calls == 0
 
 
+@pytest.mark.slow
+def test_batch_state_on_s3_goes_through_storage_retries(fake, s3_bucket, monkeypatch):
+    """The batch id is written to s3:// through tasks.storage: a dropped connection is retried, and the
+    resumed run finds the state and collects the same batch."""
+    import s3fs
+
+    fake.polls_until_end = 2
+    original, writes = s3fs.S3FileSystem.pipe_file, []
+
+    def flaky_pipe_file(self, path, *args, **kwargs):
+        writes.append(path)
+        if len(writes) == 1:
+            raise ConnectionResetError("simulated reset")
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "pipe_file", flaky_pipe_file)
+
+    def crash(_):
+        raise KeyboardInterrupt("process killed while polling")
+
+    rs, state = reqs(3), f"{s3_bucket.url}/state"
+    crashing = AnthropicBackend("claude-haiku-4-5", api_key=KEY, base_url=fake.base_url, use_batches=True,
+                                batch_state=state, retry=FAST, sleep=crash)
+    with pytest.raises(KeyboardInterrupt):
+        crashing.complete(rs)
+    assert len(writes) == 2 and len(s3_bucket.keys("state/anthropic-batches/")) == 1
+    out = backend(fake, use_batches=True, batch_state=state, poll_interval=0).complete(rs)
+    assert len(fake.batches) == 1 and len(out) == 3 and fake.message_calls == 0
+
+
 def test_batches_through_the_cache_are_not_resent(fake, tmp_path):
     cache = CallCache(str(tmp_path / "cache"))
     b = backend(fake, use_batches=None, batch_threshold=3, poll_interval=0, batch_state=str(tmp_path))

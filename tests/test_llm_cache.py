@@ -65,3 +65,86 @@ def test_without_cache_everything_is_sent():
     cached_complete(b, requests(3), None)
     cached_complete(b, requests(3), None)
     assert len(b.requests) == 6
+
+
+def test_corrupt_entry_is_a_miss_and_a_leftover_temp_file_is_not_an_entry(tmp_path):
+    cache = CallCache(str(tmp_path))
+    key = "cd" * 32
+    (tmp_path / "cd").mkdir()
+    (tmp_path / "cd" / f"{key}.json").write_text('{"text": "half')
+    (tmp_path / "cd" / f"{key}.json.tmp-0badf00d").write_text("a crashed write")
+    assert cache.get(key) is None and len(cache) == 1
+    cache.put(key, ChatResult("whole", 2, 1))
+    assert cache.get(key) == ChatResult("whole", 2, 1, cached=True)
+    assert sorted(p.name for p in (tmp_path / "cd").iterdir()) == [f"{key}.json", f"{key}.json.tmp-0badf00d"]
+
+
+# --- on S3 (a real S3-compatible server), through tasks.storage ---------------------------------------------
+
+def _flaky(monkeypatch, fs, method: str, failures: int) -> list[int]:
+    """Make ``fs.method`` raise a transient OSError ``failures`` times, then behave normally."""
+    original, calls = getattr(fs, method), []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= failures:
+            raise ConnectionResetError(f"simulated reset on {args[0]}")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fs, method, flaky)
+    return calls
+
+
+@pytest.mark.slow
+def test_cache_round_trip_on_s3(s3_bucket):
+    root = f"{s3_bucket.url}/runs/llm-cache"
+    cache = CallCache(root)  # the endpoint comes from AWS_ENDPOINT_URL, as tasks.storage resolves it
+    b = RecordingBackend()
+    first = cached_complete(b, requests(4), cache)
+    keys = s3_bucket.keys("runs/llm-cache/")
+    assert len(keys) == 4 and all(k.endswith(".json") and k.split("/")[2] == k.split("/")[3][:2] for k in keys)
+    again = cached_complete(RecordingBackend(), requests(4), CallCache(root + "/"))
+    assert [r.text for r in again] == [r.text for r in first] and all(r.cached for r in again)
+    assert len(CallCache(root)) == 4
+
+
+@pytest.mark.slow
+def test_transient_s3_errors_are_retried(s3_bucket, monkeypatch):
+    cache = CallCache(f"{s3_bucket.url}/llm-cache")
+    key = "ef" * 32
+    puts = _flaky(monkeypatch, cache.fs, "pipe_file", failures=1)
+    cache.put(key, ChatResult("kept", 5, 2))
+    assert len(puts) == 2 and s3_bucket.keys("llm-cache/") == [f"llm-cache/ef/{key}.json"]
+    reads = _flaky(monkeypatch, cache.fs, "cat_file", failures=2)
+    assert cache.get(key) == ChatResult("kept", 5, 2, cached=True) and len(reads) == 3
+    assert cache.get("00" * 32) is None  # a missing entry is a miss, not an error to retry
+
+
+@pytest.mark.slow
+def test_persistent_s3_error_names_the_cache_not_the_key(s3_bucket, monkeypatch):
+    from tasks.errors import StorageError
+
+    root = f"{s3_bucket.url}/llm-cache"
+    cache = CallCache(root)
+    key = "9a" * 32
+    calls = _flaky(monkeypatch, cache.fs, "pipe_file", failures=10**6)
+    with pytest.raises(StorageError) as caught:
+        cache.put(key, ChatResult("lost", 1, 1))
+    assert len(calls) == 3  # tasks.storage.with_retries' attempts
+    message = str(caught.value)
+    assert root in message and "ConnectionResetError" in message and key not in message
+
+
+@pytest.mark.slow
+def test_prefect_secret_storage_option_is_resolved(prefect_harness, s3_bucket, monkeypatch):
+    from prefect.blocks.system import Secret
+
+    from tests.s3server import TEST_ACCESS_KEY, TEST_SECRET_KEY
+
+    Secret(value=TEST_SECRET_KEY).save("privseed-test-cache-secret", overwrite=True)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")  # the block is the only place the secret comes from
+    options = {"key": TEST_ACCESS_KEY, "secret": "prefect-secret:privseed-test-cache-secret"}
+    cache = CallCache(f"{s3_bucket.url}/llm-cache", options)
+    assert cache.fs.secret == TEST_SECRET_KEY and cache.storage_options == options  # the reference is kept
+    cache.put("12" * 32, ChatResult("via the block", 4, 3))
+    assert CallCache(f"{s3_bucket.url}/llm-cache", options).get("12" * 32).text == "via the block"

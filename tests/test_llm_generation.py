@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from tasks.errors import ConfigError
-from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_seed,
+from tasks.generation import (ROW_COLUMNS, acceptable, GenerationParams, build_generation_requests, candidate_seed,
                               estimate_cost, generate_seeds, generate_shard, no_llm_rows, seeds_from_sequences,
                               select_best)
 from tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
@@ -30,6 +30,14 @@ def test_select_best_prefers_coverage_then_first():
     cands = [ChatResult("a river", 1, 1), ChatResult("river and church", 1, 1), ChatResult("church, river", 1, 1)]
     assert select_best(s, cands) == (1, 1.0)
     assert select_best(s, [ChatResult("nothing", 1, 1), ChatResult("nope", 1, 1)]) == (0, 0.0)
+
+
+def test_select_best_skips_a_keyphrase_list_echo():
+    s = VOCAB.seed(["river", "village", "church", "album", "band"], 0, 1)
+    echo = ChatResult("River, village, church, album and band.", 1, 1)  # what a small model often returns
+    prose = ChatResult("A band recorded its album in the old church of a village by the river.", 1, 1)
+    assert not acceptable(echo.text, s.keyphrases) and acceptable(prose.text, s.keyphrases)
+    assert select_best(s, [echo, prose]) == (1, 1.0)
 
 
 def test_candidate_seeds_are_distinct_and_stable():
@@ -60,6 +68,16 @@ def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
     assert (df["tokens_in"] > 0).all() and (df["tokens_out"] > 0).all()
     again = generate_shard(seeds(), "local:recording-test", params, str(tmp_path), progress=False)
     assert len(recording.requests) == 12 and again["text"].tolist() == df["text"].tolist()
+
+
+def test_generation_in_process_frees_the_backend_when_it_finishes(tmp_path, recording):
+    params = GenerationParams(doc_type="memo", max_tokens=20, retry_rounds=0)
+    df = generate_seeds(seeds(3), "local:recording-test", params, str(tmp_path), shard_size=2, progress=False)
+    assert len(df) == 3 and recording.closes == 1  # once, after the last shard, not per shard
+    recording.fail_at = len(recording.requests)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        generate_seeds(seeds(5), "local:recording-test", params, str(tmp_path / "b"), progress=False)
+    assert recording.closes == 2  # a failed run frees it too
 
 
 def test_no_llm_rows_are_the_sequences():
@@ -138,6 +156,56 @@ def test_real_local_llm_writes_reproducible_documents(tmp_path):
     assert again["text"].tolist() == df["text"].tolist()
     b = LlamaCppBackend(n_threads=1)
     assert b.llama.metadata.get("tokenizer.chat_template", "").count("<|im_start|>") >= 1  # template from the GGUF
+
+
+@pytest.mark.slow
+def test_local_backend_close_frees_the_model_and_the_next_call_reloads_it():
+    from tasks.llm.local import LlamaCppBackend
+
+    b = LlamaCppBackend(n_threads=1)
+    req = build_generation_requests(seeds(1), PromptTemplate.load("generic"),
+                                    GenerationParams(doc_type="memo", max_tokens=6))[0][0]
+    first = b.complete([req])
+    llm = b.llama
+    assert b.loaded and llm._sampler is not None
+    b.close()
+    assert not b.loaded and llm._model.model is None and llm._sampler is None  # weights and sampler freed now
+    b.close()  # closing twice is harmless
+    assert b.complete([req]) == first and b.loaded  # reloaded on demand, same seed -> same text
+    b.close()
+
+
+@pytest.mark.slow
+def test_nothing_is_printed_at_interpreter_exit(tmp_path):
+    """A process that used the local model (one thread still generating when it exits) leaves no
+    'Exception ignored in Llama.__del__' on stderr."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "use_local_llm.py"
+    script.write_text(
+        "import threading\n"
+        "from tasks.llm import get_backend\n"
+        "from tasks.generation import GenerationParams, build_generation_requests\n"
+        "from tasks.llm import PromptTemplate, ReleasedVocabulary\n"
+        "v = ReleasedVocabulary(['river', 'village'], 't')\n"
+        "reqs = [r for per in build_generation_requests([v.seed([0, 1], 0, s) for s in range(3)],\n"
+        "        PromptTemplate.load('generic'), GenerationParams(doc_type='memo', max_tokens=4)) for r in per]\n"
+        "b = get_backend('local')\n"
+        "print(b.count_tokens('a river'), len(b.complete(reqs[:1])))\n"
+        "started = threading.Event()\n"
+        "def loop():\n"
+        "    while True:\n"
+        "        b.complete(reqs); started.set()\n"
+        "threading.Thread(target=loop, daemon=True).start()\n"
+        "started.wait()\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
 def test_clean_text_drops_preambles_only():

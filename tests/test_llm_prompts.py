@@ -139,3 +139,33 @@ def test_parse_llm_spec():
     for bad in ("anthropic", "gpt", "openai-compatible:", "none:x"):
         with pytest.raises(ConfigError):
             parse_llm_spec(bad)
+
+
+@pytest.mark.slow
+def test_few_shot_file_on_s3_is_read_through_storage_retries(s3_bucket, monkeypatch):
+    import io
+
+    import pandas as pd
+    import s3fs
+
+    records = [{"text": "The Ouse is a river in England.", "keyphrases": ["river", "england"]}]
+    buffer = io.BytesIO()
+    pd.DataFrame(records).to_parquet(buffer, index=False)
+    client = s3_bucket.server.client()
+    client.put_object(Bucket=s3_bucket.name, Key="fs.parquet", Body=buffer.getvalue())
+    client.put_object(Bucket=s3_bucket.name, Key="fs.jsonl", Body=json.dumps(records[0]).encode())
+    original, reads = s3fs.S3FileSystem.cat_file, []
+
+    def flaky_cat_file(self, path, *args, **kwargs):
+        reads.append(path)
+        if len(reads) % 2 == 1:  # every first attempt drops its connection
+            raise ConnectionResetError("simulated reset")
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "cat_file", flaky_cat_file)
+    for name in ("fs.parquet", "fs.jsonl"):
+        examples = load_few_shot(f"{s3_bucket.url}/{name}")
+        assert [(e.document, e.keyphrases) for e in examples] == [(records[0]["text"], ("river", "england"))]
+    assert len(reads) == 4
+    with pytest.raises(ConfigError, match="not found"):
+        load_few_shot(f"{s3_bucket.url}/missing.jsonl")

@@ -190,3 +190,41 @@ def test_pure_helpers():
     assert list(derived["q_keyphrases_type"]) == ["missing", "missing"]
     assert derived["q_text_words"][0] == 2 and pd.isna(derived["q_text_words"][1])
     assert list(derived["q_label_type"]) == ["int", "NoneType"]
+
+
+SEED = ["merger talks", "retail sales", "stock market", "central bank", "interest rates"]
+
+
+@pytest.mark.parametrize("echo", [
+    "merger talks, retail sales, stock market, central bank, interest rates",
+    "Retail sales; merger talks; interest rates; central bank; stock market.",
+    "merger talks\nretail sales\nstock market\ncentral bank\ninterest rates",
+    "- Merger talks\n- Retail sales\n- Stock market\n* Central bank\n\u2022 Interest rates",
+    "1. merger talks 2. retail sales 3. stock market 4) central bank 5) interest rates",
+    "merger talks, retail sales, stock market, central bank and interest rates.",
+    "Keywords: merger talks, retail sales, stock market, central bank, interest rates, etc.",
+    "Here are the keyphrases: \"merger talks\", \"retail sales\", \"stock market\", \"central bank\"",
+    "merger talks, retail sales, stock market, central bank, interest rates, merger talks, retail sales, news",
+    "interest rates stock market merger talks central bank retail sales",
+])
+def test_a_keyphrase_list_in_any_list_form_is_a_passthrough(echo):
+    assert is_keyphrase_passthrough(echo, SEED)
+
+
+@pytest.mark.parametrize("prose", [
+    "Merger talks lifted retail sales as the stock market cheered the central bank's cut in interest rates.",
+    "The central bank held interest rates; merger talks stalled, retail sales slipped and the stock market fell.",
+    "Summary: merger talks, retail sales and the stock market all moved after the central bank spoke.",
+    "Retail sales rose.",
+    "merger talks, retail sales, stock market, central bank, interest rates: what a week for the city desk",
+])
+def test_a_sentence_that_uses_the_keyphrases_is_not_a_passthrough(prose):
+    assert not is_keyphrase_passthrough(prose, SEED)
+
+
+def test_a_list_echo_fails_the_gate_and_prose_with_every_keyphrase_passes():
+    df = good_corpus()
+    df["text"] = [", ".join(k) + ", and more, words, here, today, please" for k in df["keyphrases"]]
+    assert run_gate(df, llm_used=True, min_words=1)["success"] is True  # half the words are others: not an echo
+    df.loc[:2, "text"] = ["; ".join(reversed(k)) + "." for k in df.loc[:2, "keyphrases"]]
+    assert "text:not the keyphrase list passed through" in run_gate(df, llm_used=True, min_words=1)["failed"]

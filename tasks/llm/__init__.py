@@ -20,7 +20,7 @@ from tasks.llm.released import (RecipientExample, ReleasedSeed, ReleasedVocabula
 __all__ = ["ChatMessage", "ChatRequest", "ChatResult", "LLMBackend", "CallCache", "cached_complete",
            "PromptTemplate", "build_messages", "build_request", "term_coverage", "RecipientExample",
            "ReleasedSeed", "ReleasedVocabulary", "UnreleasedValueError", "load_few_shot", "LLMSpec",
-           "parse_llm_spec", "make_backend", "get_backend", "register_backend"]
+           "parse_llm_spec", "make_backend", "get_backend", "close_backend", "register_backend"]
 
 KINDS = ("local", "anthropic", "openai-compatible", "none")
 
@@ -103,6 +103,17 @@ def get_backend(spec: LLMSpec | str) -> LLMBackend:
         if key not in _BACKENDS:
             _BACKENDS[key] = make_backend(spec)
         return _BACKENDS[key]
+
+
+def close_backend(spec: LLMSpec | str) -> None:
+    """Free what this process's backend for ``spec`` holds (a local model's weights), if one was built.
+    The backend stays registered; its next call loads again."""
+    if isinstance(spec, str):
+        spec = parse_llm_spec(spec)
+    with _LOCK:
+        backend = _BACKENDS.get(_key(spec))
+    if backend is not None:
+        backend.close()
 
 
 def register_backend(spec: LLMSpec | str, backend: LLMBackend | None) -> None:

@@ -179,24 +179,24 @@ class AnthropicBackend(LLMBackend):
         digest = hashlib.sha256("\n".join([self.model, *custom_ids]).encode()).hexdigest()[:32]
         return f"{self.batch_state}/anthropic-batches/{digest}.json"
 
+    # Batch state goes through tasks.storage: the run's storage options (Secret-block references resolved),
+    # retries with backoff, and an atomic write (a crash never leaves a half-written batch id).
     def _read_state(self, path: str | None) -> dict | None:
         if path is None:
             return None
-        import fsspec
+        from tasks import storage
 
-        fs, p = fsspec.core.url_to_fs(path, **self.storage_options)
-        if not fs.exists(p):
+        try:
+            return json.loads(storage.read_bytes(path, self.storage_options).decode("utf-8"))
+        except FileNotFoundError:
             return None
-        return json.loads(fs.cat_file(p).decode("utf-8"))
 
     def _write_state(self, path: str | None, state: dict) -> None:
         if path is None:
             return
-        import fsspec
+        from tasks import storage
 
-        fs, p = fsspec.core.url_to_fs(path, **self.storage_options)
-        fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
-        fs.pipe_file(p, json.dumps(state).encode("utf-8"))
+        storage.write_bytes(path, json.dumps(state).encode("utf-8"), self.storage_options)
 
     def _complete_batched(self, requests: Sequence[ChatRequest], on_each: OnEach | None) -> list[ChatResult]:
         results: list[ChatResult | None] = [None] * len(requests)

@@ -1,67 +1,72 @@
 """Call cache: every finished LLM call is stored under its key, so a crashed or re-run flow repeats none.
 
 Key = sha256(backend, model, messages, params, seed) (``ChatRequest.cache_key``). One small JSON object per
-call at ``{root}/{key[:2]}/{key}.json`` through fsspec (local folder, file://, s3://). A write is a single
-object put (S3) or write-to-temp + rename (local), so a crash never leaves a half-written entry that a later
-run would trust. Entries hold synthetic text and token counts only: prompts are not stored (they are
-recomputable from released values, and keeping the cache free of prompt text keeps it small).
+call at ``{root}/{key[:2]}/{key}.json`` on any storage :mod:`tasks.storage` opens (local folder, file://,
+s3://), with its option resolution (``prefect-secret:NAME`` references, the endpoint from AWS_ENDPOINT_URL,
+capped botocore retries) and its retry-with-backoff on transient I/O errors. A write is a single object put
+(S3) or write-to-temp + rename (local), so a crash never leaves a half-written entry that a later run would
+trust. Entries hold synthetic text and token counts only: prompts are not stored (they are recomputable from
+released values, and keeping the cache free of prompt text keeps it small).
 """
 from __future__ import annotations
 
 import json
-import os
 import threading
-import uuid
 from typing import Callable, Sequence
 
-import fsspec
-
+from tasks import storage
 from tasks.errors import StorageError
 from tasks.llm.base import ChatRequest, ChatResult, LLMBackend
 
 
 class CallCache:
+    """``storage_options`` are the release's, unresolved (as the config holds them); they are resolved
+    once here, on the process that uses the cache, so a secret never travels in a task's arguments."""
+
     def __init__(self, root: str, storage_options: dict | None = None):
         self.root = root.rstrip("/")
-        self.storage_options = storage_options or {}
-        self.fs, self._path = fsspec.core.url_to_fs(self.root, **self.storage_options)
-        self._local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+        self.storage_options = dict(storage_options or {})
+        self.fs, self._path = storage.filesystem(self.root, self.storage_options)
 
     def _entry(self, key: str) -> str:
         return f"{self._path}/{key[:2]}/{key}.json"
 
     def get(self, key: str) -> ChatResult | None:
+        """The stored result, or None for a miss (no entry, or a corrupt one, which is then recomputed).
+        Errors name the cache root only: never a key, a path inside it or a storage option."""
         path = self._entry(key)
         try:
-            with self.fs.open(path, "rb") as f:
-                return ChatResult.from_dict(json.loads(f.read().decode("utf-8")), cached=True)
+            raw = storage.with_retries(lambda: self.fs.cat_file(path), what=f"reading the LLM cache at {self.root}")
         except FileNotFoundError:
             return None
-        except (ValueError, KeyError):
+        except (StorageError, OSError) as e:
+            raise StorageError(f"LLM cache at {self.root} is unreadable: {_cause_name(e)}") from e
+        try:
+            return ChatResult.from_dict(json.loads(raw.decode("utf-8")), cached=True)
+        except (ValueError, KeyError, TypeError):
             return None  # a corrupt entry (should not happen: writes are atomic) is recomputed
-        except OSError as e:
-            raise StorageError(f"LLM cache at {self.root} is unreadable: {type(e).__name__}") from e
 
     def put(self, key: str, result: ChatResult) -> None:
-        path = self._entry(key)
         data = json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
         try:
-            if self._local:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            else:
-                self.fs.pipe_file(path, data)
-        except OSError as e:
-            raise StorageError(f"LLM cache at {self.root} is not writable: {type(e).__name__}") from e
+            storage.write_atomic(self.fs, self._entry(key), data, what=f"writing the LLM cache at {self.root}")
+        except (StorageError, OSError) as e:
+            raise StorageError(f"LLM cache at {self.root} is not writable: {_cause_name(e)}") from e
 
     def __len__(self) -> int:
         try:
-            return len(self.fs.glob(f"{self._path}/*/*.json"))
+            return len(storage.with_retries(lambda: self.fs.glob(f"{self._path}/*/*.json"),
+                                            what=f"listing the LLM cache at {self.root}"))
         except FileNotFoundError:
             return 0
+        except (StorageError, OSError) as e:
+            raise StorageError(f"LLM cache at {self.root} cannot be listed: {_cause_name(e)}") from e
+
+
+def _cause_name(exc: BaseException) -> str:
+    """The underlying error's type (with_retries wraps it in a StorageError whose text may hold a path)."""
+    inner = exc.__cause__ if isinstance(exc, StorageError) and exc.__cause__ is not None else exc
+    return type(inner).__name__
 
 
 def cached_complete(backend: LLMBackend, requests: Sequence[ChatRequest], cache: CallCache | None,

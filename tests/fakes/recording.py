@@ -17,11 +17,15 @@ class RecordingBackend(LLMBackend):
         self.fail_at = fail_at  # raise on the fail_at-th request ever sent (0-based), to simulate a crash
         self.answer = answer or self.echo_terms
         self.lock = threading.Lock()
+        self.closes = 0  # how often close() was called (generation frees its backend when it finishes)
 
     @staticmethod
     def echo_terms(req: ChatRequest) -> str:
         m = re.search(r"terms: (.*?)\.", req.messages[-1].content)
         return f"[seed {req.seed}] A text with {m.group(1) if m else req.messages[-1].content}."
+
+    def close(self) -> None:
+        self.closes += 1
 
     def sent_strings(self) -> list[str]:
         return [m.content for r in self.requests for m in r.messages]
