@@ -25,7 +25,7 @@ from tasks import storage
 from tasks.cluster import dask_client
 from tasks.config import DpKpsConfig, ReleaseConfig, build_config
 from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
-from tasks.errors import ConfigError, CorpusError
+from tasks.errors import ConfigError, CorpusError, retry_if_transient
 from tasks.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------------
 # Tasks: thin wrappers that do I/O around the pure functions in tasks/.
 # ---------------------------------------------------------------------------------------------------
-@task(name="load-private-corpus", retries=2, retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
+@task(name="load-private-corpus", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
 def load_private_corpus(cfg: ReleaseConfig) -> pd.DataFrame:
     """All shards of the private corpus, read in parallel on the cluster."""
     from tasks.cluster import map_shards
@@ -116,7 +117,8 @@ def corpus_shards(corpus: pd.DataFrame, n_workers: int) -> list[tuple[list[str],
             for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-@task(name="vocabulary-histogram", retries=1, **PRIVATE_TASK)
+@task(name="vocabulary-histogram", retries=1, retry_condition_fn=retry_if_transient,
+      **PRIVATE_TASK)
 def vocabulary_histogram(shards: list[tuple[list[str], list]], cfg: DpKpsConfig) -> np.ndarray:
     """Extract phrases and count each document's first S terms over V: map over shards, sum (private)."""
     from tasks.cluster import map_shards
@@ -132,7 +134,8 @@ def vocabulary_histogram(shards: list[tuple[list[str], list]], cfg: DpKpsConfig)
     return counts
 
 
-@task(name="privatize-vocabulary", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+@task(name="privatize-vocabulary", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
 def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig, ledger: PrivacyLedger) -> list[str]:
     """V~: Laplace(S / eps_voc) on every term of V, top N. Drawn once through the ledger."""
     from tasks.ledger import stage_rng
@@ -153,7 +156,8 @@ def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig, ledger: Pri
     return terms
 
 
-@task(name="embed-released-vocabulary", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+@task(name="embed-released-vocabulary", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
 def embed_released_vocabulary(terms: list[str], cfg: DpKpsConfig) -> np.ndarray:
     """Unit-norm embeddings of V~ (public from here on); private documents are looked up, not embedded."""
     from tasks.embedding import embed_texts
@@ -170,7 +174,8 @@ def feature_specs(cfg: DpKpsConfig, dim: int) -> list:
             for k, b in enumerate(ensemble_blocks(cfg.method, cfg.length))]
 
 
-@task(name="sketch-per-class", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+@task(name="sketch-per-class", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
 def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: list[str], embeddings: np.ndarray,
                      cfg: DpKpsConfig, ledger: PrivacyLedger) -> np.ndarray:
     """Per-class DP-KDE sketches: exact partial sums per shard on the cluster, one reduce, then noise once
@@ -212,7 +217,8 @@ def _terms_digest(terms: list[str]) -> str:
     return hashlib.sha256("\n".join(terms).encode()).hexdigest()[:16]
 
 
-@task(name="sample-sequences", retries=2, retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+@task(name="sample-sequences", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
 def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[str], embeddings: np.ndarray,
                                cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released sketches: per_class sequences of length L per class."""
@@ -254,7 +260,8 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
     return synthetic[["text", "label", "keyphrases", *[c for c in synthetic.columns if c not in ("text", "label", "keyphrases")]]]
 
 
-@task(name="publish-release", retries=2, retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
+@task(name="publish-release", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
 def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list) -> dict:
     gate = None
     if cfg.gate:

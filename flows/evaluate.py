@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
 from tasks import classify, corpus, metrics, report, storage
-from tasks.errors import ConfigError, CorpusError
+from tasks.errors import ConfigError, CorpusError, retry_if_transient
 from prefect import flow, task  # noqa: E402  (after flows._runtime)
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
@@ -102,12 +102,14 @@ def label_names_from(path: str, label_column: str = "label") -> dict[str, str]:
 
 
 # ================================================================ tasks
-@task(name="read-release", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+@task(name="read-release", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=2, cache_policy=NO_CACHE)
 def read_release_task(out: str) -> Release:
     return read_release(out)
 
 
-@task(name="read-labelled-corpus", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+@task(name="read-labelled-corpus", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=2, cache_policy=NO_CACHE)
 def read_labelled_task(path: str, text_column: str = "text", label_column: str = "label") -> pd.DataFrame:
     return read_labelled(path, text_column, label_column)
 
@@ -129,7 +131,8 @@ def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarra
     return vectors
 
 
-@task(name="embed", retries=1, cache_policy=NO_CACHE)
+@task(name="embed", retries=1, retry_condition_fn=retry_if_transient,
+      cache_policy=NO_CACHE)
 def embed_task(texts: list[str], model: str, cache_dir: str) -> np.ndarray:
     return embed_cached(texts, model, Path(cache_dir))
 

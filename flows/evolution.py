@@ -38,7 +38,7 @@ from tasks import accounting, storage
 from tasks import evolution as ev
 from tasks.config import ReleaseConfig, build_config
 from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
-from tasks.errors import ConfigError, CorpusError, LedgerMismatchError
+from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, stage_rng
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,8 @@ def _complete_chunk(requests: list, llm, cache_root: str, storage_options: dict)
              "backend": backend.name, "model": backend.model} for r in results]
 
 
-@task(name="llm-calls", retries=2, retry_delay_seconds=[5, 30], persist_result=False, cache_policy=NO_CACHE)
+@task(name="llm-calls", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[5, 30], persist_result=False, cache_policy=NO_CACHE)
 def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig) -> list[dict]:
     """Send (system, user, seed) prompts through the call cache; a retry or a re-run repeats no finished call.
     Prompts hold public text only (the document type, released words, synthetic documents)."""
@@ -272,7 +273,8 @@ def _attach(meta: pd.DataFrame, answers: list[dict]) -> pd.DataFrame:
 
 def _generate(cfg: EvolutionConfig, prompts, meta: pd.DataFrame) -> pd.DataFrame:
     # A retry re-reads every finished call from the cache and sends only the rest.
-    return _attach(meta, llm_calls.with_options(retries=cfg.llm_retries)(prompts, cfg))
+    calls = llm_calls.with_options(retries=cfg.llm_retries, retry_condition_fn=retry_if_transient)
+    return _attach(meta, calls(prompts, cfg))
 
 
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
@@ -452,7 +454,8 @@ def _augpe(cfg: AugPeConfig) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 # SecPE
 # ---------------------------------------------------------------------------------------------------------
-@task(name="load-public-corpus", retries=2, retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
+@task(name="load-public-corpus", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
 def load_public_texts(cfg: SecPeConfig) -> list[str]:
     texts: list[str] = []
     for shard in list_shards(cfg.public, cfg.storage_options):

@@ -30,3 +30,25 @@ class GateFailedError(PrivseedError):
         super().__init__(message)
         self.result = result or {}
         self.quarantine = quarantine
+
+
+# Failures that a retry cannot fix: the same input and configuration fail the same way again. Retrying them
+# only repeats work and tracebacks (a failed release gate would re-run the whole gate twice).
+DETERMINISTIC_ERRORS: tuple[type[PrivseedError], ...] = (ConfigError, CorpusError, LedgerMismatchError,
+                                                         GateFailedError)
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """Worth retrying: anything but a deterministic privseed error (storage hiccups, a crashed LLM call...)."""
+    return not isinstance(exc, DETERMINISTIC_ERRORS)
+
+
+def retry_if_transient(task: object, task_run: object, state: object) -> bool:
+    """Prefect `retry_condition_fn`: retry a failed task run unless it raised a deterministic error."""
+    exc = getattr(state, "data", None)
+    if not isinstance(exc, BaseException):
+        try:
+            exc = state.result(raise_on_failure=False)  # type: ignore[attr-defined]
+        except Exception as raised:  # noqa: BLE001  (whatever the state holds, it decides the retry)
+            exc = raised
+    return is_transient(exc if isinstance(exc, BaseException) else None)

@@ -141,3 +141,28 @@ def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_
             assert hashlib.sha256(stored[0]).hexdigest() == entry["value"]["sha256"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["rows"] == 12 and manifest["gate"]["success"] is True
+
+
+def test_deterministic_errors_are_not_retried_transient_ones_are(prefect_harness):
+    """A failed gate, a bad config or a mismatched ledger fails the same way again: its task is not retried
+    (no repeated work or tracebacks); a storage hiccup or a crashed call is."""
+    from prefect import flow, task
+
+    from tasks.errors import ConfigError, GateFailedError, StorageError, retry_if_transient
+
+    attempts: dict[str, int] = {}
+
+    @task(retries=2, retry_delay_seconds=0, retry_condition_fn=retry_if_transient)
+    def fails_with(kind: str) -> None:
+        attempts[kind] = attempts.get(kind, 0) + 1
+        raise {"gate": GateFailedError("gate rejected the candidate"), "config": ConfigError("bad"),
+               "storage": StorageError("endpoint unreachable"), "oserror": OSError("connection reset")}[kind]
+
+    @flow
+    def run(kind: str) -> None:
+        fails_with(kind)
+
+    for kind in ("gate", "config", "storage", "oserror"):
+        with pytest.raises(Exception):
+            run(kind)
+    assert attempts == {"gate": 1, "config": 1, "storage": 3, "oserror": 3}
