@@ -1067,6 +1067,9 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
     cells.to_csv(out / "cells.csv", index=False)
     md = table_markdown(table)
     (out / "table.md").write_text(md)
+    for ds in spec.datasets:  # a report-only pass has prepared nothing yet; the chance line needs the test split
+        if ds.name not in prepared and ds.name in set(cells["dataset"]):
+            prepared[ds.name] = prepare_data_task(ds, str(out))
     n_classes = {name: int(data.test["label"].nunique()) for name, data in prepared.items()}
     (out / "report.html").write_text(build_experiment_report(spec, table, cells, paper, groups, n_classes),
                                      encoding="utf-8")

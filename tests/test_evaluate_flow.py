@@ -163,6 +163,14 @@ def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tm
     n_cells = len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines())
     ev.experiment(overrides=overrides, progress=False)  # a re-run resumes: nothing is recomputed
     assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells == 2 * 2 * 2
+    # --report-only tabulates finished cells and starts none, but its side-by-side plot still knows chance (1/3)
+    chances = []
+    plot = ev.report.plot_method_comparison
+    monkeypatch.setattr(ev.report, "plot_method_comparison",
+                        lambda rows, **kw: chances.append(kw.get("chance")) or plot(rows, **kw))
+    ev.experiment(overrides=overrides, progress=False, report_only=True)
+    assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells
+    assert chances and all(c == pytest.approx(1 / 3) for c in chances)
 
 
 def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(prefect_harness, tmp_path, monkeypatch):
