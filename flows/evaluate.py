@@ -572,11 +572,12 @@ def _check_section(values: dict[str, Any], section: str, model: str) -> None:
 def calls_per_text(spec: ExperimentSpec) -> int:
     """LLM calls a PE method spends per released text: N (K+1) RANDOM + (T-1) N K VARIATION per class = N (1 + T K)."""
     from flows.evolution import AugPeConfig
+    from tasks.evolution import evolution_call_plan
 
     defaults = AugPeConfig.model_fields
     t = int(spec.pe.get("iterations", defaults["iterations"].default))
     k = int(spec.pe.get("variations", defaults["variations"].default))
-    return 1 + t * k
+    return evolution_call_plan(classes=1, population=1, variations=k, iterations=t)["total"]
 
 
 def dpkps_best_of(spec: ExperimentSpec) -> int:

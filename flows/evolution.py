@@ -62,6 +62,7 @@ class EvolutionConfig(ReleaseConfig):
     llm_shards: int = Field(default=1, ge=1, le=1024,
                             description="split each round's LLM calls into this many Dask tasks (1: in-process)")
     llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
+    progress: bool = Field(default=True, description="progress bars of the LLM calls on stderr")
 
     @model_validator(mode="after")
     def _needs_llm(self) -> "EvolutionConfig":
@@ -158,22 +159,28 @@ def _call_seed(seed: int, *names: str) -> int:
     return int(stage_rng(seed, "llm-call", *names).integers(0, 2**31 - 1))
 
 
-def _complete_chunk(requests: list, llm, cache_root: str, storage_options: dict) -> list[dict]:
+def _complete_chunk(requests: list, llm, cache_root: str, storage_options: dict,
+                    on_result=None) -> list[dict]:
     """One shard of calls on whichever process runs it (the backend is loaded once per process)."""
     from tasks.llm import CallCache, cached_complete, get_backend
 
     backend = get_backend(llm)
-    results = cached_complete(backend, requests, CallCache(cache_root, storage_options))
+    results = cached_complete(backend, requests, CallCache(cache_root, storage_options), on_result=on_result)
     return [{"text": r.text.strip(), "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
              "backend": backend.name, "model": backend.model} for r in results]
 
 
 @task(name="llm-calls", retries=2, retry_condition_fn=retry_if_transient,
       retry_delay_seconds=[5, 30], persist_result=False, cache_policy=NO_CACHE)
-def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig) -> list[dict]:
+def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig, desc: str = "llm") -> list[dict]:
     """Send (system, user, seed) prompts through the call cache; a retry or a re-run repeats no finished call.
-    Prompts hold public text only (the document type, released words, synthetic documents)."""
-    from tasks.cluster import map_shards
+    Prompts hold public text only (the document type, released words, synthetic documents).
+
+    With a Dask client (``--llm-shards`` > 1 or ``--dask-address``) the calls are split into shards that run on
+    the workers, each keeping its backend loaded; the progress bar then advances per finished shard. Without
+    one they run here with a per-call bar. Answers come back in prompt order either way."""
+    from tasks.cluster import current_client
+    from tasks.generation import CallProgress, call_prices, spec_from_config
     from tasks.llm import ChatMessage, ChatRequest
 
     requests = []
@@ -184,13 +191,26 @@ def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig) 
     shards = max(1, min(cfg.llm_shards, len(requests)))
     bounds = np.linspace(0, len(requests), shards + 1).astype(int)
     chunks = [requests[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    out: list[dict] = []
-    from tasks.generation import spec_from_config  # the LLM helper's backend options (batches, concurrency)
+    spec = spec_from_config(cfg)  # the LLM helper's backend options (batches, concurrency)
+    bar = CallProgress(len(requests), call_prices(spec, len(requests)), desc, cfg.progress)
+    client = current_client()
+    try:
+        if client is None or len(chunks) <= 1:
+            parts = [_complete_chunk(chunk, spec, cache_root, cfg.storage_options, on_result=bar) for chunk in chunks]
+        else:
+            from distributed import as_completed
 
-    for part in map_shards(_complete_chunk, chunks, spec_from_config(cfg), cache_root, cfg.storage_options):
-        out.extend(part)
-    tokens = sum(r["tokens_out"] for r in out)
-    log.info("LLM: %d calls answered (%d output tokens)", len(out), tokens)
+            futures = {client.submit(_complete_chunk, chunk, spec, cache_root, cfg.storage_options, pure=False): i
+                       for i, chunk in enumerate(chunks)}
+            parts = [[] for _ in chunks]
+            for future in as_completed(futures):
+                part = future.result()
+                parts[futures[future]] = part
+                bar.add(len(part), sum(a["tokens_in"] for a in part), sum(a["tokens_out"] for a in part))
+    finally:
+        bar.close()
+    out = [answer for part in parts for answer in part]
+    log.info("LLM (%s): %d calls answered (%d output tokens)", desc, len(out), sum(r["tokens_out"] for r in out))
     return out
 
 
@@ -271,10 +291,18 @@ def _attach(meta: pd.DataFrame, answers: list[dict]) -> pd.DataFrame:
     return out
 
 
-def _generate(cfg: EvolutionConfig, prompts, meta: pd.DataFrame) -> pd.DataFrame:
+def _generate(cfg: EvolutionConfig, prompts, meta: pd.DataFrame, desc: str) -> pd.DataFrame:
     # A retry re-reads every finished call from the cache and sends only the rest.
     calls = llm_calls.with_options(retries=cfg.llm_retries, retry_condition_fn=retry_if_transient)
-    return _attach(meta, calls(prompts, cfg))
+    return _attach(meta, calls(prompts, cfg, desc))
+
+
+def _log_plan(logger, method: str, cfg: EvolutionConfig, classes: int) -> None:
+    plan = ev.evolution_call_plan(classes, cfg.per_class, cfg.variations, cfg.iterations)
+    logger.info("%s plan: %d classes x population N=%d, K=%d variations, T=%d rounds -> %d LLM calls "
+                "(%d RANDOM_API + %d VARIATION_API) on %s; calls already in the cache are not sent again",
+                method, classes, cfg.per_class, cfg.variations, cfg.iterations, plan["total"], plan["random"],
+                plan["variation"], cfg.llm)
 
 
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
@@ -405,10 +433,11 @@ def _augpe(cfg: AugPeConfig) -> dict:
     del corpus
 
     n, k = cfg.per_class, cfg.variations
+    _log_plan(logger, "Aug-PE+V~" if cfg.vocab_words else "Aug-PE", cfg, len(labels))
     prompts, meta = _random_prompts(cfg, labels, n * (k + 1), words, cfg.words_per_prompt)
     clock = _RoundClock()
     with clock("llm_s"):
-        candidates = _generate(cfg, prompts, meta)
+        candidates = _generate(cfg, prompts, meta, "augpe RANDOM_API")
     calls = {"random": len(prompts), "variation": 0}
     kept = candidates
     for t in range(1, cfg.iterations + 1):
@@ -439,7 +468,8 @@ def _augpe(cfg: AugPeConfig) -> dict:
         prompts, meta = _variation_prompts(cfg, kept, t)
         calls["variation"] += len(prompts)
         with clock("llm_s"):
-            candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
+            candidates = pd.concat([kept, _generate(cfg, prompts, meta, f"augpe round {t + 1}/{cfg.iterations} VARIATION_API")],
+                                   ignore_index=True)
         logger.info("Aug-PE round %d/%d done", t, cfg.iterations)
 
     synthetic = _release_frame(kept, calls)
@@ -553,10 +583,11 @@ def _secpe(cfg: SecPeConfig) -> dict:
     del corpus
 
     n, k = cfg.per_class, cfg.variations
+    _log_plan(logger, "SecPE", cfg, len(labels))
     prompts, meta = _random_prompts(cfg, labels, n * (k + 1), None, 0)
     clock = _RoundClock()
     with clock("llm_s"):
-        candidates = _generate(cfg, prompts, meta)
+        candidates = _generate(cfg, prompts, meta, "secpe RANDOM_API")
     calls = {"random": len(prompts), "variation": 0}
     kept = candidates
     for t in range(1, cfg.iterations + 1):
@@ -588,7 +619,8 @@ def _secpe(cfg: SecPeConfig) -> dict:
         prompts, meta = _variation_prompts(cfg, kept, t)
         calls["variation"] += len(prompts)
         with clock("llm_s"):
-            candidates = pd.concat([kept, _generate(cfg, prompts, meta)], ignore_index=True)
+            candidates = pd.concat([kept, _generate(cfg, prompts, meta, f"secpe round {t + 1}/{cfg.iterations} VARIATION_API")],
+                                   ignore_index=True)
         logger.info("SecPE round %d/%d done", t, cfg.iterations)
 
     synthetic = _release_frame(kept, calls)
@@ -628,6 +660,8 @@ def _evolution_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mask-fraction", type=float)
     parser.add_argument("--embedding-model")
     parser.add_argument("--llm-shards", type=int, help="Dask tasks per round of LLM calls (default 1: in-process)")
+    parser.add_argument("--no-progress", dest="progress", action="store_const", const=False,
+                        help="no progress bars for the LLM calls")
     parser.add_argument("--delta", type=float)
     parser.add_argument("--n-upper-bound", type=int, help="public upper bound on the corpus size (default delta)")
 

@@ -27,6 +27,17 @@ from scipy import sparse
 
 from tasks.errors import ConfigError
 
+def evolution_call_plan(classes: int, population: int, variations: int, iterations: int) -> dict[str, int]:
+    """LLM calls of a private-evolution run, from public settings only: per class, RANDOM_API writes the first
+    N (K + 1) candidates and each of the T - 1 later rounds asks K variations of the N kept samples.
+    Per released text that is 1 + T K calls (the number DP-KPS's best-of is matched to in Table 2 grids)."""
+    if min(classes, population, variations, iterations) < 1:
+        raise ConfigError("classes, population, variations and iterations must all be >= 1")
+    random_api = classes * population * (variations + 1)
+    variation_api = classes * (iterations - 1) * population * variations
+    return {"random": random_api, "variation": variation_api, "total": random_api + variation_api}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Nearest-neighbour votes
 # ----------------------------------------------------------------------------------------------------------

@@ -161,7 +161,9 @@ class CostEstimate:
                 f"send), ~{self.tokens_in:,} input tokens, at most {self.tokens_out_max:,} output tokens, cost {cost}")
 
 
-def _prices(spec: LLMSpec, n_calls: int) -> tuple[float, float] | None:
+def call_prices(spec: LLMSpec, n_calls: int) -> tuple[float, float] | None:
+    """USD per million (input, output) tokens for ``n_calls`` calls of ``spec`` (Anthropic's batch discount
+    applies when that many calls would be batched); None when the price is unknown."""
     if spec.kind == "local":
         return 0.0, 0.0
     opts = dict(spec.options)
@@ -195,14 +197,15 @@ def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCac
     todo = [r for r, c in zip(requests, cached) if not c]
     t_in = sum(n_in(r) for r in todo)
     t_out = sum(r.max_tokens for r in todo)
-    p = _prices(spec, len(todo))
+    p = call_prices(spec, len(todo))
     usd = None if p is None else (t_in * p[0] + t_out * p[1]) / 1e6
     return CostEstimate(len(requests), sum(cached), t_in, t_out, usd)
 
 
 # -- I/O -------------------------------------------------------------------------------------------------------
-class _Progress:
-    """tqdm bar: calls done, tokens in/out, cost so far (thread-safe)."""
+class CallProgress:
+    """tqdm bar of LLM calls: calls done, tokens in/out, cost so far (thread-safe). Pass it as ``on_result``
+    to :func:`tasks.llm.cached_complete` for per-call steps, or call ``add`` once per finished shard."""
 
     def __init__(self, total: int, prices: tuple[float, float] | None, desc: str, enabled: bool):
         from tqdm.auto import tqdm
@@ -243,7 +246,7 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     flat = [r for per_seed in requests for r in per_seed]
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
-    bar = _Progress(len(flat), _prices(spec, len(flat)), f"generate[{shard}] {spec.kind}", progress)
+    bar = CallProgress(len(flat), call_prices(spec, len(flat)), f"generate[{shard}] {spec.kind}", progress)
     k = params.best_of
     try:
         results = cached_complete(backend, flat, cache, on_result=bar)
@@ -306,7 +309,7 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
         return pd.concat(frames, ignore_index=True)
     from distributed import as_completed
 
-    bar = _Progress(n_calls, _prices(spec, n_calls), f"generate {spec.kind}", progress)
+    bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
     futures = {client.submit(generate_shard, sh, spec, params, cache_uri, storage_options, False, i, pure=False): i
                for i, sh in enumerate(shards)}
     frames: list[pd.DataFrame | None] = [None] * len(shards)

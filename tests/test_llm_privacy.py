@@ -122,3 +122,44 @@ def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, mon
     assert len(synthetic) == 12 and {"backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out"} <= set(synthetic.columns)
     assert_no_canary(*sent, caplog.text, out, err, *synthetic["text"])
     assert KEY not in caplog.text + out + err
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Part 3: the private-evolution flows, with their LLM calls sharded over a real Dask LocalCluster
+# ------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["augpe+v", "secpe-pii"])
+def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_path, caplog, capfd, prefect_harness):
+    """Aug-PE+V~ (votes + the privatized vocabulary in prompts) and SecPE with PII secrets (the canary is also an
+    e-mail address, i.e. a detected secret): the worker processes reach the OpenAI-compatible fake over HTTP, and
+    the canary reaches no request, log record, console line or file of the release and its state."""
+    from pathlib import Path
+
+    from flows.evolution import run_augpe, run_secpe
+    from tasks.evolution import evolution_call_plan
+
+    caplog.set_level(logging.DEBUG)
+    corpus = private_corpus(tiny_corpus)
+    corpus.loc[corpus.index[-2:], "text"] += f" write to {CANARY.replace(' ', '.')}@example.org"
+    corpus_path = tmp_path / "corpus.parquet"
+    corpus.to_parquet(corpus_path)
+    out = tmp_path / "release"
+    with FakeAnthropic(api_key="", model_ids=("m",)) as fake:
+        cfg = {"data": str(corpus_path), "out": str(out), "llm": f"openai-compatible:{fake.base_url}#m",
+               "llm_shards": 2, "n_workers": 2, "per_class": 2, "variations": 1, "iterations": 2, "max_tokens": 32,
+               "gate": False, "doc_type": "summary of a Wikipedia-style article", "seed": 11}
+        if method == "augpe+v":
+            run_augpe({**cfg, "epsilon": 4.0, "delta": 1e-5, "vocab_words": True, "vocab_top": 20_000,
+                       "vocab_size": 30, "words_per_prompt": 3})
+        else:
+            public = tmp_path / "public.parquet"
+            pd.DataFrame({"text": tiny_corpus["text"].tolist()}).to_parquet(public)
+            run_secpe({**cfg, "public": str(public), "clusters": 4, "secrets": "pii"})
+        assert fake.message_calls == evolution_call_plan(3, 2, 1, 2)["total"]  # every call sent once
+        sent = fake.sent_texts()
+    console_out, console_err = capfd.readouterr()
+    stored = [p.read_bytes().decode("utf-8", "replace") for p in Path(out).rglob("*") if p.is_file()]
+    assert stored and sent
+    assert_no_canary(*sent, caplog.text, console_out, console_err, *stored)
+    for doc in corpus["text"]:
+        assert all(doc not in s for s in sent)
