@@ -63,6 +63,9 @@ class EvolutionConfig(ReleaseConfig):
                             description="split each round's LLM calls into this many Dask tasks (1: in-process)")
     llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
     progress: bool = Field(default=True, description="progress bars of the LLM calls on stderr")
+    min_words: int = Field(default=5, ge=0, le=10_000,
+                           description="candidates with fewer words (or with prompt residue) are not documents: they "
+                                       "get no votes and are kept only when a class has too few others")
 
     @model_validator(mode="after")
     def _needs_llm(self) -> "EvolutionConfig":
@@ -78,7 +81,7 @@ class AugPeConfig(EvolutionConfig):
         "labels", "epsilon", "delta", "noise_multiplier", "n_upper_bound", "iterations", "per_class", "variations",
         "variation", "threshold", "selection", "vocab_words", "vocab", "vocab_top", "eps_voc", "first_terms",
         "vocab_size", "words_per_prompt", "embedding_model", "text_column", "label_column", "llm", "max_tokens",
-        "temperature", "mask_fraction", "doc_type",
+        "temperature", "mask_fraction", "doc_type", "min_words",
     )
 
     epsilon: float | None = Field(default=None, description="DP budget of the T voting rounds (default 4.0)")
@@ -115,7 +118,7 @@ class SecPeConfig(EvolutionConfig):
         "secret_vocab_top",
         "rho_norm", "noise_multiplier", "delta", "n_upper_bound", "iterations", "per_class", "variations",
         "variation", "embedding_model", "text_column", "label_column", "public_text_column", "llm", "max_tokens",
-        "temperature", "mask_fraction", "doc_type", "value_discretization",
+        "temperature", "mask_fraction", "doc_type", "value_discretization", "min_words",
     )
 
     public: str = Field(description="a public corpus of the same domain (Parquet; only its text column is read)")
@@ -141,18 +144,19 @@ class SecPeConfig(EvolutionConfig):
 # Tasks shared by both flows
 # ---------------------------------------------------------------------------------------------------------
 @task(name="embed-private", persist_result=False, cache_policy=NO_CACHE)
-def embed_private(texts: list[str], model: str) -> np.ndarray:
-    """Private embeddings stay in memory, inside the mechanism; they are never persisted or logged."""
-    from tasks.embedding import embed_texts
+def embed_private(texts: list[str], model: str, progress: bool = False) -> np.ndarray:
+    """Private embeddings stay in memory (here or on the run's own Dask workers), inside the mechanism; they are
+    never persisted or logged."""
+    from tasks.embedding import embed_sharded
 
-    return embed_texts(texts, model)
+    return embed_sharded(texts, model, progress=progress, desc="embed private documents")
 
 
 @task(name="embed-candidates", persist_result=False, cache_policy=NO_CACHE)
-def embed_candidates(texts: list[str], model: str) -> np.ndarray:
-    from tasks.embedding import embed_texts
+def embed_candidates(texts: list[str], model: str, progress: bool = False) -> np.ndarray:
+    from tasks.embedding import embed_sharded
 
-    return embed_texts(texts, model)
+    return embed_sharded(texts, model, progress=progress, desc="embed candidates")
 
 
 def _call_seed(seed: int, *names: str) -> int:
@@ -305,6 +309,14 @@ def _log_plan(logger, method: str, cfg: EvolutionConfig, classes: int) -> None:
                 plan["variation"], cfg.llm)
 
 
+def _documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
+    """Which candidates are documents (tasks.quality.is_document): a failed or degenerate LLM answer ("Lullaby.",
+    a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
+    from tasks.quality import is_document
+
+    return np.array([is_document(t, cfg.min_words) for t in candidates["text"]], dtype=bool)
+
+
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
     index = {str(label): i for i, label in enumerate(labels)}
     return np.array([index[str(v)] for v in values], dtype=np.int64)
@@ -337,8 +349,8 @@ class _RoundClock:
         finally:
             self.stop()
 
-    def end_round(self, t: int, candidates: int) -> None:
-        self.rounds.append({"round": t, "candidates": candidates,
+    def end_round(self, t: int, candidates: int, non_documents: int = 0) -> None:
+        self.rounds.append({"round": t, "candidates": candidates, "non_documents": non_documents,
                             **{k: round(self._current.get(k, 0.0), 4) for k in ("llm_s", "embed_s", "histogram_s")}})
         self._current = {}
 
@@ -381,7 +393,7 @@ def augpe_schedule(cfg: AugPeConfig) -> dict:
             "delta_from": "config" if cfg.delta is not None else f"1/(n ln n), n = public bound {cfg.n_upper_bound}",
             "seed": cfg.seed, "noise_streams": "stage_rng(seed, 'augpe', 'round-t', 'noise')",
             "per_class": cfg.per_class, "variations": cfg.variations, "selection": cfg.selection,
-            "threshold": cfg.threshold, "accountant": "dp-accounting PLD, add/remove"}
+            "threshold": cfg.threshold, "min_words": cfg.min_words, "accountant": "dp-accounting PLD, add/remove"}
 
 
 @task(name="privatize-vocabulary-for-prompts", persist_result=False, cache_policy=NO_CACHE)
@@ -427,13 +439,13 @@ def _augpe(cfg: AugPeConfig) -> dict:
                   delta=schedule["delta"], stage="augpe", sensitivity=1.0)
     logger.info("Aug-PE: T=%d rounds, sigma=%.4f, epsilon=%.3f, delta=%.3g", cfg.iterations, schedule["sigma"],
                 schedule["epsilon"], schedule["delta"])
+    _log_plan(logger, "Aug-PE+V~" if cfg.vocab_words else "Aug-PE", cfg, len(labels))
     words = privatized_vocabulary_words(cfg, corpus, ledger) if cfg.vocab_words else None
-    private_emb = embed_private(corpus["text"].tolist(), cfg.embedding_model)
+    private_emb = embed_private(corpus["text"].tolist(), cfg.embedding_model, cfg.progress)
     private_class = _per_class_index(labels, corpus["label"])
     del corpus
 
     n, k = cfg.per_class, cfg.variations
-    _log_plan(logger, "Aug-PE+V~" if cfg.vocab_words else "Aug-PE", cfg, len(labels))
     prompts, meta = _random_prompts(cfg, labels, n * (k + 1), words, cfg.words_per_prompt)
     clock = _RoundClock()
     with clock("llm_s"):
@@ -444,8 +456,9 @@ def _augpe(cfg: AugPeConfig) -> dict:
         with clock("embed_s"):
             syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
         syn_class = _per_class_index(labels, candidates["label"])
+        documents = _documents(cfg, candidates)
         clock.start("histogram_s")
-        votes = ev.class_votes(private_emb, private_class, syn_emb, syn_class)
+        votes = ev.class_votes(private_emb, private_class, syn_emb, np.where(documents, syn_class, -1))
         noisy = ledger.draw_once(
             f"augpe.round-{t:03d}.histogram", mechanism="gaussian", stage="augpe", epsilon=0.0, delta=0.0,
             sensitivity=1.0,
@@ -458,10 +471,11 @@ def _augpe(cfg: AugPeConfig) -> dict:
         keep_idx = []
         for ci in range(len(labels)):
             idx = np.flatnonzero(syn_class == ci)
-            chosen = ev.select_population(scores[idx], n, cfg.selection, stage_rng(cfg.seed, "augpe", f"round-{t}", "select", str(ci)))
+            chosen = ev.select_population(scores[idx], n, cfg.selection,
+                                          stage_rng(cfg.seed, "augpe", f"round-{t}", "select", str(ci)), documents[idx])
             keep_idx.extend(idx[chosen].tolist())
         clock.stop()
-        clock.end_round(t, len(candidates))
+        clock.end_round(t, len(candidates), int((~documents).sum()))
         kept = candidates.iloc[keep_idx].reset_index(drop=True)
         if t == cfg.iterations:
             break
@@ -570,20 +584,20 @@ def _secpe(cfg: SecPeConfig) -> dict:
     schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
                 "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
                 "rho_norm": cfg.rho_norm, "per_class": cfg.per_class, "variations": cfg.variations,
-                "secret_protection": noise_info, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon, "delta": delta}
+                "min_words": cfg.min_words, "secret_protection": noise_info, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon, "delta": delta}
     _check_schedule(ledger, "secpe.schedule", schedule)
     ledger.charge("secpe.schedule", mechanism="secret-clustering-gaussian", params=schedule, epsilon=dp_epsilon,
                   delta=delta, stage="secpe", sensitivity=1.0)
     logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g", cfg.iterations, sigma, cfg.p, noise_info["r"])
+    _log_plan(logger, "SecPE", cfg, len(labels))
 
-    public_emb = embed_candidates(load_public_texts(cfg), cfg.embedding_model)
+    public_emb = embed_candidates(load_public_texts(cfg), cfg.embedding_model, cfg.progress)
     clusters = ev.public_kmeans(public_emb, min(cfg.clusters, public_emb.shape[0]), cfg.seed)
-    private_emb = embed_private(corpus["text"].tolist(), cfg.embedding_model)
+    private_emb = embed_private(corpus["text"].tolist(), cfg.embedding_model, cfg.progress)
     private_class = _per_class_index(labels, corpus["label"])
     del corpus
 
     n, k = cfg.per_class, cfg.variations
-    _log_plan(logger, "SecPE", cfg, len(labels))
     prompts, meta = _random_prompts(cfg, labels, n * (k + 1), None, 0)
     clock = _RoundClock()
     with clock("llm_s"):
@@ -594,6 +608,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
         with clock("embed_s"):
             syn_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
         syn_class = _per_class_index(labels, candidates["label"])
+        documents = _documents(cfg, candidates)
         clock.start("histogram_s")  # SecretClustering + cluster votes + selection: SecPE's histogram step
         keep_idx = []
         for ci, label in enumerate(labels):
@@ -608,11 +623,14 @@ def _secpe(cfg: SecPeConfig) -> dict:
                     rng=stage_rng(cfg.seed, "secpe", f"round-{t}", f"class-{ci}", "noise")))),
             )
             idx = np.flatnonzero(syn_class == ci)
-            hist = ev.cluster_votes(released["centres"], released["sizes"], syn_emb[idx], radius=cfg.radius)
-            chosen = ev.select_population(hist, n, "rank", stage_rng(cfg.seed, "secpe", f"round-{t}", str(ci)))
+            voted = documents[idx] if documents[idx].any() else np.ones(idx.size, dtype=bool)
+            hist = np.zeros(idx.size)
+            hist[voted] = ev.cluster_votes(released["centres"], released["sizes"], syn_emb[idx[voted]], radius=cfg.radius)
+            chosen = ev.select_population(hist, n, "rank", stage_rng(cfg.seed, "secpe", f"round-{t}", str(ci)),
+                                          documents[idx])
             keep_idx.extend(idx[chosen].tolist())
         clock.stop()
-        clock.end_round(t, len(candidates))
+        clock.end_round(t, len(candidates), int((~documents).sum()))
         kept = candidates.iloc[keep_idx].reset_index(drop=True)
         if t == cfg.iterations:
             break
@@ -658,6 +676,8 @@ def _evolution_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variations", type=int, help="K: variations per kept sample per round (default 2)")
     parser.add_argument("--variation", choices=["paraphrase", "fill-blanks", "mixed"])
     parser.add_argument("--mask-fraction", type=float)
+    parser.add_argument("--min-words", type=int,
+                        help="candidates with fewer words (or prompt residue) get no votes (default 5, the gate's bound)")
     parser.add_argument("--embedding-model")
     parser.add_argument("--llm-shards", type=int, help="Dask tasks per round of LLM calls (default 1: in-process)")
     parser.add_argument("--no-progress", dest="progress", action="store_const", const=False,

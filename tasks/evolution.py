@@ -111,11 +111,15 @@ def class_votes(private_emb: np.ndarray, private_labels: np.ndarray, synthetic_e
 
     Returns int64 counts aligned with ``synthetic_emb``. A private document whose class has no synthetic
     candidate casts no vote (so the sensitivity stays <= 1). Private labels are only compared, never reported.
+    A candidate labelled -1 takes part in no class's vote (it receives noise only): how callers keep
+    non-documents out of the vote without changing the histogram's shape.
     """
     private_labels = np.asarray(private_labels)
     synthetic_labels = np.asarray(synthetic_labels)
     votes = np.zeros(synthetic_emb.shape[0], dtype=np.int64)
     for label in np.unique(synthetic_labels):
+        if label == -1:
+            continue
         syn_idx = np.flatnonzero(synthetic_labels == label)
         priv_idx = np.flatnonzero(private_labels == label)
         if priv_idx.size == 0:
@@ -139,25 +143,34 @@ def apply_threshold(noisy: np.ndarray, threshold: float) -> np.ndarray:
     return np.where(noisy >= threshold, noisy, 0.0).clip(min=0.0)
 
 
-def select_population(scores: np.ndarray, n: int, mode: str, rng: np.random.Generator) -> np.ndarray:
+def select_population(scores: np.ndarray, n: int, mode: str, rng: np.random.Generator,
+                      eligible: np.ndarray | None = None) -> np.ndarray:
     """Pick n candidate indices from thresholded noisy scores.
 
     rank:   the n highest scores (ties towards the lower index), distinct candidates.
     sample: n draws with replacement in proportion to the scores (Aug-PE's original rule). If every score is
             0 (all votes thresholded away) the draw is uniform: the noisy histogram carried no signal.
+    eligible: optional mask of candidates that are documents (``tasks.quality.is_document``, public). rank takes
+            eligible candidates first and the others only to fill n; sample draws from the eligible ones when
+            there are any.
     """
     scores = np.asarray(scores, dtype=np.float64)
     m = scores.shape[0]
     if n < 1 or m < 1:
         raise ConfigError(f"selection needs n >= 1 and at least one candidate, got n={n}, m={m}")
+    ok = np.ones(m, dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
+    if ok.shape != (m,):
+        raise ConfigError(f"eligible mask has shape {ok.shape}, expected ({m},)")
     if mode == "rank":
         if n > m:
             raise ConfigError(f"rank selection of {n} from {m} candidates: the candidate pool is too small")
-        order = np.lexsort((np.arange(m), -scores))
+        order = np.lexsort((np.arange(m), -scores, ~ok))
         return np.sort(order[:n])
     if mode == "sample":
-        total = scores.sum()
-        probs = scores / total if total > 0 else np.full(m, 1.0 / m)
+        pool = ok if ok.any() else np.ones(m, dtype=bool)
+        weights = np.where(pool, scores, 0.0)
+        total = weights.sum()
+        probs = weights / total if total > 0 else pool / pool.sum()
         return np.sort(rng.choice(m, size=n, replace=True, p=probs))
     raise ConfigError(f"unknown selection mode {mode!r} (expected 'rank' or 'sample')")
 

@@ -133,6 +133,15 @@ def is_keyphrase_passthrough(text: Any, keyphrases: Any) -> bool:
     return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words)
 
 
+def is_document(text: Any, min_words: int = 5, max_words: int = int(DEFAULT_BOUNDS["max_words"])) -> bool:
+    """What the release gate asks of one LLM-written row: a string of min_words..max_words words that carries no
+    prompt or chat-template residue. Private evolution keeps candidates that fail it out of the vote (a public
+    check of synthetic text, so it costs no privacy)."""
+    if not isinstance(text, str):
+        return False
+    return min_words <= len(text.split()) <= max_words and template_residue(text) is None
+
+
 def derive_quality_columns(df: pd.DataFrame) -> pd.DataFrame:
     """The frame GX validates: the required columns (when present) plus derived ``q_*`` columns.
 

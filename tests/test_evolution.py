@@ -195,3 +195,46 @@ def test_pe_prompt_templates_take_only_public_placeholders():
         assert template.version.startswith(name + "@")
     with pytest.raises(ConfigError):
         ev.load_pe_template("no-such-template")
+
+
+def test_selection_takes_documents_first():
+    from tasks.evolution import select_population
+
+    rng = np.random.default_rng(0)
+    scores = np.array([9.0, 1.0, 8.0, 0.5, 7.0])
+    documents = np.array([False, True, False, True, True])
+    # rank: the three documents, although two non-documents have higher noisy counts
+    assert select_population(scores, 3, "rank", rng, documents).tolist() == [1, 3, 4]
+    # too few documents: they come first, the best non-document fills the rest
+    assert select_population(scores, 4, "rank", rng, documents).tolist() == [0, 1, 3, 4]
+    # sample: only documents are drawn while there are any
+    drawn = select_population(scores, 200, "sample", rng, documents)
+    assert set(drawn.tolist()) <= {1, 3, 4}
+    # no document at all: the rule falls back to every candidate
+    assert select_population(scores, 2, "rank", rng, np.zeros(5, bool)).tolist() == [0, 2]
+    with pytest.raises(ConfigError):
+        select_population(scores, 2, "rank", rng, np.ones(3, bool))
+
+
+def test_non_documents_receive_no_votes():
+    from tasks.evolution import class_votes
+
+    rng = np.random.default_rng(1)
+    private = rng.normal(size=(50, 8))
+    private /= np.linalg.norm(private, axis=1, keepdims=True)
+    synthetic = private[:4].copy()  # every candidate is some private document's exact neighbour
+    labels = np.zeros(50, dtype=np.int64)
+    all_votes = class_votes(private, labels, synthetic, np.zeros(4, dtype=np.int64))
+    masked = class_votes(private, labels, synthetic, np.array([0, -1, 0, -1]))
+    assert all_votes.sum() == masked.sum() == 50  # each document still casts exactly one vote
+    assert masked[1] == masked[3] == 0 and all_votes[1] > 0
+
+
+def test_is_document_matches_the_release_gate():
+    from tasks.quality import is_document
+
+    assert not is_document("Lullaby.")
+    assert not is_document("Write a Wikipedia article about a river in the north.")  # prompt echo
+    assert not is_document(None)
+    assert is_document("The river rises in the hills and flows north to the sea.")
+    assert is_document("one two three", min_words=3)

@@ -129,6 +129,36 @@ def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path,
     assert again["text"].tolist() == frame["text"].tolist()
 
 
+class TerseBackend(FakeBackend):
+    """Answers half the RANDOM_API calls of every class with one word (what a small model sometimes does)."""
+
+    terse = 0
+
+    def _answer(self, req) -> str:
+        text = super()._answer(req)
+        if "variant" not in text and req.seed % 2:
+            self.terse += 1
+            return "Lullaby."
+        return text
+
+
+def test_non_documents_are_kept_out_of_the_release(prefect_harness, corpus_file, tmp_path):
+    from flows.evolution import run_augpe
+    from tasks.llm import register_backend
+
+    backend = TerseBackend()
+    register_backend("local:fake-topics", backend)
+    try:
+        out = run_augpe(_cfg(corpus_file, tmp_path / "terse", gate=True))
+    finally:
+        register_backend("local:fake-topics", None)
+    manifest, frame, _ = _read_release(Path(out))
+    assert backend.terse > 0
+    assert manifest["rows"] == 6 and frame["text"].str.split().str.len().min() >= 5  # the gate passed, too
+    rounds = json.loads((Path(out) / "evolution.json").read_text())["rounds"]
+    assert rounds[0]["non_documents"] > 0
+
+
 def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file, tmp_path, fake_llm):
     from flows.evolution import AugPeConfig, _check_schedule, augpe_flow, augpe_schedule
     from tasks.corpus import dataset_fingerprint, read_corpus
