@@ -727,7 +727,14 @@ def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
     manifest = flow_fn(cfg.model_dump())
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")
-    print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  (epsilon={manifest['privacy']['epsilon']:g}, "
-          f"delta={manifest['privacy']['delta']:g})")
+    epsilon, delta = manifest["privacy"]["epsilon"], manifest["privacy"]["delta"]
+    if isinstance(cfg, SecPeConfig):
+        # SecPE's guarantee is (p, r)-secret protection; its DP epsilon is conditional (docs/baselines.md).
+        r = min(1.0, cfg.p * cfg.r_over_p)
+        guarantee = (f"(p, r) = ({cfg.p:g}, {r:g}) secret protection for the detected secrets; DP epsilon={epsilon:g}, "
+                     f"delta={delta:g} only if rho and sigma are taken as fixed")
+    else:
+        guarantee = f"epsilon={epsilon:g}, delta={delta:g}"
+    print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  ({guarantee})")
     print(f"  manifest:         {storage.join(cfg.out, 'manifest.json')}")
     return 0

@@ -257,6 +257,23 @@ def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fa
     assert evolution["llm_calls"] == {"random": 12, "variation": 6}
 
 
+def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, fake_llm, capsys):
+    """The CLI reports SecPE's (p, r) protection, and its DP epsilon only as conditional."""
+    from flows.cli import main
+
+    public = tmp_path / "public.parquet"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    secrets = tmp_path / "secrets.txt"
+    secrets.write_text("goals\nglacier\nguitar\n")
+    argv = ["secpe", corpus_file, "--public", str(public), "--out", str(tmp_path / "cli"), "--llm", "local:fake-topics",
+            "--secrets", str(secrets), "--clusters", "6", "--iterations", "2", "--population", "2", "--variations", "1",
+            "--no-gate", "--no-progress", "--doc-type", "short text"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "(p, r) = (0.0001, 0.001) secret protection" in printed
+    assert "only if rho and sigma are taken as fixed" in printed
+
+
 def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     from scipy import sparse
 
