@@ -63,6 +63,7 @@ class EvolutionConfig(ReleaseConfig):
                             description="split each round's LLM calls into this many Dask tasks (1: in-process)")
     llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
     progress: bool = Field(default=True, description="progress bars of the LLM calls on stderr")
+    dry_run: bool = Field(default=False, description="print the call plan and cost estimate; send and draw nothing")
     min_words: int = Field(default=5, ge=0, le=10_000,
                            description="candidates with fewer words (or with prompt residue) are not documents: they "
                                        "get no votes and are kept only when a class has too few others")
@@ -680,6 +681,8 @@ def _evolution_arguments(parser: argparse.ArgumentParser) -> None:
                         help="candidates with fewer words (or prompt residue) get no votes (default 5, the gate's bound)")
     parser.add_argument("--embedding-model")
     parser.add_argument("--llm-shards", type=int, help="Dask tasks per round of LLM calls (default 1: in-process)")
+    parser.add_argument("--dry-run", action="store_const", const=True,
+                        help="print the LLM-call plan and cost estimate; send, draw and charge nothing")
     parser.add_argument("--no-progress", dest="progress", action="store_const", const=False,
                         help="no progress bars for the LLM calls")
     parser.add_argument("--delta", type=float)
@@ -720,10 +723,59 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=lambda args: _run_cli(SecPeConfig, secpe_flow, args))
 
 
+def _dry_run_labels(cfg: EvolutionConfig) -> list:
+    if cfg.labels is not None:
+        return list(cfg.labels)
+    labels: set = set()
+    for shard in list_shards(cfg.data, cfg.storage_options):
+        labels.update(read_shard(shard, cfg.text_column, cfg.label_column, cfg.storage_options)["label"].unique().tolist())
+    return sorted(labels, key=str)
+
+
+def estimate_evolution(cfg: EvolutionConfig, labels: list):
+    """``--dry-run``: the LLM calls a run would send and what they would cost, from public settings only (the
+    label set and the configuration). RANDOM_API prompts are rendered as they will be sent (AugPE+V~'s words by
+    placeholders of the same shape: V~ is not drawn); every VARIATION_API prompt is bounded by its template around
+    a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
+    charged; calls already in the run's cache are counted as cached."""
+    from tasks.generation import estimate_cost, spec_from_config
+    from tasks.llm import CallCache, ChatMessage, ChatRequest
+
+    words = ["placeholder"] * 50 if getattr(cfg, "vocab_words", False) else None
+    prompts, _ = _random_prompts(cfg, labels, cfg.per_class * (cfg.variations + 1), words,
+                                 getattr(cfg, "words_per_prompt", 0))
+    longest = pd.DataFrame({"text": [" ".join(["word"] * cfg.max_tokens)] * (len(labels) * cfg.per_class),
+                            "label": [label for label in labels for _ in range(cfg.per_class)]})
+    for t in range(1, cfg.iterations):
+        prompts += _variation_prompts(cfg, longest, t)[0]
+    requests = [ChatRequest(messages=((ChatMessage("system", system),) if system else ()) + (ChatMessage("user", user),),
+                            max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed)
+                for system, user, seed in prompts]
+    spec = spec_from_config(cfg)
+    cache = CallCache(storage.join(cfg.state_uri, "llm-cache"), cfg.storage_options)
+    return estimate_cost(spec, requests, cache)
+
+
 def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
     from flows.dpkps import flags_from_args
 
     cfg = build_config(model, flags_from_args(args), args.config_file)
+    if cfg.dry_run:
+        labels = _dry_run_labels(cfg)
+        if isinstance(cfg, SecPeConfig):
+            list_shards(cfg.public, cfg.storage_options)  # a missing public corpus fails now, not after planning
+        plan = ev.evolution_call_plan(len(labels), cfg.per_class, cfg.variations, cfg.iterations)
+        print(f"dry run: {len(labels)} classes x population N={cfg.per_class}, K={cfg.variations} variations, "
+              f"T={cfg.iterations} rounds -> {plan['random']} RANDOM_API + {plan['variation']} VARIATION_API calls")
+        if isinstance(cfg, AugPeConfig):
+            sched = augpe_schedule(cfg)
+            print(f"  schedule: sigma={sched['sigma']:.4f}, epsilon={sched['epsilon']:g}, delta={sched['delta']:.3g}"
+                  + (f" (+ eps_voc={cfg.eps_voc:g} for V~)" if cfg.vocab_words else ""))
+        else:
+            print("  schedule: sigma is calibrated on the private secret incidence when the run starts")
+        print(f"  {cfg.llm}: {estimate_evolution(cfg, labels).describe()}")
+        print("  nothing was sent, drawn or charged")
+        return 0
     manifest = flow_fn(cfg.model_dump())
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")

@@ -274,6 +274,26 @@ def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, 
     assert "only if rho and sigma are taken as fixed" in printed
 
 
+@pytest.mark.parametrize("llm", ["local:fake-topics", "anthropic:claude-haiku-4-5"])
+def test_dry_run_plans_and_prices_without_sending(corpus_file, tmp_path, fake_llm, capsys, llm):
+    from flows.cli import main
+    from tasks.evolution import evolution_call_plan
+
+    out = tmp_path / "dry"
+    argv = ["augpe", corpus_file, "--out", str(out), "--llm", llm, "--epsilon", "4", "--delta", "1e-5",
+            "--iterations", "3", "--population", "2", "--variations", "2", "--vocab-words", "--max-tokens", "50",
+            "--dry-run"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    plan = evolution_call_plan(3, 2, 2, 3)
+    assert f"{plan['random']} RANDOM_API + {plan['variation']} VARIATION_API" in printed
+    assert f"{plan['total']} LLM calls (0 already cached" in printed
+    assert f"at most {plan['total'] * 50:,} output tokens" in printed
+    assert "sigma=" in printed and "eps_voc=1" in printed
+    assert ("$" in printed) if llm.startswith("anthropic") else "cost at most $0.0000" in printed
+    assert fake_llm.calls == 0 and not (out / "ledger.json").exists() and not (out / "_state" / "runs").exists()
+
+
 def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     from scipy import sparse
 
