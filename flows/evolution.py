@@ -175,6 +175,14 @@ def _complete_chunk(requests: list, llm, cache_root: str, storage_options: dict,
              "backend": backend.name, "model": backend.model} for r in results]
 
 
+def _chat_requests(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig) -> list:
+    from tasks.llm import ChatMessage, ChatRequest
+
+    return [ChatRequest(messages=((ChatMessage("system", system),) if system else ()) + (ChatMessage("user", user),),
+                        max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed)
+            for system, user, seed in prompts]
+
+
 @task(name="llm-calls", retries=2, retry_condition_fn=retry_if_transient,
       retry_delay_seconds=[5, 30], persist_result=False, cache_policy=NO_CACHE)
 def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig, desc: str = "llm") -> list[dict]:
@@ -184,14 +192,10 @@ def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig, 
     With a Dask client (``--llm-shards`` > 1 or ``--dask-address``) the calls are split into shards that run on
     the workers, each keeping its backend loaded; the progress bar then advances per finished shard. Without
     one they run here with a per-call bar. Answers come back in prompt order either way."""
-    from tasks.cluster import current_client
+    from tasks.cluster import current_client, map_shards
     from tasks.generation import CallProgress, call_prices, spec_from_config
-    from tasks.llm import ChatMessage, ChatRequest
 
-    requests = []
-    for system, user, seed in prompts:
-        messages = ((ChatMessage("system", system),) if system else ()) + (ChatMessage("user", user),)
-        requests.append(ChatRequest(messages=messages, max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed))
+    requests = _chat_requests(prompts, cfg)
     cache_root = storage.join(cfg.state_uri, "llm-cache")
     shards = max(1, min(cfg.llm_shards, len(requests)))
     bounds = np.linspace(0, len(requests), shards + 1).astype(int)
@@ -203,15 +207,9 @@ def llm_calls(prompts: list[tuple[str | None, str, int]], cfg: EvolutionConfig, 
         if client is None or len(chunks) <= 1:
             parts = [_complete_chunk(chunk, spec, cache_root, cfg.storage_options, on_result=bar) for chunk in chunks]
         else:
-            from distributed import as_completed
-
-            futures = {client.submit(_complete_chunk, chunk, spec, cache_root, cfg.storage_options, pure=False): i
-                       for i, chunk in enumerate(chunks)}
-            parts = [[] for _ in chunks]
-            for future in as_completed(futures):
-                part = future.result()
-                parts[futures[future]] = part
-                bar.add(len(part), sum(a["tokens_in"] for a in part), sum(a["tokens_out"] for a in part))
+            parts = map_shards(_complete_chunk, chunks, spec, cache_root, cfg.storage_options,
+                               on_done=lambda _, part: bar.add(len(part), sum(a["tokens_in"] for a in part),
+                                                               sum(a["tokens_out"] for a in part)))
     finally:
         bar.close()
     out = [answer for part in parts for answer in part]
@@ -739,7 +737,7 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list):
     a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
     charged; calls already in the run's cache are counted as cached."""
     from tasks.generation import estimate_cost, spec_from_config
-    from tasks.llm import CallCache, ChatMessage, ChatRequest
+    from tasks.llm import CallCache
 
     words = ["placeholder"] * 50 if getattr(cfg, "vocab_words", False) else None
     prompts, _ = _random_prompts(cfg, labels, cfg.per_class * (cfg.variations + 1), words,
@@ -748,12 +746,8 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list):
                             "label": [label for label in labels for _ in range(cfg.per_class)]})
     for t in range(1, cfg.iterations):
         prompts += _variation_prompts(cfg, longest, t)[0]
-    requests = [ChatRequest(messages=((ChatMessage("system", system),) if system else ()) + (ChatMessage("user", user),),
-                            max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed)
-                for system, user, seed in prompts]
-    spec = spec_from_config(cfg)
     cache = CallCache(storage.join(cfg.state_uri, "llm-cache"), cfg.storage_options)
-    return estimate_cost(spec, requests, cache)
+    return estimate_cost(spec_from_config(cfg), _chat_requests(prompts, cfg), cache)
 
 
 def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:

@@ -88,18 +88,37 @@ def current_client() -> Any | None:
         return None
 
 
-def map_shards(fn: Callable[..., T], items: Sequence[Any], *args: Any, **kwargs: Any) -> list[T]:
-    """``[fn(item, *args, **kwargs) for item in items]`` on the cluster when there is one.
+def map_shards(fn: Callable[..., T], items: Sequence[Any], *args: Any,
+               on_done: Callable[[int, T], None] | None = None, **kwargs: Any) -> list[T]:
+    """``[fn(item, *args, **kwargs) for item in items]`` on the cluster when there is one, in item order.
 
-    Large shared arguments are scattered once instead of being shipped with every task."""
+    Large shared arguments are scattered once instead of being shipped with every task, under a key of their
+    own (``hash=False``): with content keys, a second call scattering the same array loses it when the first
+    call's reference is released. ``on_done(i, result)`` is called as each item finishes (in completion order
+    on the cluster), e.g. to advance a progress bar."""
     client = current_client()
     if client is None or len(items) <= 1:
-        return [fn(item, *args, **kwargs) for item in items]
-    shared_args = [client.scatter(a, broadcast=True) if _is_large(a) else a for a in args]
-    shared_kwargs = {k: client.scatter(v, broadcast=True) if _is_large(v) else v for k, v in kwargs.items()}
+        results = []
+        for i, item in enumerate(items):
+            results.append(fn(item, *args, **kwargs))
+            if on_done is not None:
+                on_done(i, results[-1])
+        return results
+    from distributed import as_completed
+
+    shared_args = [client.scatter(a, broadcast=True, hash=False) if _is_large(a) else a for a in args]
+    shared_kwargs = {k: client.scatter(v, broadcast=True, hash=False) if _is_large(v) else v for k, v in kwargs.items()}
     futures = client.map(fn, list(items), *[[a] * len(items) for a in shared_args],
                          **{k: v for k, v in shared_kwargs.items()}, pure=False)
-    return client.gather(futures)
+    if on_done is None:
+        return client.gather(futures)
+    index = {future.key: i for i, future in enumerate(futures)}
+    results: list[Any] = [None] * len(futures)
+    for future in as_completed(futures):
+        i = index[future.key]
+        results[i] = future.result()
+        on_done(i, results[i])
+    return results
 
 
 def _is_large(value: Any) -> bool:

@@ -60,22 +60,15 @@ def embed_sharded(texts: Sequence[str], model: str = "minilm", shard_size: int =
     """``embed_texts`` over shards of ``shard_size`` texts on the running flow's Dask workers (each worker loads
     the model once), rows in input order; in this process when there is no client. ``progress`` shows a bar of
     texts embedded (per batch here, per shard on the workers)."""
-    from tasks.cluster import current_client
+    from tasks.cluster import current_client, map_shards
 
-    client = current_client()
     shards = [list(texts[i:i + shard_size]) for i in range(0, len(texts), max(1, int(shard_size)))]
-    if client is None or len(shards) <= 1:
+    if current_client() is None or len(shards) <= 1:
         return embed_texts(texts, model, show_progress=progress)
-    from distributed import as_completed
     from tqdm.auto import tqdm
 
-    futures = {client.submit(embed_texts, shard, model, pure=False): i for i, shard in enumerate(shards)}
-    parts: list[np.ndarray | None] = [None] * len(shards)
     with tqdm(total=len(texts), desc=desc, unit="text", disable=not progress, leave=False) as bar:
-        for future in as_completed(futures):
-            i = futures[future]
-            parts[i] = future.result()
-            bar.update(len(shards[i]))
+        parts = map_shards(embed_texts, shards, model, on_done=lambda i, _: bar.update(len(shards[i])))
     return np.concatenate(parts, axis=0)
 
 

@@ -27,6 +27,7 @@ from scipy import sparse
 
 from tasks.errors import ConfigError
 
+
 def evolution_call_plan(classes: int, population: int, variations: int, iterations: int) -> dict[str, int]:
     """LLM calls of a private-evolution run, from public settings only: per class, RANDOM_API writes the first
     N (K + 1) candidates and each of the T - 1 later rounds asks K variations of the N kept samples.

@@ -11,6 +11,10 @@ def _sum_with(shard, offset, big):
 def test_map_shards_in_process_without_a_cluster():
     assert current_client() is None
     assert map_shards(_sum_with, [np.ones(3), np.ones(2)], 1.0, np.zeros(4)) == [4.0, 3.0]
+    seen = []
+    assert map_shards(_sum_with, [np.ones(3), np.ones(2)], 1.0, np.zeros(4),
+                      on_done=lambda i, r: seen.append((i, r))) == [4.0, 3.0]
+    assert seen == [(0, 4.0), (1, 3.0)]
 
 
 @pytest.mark.slow
@@ -21,7 +25,10 @@ def test_map_shards_on_a_local_cluster_scatters_large_arguments():
         assert current_client() is client
         assert len(client.scheduler_info()["workers"]) == 2
         results = map_shards(_sum_with, shards, 0.5, big)
+        seen = {}
+        assert map_shards(_sum_with, shards, 0.5, big, on_done=seen.__setitem__) == results
     assert results == [5.0 * i + 0.5 + 200_000 for i in range(6)]
+    assert seen == dict(enumerate(results))  # every shard reported once, with its own index
     assert current_client() is None
 
 
