@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from tasks.embedding import embed_texts  # noqa: E402
 from tasks.kde import FeatureSpec, release_sketch, shard_sketch_sums  # noqa: E402
-from tasks.ledger import stage_rng  # noqa: E402
+from tasks.ledger import public_rng  # noqa: E402
 from tasks.sampling import (  # noqa: E402
     METHODS, SelectionRule, SketchTables, default_device, ensemble_blocks, fast_scores, naive_scores,
     sample_sequences, sketch_for_step, split_budget,
@@ -79,7 +79,7 @@ def main() -> None:
     def histogram():
         counts = first_terms_histogram(sequences, len(vocabulary), 10)
         return privatize_vocabulary(counts, epsilon=1.0, max_terms_per_doc=10, top_n=args.vocab_size,
-                                    rng=stage_rng(0, "vocabulary-noise"))["term_ids"]
+                                    rng=public_rng(0, "vocabulary-noise"))["term_ids"]
 
     term_ids = timed("histogram", histogram, shared)
     terms = tuple(vocabulary.terms[i] for i in term_ids)
@@ -101,7 +101,7 @@ def main() -> None:
 
         def sketch():
             exact = shard_sketch_sums(texts, labels, classes, terms, embeddings, specs, method == "independent")
-            return np.stack([[release_sketch(exact[c, k], epsilon=budgets[k], rng=stage_rng(0, "n", str(c), str(k)))
+            return np.stack([[release_sketch(exact[c, k], epsilon=budgets[k], rng=public_rng(0, "n", str(c), str(k)))
                               for k in range(len(specs))] for c in range(len(classes))])
 
         released = timed("sketch", sketch, t)
@@ -109,7 +109,7 @@ def main() -> None:
         def sample():
             sketches = [SketchTables.build(spec.draw(), embeddings, device=device) for spec in specs]
             return sample_sequences(method, sketches, released, per_class=args.per_class, length=args.length,
-                                    rule=SelectionRule.parse(DEFAULT_RULE[method]), rng=stage_rng(0, "sample"))
+                                    rule=SelectionRule.parse(DEFAULT_RULE[method]), rng=public_rng(0, "sample"))
 
         timed("sample", sample, t)
 

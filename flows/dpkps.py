@@ -138,18 +138,18 @@ def vocabulary_histogram(shards: list[tuple[list[str], list]], cfg: DpKpsConfig)
       retry_delay_seconds=[2, 10], **PRIVATE_TASK)
 def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig, ledger: PrivacyLedger) -> list[str]:
     """V~: Laplace(S / eps_voc) on every term of V, top N. Drawn once through the ledger."""
-    from tasks.ledger import stage_rng
+    from tasks.ledger import public_rng
     from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary, privatize_vocabulary
 
     top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
     vocabulary = load_vocabulary(cfg.vocab, top_n)
     params = {"vocab": vocabulary.name, "vocab_terms": len(vocabulary), "first_terms": cfg.first_terms,
               "vocab_size": cfg.vocab_size, "seed": cfg.seed, "adjacency": "add/remove one document"}
-    released = ledger.draw_once(
+    released = ledger.draw_once_unverified(
         "vocabulary", mechanism="laplace", params=params, epsilon=cfg.eps_voc, sensitivity=float(cfg.first_terms),
         stage="vocabulary",
         draw=lambda: privatize_vocabulary(counts, epsilon=cfg.eps_voc, max_terms_per_doc=cfg.first_terms,
-                                          top_n=cfg.vocab_size, rng=stage_rng(cfg.seed, "vocabulary-noise")),
+                                          top_n=cfg.vocab_size, rng=public_rng(cfg.seed, "vocabulary-noise")),
     )
     terms = [vocabulary.terms[i] for i in released["term_ids"]]
     _stage_logger().info("privatized vocabulary: %d terms", len(terms))
@@ -183,7 +183,7 @@ def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: 
     one class split eps_kde (basic composition). Returns the released sums (classes, sketches, I)."""
     from tasks.cluster import map_shards
     from tasks.kde import release_sketch, sensitivity, sketch_sums_of_shard
-    from tasks.ledger import stage_rng
+    from tasks.ledger import public_rng
     from tasks.sampling import split_budget
 
     specs = feature_specs(cfg, embeddings.shape[1])
@@ -199,13 +199,13 @@ def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: 
                       "feature_stream": spec.name, "embedding_model": cfg.embedding_model, "dim": spec.dim,
                       "mechanism": cfg.mechanism, "vocabulary": _terms_digest(terms),
                       "adjacency": "add/remove one document", "contribution": "sum of per-document phi"}
-            released[c, k] = ledger.draw_once(
+            released[c, k] = ledger.draw_once_unverified(
                 f"kde-class{c}-sketch{k}", mechanism=cfg.mechanism, params=params, epsilon=budgets[k],
                 delta=delta_each, sensitivity=sensitivity(cfg.mechanism, spec.n_features),
                 partition=f"class{c}", stage="kde",
                 draw=lambda c=c, k=k: {"noisy_sum": release_sketch(
                     exact[c, k], epsilon=budgets[k], delta=delta_each, mechanism=cfg.mechanism,
-                    rng=stage_rng(cfg.seed, "kde-noise", str(c), str(k)))},
+                    rng=public_rng(cfg.seed, "kde-noise", str(c), str(k)))},
             )["noisy_sum"]
     _stage_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
     return released
@@ -222,7 +222,7 @@ def _terms_digest(terms: list[str]) -> str:
 def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[str], embeddings: np.ndarray,
                                cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released sketches: per_class sequences of length L per class."""
-    from tasks.ledger import stage_rng
+    from tasks.ledger import public_rng
     from tasks.sampling import SelectionRule, SketchTables, default_device, sample_sequences
 
     device = default_device()
@@ -230,7 +230,7 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
     sketches = [SketchTables.build(spec.draw(), embeddings, device=device)
                 for spec in feature_specs(cfg, embeddings.shape[1])]
     ids = sample_sequences(cfg.method, sketches, released, per_class=cfg.per_class, length=cfg.length, rule=rule,
-                           rng=stage_rng(cfg.seed, "sample"))
+                           rng=public_rng(cfg.seed, "sample"))
     rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     _stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})

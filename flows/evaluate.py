@@ -781,14 +781,14 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: dict[str, str], labels
 
     The label names are the public label set; every call is cached (tasks.llm.cache), so a re-run sends
     only the calls that never finished."""
-    from tasks.ledger import stage_rng
+    from tasks.ledger import public_rng
     from tasks.llm import get_backend
     from tasks.llm.base import ChatMessage, ChatRequest
     from tasks.llm.cache import CallCache, cached_complete
 
     if llm == "none":
         raise ConfigError("the only-llm method needs an LLM (--llm local or anthropic:MODEL)")
-    rng = stage_rng(seed, "only-llm")
+    rng = public_rng(seed, "only-llm")
     requests, row_labels = [], []
     for label in labels:
         prompt = only_llm_prompt(doc_type, label_names.get(str(label), str(label)))

@@ -265,9 +265,9 @@ class FeatureSpec:
     bandwidth: float
 
     def draw(self) -> RffFeatures:
-        from tasks.ledger import stage_rng
+        from tasks.ledger import public_rng
 
-        return _draw_cached(self, stage_rng(self.seed, "kde-features", self.name))
+        return _draw_cached(self, public_rng(self.seed, "kde-features", self.name))
 
 
 _FEATURE_CACHE: dict[FeatureSpec, RffFeatures] = {}
