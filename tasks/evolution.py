@@ -459,24 +459,31 @@ def split_joint_statistics(joint: np.ndarray, scales: np.ndarray) -> tuple[np.nd
     return joint[k:].reshape(k, -1) * np.asarray(scales)[:, None], joint[:k].copy()
 
 
+def sampled_joint_statistics(clusters: PublicClusters, private_emb: np.ndarray, rho: np.ndarray, *, radius: float,
+                             sampling: NoiseSource) -> np.ndarray:
+    """The exact input of one round's Gaussian mechanism: every private point joins with probability rho_i
+    (``sampling.bernoulli``: the OS CSPRNG by default; the mask is private and never returned or stored), then
+    ``secret_clustering_exact`` and ``joint_statistics``. Private: release it only through the mechanism."""
+    sampled = sampling.bernoulli(np.asarray(rho, dtype=np.float64))
+    centres, sizes = secret_clustering_exact(clusters, private_emb, sampled, radius=radius)
+    return joint_statistics(centres, sizes, centre_noise_scales(clusters, radius))
+
+
 def secret_clustering(clusters: PublicClusters, private_emb: np.ndarray, rho: np.ndarray, *, radius: float,
                       mechanism: GaussianMechanism, sampling: NoiseSource, noise: NoiseSource
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 2: noisy centres and sizes of one round (one class).
 
-    Each private point joins with probability rho_i (``sampling.bernoulli``: the OS CSPRNG by default; the mask is
-    never returned or stored), is clipped to radius R and added to its nearest public centre. The sizes and the
-    centres, in noise units (``joint_statistics``), go through ``mechanism`` (a Gaussian mechanism with noise
-    multiplier sigma) as ONE vector: released n~_k = n_k + m_k + N(0, sigma^2) and
+    Each private point joins with probability rho_i, is clipped to radius R and added to its nearest public
+    centre. The sizes and the centres, in noise units (``joint_statistics``), go through ``mechanism`` (a Gaussian
+    mechanism with noise multiplier sigma) as ONE vector: released n~_k = n_k + m_k + N(0, sigma^2) and
     e~_k = (n_k e_k + sum ê_i) / (n_k + m_k) + c_k N(0, sigma^2 I), c_k from ``centre_noise_scales``.
     Guarantee ((p, r)-secret protection): a secret whose holders are sampled S times moves the joint vector by at
     most sqrt(2) S, which is what accounting.calibrate_secret_sigma calibrates sigma for.
-    Returns (noisy centres (K, d), noisy sizes (K,))."""
-    sampled = sampling.bernoulli(np.asarray(rho, dtype=np.float64))
-    centres, sizes = secret_clustering_exact(clusters, private_emb, sampled, radius=radius)
-    scales = centre_noise_scales(clusters, radius)
-    released = mechanism.release(joint_statistics(centres, sizes, scales), noise)
-    return split_joint_statistics(released, scales)
+    The flow runs the same two steps through ``PrivacyLedger.draw_once`` (exact = ``sampled_joint_statistics``,
+    post-processing = ``split_joint_statistics``). Returns (noisy centres (K, d), noisy sizes (K,))."""
+    exact = sampled_joint_statistics(clusters, private_emb, rho, radius=radius, sampling=sampling)
+    return split_joint_statistics(mechanism.release(exact, noise), centre_noise_scales(clusters, radius))
 
 
 def cluster_votes(noisy_centres: np.ndarray, noisy_sizes: np.ndarray, synthetic_emb: np.ndarray, *,
