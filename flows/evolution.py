@@ -553,7 +553,7 @@ def detect_secrets(cfg: SecPeConfig, texts: list[str]):
 @dataclass(frozen=True)
 class SecPeNoise:
     """SecretNoise's outcome. ``rho`` and ``worst_blow_up`` are functions of the private secret incidence: they
-    stay in memory and the operator's log. ``protection`` holds only values of the public configuration and is
+    stay in memory (neither is logged or written). ``protection`` holds only values of the public configuration and is
     what the ledger and evolution.json publish. ``sigma`` is public when fixed by --noise-multiplier; calibrated,
     it depends on the incidence too (SecPE's Algorithm 1), and the ledger shows it (docs/baselines.md)."""
 
@@ -641,9 +641,9 @@ def _secpe(cfg: SecPeConfig) -> dict:
     _check_schedule(ledger, "secpe.schedule", schedule)
     ledger.charge("secpe.schedule", mechanism=mechanism, noise=noise_source(insecure_seed, "secpe"), params=schedule,
                   releases=cfg.iterations, stage="secpe")
-    # Operator log only: the bound reached depends on the private secret incidence.
-    logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (largest blow-up over the detected secrets %.3g)",
-                cfg.iterations, sigma, cfg.p, secret_noise.protection["r"], secret_noise.worst_blow_up)
+    # The bound actually reached (SecPeNoise.worst_blow_up) depends on the private secret incidence: not logged.
+    logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (B(p) <= r checked for every detected secret)",
+                cfg.iterations, sigma, cfg.p, secret_noise.protection["r"])
     _log_plan(logger, "SecPE", cfg, len(labels))
 
     public_emb = embed_candidates(load_public_texts(cfg), cfg.embedding_model, cfg.progress)
