@@ -349,7 +349,7 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
 
 def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
     """Flow level: (released - exact) of every noisy cluster size follows N(0, sigma^2) (KS), and of every centre,
-    in its noise unit c_k, too. r = 1 and a public --noise-multiplier (the issue's case) make every rho 1, so the
+    in its noise unit c_k, too; two runs with the same flags release different values. r = 1 and a public --noise-multiplier (the issue's case) make every rho 1, so the
     test computes the exact statistics itself from the corpus, with no sampling mask to store anywhere."""
     from scipy import stats
 
@@ -368,12 +368,18 @@ def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, t
     from flows.evolution import secpe_flow
 
     secpe_flow(cfg)
+    # the same flags again, into another folder: --seed is public, so the noise must not come from it
+    secpe_flow({**cfg, "out": str(tmp_path / "ks-again"), "state": str(tmp_path / "ks-again-state")})
     clusters = ev.public_kmeans(embed_texts(public_texts), clusters_k, cfg["seed"])
     scales = ev.centre_noise_scales(clusters, 0.5)
     private = embed_texts(tiny_corpus["text"].tolist())
     size_noise, centre_noise = [], []
     values = sorted((tmp_path / "ks-state").rglob("secpe.round-*.npz"))
-    assert len(values) == 2 * 3
+    again = sorted((tmp_path / "ks-again-state").rglob("secpe.round-*.npz"))
+    assert len(values) == len(again) == 2 * 3
+    for first, second in zip(values, again):
+        with np.load(first) as a, np.load(second) as b:
+            assert first.name == second.name and not np.allclose(a["noisy"], b["noisy"])
     for path in values:
         label = int(path.stem.rsplit("class-", 1)[1])
         members = (tiny_corpus["label"] == label).to_numpy()
