@@ -209,7 +209,7 @@ def test_joint_statistics_round_trip():
     assert c == pytest.approx(centres) and s.tolist() == sizes.tolist()
 
 
-def _clustering_noise(sigma: float, noise=None, sampling=None, k: int = 300, d: int = 8):
+def _clustering_noise(sigma: float, noise=None, sampling=None, k: int = 1000, d: int = 8):
     """(released - exact) of sizes and of centres in noise units, from the code path the flow uses."""
     from tasks.mechanisms import GaussianMechanism, secure_noise
 
