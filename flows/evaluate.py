@@ -459,6 +459,9 @@ class DatasetSpec:
     positive_column: str | None = None
     positive_value: Any = None
     label_names: list[str] | None = None
+    #: the declared label set (public configuration, never read from the data); binary stand-ins
+    #: (positive_column) declare [0, 1] by construction
+    labels: list[Any] | None = None
     doc_type: str = "document"
     paper_group: str = "dbpedia14"  # which of the paper's datasets the numbers come from (dbpedia14 | medical)
     data_seed: int = 20240601
@@ -522,6 +525,7 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             datasets.append(DatasetSpec(**d))
         except TypeError as exc:
             raise ConfigError(f"bad [dataset] entry: {exc}") from exc
+        declared_labels(datasets[-1])  # refuse a dataset without declared labels before any cell runs
     try:
         spec = ExperimentSpec(datasets=datasets, **{k: v for k, v in raw.items()})
     except TypeError as exc:
@@ -550,9 +554,22 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
     return spec
 
 
+def declared_labels(ds: DatasetSpec) -> list[Any]:
+    """The dataset's declared label set: ``labels`` of its [dataset] entry, or [0, 1] for a binary stand-in
+    (``positive_column``). Never read from the data: the methods refuse to run without a declared set."""
+    if ds.labels is not None:
+        if not ds.labels:
+            raise ConfigError(f"[dataset] {ds.name}: labels is empty; list every label, e.g. labels = [0, 1, 2]")
+        return list(ds.labels)
+    if ds.positive_column:
+        return [0, 1]
+    raise ConfigError(f"[dataset] {ds.name} declares no labels: add `labels = [...]` to its entry (e.g. labels = "
+                      "[0, 1, 2] for an integer label column); the label set is configuration, never read from the data")
+
+
 # Fields an experiment sets itself for every cell; a [pe] or [secpe] section may not override them.
 _CELL_FIELDS = {"data", "out", "seed", "per_class", "llm", "doc_type", "epsilon", "eps_voc", "vocab_words", "public",
-                "gate", "max_tokens", "temperature"}
+                "gate", "max_tokens", "temperature", "labels", "labels_file"}
 
 
 def _check_section(values: dict[str, Any], section: str, model: str) -> None:
@@ -701,7 +718,8 @@ def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, 
     is the one written next to PE_METHODS."""
     if not (out / "manifest.json").exists():
         common = {"data": data.private_path, "out": str(out), "seed": seed, "per_class": ds.synthetic_per_class,
-                  "llm": spec.llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation}
+                  "llm": spec.llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation,
+                  "labels": [str(label) for label in declared_labels(ds)]}
         if method in DPKPS_METHODS:
             from flows.dpkps import dpkps_flow
 
@@ -752,13 +770,23 @@ def release_budget(release: Release | None) -> str:
 
 
 def round_timings(release: Release | None) -> dict[str, float]:
-    """Mean seconds per voting round of a PE release: its histogram step and its LLM calls (evolution.json)."""
+    """Mean seconds per voting round of a PE release: its histogram step and its LLM calls. Timings grow with
+    |D|, so they are not in the release: they are read from the run's folder of the owner's private state
+    (the experiment grid is run by the data owner)."""
     if release is None:
         return {}
-    info_uri = storage.join(release.path, "evolution.json")
-    if not storage.exists(info_uri):
+    from flows.evolution import TIMINGS_FILE
+    from tasks.identity import default_state_uri
+
+    config = release.manifest.get("config", {})
+    run_id = release.manifest.get("privacy", {}).get("run_id")
+    if not run_id:
         return {}
-    rounds = json.loads(storage.read_bytes(info_uri)).get("rounds", [])
+    state = config.get("state") or default_state_uri(release.path)
+    uri = storage.join(state, "runs", run_id, TIMINGS_FILE)
+    if not storage.exists(uri):
+        return {}
+    rounds = json.loads(storage.read_bytes(uri))
     if not rounds:
         return {}
     return {key: float(np.mean([r[key] for r in rounds])) for key in ("histogram_s", "embed_s", "llm_s")}
@@ -994,7 +1022,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
             if view == "phrases":  # Table 5's reference: real documents as their own phrase sequences
                 train = train.assign(text=phrase_view_task(train["text"].tolist(), _vocabulary_config(manifest)))
         elif method == "only-llm":
-            labels = sorted(data.private["label"].unique().tolist())
+            labels = declared_labels(ds)
             train = only_llm_corpus(spec.llm, ds.doc_type, data.label_names, labels, ds.synthetic_per_class, seed,
                                     str(out / "runs" / cid / "_llm_cache"))
             manifest = {"config": {"vocab": spec.dpkps.get("vocab", "english"),

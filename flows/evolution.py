@@ -13,8 +13,8 @@ label.
 
 Privacy boundary: private documents are embedded locally (inside the mechanism) and never persisted; what
 crosses the boundary are the noisy histograms / noisy cluster statistics, each drawn once through the ledger, and
-text the LLM wrote from public prompts or from earlier synthetic text. Every LLM call is cached under
-``_state/llm-cache`` so a crash mid-round repeats none that finished.
+text the LLM wrote from public prompts or from earlier synthetic text. Every LLM call is cached in the private
+state (``--state``, default ``OUT.private/llm-cache``) so a crash mid-round repeats none that finished.
 """
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import Field, model_validator
 
-from flows.dpkps import load_private_corpus, open_ledger, resolve_labels
+from flows.dpkps import load_private_corpus, log_cumulative_total, open_ledger, resolve_labels
 from tasks import accounting, storage
 from tasks import evolution as ev
 from tasks.config import ReleaseConfig, build_config
-from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
+from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, stage_rng
 
@@ -322,9 +322,13 @@ def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
 
 
 class _RoundClock:
-    """Wall-clock seconds of each round's parts, written to evolution.json: ``llm_s`` (the calls that made the
-    round's candidates: RANDOM_API for round 1, VARIATION_API after), ``embed_s`` and ``histogram_s`` (votes or
-    SecretClustering, noise, selection). Shows whether a round is bounded by the LLM or by the histogram."""
+    """Wall-clock seconds of each round's parts: ``llm_s`` (the calls that made the round's candidates:
+    RANDOM_API for round 1, VARIATION_API after), ``embed_s`` and ``histogram_s`` (votes or SecretClustering,
+    noise, selection). Shows whether a round is bounded by the LLM or by the histogram.
+
+    ``histogram_s`` grows with |D| (every private document votes), so timings are operator information: they go
+    to the operator's log and to the private state (:meth:`write_private`), and :meth:`public_rounds` (what a
+    release may carry) has the per-round counts of synthetic candidates only."""
 
     def __init__(self) -> None:
         self.rounds: list[dict[str, float]] = []
@@ -350,8 +354,25 @@ class _RoundClock:
 
     def end_round(self, t: int, candidates: int, non_documents: int = 0) -> None:
         self.rounds.append({"round": t, "candidates": candidates, "non_documents": non_documents,
-                            **{k: round(self._current.get(k, 0.0), 4) for k in ("llm_s", "embed_s", "histogram_s")}})
+                            **{k: round(self._current.get(k, 0.0), 4) for k in self.TIMINGS}})
         self._current = {}
+        log.info("round %d timings (operator only): %s", t,
+                 ", ".join(f"{k}={self.rounds[-1][k]:.2f}" for k in self.TIMINGS))
+
+    TIMINGS = ("llm_s", "embed_s", "histogram_s")
+
+    def public_rounds(self) -> list[dict[str, float]]:
+        """Per round: candidates and non-documents (synthetic text only); no timing."""
+        return [{k: v for k, v in r.items() if k not in self.TIMINGS} for r in self.rounds]
+
+    def write_private(self, ledger: PrivacyLedger, name: str) -> None:
+        """The full per-round timings into the run's private state (benchmarks and experiments read them there)."""
+        storage.write_bytes(ledger.private_uri(name), (json.dumps(self.rounds, indent=2) + "\n").encode(),
+                            ledger.storage_options)
+
+
+#: Per-round timings of a PE run, in the run's folder of the private state (never in the release).
+TIMINGS_FILE = "evolution-timings.json"
 
 
 def _release_frame(final: pd.DataFrame, calls: dict) -> pd.DataFrame:
@@ -422,6 +443,8 @@ def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: 
 def augpe_flow(config: dict[str, Any]) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
     cfg = AugPeConfig.model_validate(config)
+    if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
+        return dry_run_plan(cfg)
     with _maybe_cluster(cfg):
         return _augpe(cfg)
 
@@ -430,7 +453,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
-    ledger = open_ledger(cfg, dataset_fingerprint(corpus))
+    ledger = open_ledger(cfg, corpus)
     schedule = augpe_schedule(cfg)
     _check_schedule(ledger, "augpe.schedule", schedule)
     # The whole schedule is charged up front: T Gaussian rounds composed by the PLD accountant.
@@ -486,11 +509,13 @@ def _augpe(cfg: AugPeConfig) -> dict:
         logger.info("Aug-PE round %d/%d done", t, cfg.iterations)
 
     synthetic = _release_frame(kept, calls)
+    clock.write_private(ledger, TIMINGS_FILE)
     extra = {"method": "augpe+vocab" if cfg.vocab_words else "augpe", "schedule": schedule, "llm_calls": calls,
-             "vocabulary_words": len(words) if words else 0, "rounds": clock.rounds}
+             "vocabulary_words": len(words) if words else 0, "rounds": clock.public_rounds()}
     manifest = _publish(cfg, synthetic, ledger, labels, extra)
     epsilon, delta = ledger.total()
     logger.info("release %s: %d documents, epsilon=%g, delta=%g", manifest["release_id"], manifest["rows"], epsilon, delta)
+    log_cumulative_total(ledger)
     return manifest
 
 
@@ -561,6 +586,8 @@ def secpe_noise(cfg: SecPeConfig, incidence) -> tuple[float, np.ndarray, dict]:
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
     cfg = SecPeConfig.model_validate(config)
+    if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
+        return dry_run_plan(cfg)
     with _maybe_cluster(cfg):
         return _secpe(cfg)
 
@@ -569,7 +596,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
-    ledger = open_ledger(cfg, dataset_fingerprint(corpus))
+    ledger = open_ledger(cfg, corpus)
     incidence, _kind = detect_secrets(cfg, corpus["text"].tolist())
     sigma, rho, noise_info = secpe_noise(cfg, incidence)
     if sigma <= 0:
@@ -721,15 +748,6 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=lambda args: _run_cli(SecPeConfig, secpe_flow, args))
 
 
-def _dry_run_labels(cfg: EvolutionConfig) -> list:
-    if cfg.labels is not None:
-        return list(cfg.labels)
-    labels: set = set()
-    for shard in list_shards(cfg.data, cfg.storage_options):
-        labels.update(read_shard(shard, cfg.text_column, cfg.label_column, cfg.storage_options)["label"].unique().tolist())
-    return sorted(labels, key=str)
-
-
 def estimate_evolution(cfg: EvolutionConfig, labels: list):
     """``--dry-run``: the LLM calls a run would send and what they would cost, from public settings only (the
     label set and the configuration). RANDOM_API prompts are rendered as they will be sent (AugPE+V~'s words by
@@ -750,27 +768,42 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list):
     return estimate_cost(spec_from_config(cfg), _chat_requests(prompts, cfg), cache)
 
 
+def dry_run_plan(cfg: EvolutionConfig) -> dict[str, Any]:
+    """``dry_run``, handled by the flows themselves: the call plan, Aug-PE's schedule and the cost estimate from
+    the declared labels and the configuration. The private corpus is not read and no ledger is opened."""
+    labels = list(cfg.labels or [])
+    list_shards(cfg.data, cfg.storage_options)  # a wrong path fails now, not at the real run
+    if isinstance(cfg, SecPeConfig):
+        list_shards(cfg.public, cfg.storage_options)  # a missing public corpus fails now, not after planning
+    plan = ev.evolution_call_plan(len(labels), cfg.per_class, cfg.variations, cfg.iterations)
+    lines = [f"dry run: {len(labels)} classes x population N={cfg.per_class}, K={cfg.variations} variations, "
+             f"T={cfg.iterations} rounds -> {plan['random']} RANDOM_API + {plan['variation']} VARIATION_API calls"]
+    result: dict[str, Any] = {"dry_run": True, "plan": plan}
+    if isinstance(cfg, AugPeConfig):
+        sched = augpe_schedule(cfg)
+        result["schedule"] = sched
+        lines.append(f"  schedule: sigma={sched['sigma']:.4f}, epsilon={sched['epsilon']:g}, delta={sched['delta']:.3g}"
+                     + (f" (+ eps_voc={cfg.eps_voc:g} for V~)" if cfg.vocab_words else ""))
+    else:
+        lines.append("  schedule: sigma is calibrated on the private secret incidence when the run starts")
+    estimate = estimate_evolution(cfg, labels)
+    result.update(estimate=estimate.describe(), calls=estimate.calls, usd=estimate.usd, tokens_in=estimate.tokens_in,
+                  tokens_out_max=estimate.tokens_out_max)
+    lines += [f"  {cfg.llm}: {estimate.describe()}", "  nothing was sent, drawn or charged"]
+    result["lines"] = lines
+    for line in lines:
+        log.info("%s", line)
+    return result
+
+
 def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
     from flows.dpkps import flags_from_args
 
     cfg = build_config(model, flags_from_args(args), args.config_file)
-    if cfg.dry_run:
-        labels = _dry_run_labels(cfg)
-        if isinstance(cfg, SecPeConfig):
-            list_shards(cfg.public, cfg.storage_options)  # a missing public corpus fails now, not after planning
-        plan = ev.evolution_call_plan(len(labels), cfg.per_class, cfg.variations, cfg.iterations)
-        print(f"dry run: {len(labels)} classes x population N={cfg.per_class}, K={cfg.variations} variations, "
-              f"T={cfg.iterations} rounds -> {plan['random']} RANDOM_API + {plan['variation']} VARIATION_API calls")
-        if isinstance(cfg, AugPeConfig):
-            sched = augpe_schedule(cfg)
-            print(f"  schedule: sigma={sched['sigma']:.4f}, epsilon={sched['epsilon']:g}, delta={sched['delta']:.3g}"
-                  + (f" (+ eps_voc={cfg.eps_voc:g} for V~)" if cfg.vocab_words else ""))
-        else:
-            print("  schedule: sigma is calibrated on the private secret incidence when the run starts")
-        print(f"  {cfg.llm}: {estimate_evolution(cfg, labels).describe()}")
-        print("  nothing was sent, drawn or charged")
-        return 0
     manifest = flow_fn(cfg.model_dump())
+    if manifest.get("dry_run"):
+        print("\n".join(manifest["lines"]))
+        return 0
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")
     epsilon, delta = manifest["privacy"]["epsilon"], manifest["privacy"]["delta"]
