@@ -33,7 +33,7 @@ def release_and_data(tmp_path):
     rows = synthetic[["text", "label", "keyphrases"]].assign(
         backend="local", model="tiny", seed=range(len(synthetic)), tokens_in=20, tokens_out=30)
     ledger = PrivacyLedger(str(tmp_path / "state"), dataset_fingerprint(rows[["text", "label"]]), "run1")
-    ledger.charge("vocabulary", mechanism="laplace", params={"S": 10}, epsilon=1.0, stage="vocabulary")
+    ledger.charge_unverified("vocabulary", mechanism="laplace", params={"S": 10}, epsilon=1.0, stage="vocabulary")
     out = tmp_path / "release"
     publish_release(str(out), rows, ledger=ledger, config={"llm": "local", "vocab": "english", "vocab_top": 50000})
     test_path, client_path = tmp_path / "test.parquet", tmp_path / "client.parquet"
