@@ -36,7 +36,7 @@ from pydantic import Field, model_validator
 from flows.dpkps import load_private_corpus, log_cumulative_total, open_ledger, resolve_labels, warn_if_insecure
 from tasks import accounting, storage
 from tasks import evolution as ev
-from tasks.config import ReleaseConfig, build_config
+from tasks.config import ReleaseConfig, build_config, validate_config
 from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, public_rng
@@ -429,7 +429,7 @@ def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: 
 @flow(name="augpe", log_prints=True)
 def augpe_flow(config: dict[str, Any]) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
-    cfg = AugPeConfig.model_validate(config)
+    cfg = validate_config(AugPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     with _maybe_cluster(cfg):
@@ -573,7 +573,7 @@ def secpe_noise(cfg: SecPeConfig, incidence) -> tuple[float, np.ndarray, dict]:
 @flow(name="secpe", log_prints=True)
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
-    cfg = SecPeConfig.model_validate(config)
+    cfg = validate_config(SecPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     with _maybe_cluster(cfg):
