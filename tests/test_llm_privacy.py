@@ -111,11 +111,11 @@ def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, mon
         argv = ["dpkps", str(corpus_path), "--out", str(tmp_path / "out"), "--llm", "anthropic:claude-haiku-4-5",
                 "--doc-type", "summary of a Wikipedia-style article", "--vocab-top", "20000", "--vocab-size", "40",
                 "--features", "64", "--per-class", "4", "--length", "5", "--no-gate", "--workers", "1",
-                "--max-tokens", "32"]
+                "--max-tokens", "32", "--labels", "0,1,2"]
         assert main(argv) == 0
         assert fake.message_calls + sum(len(b["requests"]) for b in fake.batches.values()) >= 12
         sent = fake.sent_texts()
-        assert main([*argv, "--dry-run"]) == 0  # everything cached now: the estimate sends nothing
+        assert main([*argv, "--dry-run"]) == 0  # the estimate reads, draws and sends nothing
         assert fake.sent_texts() == sent
     out, err = capfd.readouterr()
     _, synthetic = read_release(str(tmp_path / "out"))
