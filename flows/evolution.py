@@ -147,10 +147,11 @@ class SecPeConfig(EvolutionConfig):
 @task(name="embed-private", persist_result=False, cache_policy=NO_CACHE)
 def embed_private(texts: list[str], model: str, progress: bool = False) -> np.ndarray:
     """Private embeddings stay in memory (here or on the run's own Dask workers), inside the mechanism; they are
-    never persisted or logged."""
+    never persisted or logged. No progress bar whatever ``progress`` says: its total would print |D|, and
+    logs name no private count (docs/privacy.md)."""
     from tasks.embedding import embed_sharded
 
-    return embed_sharded(texts, model, progress=progress, desc="embed private documents")
+    return embed_sharded(texts, model, progress=False, desc="embed private documents")
 
 
 @task(name="embed-candidates", persist_result=False, cache_policy=NO_CACHE)
