@@ -670,14 +670,14 @@ def _secpe(cfg: SecPeConfig) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 def run_augpe(config: dict[str, Any]) -> str:
     """Run Aug-PE (or AugPE+V~ with ``vocab_words=True``) from a config dict; returns the release path."""
-    cfg = AugPeConfig.model_validate(config)
+    cfg = validate_config(AugPeConfig, config)
     augpe_flow(cfg.model_dump())
     return cfg.out
 
 
 def run_secpe(config: dict[str, Any]) -> str:
     """Run SecPE from a config dict; returns the release path."""
-    cfg = SecPeConfig.model_validate(config)
+    cfg = validate_config(SecPeConfig, config)
     secpe_flow(cfg.model_dump())
     return cfg.out
 

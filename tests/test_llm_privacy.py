@@ -147,7 +147,8 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
     with FakeAnthropic(api_key="", model_ids=("m",)) as fake:
         cfg = {"data": str(corpus_path), "out": str(out), "llm": f"openai-compatible:{fake.base_url}#m",
                "llm_shards": 2, "n_workers": 2, "per_class": 2, "variations": 1, "iterations": 2, "max_tokens": 32,
-               "gate": False, "doc_type": "summary of a Wikipedia-style article", "seed": 11}
+               "gate": False, "doc_type": "summary of a Wikipedia-style article", "seed": 11,
+               "labels": ["0", "1", "2"]}
         if method == "augpe+v":
             run_augpe({**cfg, "epsilon": 4.0, "delta": 1e-5, "vocab_words": True, "vocab_top": 20_000,
                        "vocab_size": 30, "words_per_prompt": 3})
@@ -158,7 +159,8 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
         assert fake.message_calls == evolution_call_plan(3, 2, 1, 2)["total"]  # every call sent once
         sent = fake.sent_texts()
     console_out, console_err = capfd.readouterr()
-    stored = [p.read_bytes().decode("utf-8", "replace") for p in Path(out).rglob("*") if p.is_file()]
+    stored = [p.read_bytes().decode("utf-8", "replace") for folder in (out, tmp_path / "release.private")
+              for p in Path(folder).rglob("*") if p.is_file()]
     assert stored and sent
     assert_no_canary(*sent, caplog.text, console_out, console_err, *stored)
     for doc in corpus["text"]:
