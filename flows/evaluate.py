@@ -777,24 +777,20 @@ def release_budget(release: Release | None) -> str:
     return f"eps {eps:.3g}" + (f", delta {delta:.2g}" if delta > 0 else " (pure)")
 
 
-def round_timings(release: Release | None) -> dict[str, float]:
-    """Mean seconds per voting round of a PE release: its histogram step and its LLM calls. Timings grow with
-    |D|, so they are not in the release: they are read from the run's folder of the owner's private state
-    (the experiment grid is run by the data owner)."""
+def round_timings(release: Release | None, state: str | None = None) -> dict[str, float]:
+    """Mean seconds per voting round of a PE run: its histogram step, embedding and LLM calls. The flows keep these
+    out of the release (the histogram step grows with the private corpus size) and write them to the operator's
+    private state, ``state`` (default: the run's ``--state``, else ``OUT.private`` beside the release)."""
     if release is None:
         return {}
-    from flows.evolution import TIMINGS_FILE
+    from flows.evolution import OPERATOR_TIMINGS
     from tasks.identity import default_state_uri
 
-    config = release.manifest.get("config", {})
-    run_id = release.manifest.get("privacy", {}).get("run_id")
-    if not run_id:
+    state = state or release.manifest.get("config", {}).get("state") or default_state_uri(release.path)
+    info_uri = storage.join(state, OPERATOR_TIMINGS)
+    if not storage.exists(info_uri):
         return {}
-    state = config.get("state") or default_state_uri(release.path)
-    uri = storage.join(state, "runs", run_id, TIMINGS_FILE)
-    if not storage.exists(uri):
-        return {}
-    rounds = json.loads(storage.read_bytes(uri))
+    rounds = json.loads(storage.read_bytes(info_uri)).get("rounds", [])
     if not rounds:
         return {}
     return {key: float(np.mean([r[key] for r in rounds])) for key in ("histogram_s", "embed_s", "llm_s")}
