@@ -774,6 +774,10 @@ def release_budget(release: Release | None) -> str:
                 f"DP eps {secpe['epsilon']:.3g} only if rho, sigma are fixed")
     total = release.ledger.get("total", {})
     eps, delta = float(total.get("epsilon", float("nan"))), float(total.get("delta", 0.0))
+    if total.get("secure") is False:
+        from tasks.mechanisms import INSECURE_STAMP
+
+        return f"{INSECURE_STAMP} (reproducible noise; eps {eps:.3g} is not a guarantee)"
     return f"eps {eps:.3g}" + (f", delta {delta:.2g}" if delta > 0 else " (pure)")
 
 

@@ -603,7 +603,7 @@ def secpe_flow(config: dict[str, Any]) -> dict:
 
 
 def _secpe(cfg: SecPeConfig) -> dict:
-    from tasks.mechanisms import GaussianMechanism, noise_source
+    from tasks.mechanisms import GaussianMechanism
 
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
@@ -623,9 +623,8 @@ def _secpe(cfg: SecPeConfig) -> dict:
     # One Gaussian mechanism per round and class: sizes and centres (in noise units) as one vector.
     mechanism = GaussianMechanism(sensitivity=accounting.SECPE_HOLDER_SHIFT, sigma=sigma, epsilon=dp_epsilon,
                                   delta=delta)
-    # Noise and sub-sampling are secret (OS entropy); --insecure-reproducible-noise (research only, stamped) is the
-    # one way to derive them from --seed.
-    insecure_seed = cfg.seed if getattr(cfg, "insecure_reproducible_noise", False) else None
+    # Noise and sub-sampling are secret (OS entropy, cfg.noise); --insecure-reproducible-noise (research only,
+    # stamped and refused by the gate) is the one way to derive them from --seed.
     schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
                 "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
                 "centre_noise_scale": "(R + max(R, ||e_k||)) / n_k", "rho_norm": cfg.rho_norm,
@@ -633,7 +632,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
                 "secret_protection": secret_noise.protection, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon,
                 "delta": delta}
     _check_schedule(ledger, "secpe.schedule", schedule)
-    ledger.charge("secpe.schedule", mechanism=mechanism, noise=noise_source(insecure_seed, "secpe"), params=schedule,
+    ledger.charge("secpe.schedule", mechanism=mechanism, noise=cfg.noise("secpe"), params=schedule,
                   releases=cfg.iterations, stage="secpe")
     # The bound actually reached (SecPeNoise.worst_blow_up) depends on the private secret incidence: not logged.
     logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (B(p) <= r checked for every detected secret)",
@@ -666,12 +665,12 @@ def _secpe(cfg: SecPeConfig) -> dict:
             stream = ("secpe", f"round-{t}", f"class-{ci}")
             released = ledger.draw_once(
                 f"secpe.round-{t:03d}.class-{ci}", mechanism=mechanism,
-                noise=noise_source(insecure_seed, *stream, "noise"), stage="secpe", partition=str(label),
+                noise=cfg.noise(*stream, "noise"), stage="secpe", partition=str(label),
                 params={"round": t, "class": str(label), "K": int(clusters.sizes.size), "radius": cfg.radius,
                         "joint": "sizes, then centres / c_k row by row"},
                 exact=lambda: ev.sampled_joint_statistics(
                     clusters, private_emb[members], rho[members], radius=cfg.radius,
-                    sampling=noise_source(insecure_seed, *stream, "sample")),
+                    sampling=cfg.noise(*stream, "sample")),
                 postprocess=lambda z: dict(zip(("centres", "sizes"), ev.split_joint_statistics(z, scales))),
                 accounted_in="secpe.schedule",
             )

@@ -214,7 +214,7 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
     assert (pe["histogram_s_per_round"] >= 0).all() and (pe["llm_s_per_round"] >= 0).all()
     vocab_entries = json.loads((tmp_path / "results" / "pe" / "runs" / "tiny" / "augpe+v" / "local_fake-topics"
                                 / "eps1+5" / "seed0" / "ledger.json").read_text())["entries"]
-    assert {e["name"]: e["epsilon"] for e in vocab_entries}["vocabulary"] == 1.0
+    assert {e["name"]: e["epsilon"] for e in vocab_entries}["vocabulary"] == 1.0  # DP-KPS's own vocabulary release
     md = open(result["markdown"]).read()
     assert "| tiny | secpe |" in md and "(p, r)" in md and "LLM calls" in md
 
