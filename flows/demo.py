@@ -16,6 +16,8 @@ from tasks import storage
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_TEST = "dbpedia14_demo_test.parquet"
+#: The demo's declared label set (0-13, one per line): like every run, the demo never reads labels from the data.
+DEMO_LABELS = "dbpedia14_labels.txt"
 
 
 def demo_corpus_path(name: str = DEMO_TRAIN) -> str:
@@ -26,6 +28,7 @@ def demo_config(out: str, llm: str) -> dict:
     return {
         "data": demo_corpus_path(),
         "out": out,
+        "labels_file": demo_corpus_path(DEMO_LABELS),
         "llm": llm,
         "doc_type": "Wikipedia article",
         "per_class": 3 if llm != "none" else 20,
@@ -62,6 +65,7 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"  synthetic corpus: {storage.join(out, 'synthetic')}")
     print(f"  privacy ledger:   {storage.join(out, 'ledger.json')}")
     print(f"  manifest:         {storage.join(out, 'manifest.json')}")
+    print(f"  private state:    {cfg.state_uri}  (the owner's: identity key, drawn values, LLM cache; never share it)")
     print(f"  evaluation:       {storage.join(out, 'evaluation.json')}  {_headline(evaluation)}")
     report = storage.join(out, "report.html")
     if storage.exists(report):

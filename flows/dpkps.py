@@ -24,7 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks import storage
 from tasks.cluster import dask_client
 from tasks.config import DpKpsConfig, ReleaseConfig, build_config
-from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
+from tasks.corpus import list_shards, publish_release, read_shard
 from tasks.errors import ConfigError, CorpusError, retry_if_transient
 from tasks.ledger import PrivacyLedger
 
@@ -44,43 +44,71 @@ def load_private_corpus(cfg: ReleaseConfig) -> pd.DataFrame:
     frames = map_shards(read_shard, shards, cfg.text_column, cfg.label_column, cfg.storage_options)
     corpus = pd.concat(frames, ignore_index=True)
     if corpus.empty:
-        raise CorpusError(f"the corpus at {cfg.data!r} is empty (0 rows in {len(shards)} shard(s))")
+        raise CorpusError(f"the corpus at {cfg.data!r} is empty (no rows in {len(shards)} shard(s))")
     get_run_logger().info("loaded the private corpus from %d shard(s)", len(shards))
     return corpus
 
 
 def resolve_labels(cfg: ReleaseConfig, corpus: pd.DataFrame) -> list:
-    """The public label set. Declared labels are authoritative: a declared class with no documents is
-    still sampled (from pure noise), so an empty class is never revealed by a different code path."""
-    present = sorted(corpus["label"].unique().tolist(), key=str)
+    """The declared label set, in the type of the label column (int or str). Declared labels are the only
+    classes: a declared class with no documents is sampled from its noisy sketch like any other (no error, no
+    special path, so emptiness is never revealed), and a row whose label is not declared stops the run before
+    anything is drawn. That error is for the operator and names neither the labels nor how many rows carry
+    them; it is never written to a release."""
+    from tasks.config import LABELS_HELP
+
     if cfg.labels is None:
-        return present
-    declared = [_as_label_type(label, present) for label in cfg.labels]
-    unknown = sorted({str(v) for v in present} - {str(v) for v in declared})
-    if unknown:
-        raise ConfigError(f"the corpus has labels that are not in --labels: {', '.join(unknown[:10])}")
+        raise ConfigError("no label set declared; " + LABELS_HELP)
+    integer = pd.api.types.is_integer_dtype(corpus["label"].dtype)
+    declared = [_as_label_type(label, integer, cfg.label_column) for label in cfg.labels]
+    undeclared = ~corpus["label"].astype(str).isin({str(label) for label in declared})
+    if undeclared.any():
+        raise ConfigError(
+            f"the corpus has rows whose label (column {cfg.label_column!r}) is not in the declared label set; "
+            "privseed never turns an undeclared label into a class. Declare every label the corpus may carry "
+            "(--labels / --labels-file / `labels` in the config file), drop those rows from the input, or check "
+            "--label-column. (Which labels and how many rows are deliberately not shown.)")
     return declared
 
 
-def _as_label_type(label: Any, present: list) -> Any:
-    """Labels declared on the command line are strings; match the corpus's integer labels."""
-    if present and all(isinstance(v, (int, np.integer)) for v in present):
-        try:
-            return int(label)
-        except (TypeError, ValueError):
-            return label
-    return label
+def _as_label_type(label: str, integer: bool, column: str) -> Any:
+    """Labels are declared as text; an integer label column gets integer labels (the released rows then
+    carry the same type as the recipient's test split)."""
+    if not integer:
+        return label
+    try:
+        return int(label)
+    except ValueError:
+        raise ConfigError(f"declared label {label!r} is not an integer, but the label column {column!r} holds "
+                          "integers; declare the integer labels (e.g. --labels 0,1,2)") from None
 
 
 @task(name="open-ledger", persist_result=False, cache_policy=NO_CACHE)
-def open_ledger(cfg: ReleaseConfig, fingerprint: str) -> PrivacyLedger:
-    run_id = cfg.run_id or cfg.privacy_key(fingerprint)
-    ledger = PrivacyLedger(cfg.state_uri, fingerprint, run_id, cfg.storage_options)
-    get_run_logger().info("privacy ledger for run %s (%d release(s) already drawn)", run_id, len(ledger.entries()))
+def open_ledger(cfg: ReleaseConfig, corpus: pd.DataFrame) -> PrivacyLedger:
+    """The run's ledger in the owner's private state. The corpus is identified by a keyed HMAC (the key lives
+    in the state folder only) and the run id is random unless ``--run-id`` resumes a run: nothing about the
+    data goes into a name or a release."""
+    from tasks.identity import data_identity, load_or_create_key, new_run_id
+
+    identity = data_identity(corpus, load_or_create_key(cfg.state_uri, cfg.storage_options))
+    run_id = cfg.run_id or new_run_id()
+    ledger = PrivacyLedger(cfg.state_uri, identity, run_id, cfg.storage_options)
+    _stage_logger().info("privacy ledger: run %s in the private state %s (%d release(s) already drawn); to resume "
+                         "this run after a failure, pass --run-id %s", run_id, cfg.state_uri, len(ledger.entries()),
+                         run_id)
     return ledger
 
 
-# -- DP-KPS privatization stages (steps 2-6 of DESIGN.md). Pure math lives in tasks/vocabulary.py,
+def log_cumulative_total(ledger: PrivacyLedger) -> None:
+    """Operator log: what every run in this state folder spent, composed conservatively (owner-only figure)."""
+    cumulative = ledger.cumulative_total()
+    _stage_logger().info("state folder %s: cumulative epsilon=%g, delta=%g over %d run(s) (runs compose unless "
+                         "their corpora are provably disjoint; the full account is %s)", ledger.state_uri,
+                         cumulative["epsilon"], cumulative["delta"], len(cumulative["runs"]),
+                         ledger.private_uri("ledger.json"))
+
+
+# -- DP-KPS privatization stages (steps 2-6 of docs/dpkps.md). Pure math lives in tasks/vocabulary.py,
 # tasks/kde.py and tasks/sampling.py; these wrappers map it over shards and route every release through
 # the ledger, so noise is drawn once and re-read on retry or re-run.
 PRIVATE_TASK = dict(persist_result=False, cache_policy=NO_CACHE)
@@ -298,20 +326,14 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
     cfg = build_config(DpKpsConfig, config)
     logger = get_run_logger()
     warn_if_insecure(cfg, logger)
+    if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
+        return dry_run(cfg)
     with dask_client(cfg.dask_address, cfg.n_workers):
         corpus = load_private_corpus(cfg)
         labels = resolve_labels(cfg, corpus)
-        fingerprint = dataset_fingerprint(corpus)
-        ledger = open_ledger(cfg, fingerprint)
+        ledger = open_ledger(cfg, corpus)
         sequences = privatize_keyphrase_sequences(corpus, labels, cfg, ledger)
         del corpus  # nothing private is needed past this line
-        if cfg.dry_run:
-            from tasks.generation import estimate_generation
-
-            estimate = estimate_generation(sequences, cfg)
-            logger.info("dry run, nothing sent: %s", estimate.describe())
-            return {"dry_run": True, "estimate": estimate.describe(), "calls": estimate.calls,
-                    "usd": estimate.usd, "tokens_in": estimate.tokens_in, "tokens_out_max": estimate.tokens_out_max}
         if cfg.llm == "none":
             synthetic = render_without_llm(sequences)
         else:
@@ -322,7 +344,38 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
     epsilon, delta = ledger.total()
     logger.info("release %s: %d documents, epsilon=%g, delta=%g, at %s",
                 manifest["release_id"], manifest["rows"], epsilon, delta, cfg.out)
+    log_cumulative_total(ledger)
     return manifest
+
+
+def placeholder_sequences(cfg: DpKpsConfig) -> pd.DataFrame:
+    """Seeds of the shape a run releases (per_class sequences of L one-word terms per declared class), made
+    from public settings only, for the dry run's cost estimate."""
+    term = "keyphrase"
+    sequences = pd.DataFrame({"label": [label for label in cfg.labels for _ in range(cfg.per_class)],
+                              "keyphrases": [[term] * cfg.length for _ in range(len(cfg.labels) * cfg.per_class)]})
+    sequences.attrs["released_vocabulary"] = [term]
+    sequences.attrs["released_vocabulary_source"] = "dry-run placeholder"
+    return sequences
+
+
+def dry_run(cfg: DpKpsConfig) -> dict:
+    """``dry_run``: the LLM calls a run would send and what they would cost, from public settings only (the
+    declared labels, per_class, L and the generation options). The corpus is not read, no ledger is opened:
+    nothing is drawn, charged or sent. Terms are placeholders, so the input-token count is an estimate."""
+    list_shards(cfg.data, cfg.storage_options)  # a wrong path fails now, not at the real run
+    if cfg.llm == "none":
+        description = "--llm none sends no LLM call"
+        result = {"dry_run": True, "estimate": description, "calls": 0, "usd": 0.0, "tokens_in": 0,
+                  "tokens_out_max": 0}
+    else:
+        from tasks.generation import estimate_generation
+
+        estimate = estimate_generation(placeholder_sequences(cfg), cfg)
+        result = {"dry_run": True, "estimate": estimate.describe(), "calls": estimate.calls, "usd": estimate.usd,
+                  "tokens_in": estimate.tokens_in, "tokens_out_max": estimate.tokens_out_max}
+    _stage_logger().info("dry run, nothing drawn, charged or sent: %s", result["estimate"])
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -336,13 +389,15 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-column")
     parser.add_argument("--label-column")
     parser.add_argument("--labels", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                        help="the public label set, comma separated (default: read from the data)")
+                        help="the public label set, comma separated (required, or --labels-file / the config file)")
+    parser.add_argument("--labels-file", help="a file with the label set, one label per line (# comments)")
     parser.add_argument("--per-class", type=int, help="synthetic documents per class")
     parser.add_argument("--llm", help="none | local[:GGUF] | anthropic[:MODEL] | openai-compatible:URL")
     parser.add_argument("--doc-type", help="what to write, e.g. 'Wikipedia article' (never a class name)")
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--run-id", help="re-use the released values of this run (default: hash of data+config+seed)")
-    parser.add_argument("--state", help="where drawn values and caches live (default OUT/_state)")
+    parser.add_argument("--run-id", help="resume this run: re-read its drawn values (default: a new random run id)")
+    parser.add_argument("--state", help="the owner's private state: identity key, drawn values, LLM cache "
+                                        "(default OUT.private beside OUT; never inside OUT, never shared)")
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                         help="fsspec/s3fs option, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable)")
     parser.add_argument("--dask-address", help="an existing Dask scheduler (default: a LocalCluster)")
@@ -391,7 +446,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--embedding-model", help="'minilm' or a local sentence-transformers folder")
     parser.add_argument("--few-shot", help="the recipient's few-shot examples (document + keyphrases)")
-    parser.add_argument("--dry-run", action="store_const", const=True, help="print the LLM cost estimate, send nothing")
+    parser.add_argument("--dry-run", action="store_const", const=True,
+                        help="print the LLM cost estimate; read no data, draw, charge and send nothing")
     parser.set_defaults(func=run_from_cli)
 
 
@@ -399,7 +455,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
     cfg = build_config(DpKpsConfig, flags_from_args(args), args.config_file)
     manifest = dpkps_flow(cfg.model_dump())
     if manifest.get("dry_run"):
-        print(f"dry run, nothing sent: {manifest['estimate']}")
+        print(f"dry run, nothing drawn, charged or sent: {manifest['estimate']}")
         return 0
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")

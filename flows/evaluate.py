@@ -459,6 +459,9 @@ class DatasetSpec:
     positive_column: str | None = None
     positive_value: Any = None
     label_names: list[str] | None = None
+    #: the declared label set (public configuration, never read from the data); binary stand-ins
+    #: (positive_column) declare [0, 1] by construction
+    labels: list[Any] | None = None
     doc_type: str = "document"
     paper_group: str = "dbpedia14"  # which of the paper's datasets the numbers come from (dbpedia14 | medical)
     data_seed: int = 20240601
@@ -526,6 +529,7 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             datasets.append(DatasetSpec(**d))
         except TypeError as exc:
             raise ConfigError(f"bad [dataset] entry: {exc}") from exc
+        declared_labels(datasets[-1])  # refuse a dataset without declared labels before any cell runs
     try:
         spec = ExperimentSpec(datasets=datasets, **{k: v for k, v in raw.items()})
     except TypeError as exc:
@@ -555,9 +559,23 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
     return spec
 
 
+def declared_labels(ds: DatasetSpec) -> list[Any]:
+    """The dataset's declared label set: ``labels`` of its [dataset] entry, or [0, 1] for a binary stand-in
+    (``positive_column``). Never read from the data: the methods refuse to run without a declared set."""
+    if ds.labels is not None:
+        if not ds.labels:
+            raise ConfigError(f"[dataset] {ds.name}: labels is empty; list every label, e.g. labels = [0, 1, 2]")
+        return list(ds.labels)
+    if ds.positive_column:
+        return [0, 1]
+    raise ConfigError(f"[dataset] {ds.name} declares no labels: add `labels = [...]` to its entry (e.g. labels = "
+                      "[0, 1, 2] for an integer label column); the label set is configuration, never read from the data")
+
+
 # Fields an experiment sets itself for every cell; a [pe] or [secpe] section may not override them.
 _CELL_FIELDS = {"data", "out", "seed", "per_class", "llm", "doc_type", "epsilon", "eps_voc", "vocab_words", "public",
-                "gate", "max_tokens", "temperature", "insecure_reproducible_noise", "allow_insecure_release"}
+                "gate", "max_tokens", "temperature", "insecure_reproducible_noise", "allow_insecure_release",
+                "labels", "labels_file"}
 
 
 def _check_section(values: dict[str, Any], section: str, model: str) -> None:
@@ -708,7 +726,8 @@ def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, 
         common = {"data": data.private_path, "out": str(out), "seed": seed, "per_class": ds.synthetic_per_class,
                   "llm": spec.llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation,
                   "insecure_reproducible_noise": spec.insecure_reproducible_noise,
-                  "allow_insecure_release": spec.allow_insecure_release}
+                  "allow_insecure_release": spec.allow_insecure_release,
+                  "labels": [str(label) for label in declared_labels(ds)]}
         if method in DPKPS_METHODS:
             from flows.dpkps import dpkps_flow
 
@@ -765,12 +784,14 @@ def release_budget(release: Release | None) -> str:
 def round_timings(release: Release | None, state: str | None = None) -> dict[str, float]:
     """Mean seconds per voting round of a PE run: its histogram step, embedding and LLM calls. The flows keep these
     out of the release (the histogram step grows with the private corpus size) and write them to the operator's
-    private state, ``state`` (default: the release's ``_state`` folder)."""
+    private state, ``state`` (default: the run's ``--state``, else ``OUT.private`` beside the release)."""
     if release is None:
         return {}
     from flows.evolution import OPERATOR_TIMINGS
+    from tasks.identity import default_state_uri
 
-    info_uri = storage.join(state or storage.join(release.path, "_state"), OPERATOR_TIMINGS)
+    state = state or release.manifest.get("config", {}).get("state") or default_state_uri(release.path)
+    info_uri = storage.join(state, OPERATOR_TIMINGS)
     if not storage.exists(info_uri):
         return {}
     rounds = json.loads(storage.read_bytes(info_uri)).get("rounds", [])
@@ -1014,7 +1035,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
             if view == "phrases":  # Table 5's reference: real documents as their own phrase sequences
                 train = train.assign(text=phrase_view_task(train["text"].tolist(), _vocabulary_config(manifest)))
         elif method == "only-llm":
-            labels = sorted(data.private["label"].unique().tolist())
+            labels = declared_labels(ds)
             train = only_llm_corpus(spec.llm, ds.doc_type, data.label_names, labels, ds.synthetic_per_class, seed,
                                     str(out / "runs" / cid / "_llm_cache"))
             manifest = {"config": {"vocab": spec.dpkps.get("vocab", "english"),

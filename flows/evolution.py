@@ -13,8 +13,8 @@ label.
 
 Privacy boundary: private documents are embedded locally (inside the mechanism) and never persisted; what
 crosses the boundary are the noisy histograms / noisy cluster statistics, each drawn once through the ledger, and
-text the LLM wrote from public prompts or from earlier synthetic text. Every LLM call is cached under
-``_state/llm-cache`` so a crash mid-round repeats none that finished.
+text the LLM wrote from public prompts or from earlier synthetic text. Every LLM call is cached in the private
+state (``--state``, default ``OUT.private/llm-cache``) so a crash mid-round repeats none that finished.
 """
 from __future__ import annotations
 
@@ -34,11 +34,11 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import Field, model_validator
 
-from flows.dpkps import load_private_corpus, open_ledger, resolve_labels, warn_if_insecure
+from flows.dpkps import load_private_corpus, log_cumulative_total, open_ledger, resolve_labels, warn_if_insecure
 from tasks import accounting, storage
 from tasks import evolution as ev
-from tasks.config import ReleaseConfig, build_config
-from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
+from tasks.config import ReleaseConfig, build_config, validate_config
+from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, public_rng
 
@@ -148,10 +148,11 @@ class SecPeConfig(EvolutionConfig):
 @task(name="embed-private", persist_result=False, cache_policy=NO_CACHE)
 def embed_private(texts: list[str], model: str, progress: bool = False) -> np.ndarray:
     """Private embeddings stay in memory (here or on the run's own Dask workers), inside the mechanism; they are
-    never persisted or logged."""
+    never persisted or logged. No progress bar whatever ``progress`` says: its total would print |D|, and
+    logs name no private count (docs/privacy.md)."""
     from tasks.embedding import embed_sharded
 
-    return embed_sharded(texts, model, progress=progress, desc="embed private documents")
+    return embed_sharded(texts, model, progress=False, desc="embed private documents")
 
 
 @task(name="embed-candidates", persist_result=False, cache_policy=NO_CACHE)
@@ -426,7 +427,9 @@ def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: 
 @flow(name="augpe", log_prints=True)
 def augpe_flow(config: dict[str, Any]) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
-    cfg = AugPeConfig.model_validate(config)
+    cfg = validate_config(AugPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
+    if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
+        return dry_run_plan(cfg)
     with _maybe_cluster(cfg):
         return _augpe(cfg)
 
@@ -436,7 +439,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
     warn_if_insecure(cfg, logger)
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
-    ledger = open_ledger(cfg, dataset_fingerprint(corpus))
+    ledger = open_ledger(cfg, corpus)
     schedule = augpe_schedule(cfg)
     _check_schedule(ledger, "augpe.schedule", schedule)
     # The whole schedule is charged up front: T Gaussian rounds composed by the PLD accountant. Every round's
@@ -498,6 +501,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
     manifest = _publish(cfg, synthetic, ledger, labels, extra)
     epsilon, delta = ledger.total()
     logger.info("release %s: %d documents, epsilon=%g, delta=%g", manifest["release_id"], manifest["rows"], epsilon, delta)
+    log_cumulative_total(ledger)
     return manifest
 
 
@@ -591,7 +595,9 @@ def secpe_noise(cfg: SecPeConfig, incidence) -> SecPeNoise:
 @flow(name="secpe", log_prints=True)
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
-    cfg = SecPeConfig.model_validate(config)
+    cfg = validate_config(SecPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
+    if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
+        return dry_run_plan(cfg)
     with _maybe_cluster(cfg):
         return _secpe(cfg)
 
@@ -602,7 +608,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
-    ledger = open_ledger(cfg, dataset_fingerprint(corpus))
+    ledger = open_ledger(cfg, corpus)
     incidence, _kind = detect_secrets(cfg, corpus["text"].tolist())
     secret_noise = secpe_noise(cfg, incidence)
     sigma, rho = secret_noise.sigma, secret_noise.rho
@@ -702,14 +708,14 @@ def _secpe(cfg: SecPeConfig) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 def run_augpe(config: dict[str, Any]) -> str:
     """Run Aug-PE (or AugPE+V~ with ``vocab_words=True``) from a config dict; returns the release path."""
-    cfg = AugPeConfig.model_validate(config)
+    cfg = validate_config(AugPeConfig, config)
     augpe_flow(cfg.model_dump())
     return cfg.out
 
 
 def run_secpe(config: dict[str, Any]) -> str:
     """Run SecPE from a config dict; returns the release path."""
-    cfg = SecPeConfig.model_validate(config)
+    cfg = validate_config(SecPeConfig, config)
     secpe_flow(cfg.model_dump())
     return cfg.out
 
@@ -769,15 +775,6 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=lambda args: _run_cli(SecPeConfig, secpe_flow, args))
 
 
-def _dry_run_labels(cfg: EvolutionConfig) -> list:
-    if cfg.labels is not None:
-        return list(cfg.labels)
-    labels: set = set()
-    for shard in list_shards(cfg.data, cfg.storage_options):
-        labels.update(read_shard(shard, cfg.text_column, cfg.label_column, cfg.storage_options)["label"].unique().tolist())
-    return sorted(labels, key=str)
-
-
 def estimate_evolution(cfg: EvolutionConfig, labels: list):
     """``--dry-run``: the LLM calls a run would send and what they would cost, from public settings only (the
     label set and the configuration). RANDOM_API prompts are rendered as they will be sent (AugPE+V~'s words by
@@ -798,27 +795,42 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list):
     return estimate_cost(spec_from_config(cfg), _chat_requests(prompts, cfg), cache)
 
 
+def dry_run_plan(cfg: EvolutionConfig) -> dict[str, Any]:
+    """``dry_run``, handled by the flows themselves: the call plan, Aug-PE's schedule and the cost estimate from
+    the declared labels and the configuration. The private corpus is not read and no ledger is opened."""
+    labels = list(cfg.labels or [])
+    list_shards(cfg.data, cfg.storage_options)  # a wrong path fails now, not at the real run
+    if isinstance(cfg, SecPeConfig):
+        list_shards(cfg.public, cfg.storage_options)  # a missing public corpus fails now, not after planning
+    plan = ev.evolution_call_plan(len(labels), cfg.per_class, cfg.variations, cfg.iterations)
+    lines = [f"dry run: {len(labels)} classes x population N={cfg.per_class}, K={cfg.variations} variations, "
+             f"T={cfg.iterations} rounds -> {plan['random']} RANDOM_API + {plan['variation']} VARIATION_API calls"]
+    result: dict[str, Any] = {"dry_run": True, "plan": plan}
+    if isinstance(cfg, AugPeConfig):
+        sched = augpe_schedule(cfg)
+        result["schedule"] = sched
+        lines.append(f"  schedule: sigma={sched['sigma']:.4f}, epsilon={sched['epsilon']:g}, delta={sched['delta']:.3g}"
+                     + (f" (+ eps_voc={cfg.eps_voc:g} for V~)" if cfg.vocab_words else ""))
+    else:
+        lines.append("  schedule: sigma is calibrated on the private secret incidence when the run starts")
+    estimate = estimate_evolution(cfg, labels)
+    result.update(estimate=estimate.describe(), calls=estimate.calls, usd=estimate.usd, tokens_in=estimate.tokens_in,
+                  tokens_out_max=estimate.tokens_out_max)
+    lines += [f"  {cfg.llm}: {estimate.describe()}", "  nothing was sent, drawn or charged"]
+    result["lines"] = lines
+    for line in lines:
+        log.info("%s", line)
+    return result
+
+
 def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
     from flows.dpkps import flags_from_args
 
     cfg = build_config(model, flags_from_args(args), args.config_file)
-    if cfg.dry_run:
-        labels = _dry_run_labels(cfg)
-        if isinstance(cfg, SecPeConfig):
-            list_shards(cfg.public, cfg.storage_options)  # a missing public corpus fails now, not after planning
-        plan = ev.evolution_call_plan(len(labels), cfg.per_class, cfg.variations, cfg.iterations)
-        print(f"dry run: {len(labels)} classes x population N={cfg.per_class}, K={cfg.variations} variations, "
-              f"T={cfg.iterations} rounds -> {plan['random']} RANDOM_API + {plan['variation']} VARIATION_API calls")
-        if isinstance(cfg, AugPeConfig):
-            sched = augpe_schedule(cfg)
-            print(f"  schedule: sigma={sched['sigma']:.4f}, epsilon={sched['epsilon']:g}, delta={sched['delta']:.3g}"
-                  + (f" (+ eps_voc={cfg.eps_voc:g} for V~)" if cfg.vocab_words else ""))
-        else:
-            print("  schedule: sigma is calibrated on the private secret incidence when the run starts")
-        print(f"  {cfg.llm}: {estimate_evolution(cfg, labels).describe()}")
-        print("  nothing was sent, drawn or charged")
-        return 0
     manifest = flow_fn(cfg.model_dump())
+    if manifest.get("dry_run"):
+        print("\n".join(manifest["lines"]))
+        return 0
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")
     epsilon, delta = manifest["privacy"]["epsilon"], manifest["privacy"]["delta"]

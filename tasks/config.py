@@ -1,13 +1,13 @@
 """One typed configuration per flow, validated up front with messages that name the problem.
 
 Values come from, in increasing precedence: defaults, a TOML/YAML file (``--config``), environment
-variables ``PRIVSEED_<FIELD>`` and command-line flags. Everything here is public (DESIGN.md): the
-configuration is written into the manifest, so it must never hold private data or secrets.
+variables ``PRIVSEED_<FIELD>`` and command-line flags. Everything here is public (docs/privacy.md, "What is
+released and what stays private"): the configuration is written into the manifest, so it must never hold
+private data or secrets. The label set is part of it, declared by the operator, never read from the data.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tomllib
@@ -23,12 +23,25 @@ from tasks.mechanisms import NoiseSource, noise_source
 
 LLM_BACKENDS = ("none", "local", "anthropic", "openai-compatible")
 
+LABELS_HELP = (
+    "declare the public label set with --labels a,b,c, --labels-file FILE (one label per line, # comments), or "
+    "`labels = [\"a\", \"b\"]` in the --config file (PRIVSEED_LABELS='[\"a\",\"b\"]' also works). privseed never "
+    "reads it from the private data: a label only one document carries would become a released class")
+
+
+def read_labels_file(path: str, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """One label per line; blank lines and ``#`` comments are skipped."""
+    if not storage.exists(path, storage_options):
+        raise ValueError(f"--labels-file {path} does not exist")
+    text = storage.read_bytes(path, storage_options).decode("utf-8")
+    return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
+
 
 class ReleaseConfig(BaseModel):
     """What every method that writes a synthetic release shares."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    #: fields that change the privatized values; the run id is a hash of them (plus data and seed)
+    #: fields that change the privatized values (documentation of what a resumed run must keep; run ids are random)
     privacy_fields: ClassVar[tuple[str, ...]] = ()
 
     data: str = Field(description="private corpus: Parquet file, folder or shard prefix (local, file://, s3://)")
@@ -37,14 +50,18 @@ class ReleaseConfig(BaseModel):
     label_column: str = "label"
     labels: list[str] | None = Field(
         default=None,
-        description="the public label set; when omitted it is read from the data (label names are treated as public)",
+        description="the public label set, declared (required): --labels a,b,c, --labels-file FILE or `labels` in "
+                    "the config file; never read from the private data",
     )
+    labels_file: str | None = Field(default=None, description="a file with the label set, one label per line")
     per_class: int = Field(default=100, ge=1, le=1_000_000, description="synthetic documents per class (public)")
     llm: str = Field(default="none", description="none | local[:PATH] | anthropic[:MODEL] | openai-compatible:URL")
     doc_type: str = Field(default="document", min_length=1, max_length=200)
     seed: int = Field(default=0, ge=0)
-    run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.=-]+$")
-    state: str | None = Field(default=None, description="where drawn values and caches live (default OUT/_state)")
+    run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.=-]+$",
+                               description="resume this run (re-read its drawn values); default: a new random run id")
+    state: str | None = Field(default=None, description="the owner's private state: identity key, drawn values, LLM "
+                                                         "cache (default OUT.private beside OUT; never inside OUT)")
     storage_options: dict[str, Any] = Field(default_factory=dict)
     dask_address: str | None = Field(default=None, description="scheduler address; None starts a LocalCluster")
     n_workers: int = Field(default=2, ge=1, le=256)
@@ -65,6 +82,47 @@ class ReleaseConfig(BaseModel):
     llm_concurrency: int = Field(default=4, ge=1, le=256, description="calls in flight for remote APIs")
     llm_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _labels_from_file(cls, values: Any) -> Any:
+        """``labels_file`` is read here, once, into ``labels``; the manifest then shows the labels themselves."""
+        if not isinstance(values, dict) or not values.get("labels_file"):
+            return values
+        if values.get("labels") is not None:
+            raise ValueError("give the label set once: --labels or --labels-file (or `labels` in the config file), "
+                             "not both")
+        values = dict(values)
+        values["labels"] = read_labels_file(values.pop("labels_file"), values.get("storage_options"))
+        values["labels_file"] = None
+        return values
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_as_text(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("labels must be a list, e.g. --labels a,b,c or labels = [\"a\", \"b\"] in the config file")
+        labels = [str(v).strip() for v in value if str(v).strip()]
+        if not labels:
+            raise ValueError("the declared label set is empty; " + LABELS_HELP)
+        duplicated = sorted({v for v in labels if labels.count(v) > 1})
+        if duplicated:
+            raise ValueError(f"the declared label set repeats {', '.join(duplicated)}; list every label once")
+        return labels
+
+    @model_validator(mode="after")
+    def _declared(self) -> "ReleaseConfig":
+        if self.labels is None:
+            raise ValueError("no label set declared; " + LABELS_HELP)
+        from tasks.identity import check_state_outside_release
+
+        if self.state is not None:
+            check_state_outside_release(self.out, self.state)
+        return self
+
     @field_validator("llm")
     @classmethod
     def _known_llm(cls, value: str) -> str:
@@ -82,15 +140,10 @@ class ReleaseConfig(BaseModel):
 
     @property
     def state_uri(self) -> str:
-        return self.state or storage.join(self.out, "_state")
+        """The owner's private state (tasks/identity.py): ``--state``, or ``OUT.private`` beside the release."""
+        from tasks.identity import default_state_uri
 
-    def privacy_key(self, dataset_fingerprint: str) -> str:
-        """The default run id: same data + same privacy-relevant config + same seed -> same released values."""
-        relevant = {f: getattr(self, f) for f in self.privacy_fields}
-        relevant.update(method=type(self).__name__, seed=self.seed, data=dataset_fingerprint)
-        if self.insecure_reproducible_noise:  # another noise source is another run (its values are not secure)
-            relevant["noise"] = "insecure-reproducible"
-        return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return self.state or default_state_uri(self.out)
 
     def public_dict(self) -> dict[str, Any]:
         """The configuration as written to manifests: storage secrets redacted."""
@@ -100,7 +153,7 @@ class ReleaseConfig(BaseModel):
 
 
 class DpKpsConfig(ReleaseConfig):
-    """DP-KPS (DESIGN.md, "DP-KPS, step by step"). Defaults chosen on public data; see docs/dpkps.md."""
+    """DP-KPS (docs/dpkps.md, step by step). Defaults chosen on public data; see docs/dpkps.md."""
 
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
@@ -191,7 +244,7 @@ def validate_config(model: type[ReleaseConfig], values: dict[str, Any]) -> Relea
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            where = ".".join(str(p) for p in error["loc"]) or "config"
+            where = ".".join(str(p) for p in error["loc"])
             message = error["msg"].removeprefix("Value error, ")
-            problems.append(f"--{where.replace('_', '-')}: {message}")
+            problems.append(f"--{where.replace('_', '-')}: {message}" if where else message)
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

@@ -86,9 +86,12 @@ def read_shard(
     frame.columns = ["text", "label"]
     bad_text = frame["text"].isna() | (frame["text"].astype(str).str.strip() == "")
     if bad_text.any():
-        raise CorpusError(f"shard {path}: {int(bad_text.sum())} rows have null or empty text in column {text_column!r}")
+        # No count and no row number: errors and logs name no private counts (docs/privacy.md).
+        raise CorpusError(f"shard {path}: some rows have null or empty text in column {text_column!r}; drop or fill "
+                          "them (or check --text-column)")
     if frame["label"].isna().any():
-        raise CorpusError(f"shard {path}: {int(frame['label'].isna().sum())} rows have a null label in column {label_column!r}")
+        raise CorpusError(f"shard {path}: some rows have a null label in column {label_column!r}; drop them or give "
+                          "them a declared label (or check --label-column)")
     if not pd.api.types.is_string_dtype(frame["text"]) and not frame["text"].map(lambda v: isinstance(v, str)).all():
         raise CorpusError(f"shard {path}: column {text_column!r} does not hold text")
     frame["text"] = frame["text"].astype(str)
@@ -106,21 +109,8 @@ def read_corpus(
     frames = [read_shard(s, text_column, label_column, storage_options) for s in shards]
     corpus = pd.concat(frames, ignore_index=True)
     if corpus.empty:
-        raise CorpusError(f"the corpus at {path!r} is empty (0 rows in {len(shards)} shard(s))")
+        raise CorpusError(f"the corpus at {path!r} is empty (no rows in {len(shards)} shard(s))")
     return corpus
-
-
-def dataset_fingerprint(df: pd.DataFrame) -> str:
-    """sha256 over the multiset of (text, label) rows: independent of row order and of sharding, so the
-    same corpus always maps to the same ledger."""
-    row_hashes = sorted(
-        hashlib.sha256(f"{label!r}\x1f{text}".encode()).digest()
-        for text, label in zip(df["text"], df["label"])
-    )
-    digest = hashlib.sha256()
-    for h in row_hashes:
-        digest.update(h)
-    return digest.hexdigest()
 
 
 def _versions() -> dict[str, str]:
@@ -174,9 +164,11 @@ def publish_release(
 ) -> dict:
     """Gate, then publish ``synthetic`` under ``out`` atomically; return the manifest.
 
-    Order of writes: the gate result; every part under a new name; the release's ledger, quality result
-    and extra files under ``_releases/<id>/`` and as top-level copies; then ``manifest.json`` (the commit
-    point); then the parts of older releases are removed. A crash or a storage failure before the
+    Order of writes: the gate result; every part under a new name; the release's ledger (the recipient's
+    view), quality result and extra files under ``_releases/<id>/`` and as top-level copies; the owner's full
+    ledger into the private state; then ``manifest.json`` (the commit point); then the parts of older
+    releases are removed. Everything under ``out`` is meant for the recipient; nothing of the private state
+    (identity key, drawn values, data identity, LLM cache) is written there. A crash or a storage failure before the
     manifest leaves the previous manifest, and every file it names, untouched.
     A failing gate writes the candidate under ``_quarantine/<id>/`` and raises GateFailedError.
 
@@ -231,6 +223,7 @@ def publish_release(
         storage.write_bytes(storage.join(out, name), data, storage_options)
         files.append({"path": relative, "copy": name, "sha256": hashlib.sha256(data).hexdigest(), "kind": name})
 
+    ledger.write_owner_ledger()
     epsilon, delta = ledger.total()
     labels = synthetic["label"].tolist()
     manifest = {
@@ -242,8 +235,9 @@ def publish_release(
         "rows_per_label": {str(k): int(v) for k, v in pd.Series(labels).value_counts().sort_index().items()},
         "columns": list(synthetic.columns),
         "files": files,
-        "privacy": {"epsilon": epsilon, "delta": delta, "dataset_fingerprint": ledger.dataset_fingerprint,
-                    "run_id": ledger.run_id, "secure": noise["secure"], "noise": noise},
+        # The run id is random (or the operator's --run-id); the data identity stays in the private state.
+        "privacy": {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
+                    "noise": noise},
         "gate": None if gate_result is None else {"success": gate_result.get("success")},
         "config": dict(config),
         "versions": _versions(),

@@ -1,41 +1,52 @@
 """The privacy ledger and the draw-once store of privatized values.
 
 Guarantee this module enforces (docs/privacy.md, "Draw once, charge once"): a privatized value is drawn
-**once**, by applying a mechanism of tasks.mechanisms to the exact value, and persisted with the parameters it
-was drawn under. A retry, a resumed run or a re-run with the
-same run id re-reads it and charges nothing; the same name asked for under other parameters is refused
-with :class:`LedgerMismatchError` (silently redrawing would spend the budget twice, silently reusing would
-misreport the guarantee). Every release is recorded with what its mechanism reports (epsilon, delta,
-sensitivity, scale, noise source and whether that source is secure), its parameters and the dataset
-fingerprint; a run with any release from reproducible noise is stamped NOT DIFFERENTIALLY PRIVATE.
+**once**, by applying a mechanism of tasks.mechanisms to the exact value, and persisted with the parameters and
+the data identity it was drawn under. A retry or a resumed run (same ``--run-id``) re-reads it and charges
+nothing; the same name asked for under other parameters, or for another corpus, is refused with
+:class:`LedgerMismatchError` (silently redrawing would spend the budget twice, silently reusing would misreport
+the guarantee or release corpus A's value as corpus B's). Storing a value is create-if-absent, so two processes
+racing on one run id release one value and both return it. Every release is recorded with what its mechanism
+reports (epsilon, delta, sensitivity, scale, noise source and whether that source is secure) and its
+parameters; a run with any release from reproducible noise is stamped NOT DIFFERENTIALLY PRIVATE.
+
+Two views of the account: the recipient's ``ledger.json`` in the release (mechanisms, parameters,
+(epsilon, delta), the noise report and the run's total; no identity, no value checksum, no timing) and the
+owner's full ledger in the private state (identities, value checksums, times, and the cumulative total of
+every run in the state folder).
 
 Composition: releases of different stages compose by basic composition (sum of epsilons and deltas).
 Within a stage, releases on disjoint parts of the corpus (``partition``, e.g. one per class) compose in
 parallel: the stage costs the maximum over partitions of the sum within each partition.
 
-Layout under ``state_uri`` (one folder per run id)::
+Layout under ``state_uri`` (the owner's private state, tasks/identity.py; one folder per run id)::
 
+    runs/<run_id>/run.json                the run's data identity (keyed HMAC), created with the run
+    runs/<run_id>/rows.npy                keyed row identities (sorted uint64): disjointness checks only
     runs/<run_id>/entries/<name>.json     one file per release: no read-modify-write races between tasks
-    runs/<run_id>/values/<name>.npz       the released arrays, with their parameters embedded
+    runs/<run_id>/values/<name>.npz       the released arrays, with their parameters and data identity embedded
+    runs/<run_id>/ledger.json             the owner's full ledger, written when the run publishes
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import hmac
 import io
 import json
 import logging
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from tasks import storage
 from tasks.errors import LedgerMismatchError, PrivseedError
+from tasks.identity import DataIdentity
 from tasks.mechanisms import INSECURE_STAMP, Mechanism, NoiseSource, as_noise_source
 
 log = logging.getLogger(__name__)
@@ -71,23 +82,28 @@ def _jsonable(value: Any) -> Any:
 
 
 class PrivacyLedger:
-    """Records every privatized release of one run and stores its values so they are drawn once."""
+    """Records every privatized release of one run and stores its values so they are drawn once.
+
+    ``data_identity`` is the keyed identity of the corpus (:func:`tasks.identity.data_identity`); a plain
+    string is accepted for tests and tools that have no corpus. It lives in the private state only."""
 
     def __init__(
         self,
         state_uri: str,
-        dataset_fingerprint: str,
+        data_identity: DataIdentity | str,
         run_id: str,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not _NAME.match(run_id):
             raise PrivseedError(f"run id {run_id!r} may only contain letters, digits and _.=-")
         self.state_uri = state_uri
-        self.dataset_fingerprint = dataset_fingerprint
+        self.identity = data_identity if isinstance(data_identity, DataIdentity) else None
+        self.data_identity = data_identity.digest if isinstance(data_identity, DataIdentity) else str(data_identity)
         self.run_id = run_id
         self.storage_options = dict(storage_options or {})
         self._lock = threading.Lock()
         self._entries: dict[str, dict] = {}
+        self._open_run()
         self._load_entries()
 
     # -- paths -----------------------------------------------------------------------------------
@@ -101,17 +117,38 @@ class PrivacyLedger:
     def _value_uri(self, name: str) -> str:
         return storage.join(self.run_uri, "values", f"{name}.npz")
 
+    def private_uri(self, name: str) -> str:
+        """A file of this run in the owner's private state (operator timings, the full ledger)."""
+        return storage.join(self.run_uri, name)
+
+    def _mismatch(self) -> LedgerMismatchError:
+        # Names no digest: the identity is keyed, but an error message is no place for it either.
+        return LedgerMismatchError(
+            f"run {self.run_id!r} in {self.state_uri} was made on another corpus (its data identity differs); "
+            "values drawn for one corpus are never reused for another: omit --run-id to start a new run, or "
+            "resume with the corpus the run was started on")
+
+    def _open_run(self) -> None:
+        """Create ``run.json`` with this corpus's identity, or check the one a previous process wrote."""
+        meta_uri = storage.join(self.run_uri, "run.json")
+        meta = {"format": LEDGER_FORMAT, "run_id": self.run_id, "data_identity": self.data_identity,
+                "created_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+        if storage.exists(meta_uri, self.storage_options) or not storage.create_exclusive(
+                meta_uri, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode(), self.storage_options):
+            stored = json.loads(storage.read_bytes(meta_uri, self.storage_options))
+            if not hmac.compare_digest(str(stored.get("data_identity")), self.data_identity):
+                raise self._mismatch()
+        if self.identity is not None:
+            rows_uri = storage.join(self.run_uri, "rows.npy")
+            if not storage.exists(rows_uri, self.storage_options):
+                buffer = io.BytesIO()
+                np.save(buffer, self.identity.rows, allow_pickle=False)
+                storage.create_exclusive(rows_uri, buffer.getvalue(), self.storage_options)
+
     def _load_entries(self) -> None:
-        for uri in storage.listdir(storage.join(self.run_uri, "entries"), self.storage_options):
-            if not uri.endswith(".json"):
-                continue
-            entry = json.loads(storage.read_bytes(uri, self.storage_options))
-            if entry.get("dataset_fingerprint") != self.dataset_fingerprint:
-                raise LedgerMismatchError(
-                    f"run {self.run_id!r} in {self.state_uri} was made on another dataset "
-                    f"(fingerprint {entry.get('dataset_fingerprint', '?')[:12]}..., this corpus is "
-                    f"{self.dataset_fingerprint[:12]}...); choose another --run-id or output"
-                )
+        for entry in _read_entries(self.run_uri, self.storage_options):
+            if not hmac.compare_digest(str(entry.get("data_identity")), self.data_identity):
+                raise self._mismatch()
             self._entries[entry["name"]] = entry
 
     # -- the two ways to spend budget ------------------------------------------------------------
@@ -193,23 +230,16 @@ class PrivacyLedger:
             if existing is not None:
                 self._check_same(existing, record)
                 return self._read_value(name, existing)
-            value_uri = self._value_uri(name)
-            if storage.exists(value_uri, self.storage_options):
-                # Drawn before a crash but not yet recorded: reuse it (never redraw) and record it now.
-                arrays, stored_params = self._read_npz(value_uri)
-                if stored_params != record["params_canonical"]:
-                    raise LedgerMismatchError(
-                        f"a value for {name!r} was drawn under other parameters in run {self.run_id!r}"
-                    )
-                log.info("ledger: %s was drawn before an interruption; reusing it", name)
+            arrays = self._stored_value(name, record)
+            if arrays is not None:
+                # Drawn before a crash, or by another process with this run id: reuse it, never redraw.
+                log.info("ledger: %s was already drawn for this run; reusing it", name)
             else:
-                arrays = draw()
-                data = self._npz_bytes(arrays, record["params_canonical"])
-                storage.write_bytes(value_uri, data, self.storage_options)
-            data = storage.read_bytes(value_uri, self.storage_options)
+                arrays = self._store_value(name, record, draw())
+            data = storage.read_bytes(self._value_uri(name), self.storage_options)
             record["value"] = {"path": f"values/{name}.npz", "sha256": hashlib.sha256(data).hexdigest(),
                                "arrays": {k: list(v.shape) for k, v in arrays.items()}}
-            self._write_entry(record)
+            self._commit_entry(record)
             log.info("ledger: released %s (%s, epsilon=%g, delta=%g, noise %s)", name, record["mechanism"],
                      record["epsilon"], record["delta"], record["noise_source"])
             if record.get("secure") is False:
@@ -249,7 +279,7 @@ class PrivacyLedger:
             if existing is not None:
                 self._check_same(existing, record)
                 return
-            self._write_entry(record)
+            self._commit_entry(record)
 
     def charge_unverified(
         self,
@@ -273,7 +303,7 @@ class PrivacyLedger:
             if existing is not None:
                 self._check_same(existing, record)
                 return
-            self._write_entry(record)
+            self._commit_entry(record)
 
     # -- what the noise was ----------------------------------------------------------------------
     def noise_report(self) -> dict[str, Any]:
@@ -299,33 +329,53 @@ class PrivacyLedger:
         return [self._entries[k] for k in sorted(self._entries, key=lambda n: (self._entries[n]["created_at"], n))]
 
     def total(self) -> tuple[float, float]:
-        """Composed (epsilon, delta): sum over stages, max over partitions within a stage."""
-        per_stage: dict[str, dict[str | None, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-        for entry in self._entries.values():
-            if not entry.get("charged", True):
+        """Composed (epsilon, delta) of this run: sum over stages, max over partitions within a stage."""
+        return compose_entries(self._entries.values())
+
+    def cumulative_total(self) -> dict[str, Any]:
+        """What every run recorded in this state folder spent, composed conservatively.
+
+        Runs compose by basic composition (their totals add up) unless their keyed row identities prove
+        their corpora disjoint; disjoint groups compose in parallel (the maximum over groups), because one
+        document then contributes to one group only. A run with no row identities (made from a plain
+        identity string) is taken to overlap every other. Owner-only: whether two corpora overlap depends on
+        the private data, so this figure is never written to a release."""
+        runs = []
+        for uri in storage.listdir(storage.join(self.state_uri, "runs"), self.storage_options):
+            run_id = uri.rstrip("/").rsplit("/", 1)[-1]
+            entries = list(self._entries.values()) if run_id == self.run_id else _read_entries(uri, self.storage_options)
+            if not entries:
                 continue
-            stage = entry.get("stage") or f"__{entry['name']}"
-            bucket = per_stage[stage][entry.get("partition")]
-            bucket[0] += float(entry["epsilon"])
-            bucket[1] += float(entry["delta"])
-        epsilon = delta = 0.0
-        for partitions in per_stage.values():
-            unpartitioned = partitions.pop(None, [0.0, 0.0])
-            epsilon += unpartitioned[0] + max((p[0] for p in partitions.values()), default=0.0)
-            delta += unpartitioned[1] + max((p[1] for p in partitions.values()), default=0.0)
-        return epsilon, delta
+            meta_uri = storage.join(uri, "run.json")
+            digest = (json.loads(storage.read_bytes(meta_uri, self.storage_options)).get("data_identity")
+                      if storage.exists(meta_uri, self.storage_options) else None)
+            rows_uri = storage.join(uri, "rows.npy")
+            rows = (np.load(io.BytesIO(storage.read_bytes(rows_uri, self.storage_options)), allow_pickle=False)
+                    if storage.exists(rows_uri, self.storage_options) else None)
+            eps, delta = compose_entries(entries)
+            runs.append({"run_id": run_id, "digest": digest, "rows": rows, "epsilon": eps, "delta": delta})
+        groups = _overlap_groups(runs)
+        sums = [(sum(runs[i]["epsilon"] for i in g), sum(runs[i]["delta"] for i in g)) for g in groups]
+        return {
+            "epsilon": max((e for e, _ in sums), default=0.0),
+            "delta": max((d for _, d in sums), default=0.0),
+            "runs": [{"run_id": r["run_id"], "epsilon": r["epsilon"], "delta": r["delta"]} for r in runs],
+            "groups": [[runs[i]["run_id"] for i in g] for g in groups],
+            "composition": "basic (sum) across runs whose corpora may overlap; parallel (max) across groups of runs "
+                           "whose keyed row identities prove them disjoint",
+        }
 
     def state_dict(self) -> dict:
         return {"format": LEDGER_FORMAT, "run_id": self.run_id,
-                "dataset_fingerprint": self.dataset_fingerprint, "entries": self.entries()}
+                "data_identity": self.data_identity, "entries": self.entries()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Adopt a saved state; refuses a state of another format, run or dataset, and any entry that
+        """Adopt a saved state; refuses a state of another format, run or corpus, and any entry that
         disagrees with one already recorded here."""
         if state.get("format") != LEDGER_FORMAT:
             raise LedgerMismatchError(f"not a privseed ledger state (format {state.get('format')!r})")
-        if state.get("dataset_fingerprint") != self.dataset_fingerprint:
-            raise LedgerMismatchError("the saved ledger belongs to another dataset")
+        if not hmac.compare_digest(str(state.get("data_identity")), self.data_identity):
+            raise LedgerMismatchError("the saved ledger belongs to another corpus (its data identity differs)")
         if state.get("run_id") != self.run_id:
             raise LedgerMismatchError(f"the saved ledger belongs to run {state.get('run_id')!r}, not {self.run_id!r}")
         with self._lock:
@@ -337,32 +387,38 @@ class PrivacyLedger:
                     self._write_entry(dict(entry))
 
     def to_json(self) -> str:
-        epsilon, delta = self.total()
-        document = self.state_dict()
-        document["total"] = {"epsilon": epsilon, "delta": delta,
-                             "composition": "basic across stages, parallel across partitions (classes)"}
-        document["noise"] = self.noise_report()
-        document["total"]["secure"] = document["noise"]["secure"]
-        if not document["noise"]["secure"]:
-            document["stamp"] = INSECURE_STAMP
-        document["previous_runs"] = self._previous_runs()
+        """The recipient's ledger (``ledger.json`` of the release): what was released under which mechanism,
+        parameters and (epsilon, delta), and the run's total. No data identity, no checksum of stored values,
+        no times (the gaps between releases grow with the corpus), nothing about other runs."""
+        entries = [{k: v for k, v in e.items() if k not in _OWNER_ONLY}
+                   for e in sorted(self._entries.values(), key=lambda e: e["name"])]
+        document = {"format": LEDGER_FORMAT, "run_id": self.run_id, "entries": entries, **self._totals()}
         return json.dumps(document, indent=2, sort_keys=True, default=_jsonable) + "\n"
 
-    def _previous_runs(self) -> list[dict]:
-        """Other runs on the same dataset in the same state folder: their budget was spent too."""
-        runs = []
-        for uri in storage.listdir(storage.join(self.state_uri, "runs"), self.storage_options):
-            run_id = uri.rstrip("/").rsplit("/", 1)[-1]
-            if run_id == self.run_id:
-                continue
-            try:
-                other = PrivacyLedger(self.state_uri, self.dataset_fingerprint, run_id, self.storage_options)
-            except LedgerMismatchError:
-                continue
-            if other._entries:
-                eps, delta = other.total()
-                runs.append({"run_id": run_id, "epsilon": eps, "delta": delta})
-        return runs
+    def _totals(self) -> dict[str, Any]:
+        """The run's total and noise report (with the NOT DIFFERENTIALLY PRIVATE stamp when it applies)."""
+        epsilon, delta = self.total()
+        noise = self.noise_report()
+        document: dict[str, Any] = {
+            "total": {"epsilon": epsilon, "delta": delta, "secure": noise["secure"],
+                      "composition": "basic across stages, parallel across partitions (classes)"},
+            "noise": noise}
+        if not noise["secure"]:
+            document["stamp"] = INSECURE_STAMP
+        return document
+
+    def owner_json(self) -> str:
+        """The owner's full ledger: every entry as stored (identity, value checksums, times), this run's total
+        and the cumulative total of the state folder. Stays in the private state."""
+        document = {**self.state_dict(), **self._totals()}
+        document["cumulative"] = self.cumulative_total()
+        return json.dumps(document, indent=2, sort_keys=True, default=_jsonable) + "\n"
+
+    def write_owner_ledger(self) -> str:
+        """Write :meth:`owner_json` to ``runs/<run_id>/ledger.json`` in the private state; returns its URI."""
+        uri = self.private_uri("ledger.json")
+        storage.write_bytes(uri, self.owner_json().encode(), self.storage_options)
+        return uri
 
     # -- internals -------------------------------------------------------------------------------
     @staticmethod
@@ -385,7 +441,7 @@ class PrivacyLedger:
             "stage": stage,
             "charged": True,
             "run_id": self.run_id,
-            "dataset_fingerprint": self.dataset_fingerprint,
+            "data_identity": self.data_identity,
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
         }
 
@@ -413,9 +469,47 @@ class PrivacyLedger:
             if existing.get(key) != record.get(key):
                 raise LedgerMismatchError(
                     f"release {existing['name']!r} of run {self.run_id!r} was made with another {key.replace('_canonical', '')}"
-                    f" ({_short(existing.get(key))} != {_short(record.get(key))}); use another --run-id "
+                    f" ({_short(existing.get(key))} != {_short(record.get(key))}); omit --run-id "
                     "to draw a new release (and spend new budget), or restore the original configuration"
                 )
+
+    def _stored_value(self, name: str, record: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """The value already stored for ``name`` (None if none), checked against the parameters and the data
+        identity it must have been drawn under."""
+        uri = self._value_uri(name)
+        if not storage.exists(uri, self.storage_options):
+            return None
+        arrays, stored_params, stored_identity = self._load_npz(storage.read_bytes(uri, self.storage_options))
+        if stored_identity is None or not hmac.compare_digest(stored_identity, self.data_identity):
+            raise self._mismatch()
+        if stored_params != record["params_canonical"]:
+            raise LedgerMismatchError(
+                f"a value for {name!r} was drawn under other parameters in run {self.run_id!r}; omit --run-id to "
+                "start a new run, or restore the original configuration")
+        return arrays
+
+    def _store_value(self, name: str, record: Mapping[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Store a freshly drawn value create-if-absent; if another process stored one first, that value is
+        the release and this one is discarded unseen (discarding a draw nobody saw costs no privacy)."""
+        data = self._npz_bytes(arrays, record["params_canonical"], self.data_identity)
+        if storage.create_exclusive(self._value_uri(name), data, self.storage_options):
+            return arrays
+        log.info("ledger: another process released %s first; using its value", name)
+        winner = self._stored_value(name, record)
+        assert winner is not None  # create_exclusive returned False: the object exists
+        return winner
+
+    def _commit_entry(self, record: dict) -> None:
+        """Record an entry create-if-absent; a racing process's identical entry is adopted."""
+        data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+        if storage.create_exclusive(self._entry_uri(record["name"]), data, self.storage_options):
+            self._entries[record["name"]] = record
+            return
+        existing = json.loads(storage.read_bytes(self._entry_uri(record["name"]), self.storage_options))
+        if not hmac.compare_digest(str(existing.get("data_identity")), self.data_identity):
+            raise self._mismatch()
+        self._check_same(existing, record)
+        self._entries[record["name"]] = existing
 
     def _write_entry(self, record: dict) -> None:
         storage.write_bytes(self._entry_uri(record["name"]), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(),
@@ -427,23 +521,79 @@ class PrivacyLedger:
         data = storage.read_bytes(uri, self.storage_options)
         if hashlib.sha256(data).hexdigest() != entry["value"]["sha256"]:
             raise LedgerMismatchError(f"stored value of {name!r} does not match its ledger checksum")
-        arrays, _ = self._load_npz(data)
+        arrays, _, stored_identity = self._load_npz(data)
+        if stored_identity is None or not hmac.compare_digest(stored_identity, self.data_identity):
+            raise self._mismatch()
         return arrays
 
-    def _read_npz(self, uri: str) -> tuple[dict[str, np.ndarray], str]:
-        return self._load_npz(storage.read_bytes(uri, self.storage_options))
-
     @staticmethod
-    def _npz_bytes(arrays: Mapping[str, np.ndarray], params_canonical: str) -> bytes:
+    def _npz_bytes(arrays: Mapping[str, np.ndarray], params_canonical: str, data_identity: str) -> bytes:
         buffer = io.BytesIO()
-        np.savez(buffer, __params__=np.array(params_canonical), **arrays)
+        np.savez(buffer, __params__=np.array(params_canonical), __identity__=np.array(data_identity), **arrays)
         return buffer.getvalue()
 
     @staticmethod
-    def _load_npz(data: bytes) -> tuple[dict[str, np.ndarray], str]:
+    def _load_npz(data: bytes) -> tuple[dict[str, np.ndarray], str, str | None]:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files if k != "__params__"}
-            return arrays, str(npz["__params__"])
+            arrays = {k: npz[k] for k in npz.files if k not in ("__params__", "__identity__")}
+            identity = str(npz["__identity__"]) if "__identity__" in npz.files else None
+            return arrays, str(npz["__params__"]), identity
+
+
+#: Fields of an entry that stay in the private state: the keyed data identity, the checksum and path of the
+#: stored value, and the time (gaps between releases grow with |D|).
+_OWNER_ONLY = frozenset({"data_identity", "value", "created_at", "params_canonical", "run_id"})
+
+
+def _read_entries(run_uri: str, storage_options: Mapping[str, Any] | None) -> list[dict]:
+    entries = []
+    for uri in storage.listdir(storage.join(run_uri, "entries"), storage_options):
+        if uri.endswith(".json"):
+            entries.append(json.loads(storage.read_bytes(uri, storage_options)))
+    return entries
+
+
+def compose_entries(entries: Iterable[Mapping[str, Any]]) -> tuple[float, float]:
+    """Sum over stages, max over partitions within a stage (releases on disjoint classes)."""
+    per_stage: dict[str, dict[str | None, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    for entry in entries:
+        if not entry.get("charged", True):
+            continue
+        stage = entry.get("stage") or f"__{entry['name']}"
+        bucket = per_stage[stage][entry.get("partition")]
+        bucket[0] += float(entry["epsilon"])
+        bucket[1] += float(entry["delta"])
+    epsilon = delta = 0.0
+    for partitions in per_stage.values():
+        unpartitioned = partitions.pop(None, [0.0, 0.0])
+        epsilon += unpartitioned[0] + max((p[0] for p in partitions.values()), default=0.0)
+        delta += unpartitioned[1] + max((p[1] for p in partitions.values()), default=0.0)
+    return epsilon, delta
+
+
+def _overlap_groups(runs: list[dict[str, Any]]) -> list[list[int]]:
+    """Connected components of "may share a document": the same identity, no row identities to compare, or
+    a common keyed row identity. Any one document's runs lie in one component, so a component's sum bounds
+    what that document spent."""
+    parent = list(range(len(runs)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            a, b = runs[i], runs[j]
+            overlap = (a["rows"] is None or b["rows"] is None or a["digest"] == b["digest"]
+                       or np.intersect1d(a["rows"], b["rows"], assume_unique=True).size > 0)
+            if overlap:
+                parent[find(i)] = find(j)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(runs)):
+        groups[find(i)].append(i)
+    return list(groups.values())
 
 
 def _short(value: Any) -> str:

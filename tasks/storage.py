@@ -7,6 +7,7 @@ KEY=VALUE`` flags. Credentials are never logged: :func:`redact_options` is what 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -185,6 +186,56 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, what:
         os.replace(tmp, path)
 
     with_retries(_write, what=what)
+
+
+def create_exclusive(uri: str, data: bytes, options: Mapping[str, Any] | None = None) -> bool:
+    """Write ``uri`` only if nothing is there yet; True when this call created it, False when another
+    writer got there first (its object is left untouched, the caller reads it back).
+
+    Two processes that race for the same name (a scheduled run and a dashboard trigger with one run id)
+    must not both succeed, or both would release a value: locally the complete file is written under a
+    temporary name and hard-linked into place (``link`` fails atomically when the name exists); on S3
+    one PUT with ``If-None-Match: *`` (s3fs ``mode="create"``), which the store refuses when the key
+    exists. Either way the object is never visible half-written."""
+    fs, path = filesystem(uri, options)
+    if is_local_fs(fs):
+        return with_retries(lambda: _create_local(path, data), what=f"creating {uri}")
+
+    def _put() -> bool:
+        try:
+            fs.pipe_file(path, data, mode="create")
+            return True
+        except FileExistsError:
+            return False
+        except OSError:
+            # Some S3-compatible stores answer a failed precondition without naming the condition (s3fs
+            # then raises a generic OSError); a lost race is an object that now exists.
+            fs.invalidate_cache(path)
+            if fs.exists(path):
+                return False
+            raise
+
+    return with_retries(_put, what=f"creating {uri}")
+
+
+def _create_local(path: str, data: bytes) -> bool:
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def read_bytes(uri: str, options: Mapping[str, Any] | None = None) -> bytes:

@@ -5,7 +5,7 @@ from tasks.errors import ConfigError
 
 
 def base(**overrides):
-    values = {"data": "corpus.parquet", "out": "out"}
+    values = {"data": "corpus.parquet", "out": "out", "labels": ["a", "b"]}
     values.update(overrides)
     return values
 
@@ -13,7 +13,7 @@ def base(**overrides):
 def test_defaults_are_the_documented_ones():
     cfg = validate_config(DpKpsConfig, base())
     assert (cfg.eps_voc, cfg.eps_kde, cfg.length, cfg.first_terms, cfg.vocab_size) == (1.0, 10.0, 10, 10, 1000)
-    assert cfg.method == "independent" and cfg.llm == "none" and cfg.state_uri == "out/_state"
+    assert cfg.method == "independent" and cfg.llm == "none" and cfg.state_uri == "out.private"
 
 
 @pytest.mark.parametrize("field", ["eps_voc", "eps_kde"])
@@ -61,13 +61,45 @@ def test_yaml_config_and_bad_files(tmp_path):
         build_config(DpKpsConfig, base(), str(bad))
 
 
-def test_run_id_depends_on_privacy_fields_not_on_output():
-    a = validate_config(DpKpsConfig, base())
-    b = validate_config(DpKpsConfig, base(out="elsewhere", per_class=5, llm="local"))
-    c = validate_config(DpKpsConfig, base(eps_kde=5.0))
-    d = validate_config(DpKpsConfig, base(seed=1))
-    assert a.privacy_key("fp") == b.privacy_key("fp")
-    assert len({a.privacy_key("fp"), c.privacy_key("fp"), d.privacy_key("fp"), a.privacy_key("other")}) == 4
+def test_labels_must_be_declared_and_the_error_says_how():
+    values = base()
+    del values["labels"]
+    with pytest.raises(ConfigError) as refused:
+        validate_config(DpKpsConfig, values)
+    message = str(refused.value)
+    assert "--labels" in message and "--labels-file" in message and "config file" in message
+    with pytest.raises(ConfigError, match="repeats"):
+        validate_config(DpKpsConfig, base(labels=["a", "a"]))
+    with pytest.raises(ConfigError, match="empty"):
+        validate_config(DpKpsConfig, base(labels=[]))
+
+
+def test_labels_from_a_file_a_flag_or_the_config_file(tmp_path, monkeypatch):
+    file = tmp_path / "labels.txt"
+    file.write_text("# the classes\n0  # Company\n1\n\n2\n")
+    values = base(labels_file=str(file))
+    del values["labels"]
+    cfg = validate_config(DpKpsConfig, values)
+    assert cfg.labels == ["0", "1", "2"] and cfg.labels_file is None  # the manifest shows the labels themselves
+    assert validate_config(DpKpsConfig, base(labels=[0, 1])).labels == ["0", "1"]  # TOML/YAML integers
+    with pytest.raises(ConfigError, match="not both"):
+        validate_config(DpKpsConfig, base(labels_file=str(file)))
+    with pytest.raises(ConfigError, match="does not exist"):
+        validate_config(DpKpsConfig, {**values, "labels_file": str(tmp_path / "missing.txt")})
+    toml = tmp_path / "c.toml"
+    toml.write_text("labels = [3, 4]\n")
+    assert build_config(DpKpsConfig, {"data": "c.parquet", "out": "o"}, str(toml)).labels == ["3", "4"]
+
+
+def test_private_state_defaults_beside_the_release_and_never_inside_it(tmp_path):
+    assert validate_config(DpKpsConfig, base(out="runs/x/")).state_uri == "runs/x.private"
+    assert validate_config(DpKpsConfig, base(out="s3://b/releases/x")).state_uri == "s3://b/releases/x.private"
+    for inside in ("out/_state", "out", str(tmp_path / "out" / "state")):
+        with pytest.raises(ConfigError, match="inside the release folder"):
+            validate_config(DpKpsConfig, base(out=str(tmp_path / "out") if inside.startswith("/") else "out", state=inside))
+    assert validate_config(DpKpsConfig, base(state="elsewhere")).state_uri == "elsewhere"
+    with pytest.raises(ConfigError, match="bucket root"):
+        validate_config(DpKpsConfig, base(out="s3://bucket")).state_uri
 
 
 def test_public_dict_redacts_storage_secrets():
@@ -102,19 +134,19 @@ def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_comm
     from tasks.mechanisms import secure_noise
 
     parser = build_parser()
-    cfg = build_config(DpKpsConfig, flags_from_args(parser.parse_args(["dpkps", "d.parquet", "--out", "o"])))
+    cfg = build_config(DpKpsConfig, flags_from_args(parser.parse_args(["dpkps", "d.parquet", "--out", "o",
+                                                                      "--labels", "a,b"])))
     assert not cfg.insecure_reproducible_noise and not cfg.allow_insecure_release
     assert cfg.noise("vocabulary") is secure_noise()  # the default never derives noise from --seed
     for command, model, extra in (("dpkps", DpKpsConfig, []), ("augpe", AugPeConfig, []),
                                   ("secpe", SecPeConfig, ["--public", "p.parquet"])):
-        args = parser.parse_args([command, "d.parquet", "--out", "o", "--seed", "4", *extra,
+        args = parser.parse_args([command, "d.parquet", "--out", "o", "--seed", "4", *extra, "--labels", "a,b",
                                   "--insecure-reproducible-noise", "--allow-insecure-release"])
         cfg = build_config(model, flags_from_args(args))
         assert cfg.insecure_reproducible_noise and cfg.allow_insecure_release
         noise = cfg.noise("vocabulary")
         assert noise.secure is False and "seed=4" in noise.name and "vocabulary" in noise.name
-    # another noise source is another run: its stored values must not be re-read as secure ones
-    plain = DpKpsConfig(data="d", out="o")
-    assert plain.privacy_key("fp") != DpKpsConfig(data="d", out="o", insecure_reproducible_noise=True).privacy_key("fp")
+    # run ids are random, so another noise source is another run unless --run-id resumes one; the ledger then
+    # refuses to re-read an insecure value as a secure one (tests/test_ledger.py)
     experiment = parser.parse_args(["experiment", "--config", "x.toml", "--insecure-reproducible-noise"])
     assert experiment.insecure_reproducible_noise and experiment.allow_insecure_release is None

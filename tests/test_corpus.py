@@ -1,11 +1,12 @@
 import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from tasks import storage
-from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_corpus, read_release
+from tasks.corpus import list_shards, publish_release, read_corpus, read_release
 from tasks.errors import CorpusError, GateFailedError, StorageError
 from tasks.ledger import PrivacyLedger
 
@@ -48,21 +49,13 @@ def test_bad_input_gets_a_clear_error(tmp_path, tiny_corpus):
         read_corpus(str(nulls))
 
 
-def test_fingerprint_ignores_order_and_sees_content(tiny_corpus):
-    shuffled = tiny_corpus.sample(frac=1, random_state=3)
-    assert dataset_fingerprint(tiny_corpus) == dataset_fingerprint(shuffled)
-    changed = tiny_corpus.copy()
-    changed.loc[0, "label"] = 2
-    assert dataset_fingerprint(changed) != dataset_fingerprint(tiny_corpus)
-
-
 def _synthetic(n=7):
     return pd.DataFrame({"text": [f"doc {i}" for i in range(n)], "label": [i % 2 for i in range(n)],
                          "keyphrases": [["doc", str(i)] for i in range(n)]})
 
 
 def _ledger(tmp_path):
-    return PrivacyLedger(str(tmp_path / "out" / "_state"), "fp", "run1")
+    return PrivacyLedger(str(tmp_path / "out.private"), "id-of-the-corpus", "run1")
 
 
 def test_publish_writes_contract_layout_and_manifest_last(tmp_path):
@@ -74,6 +67,10 @@ def test_publish_writes_contract_layout_and_manifest_last(tmp_path):
     assert manifest["rows"] == 7 and json.load(open(os.path.join(out, "manifest.json"))) == json.loads(json.dumps(manifest))
     got_manifest, frame = read_release(out)
     assert frame["text"].tolist() == _synthetic()["text"].tolist()
+    # the data identity stays in the private state: the owner's ledger is there, nothing of it in the release
+    assert "id-of-the-corpus" in (tmp_path / "out.private" / "runs" / "run1" / "ledger.json").read_text()
+    for path in Path(out).rglob("*"):
+        assert path.is_dir() or b"id-of-the-corpus" not in path.read_bytes(), path
     assert list(frame["keyphrases"].iloc[0]) == ["doc", "0"]
 
 

@@ -113,7 +113,8 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
             time.sleep(1)
 
         config = {"data": str(corpus), "out": str(out), "llm": "none", "per_class": 4, "length": 5,
-                  "vocab_top": 20000, "vocab_size": 40, "n_features": 64, "n_workers": 1, "seed": 3}
+                  "vocab_top": 20000, "vocab_size": 40, "n_features": 64, "n_workers": 1, "seed": 3,
+                  "labels": ["0", "1", "2"]}
         triggered = subprocess.run(
             [PREFECT, "deployment", "run", "dpkps/dpkps-demo", "--params", json.dumps({"config": config}),
              "--watch", "--watch-timeout", "400"],

@@ -19,7 +19,8 @@ from tasks.ledger import PrivacyLedger
 
 def _config(tmp_path, **overrides):
     values = dict(data="unused", out=str(tmp_path / "out"), method="iterative-log", vocab_top=20000, vocab_size=30,
-                  n_features=32, per_class=3, length=5, eps_voc=1.0, eps_kde=10.0, gate=False)
+                  n_features=32, per_class=3, length=5, eps_voc=1.0, eps_kde=10.0, gate=False,
+                  labels=["0", "1", "2", "3"])
     values.update(overrides)
     return DpKpsConfig(**values)
 

@@ -6,7 +6,7 @@ import pytest
 
 from flows import evaluate as ev
 from tasks import classify
-from tasks.corpus import dataset_fingerprint, publish_release
+from tasks.corpus import publish_release
 from tasks.errors import ConfigError
 from tasks.ledger import PrivacyLedger
 
@@ -32,7 +32,7 @@ def release_and_data(tmp_path):
     synthetic = topic_docs(10, seed=0)
     rows = synthetic[["text", "label", "keyphrases"]].assign(
         backend="local", model="tiny", seed=range(len(synthetic)), tokens_in=20, tokens_out=30)
-    ledger = PrivacyLedger(str(tmp_path / "state"), dataset_fingerprint(rows[["text", "label"]]), "run1")
+    ledger = PrivacyLedger(str(tmp_path / "release.private"), "data-identity", "run1")
     ledger.charge_unverified("vocabulary", mechanism="laplace", params={"S": 10}, epsilon=1.0, stage="vocabulary")
     out = tmp_path / "release"
     publish_release(str(out), rows, ledger=ledger, config={"llm": "local", "vocab": "english", "vocab_top": 50000})
@@ -124,7 +124,7 @@ def test_experiment_configs_in_the_repo_load():
         assert spec.datasets and spec.methods and len(spec.seeds) >= 3, path
         assert "{data}" not in json.dumps(ev._spec_dict(spec)), path  # every path resolved
     with pytest.raises(ConfigError, match="unknown method"):
-        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t"}, "methods": ["magic"], "eps": [[1, 5]],
+        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["magic"], "eps": [[1, 5]],
                                   "seeds": [0]})
 
 
@@ -148,7 +148,7 @@ def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tm
     test.to_parquet(tmp_path / "test.parquet", index=False)
     overrides = {"name": "tiny", "out": str(tmp_path / "results"), "methods": ["real"], "eps": [[1, 5]],
                  "seeds": [0, 1], "llm": "local", "max_epochs": 15, "coral": [False, True],
-                 "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"),
+                 "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"), "labels": [0, 1, 2],
                              "test": str(tmp_path / "test.parquet"), "private_per_class": 10,
                              "synthetic_per_class": 8}}
     result = ev.experiment(overrides=overrides, progress=False)
@@ -190,7 +190,7 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
                  "pe": {"iterations": 2, "variations": 1, "n_upper_bound": 10_000},
                  "secpe": {"p": 1e-4, "r_over_p": 10.0, "clusters": 4, "secrets": str(tmp_path / "secrets.txt")},
                  "dpkps": {"vocab_size": 50, "n_features": 50},
-                 "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"),
+                 "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"), "labels": [0, 1, 2],
                              "test": str(tmp_path / "test.parquet"), "private_per_class": 12,
                              "synthetic_per_class": 2, "public_size": 20}}
     spec = ev.load_experiment(None, overrides)
@@ -219,8 +219,17 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
     assert "| tiny | secpe |" in md and "(p, r)" in md and "LLM calls" in md
 
 
+def test_experiment_refuses_a_dataset_without_declared_labels():
+    base = {"eps": [[1, 5]], "seeds": [0], "methods": ["independent"]}
+    with pytest.raises(ConfigError, match="declares no labels"):
+        ev.load_experiment(None, {**base, "dataset": {"name": "x", "train": "t"}})
+    spec = ev.load_experiment(None, {**base, "dataset": {"name": "x", "train": "t", "positive_column": "c",
+                                                        "positive_value": 1}})
+    assert ev.declared_labels(spec.datasets[0]) == [0, 1]  # a binary stand-in declares [0, 1] by construction
+
+
 def test_experiment_refuses_bad_pe_sections():
-    base = {"dataset": {"name": "x", "train": "t"}, "eps": [[1, 5]], "seeds": [0], "llm": "local"}
+    base = {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "eps": [[1, 5]], "seeds": [0], "llm": "local"}
     with pytest.raises(ConfigError, match="prompt an LLM"):
         ev.load_experiment(None, {**base, "methods": ["augpe"], "llm": "none"})
     with pytest.raises(ConfigError, match=r"unknown \[pe\]"):

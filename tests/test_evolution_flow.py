@@ -78,7 +78,8 @@ def fake_llm():
 
 def _cfg(corpus_file, out, **kw):
     base = {"data": corpus_file, "out": str(out), "llm": "local:fake-topics", "per_class": 2, "variations": 1,
-            "iterations": 2, "epsilon": 50.0, "delta": 1e-5, "gate": False, "doc_type": "short text", "seed": 3}
+            "iterations": 2, "epsilon": 50.0, "delta": 1e-5, "gate": False, "doc_type": "short text", "seed": 3,
+            "labels": ["0", "1", "2"]}
     base.update(kw)
     return base
 
@@ -121,9 +122,14 @@ def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path,
     assert all(any(_call_seed(3, "random", str(c), str(i)) % 3 == c for i in range(4)) for c in range(3))
     on_topic = {int(lbl) for text, lbl in zip(frame["text"], frame["label"]) if topic_of[int(lbl)] in text}
     assert on_topic == {0, 1, 2}  # every class kept its own topic (random: ~17 %)
-    # idempotent re-run: every noisy histogram re-read, no LLM call repeated
+    # Timings grow with |D|: the release has per-round candidate counts only, the timings are in the private state
+    evolution = json.loads((out / "evolution.json").read_text())
+    assert evolution["rounds"] and not any(k.endswith("_s") for r in evolution["rounds"] for k in r)
+    timings = json.loads((tmp_path / "augpe.private" / "operator" / "round-timings.json").read_text())["rounds"]
+    assert len(timings) == 2 and all(r["histogram_s"] >= 0 for r in timings)
+    # resumed run (--run-id): every noisy histogram re-read, no LLM call repeated
     before = fake_llm.calls
-    path = run_augpe(_cfg(corpus_file, out))
+    path = run_augpe(_cfg(corpus_file, out, run_id=ledger["run_id"]))
     assert path == str(out) and fake_llm.calls == before
     _, again, _ = _read_release(out)
     assert again["text"].tolist() == frame["text"].tolist()
@@ -161,7 +167,8 @@ def test_non_documents_are_kept_out_of_the_release(prefect_harness, corpus_file,
 
 def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file, tmp_path, fake_llm):
     from flows.evolution import AugPeConfig, _check_schedule, augpe_flow, augpe_schedule
-    from tasks.corpus import dataset_fingerprint, read_corpus
+    from tasks.corpus import read_corpus
+    from tasks.identity import data_identity, load_or_create_key
     from tasks.ledger import PrivacyLedger
 
     out = tmp_path / "resume"
@@ -169,7 +176,8 @@ def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file
     with pytest.raises(LedgerMismatchError, match="iterations"):
         augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=2))
     # every other schedule field is refused the same way (checked without running the flow again)
-    ledger = PrivacyLedger(str(out / "_state"), dataset_fingerprint(read_corpus(corpus_file)), "fixed-run")
+    state = f"{out}.private"
+    ledger = PrivacyLedger(state, data_identity(read_corpus(corpus_file), load_or_create_key(state)), "fixed-run")
     same = augpe_schedule(AugPeConfig.model_validate(_cfg(corpus_file, out, iterations=1)))
     _check_schedule(ledger, "augpe.schedule", same)  # the original schedule resumes
     sigma = same["sigma"]
@@ -265,10 +273,10 @@ def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fa
     # per-round timings grow with |D|: operator state and log only, never in a released file
     assert all(set(r) == {"round", "candidates", "non_documents"} for r in evolution["rounds"])
     for path in out.rglob("*"):
-        if path.is_file() and "_state" not in path.parts and path.suffix in (".json", ".html", ".md"):
+        if path.is_file() and path.suffix in (".json", ".html", ".md"):
             text = path.read_text()
             assert not any(f'"{key}"' in text for key in ("histogram_s", "llm_s", "embed_s")), path
-    timings = json.loads((out / "_state" / "operator" / "round-timings.json").read_text())
+    timings = json.loads((tmp_path / "secpe.private" / "operator" / "round-timings.json").read_text())
     assert [r["round"] for r in timings["rounds"]] == [1, 2] and timings["rounds"][0]["histogram_s"] >= 0
 
 
@@ -308,7 +316,7 @@ def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, 
     secrets.write_text("goals\nglacier\nguitar\n")
     argv = ["secpe", corpus_file, "--public", str(public), "--out", str(tmp_path / "cli"), "--llm", "local:fake-topics",
             "--secrets", str(secrets), "--clusters", "6", "--iterations", "2", "--population", "2", "--variations", "1",
-            "--no-gate", "--no-progress", "--doc-type", "short text"]
+            "--no-gate", "--no-progress", "--doc-type", "short text", "--labels", "0,1,2"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "(p, r) = (0.0001, 0.001) secret protection" in printed
@@ -316,14 +324,14 @@ def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, 
 
 
 @pytest.mark.parametrize("llm", ["local:fake-topics", "anthropic:claude-haiku-4-5"])
-def test_dry_run_plans_and_prices_without_sending(corpus_file, tmp_path, fake_llm, capsys, llm):
+def test_dry_run_plans_and_prices_without_sending(prefect_harness, corpus_file, tmp_path, fake_llm, capsys, llm):
     from flows.cli import main
     from tasks.evolution import evolution_call_plan
 
     out = tmp_path / "dry"
     argv = ["augpe", corpus_file, "--out", str(out), "--llm", llm, "--epsilon", "4", "--delta", "1e-5",
             "--iterations", "3", "--population", "2", "--variations", "2", "--vocab-words", "--max-tokens", "50",
-            "--dry-run"]
+            "--dry-run", "--labels", "0,1,2"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     plan = evolution_call_plan(3, 2, 2, 3)
@@ -332,7 +340,41 @@ def test_dry_run_plans_and_prices_without_sending(corpus_file, tmp_path, fake_ll
     assert f"at most {plan['total'] * 50:,} output tokens" in printed
     assert "sigma=" in printed and "eps_voc=1" in printed
     assert ("$" in printed) if llm.startswith("anthropic") else "cost at most $0.0000" in printed
-    assert fake_llm.calls == 0 and not (out / "ledger.json").exists() and not (out / "_state" / "runs").exists()
+    assert fake_llm.calls == 0 and not out.exists() and not (tmp_path / "dry.private" / "runs").exists()
+
+
+def test_flows_handle_dry_run_themselves_before_the_ledger_opens(prefect_harness, corpus_file, tmp_path, fake_llm):
+    """A deployment that passes dry_run: true (no CLI involved) draws, charges and sends nothing."""
+    from flows.evolution import augpe_flow, secpe_flow
+
+    public = tmp_path / "public.parquet"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    result = augpe_flow(_cfg(corpus_file, tmp_path / "a", dry_run=True))
+    assert result["dry_run"] and result["plan"]["total"] == 3 * 2 * 2 + 3 * 2 * 1
+    cfg = _cfg(corpus_file, tmp_path / "s", dry_run=True, public=str(public), clusters=6)
+    cfg.pop("epsilon")
+    assert secpe_flow(cfg)["dry_run"]
+    assert fake_llm.calls == 0
+    assert not any(tmp_path.glob("*/runs")) and not (tmp_path / "a").exists() and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("method", ["augpe", "secpe"])
+def test_pe_methods_refuse_undeclared_labels(prefect_harness, corpus_file, tmp_path, fake_llm, method):
+    from flows.evolution import augpe_flow, secpe_flow
+    from tasks.errors import ConfigError
+
+    public = tmp_path / "public.parquet"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    cfg = _cfg(corpus_file, tmp_path / method, labels=["0", "1"])
+    if method == "secpe":
+        cfg.pop("epsilon")
+        cfg.update(public=str(public), clusters=6)
+    with pytest.raises(ConfigError, match="not in the declared label set"):
+        (augpe_flow if method == "augpe" else secpe_flow)(cfg)
+    assert fake_llm.calls == 0 and not (tmp_path / f"{method}.private" / "runs").exists()
+    cfg.pop("labels")
+    with pytest.raises(ConfigError, match="--labels-file"):
+        (augpe_flow if method == "augpe" else secpe_flow)(cfg)
 
 
 def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
@@ -342,7 +384,7 @@ def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
 
     incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
     base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
-            "r_over_p": 10.0}
+            "r_over_p": 10.0, "labels": ["0", "1"]}
     calibrated = secpe_noise(SecPeConfig.model_validate(base), incidence)
     assert calibrated.worst_blow_up <= 1e-3 and calibrated.rho[2] == 1.0  # a document without secrets: always
     assert calibrated.protection["sigma_source"] == "calibrated on the private secret incidence"
@@ -363,7 +405,7 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
 
     cfg = SecPeConfig.model_validate({"data": "d", "out": str(tmp_path), "public": "p", "llm": "local",
                                       "iterations": 2, "p": 1e-4, "r_over_p": r_over_p,
-                                      "noise_multiplier": noise_multiplier})
+                                      "noise_multiplier": noise_multiplier, "labels": ["0", "1"]})
     small = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
     large = sparse.vstack([small, sparse.csr_matrix((1000, 2))]).tocsr()
     a, b = secpe_noise(cfg, small), secpe_noise(cfg, large)

@@ -21,15 +21,16 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
-         "--llm", "none", "--seed", "11", "--workers", "1"]
+         "--llm", "none", "--seed", "11", "--workers", "1", "--labels", "0,1,2", "--run-id", "resumable-run"]
 
 
 def ledger_state(out: Path) -> dict[str, tuple[bytes, int]]:
     """Every file of the draw-once store (entries and noise values): content and modification time."""
     state = {}
-    for path in sorted((out / "_state" / "runs").rglob("*")):
-        if path.is_file():
-            state[str(path.relative_to(out))] = (path.read_bytes(), path.stat().st_mtime_ns)
+    private = out.with_name(out.name + ".private")
+    for path in sorted((private / "runs").rglob("*")):
+        if path.is_file() and path.name != "ledger.json":  # the owner's ledger is (re)written at publish time
+            state[str(path.relative_to(private))] = (path.read_bytes(), path.stat().st_mtime_ns)
     return state
 
 
@@ -56,6 +57,7 @@ def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harne
     tiny_corpus.to_parquet(corpus, index=False)
     bucket = proxied_s3_bucket
     config = DpKpsConfig(data=str(corpus), out=f"{bucket.url}/release", llm="none", per_class=4, length=5,
+                         labels=["0", "1", "2"], run_id="resumable-run",
                          vocab_top=20000, vocab_size=40, n_features=64, n_workers=1, seed=2).model_dump()
 
     first = dpkps_flow(config)
@@ -80,7 +82,7 @@ def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harne
 
 
 def llm_cache_keys(out: Path) -> set[str]:
-    return {path.name for path in (out / "_state" / "llm-cache").rglob("*.json")}
+    return {path.name for path in (out.with_name(out.name + ".private") / "llm-cache").rglob("*.json")}
 
 
 def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_call(prefect_harness, tmp_path,
@@ -135,7 +137,8 @@ def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_
     ledger = json.loads((out / "ledger.json").read_text())
     assert len(ledger["entries"]) == len(entries_at_kill)
     assert ledger["total"]["epsilon"] == pytest.approx(11.0)  # charged once: eps_voc 1 + eps_kde 10
-    for entry in ledger["entries"]:
+    owner = json.loads((tmp_path / "out.private" / "runs" / "resumable-run" / "ledger.json").read_text())
+    for entry in owner["entries"]:  # value checksums are the owner's (private state), not the recipient's
         if entry.get("value"):
             stored = next(v for k, v in ledger_at_kill.items() if k.endswith(entry["value"]["path"]))
             assert hashlib.sha256(stored[0]).hexdigest() == entry["value"]["sha256"]

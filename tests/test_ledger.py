@@ -106,11 +106,12 @@ def test_same_name_other_parameters_is_refused(tmp_path):
                          exact=counted([]))
 
 
-def test_another_dataset_cannot_use_the_run(tmp_path):
-    PrivacyLedger(str(tmp_path), "fp-a", "r1").draw_once("c", mechanism=LAPLACE, noise=SECURE, params={},
+def test_another_corpus_cannot_use_the_run(tmp_path):
+    PrivacyLedger(str(tmp_path), "id-a", "r1").draw_once("c", mechanism=LAPLACE, noise=SECURE, params={},
                                                           exact=counted([]))
-    with pytest.raises(LedgerMismatchError, match="another dataset"):
-        PrivacyLedger(str(tmp_path), "fp-b", "r1")
+    with pytest.raises(LedgerMismatchError, match="another corpus") as refused:
+        PrivacyLedger(str(tmp_path), "id-b", "r1")
+    assert "id-a" not in str(refused.value) and "id-b" not in str(refused.value)  # no identity in messages
 
 
 def test_composition_sums_stages_and_takes_max_over_classes(tmp_path):
@@ -162,7 +163,7 @@ def test_crash_between_draw_and_record_reuses_the_value(tmp_path, monkeypatch):
     def crash(record):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ledger, "_write_entry", crash)
+    monkeypatch.setattr(ledger, "_commit_entry", crash)
     with pytest.raises(KeyboardInterrupt):
         ledger.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1}, exact=counted(calls))
     resumed = PrivacyLedger(str(tmp_path), "fp", "r1")
@@ -177,7 +178,7 @@ def test_state_dict_round_trip_and_refusals(tmp_path):
     fresh = PrivacyLedger(str(tmp_path / "b"), "fp", "r1")
     fresh.load_state_dict(state)
     assert fresh.total() == (0.5, 0.0)
-    with pytest.raises(LedgerMismatchError, match="another dataset"):
+    with pytest.raises(LedgerMismatchError, match="another corpus"):
         PrivacyLedger(str(tmp_path / "c"), "other", "r1").load_state_dict(state)
     with pytest.raises(LedgerMismatchError, match="format"):
         fresh.load_state_dict({**state, "format": "opacus-rdp"})
@@ -185,11 +186,137 @@ def test_state_dict_round_trip_and_refusals(tmp_path):
         PrivacyLedger(str(tmp_path / "d"), "fp", "r2").load_state_dict(state)
 
 
-def test_published_json_lists_entries_total_and_previous_runs(tmp_path):
-    PrivacyLedger(str(tmp_path), "fp", "old").charge("c", mechanism=LaplaceMechanism(1.0, 2.0), noise=SECURE, params={})
-    ledger = PrivacyLedger(str(tmp_path), "fp", "new")
-    ledger.charge("c", mechanism=LaplaceMechanism(1.0, 1.0), noise=SECURE, params={})
-    document = json.loads(ledger.to_json())
-    assert document["total"]["epsilon"] == 1.0 and document["total"]["secure"] is True and "stamp" not in document
-    assert document["previous_runs"] == [{"run_id": "old", "epsilon": 2.0, "delta": 0.0}]
-    assert document["entries"][0]["dataset_fingerprint"] == "fp"
+def charge(ledger, epsilon, name="c"):
+    ledger.charge(name, mechanism=LaplaceMechanism(1.0, epsilon), noise=SECURE, params={})
+    return ledger
+
+
+def test_recipient_json_has_the_run_only_and_no_identity(tmp_path):
+    charge(PrivacyLedger(str(tmp_path), "id-secret", "old"), 2.0)
+    ledger = PrivacyLedger(str(tmp_path), "id-secret", "new")
+    ledger.draw_once("v", mechanism=LAPLACE, noise=SECURE, params={"S": 10}, stage="vocabulary", exact=counted([]))
+    text = ledger.to_json()
+    document = json.loads(text)
+    assert document["total"]["epsilon"] == 1.0 and document["run_id"] == "new"
+    assert document["total"]["secure"] is True and "stamp" not in document
+    assert "id-secret" not in text and "previous_runs" not in document and "old" not in text
+    assert set(document["entries"][0]) >= {"name", "mechanism", "params", "epsilon", "delta", "sensitivity", "scale"}
+    assert not {"data_identity", "value", "created_at"} & set(document["entries"][0])
+    owner = json.loads(ledger.owner_json())  # the owner's view keeps everything, in the private state
+    assert owner["data_identity"] == "id-secret" and owner["cumulative"]["epsilon"] == pytest.approx(3.0)
+
+
+def _identity(rows):
+    from tasks.identity import DataIdentity
+
+    return DataIdentity(f"id-{min(rows)}-{max(rows)}", np.array(sorted(rows), dtype=np.uint64))
+
+
+def test_cumulative_total_composes_overlapping_runs_and_parallelises_disjoint_ones(tmp_path):
+    def run(run_id, rows, epsilon):
+        return charge(PrivacyLedger(str(tmp_path), _identity(rows), run_id), epsilon)
+
+    run("a", [1, 2, 3], 1.0)
+    run("b", [10, 11], 2.0)  # disjoint from a: parallel
+    assert PrivacyLedger(str(tmp_path), "x", "view").cumulative_total()["epsilon"] == pytest.approx(2.0)
+    last = run("c", [3, 4, 10], 0.5)  # D plus new rows shares a row with a and with b: everything composes
+    cumulative = last.cumulative_total()
+    assert cumulative["epsilon"] == pytest.approx(3.5) and sorted(cumulative["groups"][0]) == ["a", "b", "c"]
+    run("d", [7], 5.0)  # disjoint from all: its own group
+    assert last.cumulative_total()["epsilon"] == pytest.approx(5.0)
+    charge(PrivacyLedger(str(tmp_path), "no-rows", "e"), 0.25)  # no row identities: taken to overlap everything
+    assert last.cumulative_total()["epsilon"] == pytest.approx(3.5 + 5.0 + 0.25)
+
+
+def test_a_value_stored_for_another_corpus_is_refused(tmp_path):
+    """A value drawn for corpus A before a crash is never recorded as corpus B's under the same run id."""
+    ledger = PrivacyLedger(str(tmp_path), "id-a", "r1")
+    ledger.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1}, exact=counted([]))
+    run = tmp_path / "runs" / "r1"
+    (run / "entries" / "h.json").unlink()  # crashed before recording
+    (run / "run.json").unlink()  # and nothing else tells the corpora apart but the value itself
+    calls = []
+    with pytest.raises(LedgerMismatchError, match="another corpus"):
+        PrivacyLedger(str(tmp_path), "id-b", "r1").draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1},
+                                                              exact=counted(calls))
+    assert calls == []
+
+
+def _race(state: str, barrier_file: str, out_file: str) -> None:
+    """One racing process: wait for the start signal, then draw once and write what it got."""
+    import os
+    import time
+
+    while not os.path.exists(barrier_file):
+        time.sleep(0.001)
+    ledger = PrivacyLedger(state, "id", "shared-run")
+    value = ledger.draw_once("h", mechanism=LAPLACE, noise=secure_noise(), params={"a": 1}, exact=lambda: np.zeros(4))
+    np.save(out_file, value["noisy"])
+
+
+def test_draw_once_is_exclusive_across_processes(tmp_path):
+    """Two processes with one run id race for the same release: one value is stored, both return it, and the
+    ledger records one charge."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    for attempt in range(3):
+        state, barrier = str(tmp_path / f"state{attempt}"), str(tmp_path / f"go{attempt}")
+        outs = [str(tmp_path / f"out{attempt}-{i}.npy") for i in range(2)]
+        procs = [context.Process(target=_race, args=(state, barrier, out)) for out in outs]
+        for p in procs:
+            p.start()
+        (tmp_path / f"go{attempt}").touch()
+        for p in procs:
+            p.join(120)
+            assert p.exitcode == 0
+        a, b = (np.load(out) for out in outs)
+        assert np.array_equal(a, b)
+        stored = PrivacyLedger(state, "id", "shared-run")
+        assert stored.total() == (1.0, 0.0) and len(stored.entries()) == 1
+        again = stored.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1}, exact=lambda: np.zeros(4))
+        assert np.array_equal(again["noisy"], a)
+
+
+def test_the_loser_of_a_race_returns_the_winners_value(tmp_path):
+    """Deterministic interleaving of the race above: the second process stores its value only after the first
+    one stored its own, between its existence check and its write. It must discard its draw and return the
+    stored one (a plain overwrite would release two values for one name)."""
+    winner = PrivacyLedger(str(tmp_path), "id", "r1")
+    loser = PrivacyLedger(str(tmp_path), "id", "r1")
+    won = {}
+
+    def exact_while_the_other_process_wins():
+        won.update(winner.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1},
+                                    exact=lambda: np.zeros(20)))
+        return np.zeros(20)
+
+    got = loser.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1}, exact=exact_while_the_other_process_wins)
+    assert np.array_equal(got["noisy"], won["noisy"])
+    assert PrivacyLedger(str(tmp_path), "id", "r1").total() == (1.0, 0.0)
+
+
+def test_create_exclusive_keeps_the_first_object(tmp_path):
+    from tasks import storage
+
+    uri = str(tmp_path / "sub" / "x.bin")
+    assert storage.create_exclusive(uri, b"first") is True
+    assert storage.create_exclusive(uri, b"second") is False
+    assert storage.read_bytes(uri) == b"first"
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["x.bin"]  # no temporary file left behind
+
+
+def test_create_exclusive_on_s3_is_a_conditional_put(s3_bucket):
+    """On S3 the create-if-absent is one PUT with If-None-Match: * (s3fs mode="create"); the moto server
+    refuses the second one, so the first object stays and the ledger's race logic holds on object storage."""
+    from tasks import storage
+
+    uri = f"{s3_bucket.url}/state/x.bin"
+    assert storage.create_exclusive(uri, b"first") is True
+    assert storage.create_exclusive(uri, b"second") is False
+    assert s3_bucket.get("state/x.bin") == b"first"
+    ledger = PrivacyLedger(f"{s3_bucket.url}/state", "id", "r1")
+    value = ledger.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={}, exact=lambda: np.zeros(3))
+    again = PrivacyLedger(f"{s3_bucket.url}/state", "id", "r1").draw_once(
+        "h", mechanism=LAPLACE, noise=SECURE, params={}, exact=lambda: np.zeros(3))
+    assert np.array_equal(value["noisy"], again["noisy"])

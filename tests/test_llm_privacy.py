@@ -111,11 +111,11 @@ def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, mon
         argv = ["dpkps", str(corpus_path), "--out", str(tmp_path / "out"), "--llm", "anthropic:claude-haiku-4-5",
                 "--doc-type", "summary of a Wikipedia-style article", "--vocab-top", "20000", "--vocab-size", "40",
                 "--features", "64", "--per-class", "4", "--length", "5", "--no-gate", "--workers", "1",
-                "--max-tokens", "32"]
+                "--max-tokens", "32", "--labels", "0,1,2"]
         assert main(argv) == 0
         assert fake.message_calls + sum(len(b["requests"]) for b in fake.batches.values()) >= 12
         sent = fake.sent_texts()
-        assert main([*argv, "--dry-run"]) == 0  # everything cached now: the estimate sends nothing
+        assert main([*argv, "--dry-run"]) == 0  # the estimate reads, draws and sends nothing
         assert fake.sent_texts() == sent
     out, err = capfd.readouterr()
     _, synthetic = read_release(str(tmp_path / "out"))
@@ -147,7 +147,8 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
     with FakeAnthropic(api_key="", model_ids=("m",)) as fake:
         cfg = {"data": str(corpus_path), "out": str(out), "llm": f"openai-compatible:{fake.base_url}#m",
                "llm_shards": 2, "n_workers": 2, "per_class": 2, "variations": 1, "iterations": 2, "max_tokens": 32,
-               "gate": False, "doc_type": "summary of a Wikipedia-style article", "seed": 11}
+               "gate": False, "doc_type": "summary of a Wikipedia-style article", "seed": 11,
+               "labels": ["0", "1", "2"]}
         if method == "augpe+v":
             run_augpe({**cfg, "epsilon": 4.0, "delta": 1e-5, "vocab_words": True, "vocab_top": 20_000,
                        "vocab_size": 30, "words_per_prompt": 3})
@@ -158,7 +159,8 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
         assert fake.message_calls == evolution_call_plan(3, 2, 1, 2)["total"]  # every call sent once
         sent = fake.sent_texts()
     console_out, console_err = capfd.readouterr()
-    stored = [p.read_bytes().decode("utf-8", "replace") for p in Path(out).rglob("*") if p.is_file()]
+    stored = [p.read_bytes().decode("utf-8", "replace") for folder in (out, tmp_path / "release.private")
+              for p in Path(folder).rglob("*") if p.is_file()]
     assert stored and sent
     assert_no_canary(*sent, caplog.text, console_out, console_err, *stored)
     for doc in corpus["text"]:

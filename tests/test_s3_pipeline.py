@@ -25,7 +25,7 @@ from tests.s3server import TEST_ACCESS_KEY, TEST_SECRET_KEY
 pytestmark = pytest.mark.slow
 
 SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
-         "--llm", "none", "--seed", "5"]
+         "--llm", "none", "--seed", "5", "--labels", "0,1,2"]
 FAKE_LLM_KEY = "sk-privseed-FAKE-LLM-KEY-3b1e77"
 
 
@@ -98,8 +98,12 @@ def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny
         assert f"releases/dpkps/{entry['path']}" in keys
     for name in ("manifest.json", "ledger.json", "quality.json"):
         assert f"releases/dpkps/{name}" in keys
-    assert any(k.startswith("releases/dpkps/_state/runs/") and k.endswith(".npz") for k in keys)
-    assert sum(k.startswith("releases/dpkps/_state/llm-cache/") for k in keys) == len(calls)
+    # the private state is beside the release (releases/dpkps.private/), never inside it
+    assert not any("/_state/" in k or k.endswith(".npz") for k in keys)
+    private = s3_bucket.keys("releases/dpkps.private/")
+    assert "releases/dpkps.private/identity.key" in private
+    assert any(k.startswith("releases/dpkps.private/runs/") and k.endswith(".npz") for k in private)
+    assert sum(k.startswith("releases/dpkps.private/llm-cache/") for k in private) == len(calls)
     assert synthetic["text"].str.startswith("A fake document").all()
     ledger = json.loads(s3_bucket.get("releases/dpkps/ledger.json"))
     assert ledger["total"]["epsilon"] == pytest.approx(11.0)
@@ -107,7 +111,7 @@ def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny
     assert list(tmp_path.iterdir()) == [], "the run wrote local files instead of s3://"
 
     assert_no_secret({
-        **{f"s3://{s3_bucket.name}/{k}": s3_bucket.get(k) for k in keys},
+        **{f"s3://{s3_bucket.name}/{k}": s3_bucket.get(k) for k in keys + private},
         "stdout": stdout, "stderr": stderr, "logs": caplog.text,
         "the Prefect database": prefect_database_bytes(),
     })

@@ -1,6 +1,6 @@
 """Types for the only values a prompt may carry.
 
-Privacy boundary (DESIGN.md "Privacy unit"): the LLM never sees private text. A prompt is built from
+Privacy boundary (docs/privacy.md, "Threat model"): the LLM never sees private text. A prompt is built from
 (a) keyphrase sequences whose every term belongs to the released, privatized vocabulary V~ and which were
 sampled from released DP-KDE sketches (post-processing of an (eps_voc + eps_kde)-DP release, so no further
 privacy cost), (b) few-shot examples the data recipient supplies (public by declaration), and (c) public

@@ -1,0 +1,122 @@
+"""Who may see what: the data identity, run ids and where the owner's private state lives.
+
+The adversary privseed defends against holds every file written for the recipient and knows every private
+document but one (docs/privacy.md, "Threat model"). An unkeyed digest of the corpus in a released file would
+let them test a guess about the last document exactly, so the corpus is identified by an HMAC-SHA256 under a
+random key that is created in the owner's private state and never leaves it. The identity is used for one
+thing: refusing to reuse values drawn for one corpus as another's (resume checks), and telling which runs of
+a state folder touched overlapping data (the cumulative budget). It is never written to a release.
+
+Private state (``--state``, default ``OUT.private`` beside the release folder ``OUT``)::
+
+    identity.key                        32 random bytes (secrets.token_bytes), created once per state folder
+    runs/<run_id>/run.json              the run's data identity (HMAC) and creation time
+    runs/<run_id>/rows.npy              keyed 64-bit identities of the run's rows, sorted: overlap checks only
+    runs/<run_id>/entries, values/      the draw-once store (tasks/ledger.py)
+    runs/<run_id>/ledger.json           the owner's full ledger: identities and the cumulative total
+    llm-cache/                          the LLM call cache
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks import storage
+from tasks.errors import ConfigError, LedgerMismatchError
+
+KEY_FILE = "identity.key"
+KEY_BYTES = 32
+PRIVATE_SUFFIX = ".private"
+
+
+@dataclass(frozen=True)
+class DataIdentity:
+    """The keyed identity of a corpus: ``digest`` names the multiset of (label, text) rows; ``rows`` holds one
+    keyed 64-bit identity per distinct row (sorted), so two runs can be shown to share no row. Both are
+    HMACs under the state folder's key: without the key they are random-looking and test no guess."""
+
+    digest: str = field(repr=False)
+    rows: np.ndarray = field(repr=False, compare=False)
+
+    def __repr__(self) -> str:  # never print the digest by accident (logs, tracebacks, task parameters)
+        return "DataIdentity(<keyed>)"
+
+    __str__ = __repr__
+
+
+def default_state_uri(out: str) -> str:
+    """The private state beside the release folder: ``OUT.private`` (``runs/x`` -> ``runs/x.private``).
+
+    Outside OUT on purpose: whoever copies the release folder to a recipient cannot take the key, the
+    drawn values or the LLM cache along by accident."""
+    base = out.rstrip("/")
+    if storage.is_remote(base):
+        rest = base.split("://", 1)[1]
+        if "/" not in rest:
+            raise ConfigError(f"--out {out} is a bucket root: the private state cannot live beside it; give --state "
+                              "(a private location outside the release folder, e.g. s3://other-bucket/privseed-state)")
+    if not base:
+        raise ConfigError("--out is empty")
+    return base + PRIVATE_SUFFIX
+
+
+def check_state_outside_release(out: str, state: str) -> None:
+    """Refuse a private state inside the release folder (or the other way round): the release is what the
+    owner hands over, and the state holds the identity key, the drawn values and the LLM cache."""
+    a, b = _normalised(out), _normalised(state)
+    if a == b or b.startswith(a + "/") or a.startswith(b + "/"):
+        raise ConfigError(
+            f"--state {state} lies inside the release folder {out} (or contains it): the private state (identity "
+            "key, drawn values, LLM cache) must stay out of what is shared; omit --state to use "
+            f"{default_state_uri(out)}, or choose a folder outside {out}")
+
+
+def _normalised(uri: str) -> str:
+    if storage.is_remote(uri):
+        return uri.rstrip("/")
+    path = uri.removeprefix("file://")
+    import os
+
+    return os.path.abspath(path).rstrip("/")
+
+
+def load_or_create_key(state_uri: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
+    """The state folder's HMAC key: created once with OS entropy, create-if-absent so two runs starting
+    together agree on one key."""
+    uri = storage.join(state_uri, KEY_FILE)
+    if not storage.exists(uri, storage_options):
+        storage.create_exclusive(uri, secrets.token_bytes(KEY_BYTES), storage_options)
+    key = storage.read_bytes(uri, storage_options)
+    if len(key) != KEY_BYTES:
+        raise LedgerMismatchError(f"{uri} is not a privseed identity key ({KEY_BYTES} bytes expected); restore it "
+                                  "from a backup or point --state at a fresh folder (earlier runs then cannot resume)")
+    return key
+
+
+def data_identity(corpus: pd.DataFrame, key: bytes) -> DataIdentity:
+    """HMAC-SHA256 under ``key`` of the multiset of (label, text) rows: independent of row order and sharding,
+    so one corpus always has one identity in one state folder."""
+    row_digests = sorted(hashlib.sha256(f"{label!r}\x1f{text}".encode()).digest()
+                         for text, label in zip(corpus["text"], corpus["label"]))
+    mac = hmac.new(key, b"privseed-data-identity/1", hashlib.sha256)
+    for digest in row_digests:
+        mac.update(digest)
+    rows = np.unique(np.array(
+        [int.from_bytes(hmac.new(key, d, hashlib.sha256).digest()[:8], "little") for d in row_digests],
+        dtype=np.uint64))
+    return DataIdentity(mac.hexdigest(), rows)
+
+
+def new_run_id() -> str:
+    """A random run id (time + 8 hex digits of OS entropy): nothing about the data or the config is in it."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"run-{stamp}-{secrets.token_hex(4)}"
