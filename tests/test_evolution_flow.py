@@ -296,7 +296,7 @@ def test_secpe_insecure_reproducible_noise_repeats_and_is_stamped(prefect_harnes
                    insecure_reproducible_noise=True, allow_insecure_release=True)
         cfg.pop("epsilon")
         secpe_flow(cfg)
-        stored.append(sorted((tmp_path / name).rglob("secpe.round-001.class-*.npz")))
+        stored.append(sorted((tmp_path / f"{name}.private").rglob("secpe.round-001.class-*.npz")))
     assert len(stored[0]) == len(stored[1]) == 3
     for first, second in zip(*stored):
         with np.load(first) as a, np.load(second) as b:
