@@ -395,6 +395,23 @@ def augpe_schedule(cfg: AugPeConfig) -> dict:
             "threshold": cfg.threshold, "min_words": cfg.min_words, "accountant": "dp-accounting PLD, add/remove"}
 
 
+def augpe_round_histogram(ledger: PrivacyLedger, cfg: AugPeConfig, schedule: dict, t: int, candidates: pd.DataFrame,
+                          syn_emb: np.ndarray, syn_class: np.ndarray, documents: np.ndarray, private_emb: np.ndarray,
+                          private_class: np.ndarray) -> np.ndarray:
+    """Round t's released histogram: every private document votes for its nearest candidate of its class
+    (non-documents take no votes), then the Gaussian noise of the schedule, drawn once through the ledger.
+    A function of its own so that `privseed audit` runs exactly the round the flow runs."""
+    votes = ev.class_votes(private_emb, private_class, syn_emb, np.where(documents, syn_class, -1))
+    return ledger.draw_once(
+        f"augpe.round-{t:03d}.histogram", mechanism="gaussian", stage="augpe", epsilon=0.0, delta=0.0,
+        sensitivity=1.0,
+        params={"round": t, "sigma": schedule["sigma"], "seed": cfg.seed, "candidates": _candidate_digest(candidates),
+                "accounted_in": "augpe.schedule"},
+        draw=lambda: {"noisy_votes": ev.gaussian_noisy_histogram(
+            votes, schedule["sigma"], stage_rng(cfg.seed, "augpe", f"round-{t}", "noise"))},
+    )["noisy_votes"]
+
+
 @task(name="privatize-vocabulary-for-prompts", persist_result=False, cache_policy=NO_CACHE)
 def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: PrivacyLedger) -> list[str]:
     """AugPE+V~: DP-KPS's privatized vocabulary (Laplace on the first-S-terms histogram, eps_voc), drawn once."""
@@ -457,15 +474,8 @@ def _augpe(cfg: AugPeConfig) -> dict:
         syn_class = _per_class_index(labels, candidates["label"])
         documents = _documents(cfg, candidates)
         clock.start("histogram_s")
-        votes = ev.class_votes(private_emb, private_class, syn_emb, np.where(documents, syn_class, -1))
-        noisy = ledger.draw_once(
-            f"augpe.round-{t:03d}.histogram", mechanism="gaussian", stage="augpe", epsilon=0.0, delta=0.0,
-            sensitivity=1.0,
-            params={"round": t, "sigma": schedule["sigma"], "seed": cfg.seed, "candidates": _candidate_digest(candidates),
-                    "accounted_in": "augpe.schedule"},
-            draw=lambda: {"noisy_votes": ev.gaussian_noisy_histogram(
-                votes, schedule["sigma"], stage_rng(cfg.seed, "augpe", f"round-{t}", "noise"))},
-        )["noisy_votes"]
+        noisy = augpe_round_histogram(ledger, cfg, schedule, t, candidates, syn_emb, syn_class, documents,
+                                      private_emb, private_class)
         scores = ev.apply_threshold(noisy, cfg.threshold)
         keep_idx = []
         for ci in range(len(labels)):
@@ -557,6 +567,28 @@ def secpe_noise(cfg: SecPeConfig, incidence) -> tuple[float, np.ndarray, dict]:
     return cal_sigma, rho, info
 
 
+def secpe_dp_epsilon(cfg: SecPeConfig, sigma: float) -> tuple[float, float]:
+    """The per-document (epsilon, delta) SecPE reports for its T rounds (conditional on rho and sigma)."""
+    delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
+    return accounting.augpe_epsilon(sigma, delta, 2 * cfg.iterations), delta
+
+
+def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, t: int, ci: int, label: Any,
+                        clusters: ev.PublicClusters, private_emb: np.ndarray, rho: np.ndarray,
+                        sigma: float) -> dict[str, np.ndarray]:
+    """Round t's released noisy centres and sizes of class ``ci`` (SecretClustering of that class's documents),
+    drawn once through the ledger. A function of its own so that `privseed audit` runs exactly the flow's round."""
+    return ledger.draw_once(
+        f"secpe.round-{t:03d}.class-{ci}", mechanism="secret-clustering", stage="secpe", partition=str(label),
+        epsilon=0.0, delta=0.0, sensitivity=1.0,
+        params={"round": t, "class": str(label), "sigma": sigma, "seed": cfg.seed, "K": int(clusters.sizes.size),
+                "radius": cfg.radius, "accounted_in": "secpe.schedule"},
+        draw=lambda: dict(zip(("centres", "sizes"), ev.secret_clustering(
+            clusters, private_emb, rho, radius=cfg.radius, sigma=sigma,
+            rng=stage_rng(cfg.seed, "secpe", f"round-{t}", f"class-{ci}", "noise")))),
+    )
+
+
 @flow(name="secpe", log_prints=True)
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
@@ -578,8 +610,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
     # Per-document DP of the same releases (each document moves one cluster's size by 1 and its centre by at
     # most 2R/n_k, i.e. 1 in noise units): 2T Gaussian releases with std sigma. This treats rho and sigma as
     # fixed; both are computed from the private secret incidence, as in the paper (see docs/baselines.md).
-    delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
-    dp_epsilon = accounting.augpe_epsilon(sigma, delta, 2 * cfg.iterations)
+    dp_epsilon, delta = secpe_dp_epsilon(cfg, sigma)
     schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
                 "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
                 "rho_norm": cfg.rho_norm, "per_class": cfg.per_class, "variations": cfg.variations,
@@ -612,15 +643,8 @@ def _secpe(cfg: SecPeConfig) -> dict:
         keep_idx = []
         for ci, label in enumerate(labels):
             members = private_class == ci
-            released = ledger.draw_once(
-                f"secpe.round-{t:03d}.class-{ci}", mechanism="secret-clustering", stage="secpe", partition=str(label),
-                epsilon=0.0, delta=0.0, sensitivity=1.0,
-                params={"round": t, "class": str(label), "sigma": sigma, "seed": cfg.seed, "K": int(clusters.sizes.size),
-                        "radius": cfg.radius, "accounted_in": "secpe.schedule"},
-                draw=lambda: dict(zip(("centres", "sizes"), ev.secret_clustering(
-                    clusters, private_emb[members], rho[members], radius=cfg.radius, sigma=sigma,
-                    rng=stage_rng(cfg.seed, "secpe", f"round-{t}", f"class-{ci}", "noise")))),
-            )
+            released = secpe_round_release(ledger, cfg, t, ci, label, clusters, private_emb[members], rho[members],
+                                           sigma)
             idx = np.flatnonzero(syn_class == ci)
             voted = documents[idx] if documents[idx].any() else np.ones(idx.size, dtype=bool)
             hist = np.zeros(idx.size)
