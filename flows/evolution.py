@@ -395,6 +395,16 @@ def augpe_schedule(cfg: AugPeConfig) -> dict:
             "threshold": cfg.threshold, "min_words": cfg.min_words, "accountant": "dp-accounting PLD, add/remove"}
 
 
+def charge_augpe_schedule(ledger: PrivacyLedger, cfg: AugPeConfig) -> dict:
+    """Charge the whole schedule up front (T Gaussian rounds composed by the PLD accountant); a resumed run
+    with another schedule is refused. Returns the schedule the rounds draw with."""
+    schedule = augpe_schedule(cfg)
+    _check_schedule(ledger, "augpe.schedule", schedule)
+    ledger.charge("augpe.schedule", mechanism=schedule["mechanism"], params=schedule, epsilon=schedule["epsilon"],
+                  delta=schedule["delta"], stage="augpe", sensitivity=1.0)
+    return schedule
+
+
 def augpe_round_histogram(ledger: PrivacyLedger, cfg: AugPeConfig, schedule: dict, t: int, candidates: pd.DataFrame,
                           syn_emb: np.ndarray, syn_class: np.ndarray, documents: np.ndarray, private_emb: np.ndarray,
                           private_class: np.ndarray) -> np.ndarray:
@@ -448,11 +458,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
     ledger = open_ledger(cfg, dataset_fingerprint(corpus))
-    schedule = augpe_schedule(cfg)
-    _check_schedule(ledger, "augpe.schedule", schedule)
-    # The whole schedule is charged up front: T Gaussian rounds composed by the PLD accountant.
-    ledger.charge("augpe.schedule", mechanism=schedule["mechanism"], params=schedule, epsilon=schedule["epsilon"],
-                  delta=schedule["delta"], stage="augpe", sensitivity=1.0)
+    schedule = charge_augpe_schedule(ledger, cfg)
     logger.info("Aug-PE: T=%d rounds, sigma=%.4f, epsilon=%.3f, delta=%.3g", cfg.iterations, schedule["sigma"],
                 schedule["epsilon"], schedule["delta"])
     _log_plan(logger, "Aug-PE+V~" if cfg.vocab_words else "Aug-PE", cfg, len(labels))
@@ -567,10 +573,21 @@ def secpe_noise(cfg: SecPeConfig, incidence) -> tuple[float, np.ndarray, dict]:
     return cal_sigma, rho, info
 
 
-def secpe_dp_epsilon(cfg: SecPeConfig, sigma: float) -> tuple[float, float]:
-    """The per-document (epsilon, delta) SecPE reports for its T rounds (conditional on rho and sigma)."""
+def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, sigma: float, noise_info: dict) -> dict:
+    """Charge the per-document DP epsilon of the T rounds up front. Each document moves one cluster's size by 1
+    and its centre by at most 2R/n_k, i.e. 1 in noise units: 2T Gaussian releases with std sigma. This treats
+    rho and sigma as fixed; both are computed from the private secret incidence, as in the paper (see
+    docs/baselines.md). Returns the schedule."""
     delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
-    return accounting.augpe_epsilon(sigma, delta, 2 * cfg.iterations), delta
+    dp_epsilon = accounting.augpe_epsilon(sigma, delta, 2 * cfg.iterations)
+    schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
+                "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
+                "rho_norm": cfg.rho_norm, "per_class": cfg.per_class, "variations": cfg.variations,
+                "min_words": cfg.min_words, "secret_protection": noise_info, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon, "delta": delta}
+    _check_schedule(ledger, "secpe.schedule", schedule)
+    ledger.charge("secpe.schedule", mechanism="secret-clustering-gaussian", params=schedule, epsilon=dp_epsilon,
+                  delta=delta, stage="secpe", sensitivity=1.0)
+    return schedule
 
 
 def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, t: int, ci: int, label: Any,
@@ -607,17 +624,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
     if sigma <= 0:
         raise ConfigError("SecPE found no secret to protect (sigma = 0): no noise would be added; "
                           "choose other secrets or fix --noise-multiplier")
-    # Per-document DP of the same releases (each document moves one cluster's size by 1 and its centre by at
-    # most 2R/n_k, i.e. 1 in noise units): 2T Gaussian releases with std sigma. This treats rho and sigma as
-    # fixed; both are computed from the private secret incidence, as in the paper (see docs/baselines.md).
-    dp_epsilon, delta = secpe_dp_epsilon(cfg, sigma)
-    schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
-                "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
-                "rho_norm": cfg.rho_norm, "per_class": cfg.per_class, "variations": cfg.variations,
-                "min_words": cfg.min_words, "secret_protection": noise_info, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon, "delta": delta}
-    _check_schedule(ledger, "secpe.schedule", schedule)
-    ledger.charge("secpe.schedule", mechanism="secret-clustering-gaussian", params=schedule, epsilon=dp_epsilon,
-                  delta=delta, stage="secpe", sensitivity=1.0)
+    schedule = charge_secpe_schedule(ledger, cfg, sigma, noise_info)
     logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g", cfg.iterations, sigma, cfg.p, noise_info["r"])
     _log_plan(logger, "SecPE", cfg, len(labels))
 
