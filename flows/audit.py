@@ -65,7 +65,7 @@ class Profile:
 
 # quick: in the test suite (about a minute on two shared cores). full: the figures of docs/privacy.md; with 500
 # evaluation trials per side a perfect test bounds epsilon by about 4.9, above every claim audited here.
-PROFILES = {"quick": Profile(calibration=60, evaluation=120), "full": Profile(calibration=250, evaluation=500)}
+PROFILES = {"quick": Profile(calibration=40, evaluation=100), "full": Profile(calibration=250, evaluation=500)}
 
 # ---------------------------------------------------------------------------------------------------------
 # The public audit corpus. Everything here is public by construction: the audit never reads private data.
@@ -501,7 +501,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("audit", help="empirical privacy audit: lower bounds on each mechanism's epsilon",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick",
-                        help="quick: 120 evaluation trials per corpus (tests); full: 500 (docs)")
+                        help="quick: 100 evaluation trials per corpus (tests); full: 500 (docs)")
     parser.add_argument("--mechanisms", type=_mechanism_list, default=list(MECHANISMS),
                         help=f"comma separated subset of {','.join(MECHANISMS)} (default: all)")
     parser.add_argument("--trials", type=int, help="evaluation trials per corpus (calibration: half as many)")
