@@ -8,9 +8,12 @@ stage's output, never a private intermediate) tries to tell D' from D; its true 
 95 % Clopper-Pearson lower bound on epsilon (tasks/audit.py). The claimed epsilon is what the trial's ledger
 charged. A lower bound above the claim refutes the claim: the command then exits with status 1.
 
-    vocabulary  DP-KPS's vocabulary histogram (privatize_vocabulary_stage). Canary: a document made of S distinct
-                terms of V that no other document uses. N = |V|, so every term's noisy count is released (V~
-                membership and order are functions of those counts and cannot make a stronger test).
+    vocabulary  DP-KPS's vocabulary histogram (privatize_vocabulary_stage). Canary: a document whose first S terms
+                are one term of V that no other document uses, so it moves that term's count by S, the whole L1
+                sensitivity, on one coordinate (S distinct terms would move S coordinates by 1 each, and a test on
+                one of them bounds only eps / S: a noise scale 2x too small would pass). N = |V|, so every
+                term's noisy count is released (V~ membership and order are functions of those counts and cannot
+                make a stronger test).
     kde         DP-KPS's per-class DP-KDE (sketch_per_class, then sample_keyphrase_sequences). Canary: a class-0
                 document whose phrases are one term far from the class's. Tests: the released sketch's score of the
                 canary term, and how often the term appears in class 0's sampled sequences.
@@ -21,7 +24,7 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 are fixed". The canary holds no secret, so rho = 1 (it is always sampled). Tests: the noisy size of
                 its cluster, the centre's move towards it, and their likelihood-ratio combination.
 
-Small public configs keep a trial cheap (a 40-term vocabulary file, 36 documents, I = 64, epsilon 1-2 per
+Small public configs keep a trial cheap (a 57-term vocabulary file, 36 documents, I = 32, epsilon 1-2 per
 mechanism). With noise drawn from --seed (main before issue 13) or from ``--insecure-reproducible-noise``, every
 trial on D is identical, and so is every trial on D': the test separates them perfectly and the bound reaches
 about 5 with 500 trials per side, above every claim. The trials call the stage functions directly (``.fn``), not
@@ -78,11 +81,12 @@ _TOPICS = {
     2: ["album band song released records guitar", "singer recorded album single records",
         "band tour guitar drums album", "song chart single album music video"],
 }
-#: S distinct terms of V that no document of D contains: the vocabulary canary.
-VOCABULARY_CANARY_TERMS = ("zeppelin", "quasar", "obsidian", "marzipan")
+#: A term of V that no document of D contains: the vocabulary canary is this term S times.
+VOCABULARY_CANARY_TERM = "zeppelin"
+#: Terms of V that no document uses (their counts are pure noise, as most of a real vocabulary's are).
+_UNUSED_TERMS = ("quasar", "obsidian", "marzipan", "lava", "eruption", "bakery", "recipe", "invoice", "pension")
 #: The KDE canary's one phrase, far (in MiniLM space) from class 0's football terms.
 KDE_CANARY_TERM = "volcano"
-_EXTRA_TERMS = ("lava", "eruption", "bakery", "recipe", "invoice", "pension")
 
 #: Aug-PE candidates (public synthetic texts). The last class-0 candidate is the one the canary is closest to.
 _CANDIDATES = [
@@ -120,7 +124,7 @@ def audit_corpus() -> pd.DataFrame:
 
 def audit_vocabulary_terms() -> list[str]:
     words = sorted({w for texts in _TOPICS.values() for t in texts for w in t.split()})
-    return words + [*VOCABULARY_CANARY_TERMS, KDE_CANARY_TERM, *_EXTRA_TERMS]
+    return words + [VOCABULARY_CANARY_TERM, KDE_CANARY_TERM, *_UNUSED_TERMS]
 
 
 def _with(corpus: pd.DataFrame, text: str, label: Any) -> pd.DataFrame:
@@ -215,13 +219,12 @@ class VocabularyAudit(_Mechanism):
         path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
         vocabulary = load_vocabulary(str(path))
         self.size = len(vocabulary)
-        self.canary_ids = [vocabulary.terms.index(t) for t in VOCABULARY_CANARY_TERMS]
-        first_terms = len(VOCABULARY_CANARY_TERMS)
+        self.canary_id = vocabulary.terms.index(VOCABULARY_CANARY_TERM)
         self.cfg = DpKpsConfig(**self.config_values(dict(
-            vocab=str(path), vocab_top=None, first_terms=first_terms, vocab_size=self.size, eps_voc=1.0,
-            n_workers=1), DpKpsConfig))
+            vocab=str(path), vocab_top=None, first_terms=4, vocab_size=self.size, eps_voc=1.0, n_workers=1),
+            DpKpsConfig))
         self.private = audit_corpus()
-        self.canary = _with(self.private, " ".join(VOCABULARY_CANARY_TERMS), 0)
+        self.canary = _with(self.private, " ".join([VOCABULARY_CANARY_TERM] * self.cfg.first_terms), 0)
 
     def trial(self, with_canary: bool) -> dict[str, float]:
         from flows.dpkps import corpus_shards, privatize_vocabulary_stage, vocabulary_histogram
@@ -231,8 +234,7 @@ class VocabularyAudit(_Mechanism):
             counts = vocabulary_histogram.fn(corpus_shards(corpus, 1), self.cfg)
             privatize_vocabulary_stage.fn(counts, self.cfg, ledger)
             noisy = released_counts(ledger.released["vocabulary"], self.size)
-        return {f"noisy count of '{VOCABULARY_CANARY_TERMS[0]}'": noisy[self.canary_ids[0]],
-                "sum of the canary terms' noisy counts": float(noisy[self.canary_ids].sum())}
+        return {f"noisy count of '{VOCABULARY_CANARY_TERM}'": float(noisy[self.canary_id])}
 
 
 def released_counts(released: Mapping[str, np.ndarray], size: int) -> np.ndarray:
