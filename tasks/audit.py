@@ -6,11 +6,13 @@ D' = D + canary, every test T that looks at the release satisfies
     P[T says "canary" | D'] <= e^eps P[T says "canary" | D] + delta          (TPR <= e^eps FPR + delta)
     P[T says "no canary" | D] <= e^eps P[T says "no canary" | D'] + delta    (1 - FPR <= e^eps (1 - TPR) + delta)
 
-so any measured (TPR, FPR) gives a lower bound on the epsilon the mechanism really has:
-eps >= max(ln((TPR - delta) / FPR), ln((1 - FPR - delta) / (1 - TPR))). Rates measured on finitely many trials
-are replaced by Clopper-Pearson bounds: TPR by its lower bound, FPR by its upper bound (and the other way round
-for the second inequality), each one-sided at level alpha / 2, so the pair holds jointly with probability
->= 1 - alpha (union bound) and the reported lower bound is a 1 - alpha = 95 % confidence bound.
+and the same with D and D' swapped (adjacency is symmetric), so any measured (TPR, FPR) gives a lower bound on
+the epsilon the mechanism really has: eps >= max(ln((TPR - delta) / FPR), ln((1 - FPR - delta) / (1 - TPR)),
+ln((FPR - delta) / TPR), ln((1 - TPR - delta) / (1 - FPR))). Rates measured on finitely many trials are replaced
+by Clopper-Pearson bounds, each on the pessimistic side (the numerator's rate by its lower bound, the
+denominator's by its upper bound) and one-sided at level alpha / 2, so both rates are inside their limits
+jointly with probability >= 1 - alpha (union bound): the reported lower bound is a 1 - alpha = 95 % confidence
+bound.
 
 The test is a threshold on a statistic of the release ("statistic > threshold" means "canary present"). Which
 statistic and which threshold are chosen on calibration trials that are never reused for the evaluation: picking
@@ -64,12 +66,10 @@ def epsilon_lower_bound(true_positives: int, positives: int, false_positives: in
         raise ConfigError(f"delta must lie in [0, 1), got {delta}")
     tpr_lo, tpr_hi = clopper_pearson(true_positives, positives, alpha)
     fpr_lo, fpr_hi = clopper_pearson(false_positives, negatives, alpha)
-    bounds = [0.0]
-    if tpr_lo - delta > 0:
-        bounds.append(math.log((tpr_lo - delta) / fpr_hi))
-    if (1 - fpr_hi) - delta > 0:
-        bounds.append(math.log(((1 - fpr_hi) - delta) / (1 - tpr_lo)))
-    return max(bounds)
+    # Adjacency is symmetric, so each inequality holds with D and D' swapped, for the test's region and for its
+    # complement: four bounds, each with the rates replaced by their pessimistic confidence limits.
+    pairs = [(tpr_lo, fpr_hi), (fpr_lo, tpr_hi), (1 - tpr_hi, 1 - fpr_lo), (1 - fpr_hi, 1 - tpr_lo)]
+    return max([0.0] + [math.log((hit - delta) / miss) for hit, miss in pairs if hit - delta > 0 and miss > 0])
 
 
 @dataclass(frozen=True)
