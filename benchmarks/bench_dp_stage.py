@@ -1,8 +1,8 @@
 """Time the DP-KPS privatization stage at paper scale and compare fast scoring with naive scoring.
 
-Paper scale (DESIGN.md / issue 3): 14 classes x 1,000 sequences, |V~| = 1,000, L = 10, on
+Paper scale: 14 classes x 1,000 sequences, |V~| = 1,000, L = 10, on
 shared/data/dbpedia14/train.parquet. Stages: extract (phrase matching over V), histogram (first-S counts
-+ Laplace + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class sums, noise), sample.
++ discrete Laplace noise from OpenDP + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class sums, noise), sample.
 The pure functions run in-process here (no Prefect, no Dask), so the figures are the math itself.
 
 Naive scoring builds every zero-padded d*B query vector and projects it in full; it is timed on a slice of
@@ -28,13 +28,16 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from tasks.embedding import embed_texts  # noqa: E402
-from tasks.kde import FeatureSpec, release_sketch, shard_sketch_sums  # noqa: E402
-from tasks.ledger import stage_rng  # noqa: E402
+from tasks.kde import FeatureSpec, release_sketch, shard_sketch_sums, sketch_mechanism  # noqa: E402
+from tasks.ledger import public_rng  # noqa: E402
+from tasks.mechanisms import secure_noise  # noqa: E402
 from tasks.sampling import (  # noqa: E402
     METHODS, SelectionRule, SketchTables, default_device, ensemble_blocks, fast_scores, naive_scores,
     sample_sequences, sketch_for_step, split_budget,
 )
-from tasks.vocabulary import PhraseMatcher, english_vocabulary, first_terms_histogram, privatize_vocabulary  # noqa: E402
+from tasks.vocabulary import (  # noqa: E402
+    PhraseMatcher, english_vocabulary, first_terms_histogram, privatize_vocabulary, vocabulary_mechanism,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()), REPO.parent / "shared")
@@ -78,8 +81,11 @@ def main() -> None:
 
     def histogram():
         counts = first_terms_histogram(sequences, len(vocabulary), 10)
-        return privatize_vocabulary(counts, epsilon=1.0, max_terms_per_doc=10, top_n=args.vocab_size,
-                                    rng=stage_rng(0, "vocabulary-noise"))["term_ids"]
+        start = time.perf_counter()
+        released = privatize_vocabulary(counts, mechanism=vocabulary_mechanism(1.0, 10), noise=secure_noise(),
+                                        top_n=args.vocab_size)
+        shared["histogram noise"] = time.perf_counter() - start
+        return released["term_ids"]
 
     term_ids = timed("histogram", histogram, shared)
     terms = tuple(vocabulary.terms[i] for i in term_ids)
@@ -89,7 +95,7 @@ def main() -> None:
     embeddings = timed("embed", lambda: embed_texts(list(terms), batch_size=256), shared)
     print("shared stages (s): " + ", ".join(f"{k} {v:.2f}" for k, v in shared.items()))
 
-    header = f"{'method':<17}{'sketches':>9}{'sketch s':>10}{'sample s':>10}{'DP stage s':>12}" \
+    header = f"{'method':<17}{'sketches':>9}{'sketch s':>10}{'noise s':>9}{'sample s':>10}{'DP stage s':>12}" \
              f"{'naive/prefix ms':>17}{'fast/prefix ms':>16}{'ratio':>8}{'naive full est. s':>19}"
     print(header)
     for method in args.methods.split(","):
@@ -101,15 +107,20 @@ def main() -> None:
 
         def sketch():
             exact = shard_sketch_sums(texts, labels, classes, terms, embeddings, specs, method == "independent")
-            return np.stack([[release_sketch(exact[c, k], epsilon=budgets[k], rng=stage_rng(0, "n", str(c), str(k)))
-                              for k in range(len(specs))] for c in range(len(classes))])
+            start = time.perf_counter()
+            released = np.stack([[release_sketch(exact[c, k], mechanism=sketch_mechanism("laplace", args.features,
+                                                                                          budgets[k]),
+                                                 noise=secure_noise())
+                                  for k in range(len(specs))] for c in range(len(classes))])
+            t["noise"] = time.perf_counter() - start  # OpenDP's secure sampler, one draw per (class, sketch)
+            return released
 
         released = timed("sketch", sketch, t)
 
         def sample():
             sketches = [SketchTables.build(spec.draw(), embeddings, device=device) for spec in specs]
             return sample_sequences(method, sketches, released, per_class=args.per_class, length=args.length,
-                                    rule=SelectionRule.parse(DEFAULT_RULE[method]), rng=stage_rng(0, "sample"))
+                                    rule=SelectionRule.parse(DEFAULT_RULE[method]), rng=public_rng(0, "sample"))
 
         timed("sample", sample, t)
 
@@ -133,12 +144,14 @@ def main() -> None:
         err = np.abs(small - naive).max() / np.abs(naive).max()
         queries = len(classes) if method == "independent" else rows * args.length
         dp_stage = shared["extract"] + shared["histogram"] + shared["embed"] + t["sketch"] + t["sample"]
-        print(f"{method:<17}{len(blocks):>9}{t['sketch']:>10.2f}{t['sample']:>10.2f}{dp_stage:>12.2f}"
+        print(f"{method:<17}{len(blocks):>9}{t['sketch']:>10.2f}{t['noise']:>9.2f}{t['sample']:>10.2f}{dp_stage:>12.2f}"
               f"{naive_ms:>17.2f}{fast_ms:>16.4f}{naive_ms / fast_ms:>8.0f}{naive_ms * queries / 1e3:>19.0f}"
               f"   (max rel. diff fast vs naive {err:.1e})", flush=True)
     if args.scale_docs:
         extraction_scale(texts, args.scale_docs)
-    print("DP stage = extract + histogram + embed + sketch + sample (one-time loads of V and the model excluded); 'naive full est.' = naive time per prefix "
+    print("DP stage = extract + histogram + embed + sketch + sample (one-time loads of V and the model excluded); "
+          "'noise s' = the sketches' OpenDP noise (part of 'sketch s'; the histogram's is 'histogram noise'); "
+          "'naive full est.' = naive time per prefix "
           "x prefixes scored in the run (per_class x classes x L for iterative, per class x classes for independent)")
 
 

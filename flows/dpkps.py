@@ -134,24 +134,33 @@ def vocabulary_histogram(shards: list[tuple[list[str], list]], cfg: DpKpsConfig)
     return counts
 
 
-@task(name="privatize-vocabulary", retries=2, retry_condition_fn=retry_if_transient,
-      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
-def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig, ledger: PrivacyLedger) -> list[str]:
-    """V~: Laplace(S / eps_voc) on every term of V, top N. Drawn once through the ledger."""
-    from tasks.ledger import stage_rng
-    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary, privatize_vocabulary
+def release_vocabulary(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLedger) -> list[str]:
+    """V~: the vocabulary mechanism (discrete Laplace, scale S / eps_voc, on every term of V) then the top N,
+    drawn once through the ledger under the name ``vocabulary``. The one vocabulary privatization of privseed:
+    DP-KPS and AugPE+V~ both call it. ``cfg`` carries vocab, vocab_top, first_terms, vocab_size, eps_voc.
+
+    The ledger stores the full noisy histogram next to the top-N ids, so the released values can be checked
+    against the mechanism. The seed is not a parameter of this release: it does not influence the noise
+    (except under --insecure-reproducible-noise, where the noise source names it)."""
+    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary, top_terms, vocabulary_mechanism
 
     top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
     vocabulary = load_vocabulary(cfg.vocab, top_n)
     params = {"vocab": vocabulary.name, "vocab_terms": len(vocabulary), "first_terms": cfg.first_terms,
-              "vocab_size": cfg.vocab_size, "seed": cfg.seed, "adjacency": "add/remove one document"}
+              "vocab_size": cfg.vocab_size, "adjacency": "add/remove one document"}
     released = ledger.draw_once(
-        "vocabulary", mechanism="laplace", params=params, epsilon=cfg.eps_voc, sensitivity=float(cfg.first_terms),
-        stage="vocabulary",
-        draw=lambda: privatize_vocabulary(counts, epsilon=cfg.eps_voc, max_terms_per_doc=cfg.first_terms,
-                                          top_n=cfg.vocab_size, rng=stage_rng(cfg.seed, "vocabulary-noise")),
+        "vocabulary", mechanism=vocabulary_mechanism(cfg.eps_voc, cfg.first_terms), noise=cfg.noise("vocabulary"),
+        params=params, stage="vocabulary", exact=lambda: counts,
+        postprocess=lambda noisy: top_terms(noisy, cfg.vocab_size),
     )
-    terms = [vocabulary.terms[i] for i in released["term_ids"]]
+    return [vocabulary.terms[int(i)] for i in released["term_ids"]]
+
+
+@task(name="privatize-vocabulary", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+def privatize_vocabulary_stage(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLedger) -> list[str]:
+    """V~ (``release_vocabulary``), as a task."""
+    terms = release_vocabulary(counts, cfg, ledger)
     _stage_logger().info("privatized vocabulary: %d terms", len(terms))
     return terms
 
@@ -182,8 +191,7 @@ def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: 
     per (class, sketch) through the ledger. Classes are disjoint (parallel composition); the sketches of
     one class split eps_kde (basic composition). Returns the released sums (classes, sketches, I)."""
     from tasks.cluster import map_shards
-    from tasks.kde import release_sketch, sensitivity, sketch_sums_of_shard
-    from tasks.ledger import stage_rng
+    from tasks.kde import sketch_mechanism, sketch_sums_of_shard
     from tasks.sampling import split_budget
 
     specs = feature_specs(cfg, embeddings.shape[1])
@@ -194,19 +202,17 @@ def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: 
     released = np.zeros_like(exact)
     for c in range(len(labels)):
         for k, spec in enumerate(specs):
+            # The feature seed identifies the public features the sum was computed on; it draws no noise.
             params = {"method": cfg.method, "length": cfg.length, "sketch": k, "blocks": spec.blocks,
                       "n_features": spec.n_features, "bandwidth": spec.bandwidth, "feature_seed": spec.seed,
                       "feature_stream": spec.name, "embedding_model": cfg.embedding_model, "dim": spec.dim,
-                      "mechanism": cfg.mechanism, "vocabulary": _terms_digest(terms),
+                      "vocabulary": _terms_digest(terms),
                       "adjacency": "add/remove one document", "contribution": "sum of per-document phi"}
             released[c, k] = ledger.draw_once(
-                f"kde-class{c}-sketch{k}", mechanism=cfg.mechanism, params=params, epsilon=budgets[k],
-                delta=delta_each, sensitivity=sensitivity(cfg.mechanism, spec.n_features),
-                partition=f"class{c}", stage="kde",
-                draw=lambda c=c, k=k: {"noisy_sum": release_sketch(
-                    exact[c, k], epsilon=budgets[k], delta=delta_each, mechanism=cfg.mechanism,
-                    rng=stage_rng(cfg.seed, "kde-noise", str(c), str(k)))},
-            )["noisy_sum"]
+                f"kde-class{c}-sketch{k}", params=params, partition=f"class{c}", stage="kde",
+                mechanism=sketch_mechanism(cfg.mechanism, spec.n_features, budgets[k], delta_each),
+                noise=cfg.noise("kde-noise", str(c), str(k)), exact=lambda c=c, k=k: exact[c, k],
+            )["noisy"]
     _stage_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
     return released
 
@@ -222,7 +228,7 @@ def _terms_digest(terms: list[str]) -> str:
 def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[str], embeddings: np.ndarray,
                                cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released sketches: per_class sequences of length L per class."""
-    from tasks.ledger import stage_rng
+    from tasks.ledger import public_rng
     from tasks.sampling import SelectionRule, SketchTables, default_device, sample_sequences
 
     device = default_device()
@@ -230,7 +236,7 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
     sketches = [SketchTables.build(spec.draw(), embeddings, device=device)
                 for spec in feature_specs(cfg, embeddings.shape[1])]
     ids = sample_sequences(cfg.method, sketches, released, per_class=cfg.per_class, length=cfg.length, rule=rule,
-                           rng=stage_rng(cfg.seed, "sample"))
+                           rng=public_rng(cfg.seed, "sample"))
     rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     _stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
@@ -269,7 +275,17 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, la
 
         gate = release_gate(labels=labels, llm_used=cfg.llm != "none")
     return publish_release(cfg.out, synthetic, ledger=ledger, config=cfg.public_dict(), gate=gate,
-                           storage_options=cfg.storage_options)
+                           storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)
+
+
+def warn_if_insecure(cfg: ReleaseConfig, logger: Any) -> None:
+    """Says loudly, before anything is drawn, that this run's noise is reproducible from the public seed."""
+    if cfg.insecure_reproducible_noise:
+        from tasks.mechanisms import INSECURE_STAMP
+
+        logger.warning("%s: --insecure-reproducible-noise draws every noise value from --seed %d, which is "
+                       "published; the release is stamped and the release gate refuses it unless "
+                       "--allow-insecure-release", INSECURE_STAMP, cfg.seed)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -281,6 +297,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
     # Environment defaults (PRIVSEED_*) apply under the parameters, so deployments honour them like the CLI.
     cfg = build_config(DpKpsConfig, config)
     logger = get_run_logger()
+    warn_if_insecure(cfg, logger)
     with dask_client(cfg.dask_address, cfg.n_workers):
         corpus = load_private_corpus(cfg)
         labels = resolve_labels(cfg, corpus)
@@ -331,6 +348,11 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dask-address", help="an existing Dask scheduler (default: a LocalCluster)")
     parser.add_argument("--workers", dest="n_workers", type=int, help="LocalCluster workers (default 2)")
     parser.add_argument("--no-gate", dest="gate", action="store_const", const=False, help="skip the release gate")
+    parser.add_argument("--insecure-reproducible-noise", action="store_const", const=True,
+                        help="research grids only: noise from --seed, bit-identical reruns; the release is NOT "
+                             "differentially private (stamped, and refused unless --allow-insecure-release)")
+    parser.add_argument("--allow-insecure-release", action="store_const", const=True,
+                        help="publish a release made with --insecure-reproducible-noise anyway")
     parser.add_argument("--prompt-template", help="'generic' (the paper's prompt), 'coverage', or a YAML file")
     parser.add_argument("--temperature", type=float, help="LLM sampling temperature (default 0.7)")
     parser.add_argument("--max-tokens", type=int, help="output tokens per LLM call (default 256)")

@@ -487,6 +487,10 @@ class ExperimentSpec:
     # of LLM calls. PE spends 1 + T K calls per released text, so DP-KPS gets best_of = 1 + T K candidates.
     match_calls: bool = True
     gate: bool = True  # the release gate of every method (a research grid on a weak model may switch it off)
+    # Research grids that need bit-identical reruns: every method's noise from the cell's seed. Such releases are
+    # NOT differentially private (stamped); they are published only with allow_insecure_release as well.
+    insecure_reproducible_noise: bool = False
+    allow_insecure_release: bool = False
     out: str = "experiments/results"
 
     @property
@@ -539,8 +543,9 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         raise ConfigError(f"unknown [generation] setting(s) {unknown_generation}; choose max_tokens, temperature")
     for section, model in (("pe", "AugPeConfig"), ("secpe", "SecPeConfig")):
         _check_section(getattr(spec, section), section, model)
-    if "gate" in spec.dpkps:
-        raise ConfigError("set the release gate with the top-level `gate`, not in [dpkps] (it applies to every method)")
+    for key in ("gate", "insecure_reproducible_noise", "allow_insecure_release"):
+        if key in spec.dpkps:
+            raise ConfigError(f"set `{key}` at the top level, not in [dpkps] (it applies to every method)")
     if any(len(p) != 2 or min(p) <= 0 for p in spec.eps):
         raise ConfigError("eps must be a list of [eps_voc, eps_kde] pairs, each > 0")
     if not spec.seeds:
@@ -552,7 +557,7 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
 
 # Fields an experiment sets itself for every cell; a [pe] or [secpe] section may not override them.
 _CELL_FIELDS = {"data", "out", "seed", "per_class", "llm", "doc_type", "epsilon", "eps_voc", "vocab_words", "public",
-                "gate", "max_tokens", "temperature"}
+                "gate", "max_tokens", "temperature", "insecure_reproducible_noise", "allow_insecure_release"}
 
 
 def _check_section(values: dict[str, Any], section: str, model: str) -> None:
@@ -701,7 +706,9 @@ def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, 
     is the one written next to PE_METHODS."""
     if not (out / "manifest.json").exists():
         common = {"data": data.private_path, "out": str(out), "seed": seed, "per_class": ds.synthetic_per_class,
-                  "llm": spec.llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation}
+                  "llm": spec.llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation,
+                  "insecure_reproducible_noise": spec.insecure_reproducible_noise,
+                  "allow_insecure_release": spec.allow_insecure_release}
         if method in DPKPS_METHODS:
             from flows.dpkps import dpkps_flow
 
@@ -748,6 +755,10 @@ def release_budget(release: Release | None) -> str:
                 f"DP eps {secpe['epsilon']:.3g} only if rho, sigma are fixed")
     total = release.ledger.get("total", {})
     eps, delta = float(total.get("epsilon", float("nan"))), float(total.get("delta", 0.0))
+    if total.get("secure") is False:
+        from tasks.mechanisms import INSECURE_STAMP
+
+        return f"{INSECURE_STAMP} (reproducible noise; eps {eps:.3g} is not a guarantee)"
     return f"eps {eps:.3g}" + (f", delta {delta:.2g}" if delta > 0 else " (pure)")
 
 
@@ -781,14 +792,14 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: dict[str, str], labels
 
     The label names are the public label set; every call is cached (tasks.llm.cache), so a re-run sends
     only the calls that never finished."""
-    from tasks.ledger import stage_rng
+    from tasks.ledger import public_rng
     from tasks.llm import get_backend
     from tasks.llm.base import ChatMessage, ChatRequest
     from tasks.llm.cache import CallCache, cached_complete
 
     if llm == "none":
         raise ConfigError("the only-llm method needs an LLM (--llm local or anthropic:MODEL)")
-    rng = stage_rng(seed, "only-llm")
+    rng = public_rng(seed, "only-llm")
     requests, row_labels = [], []
     for label in labels:
         prompt = only_llm_prompt(doc_type, label_names.get(str(label), str(label)))
@@ -933,6 +944,11 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
     summary = (f"{len(cells['cell'].unique())} runs: {len(spec.datasets)} dataset(s) x {len(spec.methods)} method(s) "
                f"x {len(spec.eps)} epsilon setting(s) x {len(spec.seeds)} seed(s), LLM {spec.llm}. "
                "Every classifier is trained on synthetic data only and scored on the real test set.")
+    if spec.insecure_reproducible_noise:
+        from tasks.mechanisms import INSECURE_STAMP
+
+        summary = (f"{INSECURE_STAMP}: every release of this grid drew its noise from the cell's public seed "
+                   "(insecure_reproducible_noise); the epsilons below are not guarantees. " + summary)
     return report.render_experiment_report(
         title=f"privseed experiment: {spec.name}", table_markdown=table_markdown(table), table_rows=display,
         figures=figures, paper_rows=used.astype(object).where(used.notna(), "").to_dict("records"), cells=_cells_table_rows(cells),
@@ -1113,6 +1129,11 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ex.add_argument("--out", help="results folder (default experiments/results)")
     ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
                     help="skip the per-run report.html files")
+    ex.add_argument("--insecure-reproducible-noise", action="store_const", const=True,
+                    help="research grids only: every method's noise from the cell's seed (bit-identical reruns); "
+                         "releases are NOT differentially private and refused unless --allow-insecure-release")
+    ex.add_argument("--allow-insecure-release", action="store_const", const=True,
+                    help="publish the cells' releases made with --insecure-reproducible-noise anyway (stamped)")
     ex.add_argument("--report-only", action="store_true",
                     help="only tabulate the runs already finished (start none); missing runs show fewer seeds")
     ex.set_defaults(func=_experiment_from_cli)
@@ -1140,7 +1161,9 @@ def _evaluate_from_cli(args: argparse.Namespace) -> int:
 def _experiment_from_cli(args: argparse.Namespace) -> int:
     coral = {"no": [False], "yes": [True], "both": [False, True]}.get(args.coral) if args.coral else None
     overrides = {"name": args.name, "methods": args.methods, "eps": args.eps, "seeds": args.seeds, "llm": args.llm,
-                 "classifier": args.classifier, "coral": coral, "out": args.out}
+                 "classifier": args.classifier, "coral": coral, "out": args.out,
+                 "insecure_reproducible_noise": args.insecure_reproducible_noise,
+                 "allow_insecure_release": args.allow_insecure_release}
     if not args.experiment_config and not args.methods:
         raise ConfigError("give --config experiments/X.toml (or at least --methods and a dataset in a config)")
     experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports,

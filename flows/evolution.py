@@ -33,13 +33,13 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import Field, model_validator
 
-from flows.dpkps import load_private_corpus, open_ledger, resolve_labels
+from flows.dpkps import load_private_corpus, open_ledger, resolve_labels, warn_if_insecure
 from tasks import accounting, storage
 from tasks import evolution as ev
 from tasks.config import ReleaseConfig, build_config
 from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
-from tasks.ledger import PrivacyLedger, stage_rng
+from tasks.ledger import PrivacyLedger, public_rng
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def embed_candidates(texts: list[str], model: str, progress: bool = False) -> np
 
 
 def _call_seed(seed: int, *names: str) -> int:
-    return int(stage_rng(seed, "llm-call", *names).integers(0, 2**31 - 1))
+    return int(public_rng(seed, "llm-call", *names).integers(0, 2**31 - 1))
 
 
 def _complete_chunk(requests: list, llm, cache_root: str, storage_options: dict,
@@ -259,7 +259,7 @@ def _random_prompts(cfg: EvolutionConfig, labels: list, per_class: int, words: l
             seed = _call_seed(cfg.seed, "random", str(ci), str(i))
             values = {"doc_type": cfg.doc_type}
             if words:
-                pick = stage_rng(cfg.seed, "pe-words", str(ci), str(i)).choice(len(words), size=min(words_per_prompt, len(words)), replace=False)
+                pick = public_rng(cfg.seed, "pe-words", str(ci), str(i)).choice(len(words), size=min(words_per_prompt, len(words)), replace=False)
                 values["words"] = ", ".join(words[j] for j in pick)
             system, user = template.render(**values)
             prompts.append((system, user, seed))
@@ -276,7 +276,7 @@ def _variation_prompts(cfg: EvolutionConfig, kept: pd.DataFrame, round_index: in
             use_fill = cfg.variation == "fill-blanks" or (cfg.variation == "mixed" and k % 2 == 1)
             seed = _call_seed(cfg.seed, "variation", str(round_index), str(slot), str(k))
             if use_fill:
-                masked = ev.mask_words(text, cfg.mask_fraction, stage_rng(cfg.seed, "mask", str(round_index), str(slot), str(k)))
+                masked = ev.mask_words(text, cfg.mask_fraction, public_rng(cfg.seed, "mask", str(round_index), str(slot), str(k)))
                 system, user = fill.render(doc_type=cfg.doc_type, text=masked)
                 version = fill.version
             else:
@@ -372,7 +372,8 @@ def _publish(cfg: EvolutionConfig, synthetic: pd.DataFrame, ledger: PrivacyLedge
         gate = release_gate(labels=labels, llm_used=True)
     files = {"evolution.json": (json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n").encode()}
     return publish_release(cfg.out, synthetic, ledger=ledger, config=cfg.public_dict(), gate=gate,
-                           extra_files=files, storage_options=cfg.storage_options)
+                           extra_files=files, storage_options=cfg.storage_options,
+                           allow_insecure=cfg.allow_insecure_release)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -390,59 +391,49 @@ def augpe_schedule(cfg: AugPeConfig) -> dict:
     return {"mechanism": "gaussian-nn-histogram", "sigma": sigma, "epsilon": epsilon, "delta": delta,
             "iterations": cfg.iterations, "adjacency": accounting.ADJACENCY, "sensitivity_l2": 1.0,
             "delta_from": "config" if cfg.delta is not None else f"1/(n ln n), n = public bound {cfg.n_upper_bound}",
-            "seed": cfg.seed, "noise_streams": "stage_rng(seed, 'augpe', 'round-t', 'noise')",
+            "seed": cfg.seed,  # public: LLM call seeds and selection; the noise comes from the mechanism's source
             "per_class": cfg.per_class, "variations": cfg.variations, "selection": cfg.selection,
             "threshold": cfg.threshold, "min_words": cfg.min_words, "accountant": "dp-accounting PLD, add/remove"}
 
 
 def charge_augpe_schedule(ledger: PrivacyLedger, cfg: AugPeConfig) -> dict:
-    """Charge the whole schedule up front (T Gaussian rounds composed by the PLD accountant); a resumed run
-    with another schedule is refused. Returns the schedule the rounds draw with."""
+    """Charge the whole schedule up front: T Gaussian rounds composed by the PLD accountant, each drawn later by
+    the same mechanism and recorded as accounted in this charge. A resumed run with another schedule is refused.
+    Returns the schedule the rounds draw with."""
     schedule = augpe_schedule(cfg)
     _check_schedule(ledger, "augpe.schedule", schedule)
-    ledger.charge("augpe.schedule", mechanism=schedule["mechanism"], params=schedule, epsilon=schedule["epsilon"],
-                  delta=schedule["delta"], stage="augpe", sensitivity=1.0)
+    ledger.charge("augpe.schedule", mechanism=augpe_round_mechanism(schedule), noise=cfg.noise("augpe"),
+                  params=schedule, releases=cfg.iterations, stage="augpe")
     return schedule
+
+
+def augpe_round_mechanism(schedule: dict):
+    """The Gaussian mechanism of every round of the schedule (sensitivity 1, the schedule's sigma)."""
+    return ev.vote_mechanism(schedule["sigma"], schedule["epsilon"], schedule["delta"])
 
 
 def augpe_round_histogram(ledger: PrivacyLedger, cfg: AugPeConfig, schedule: dict, t: int, candidates: pd.DataFrame,
                           syn_emb: np.ndarray, syn_class: np.ndarray, documents: np.ndarray, private_emb: np.ndarray,
                           private_class: np.ndarray) -> np.ndarray:
     """Round t's released histogram: every private document votes for its nearest candidate of its class
-    (non-documents take no votes), then the Gaussian noise of the schedule, drawn once through the ledger.
+    (non-documents take no votes), then the schedule's Gaussian noise, drawn once through the ledger.
     A function of its own so that `privseed audit` runs exactly the round the flow runs."""
     votes = ev.class_votes(private_emb, private_class, syn_emb, np.where(documents, syn_class, -1))
     return ledger.draw_once(
-        f"augpe.round-{t:03d}.histogram", mechanism="gaussian", stage="augpe", epsilon=0.0, delta=0.0,
-        sensitivity=1.0,
-        params={"round": t, "sigma": schedule["sigma"], "seed": cfg.seed, "candidates": _candidate_digest(candidates),
-                "accounted_in": "augpe.schedule"},
-        draw=lambda: {"noisy_votes": ev.gaussian_noisy_histogram(
-            votes, schedule["sigma"], stage_rng(cfg.seed, "augpe", f"round-{t}", "noise"))},
-    )["noisy_votes"]
+        f"augpe.round-{t:03d}.histogram", mechanism=augpe_round_mechanism(schedule),
+        noise=cfg.noise("augpe", f"round-{t}"), stage="augpe", accounted_in="augpe.schedule",
+        params={"round": t, "candidates": _candidate_digest(candidates)},
+        exact=lambda: votes.astype(np.float64),
+    )["noisy"]
 
 
-@task(name="privatize-vocabulary-for-prompts", persist_result=False, cache_policy=NO_CACHE)
 def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: PrivacyLedger) -> list[str]:
-    """AugPE+V~: DP-KPS's privatized vocabulary (Laplace on the first-S-terms histogram, eps_voc), drawn once."""
-    from tasks import vocabulary as voc
+    """AugPE+V~: DP-KPS's privatized vocabulary, by DP-KPS's own stages (first-S histogram over the shards, then
+    ``flows.dpkps.release_vocabulary``: discrete Laplace, scale S / eps_voc, top N), drawn once as ``vocabulary``."""
+    from flows.dpkps import corpus_shards, privatize_vocabulary_stage, vocabulary_histogram
 
-    vocabulary = voc.load_vocabulary(cfg.vocab, cfg.vocab_top) if cfg.vocab == "english" else voc.load_vocabulary(cfg.vocab)
-
-    def draw() -> dict[str, np.ndarray]:
-        sequences = voc.phrase_matcher(vocabulary).extract(corpus["text"].tolist())
-        counts = voc.first_terms_histogram(sequences, len(vocabulary), cfg.first_terms)
-        rng = stage_rng(cfg.seed, "augpe", "vocabulary", "noise")
-        return voc.privatize_vocabulary(counts, epsilon=cfg.eps_voc, max_terms_per_doc=cfg.first_terms,
-                                        top_n=cfg.vocab_size, rng=rng)
-
-    released = ledger.draw_once(
-        "augpe.vocabulary", mechanism="laplace-top-n", stage="vocabulary", epsilon=cfg.eps_voc,
-        sensitivity=float(cfg.first_terms),
-        params={"vocab": cfg.vocab, "vocab_top": cfg.vocab_top, "S": cfg.first_terms, "N": cfg.vocab_size,
-                "eps_voc": cfg.eps_voc, "seed": cfg.seed, "adjacency": accounting.ADJACENCY},
-        draw=draw)
-    return [vocabulary.terms[int(i)] for i in released["term_ids"]]
+    counts = vocabulary_histogram(corpus_shards(corpus, cfg.n_workers), cfg)
+    return privatize_vocabulary_stage(counts, cfg, ledger)
 
 
 @flow(name="augpe", log_prints=True)
@@ -455,6 +446,7 @@ def augpe_flow(config: dict[str, Any]) -> dict:
 
 def _augpe(cfg: AugPeConfig) -> dict:
     logger = get_run_logger()
+    warn_if_insecure(cfg, logger)
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
     ledger = open_ledger(cfg, dataset_fingerprint(corpus))
@@ -487,7 +479,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
         for ci in range(len(labels)):
             idx = np.flatnonzero(syn_class == ci)
             chosen = ev.select_population(scores[idx], n, cfg.selection,
-                                          stage_rng(cfg.seed, "augpe", f"round-{t}", "select", str(ci)), documents[idx])
+                                          public_rng(cfg.seed, "augpe", f"round-{t}", "select", str(ci)), documents[idx])
             keep_idx.extend(idx[chosen].tolist())
         clock.stop()
         clock.end_round(t, len(candidates), int((~documents).sum()))
@@ -585,8 +577,8 @@ def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, sigma: float,
                 "rho_norm": cfg.rho_norm, "per_class": cfg.per_class, "variations": cfg.variations,
                 "min_words": cfg.min_words, "secret_protection": noise_info, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon, "delta": delta}
     _check_schedule(ledger, "secpe.schedule", schedule)
-    ledger.charge("secpe.schedule", mechanism="secret-clustering-gaussian", params=schedule, epsilon=dp_epsilon,
-                  delta=delta, stage="secpe", sensitivity=1.0)
+    ledger.charge_unverified("secpe.schedule", mechanism="secret-clustering-gaussian", params=schedule,
+                             epsilon=dp_epsilon, delta=delta, stage="secpe", sensitivity=1.0)
     return schedule
 
 
@@ -595,14 +587,14 @@ def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, t: int, ci: int
                         sigma: float) -> dict[str, np.ndarray]:
     """Round t's released noisy centres and sizes of class ``ci`` (SecretClustering of that class's documents),
     drawn once through the ledger. A function of its own so that `privseed audit` runs exactly the flow's round."""
-    return ledger.draw_once(
+    return ledger.draw_once_unverified(
         f"secpe.round-{t:03d}.class-{ci}", mechanism="secret-clustering", stage="secpe", partition=str(label),
         epsilon=0.0, delta=0.0, sensitivity=1.0,
         params={"round": t, "class": str(label), "sigma": sigma, "seed": cfg.seed, "K": int(clusters.sizes.size),
                 "radius": cfg.radius, "accounted_in": "secpe.schedule"},
         draw=lambda: dict(zip(("centres", "sizes"), ev.secret_clustering(
             clusters, private_emb, rho, radius=cfg.radius, sigma=sigma,
-            rng=stage_rng(cfg.seed, "secpe", f"round-{t}", f"class-{ci}", "noise")))),
+            rng=public_rng(cfg.seed, "secpe", f"round-{t}", f"class-{ci}", "noise")))),
     )
 
 
@@ -656,7 +648,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
             voted = documents[idx] if documents[idx].any() else np.ones(idx.size, dtype=bool)
             hist = np.zeros(idx.size)
             hist[voted] = ev.cluster_votes(released["centres"], released["sizes"], syn_emb[idx[voted]], radius=cfg.radius)
-            chosen = ev.select_population(hist, n, "rank", stage_rng(cfg.seed, "secpe", f"round-{t}", str(ci)),
+            chosen = ev.select_population(hist, n, "rank", public_rng(cfg.seed, "secpe", f"round-{t}", str(ci)),
                                           documents[idx])
             keep_idx.extend(idx[chosen].tolist())
         clock.stop()

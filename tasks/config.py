@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tasks import storage
 from tasks.errors import ConfigError
+from tasks.mechanisms import NoiseSource, noise_source
 
 LLM_BACKENDS = ("none", "local", "anthropic", "openai-compatible")
 
@@ -48,6 +49,14 @@ class ReleaseConfig(BaseModel):
     dask_address: str | None = Field(default=None, description="scheduler address; None starts a LocalCluster")
     n_workers: int = Field(default=2, ge=1, le=256)
     gate: bool = Field(default=True, description="run the Great Expectations release gate before publishing")
+    insecure_reproducible_noise: bool = Field(
+        default=False,
+        description="research grids only: draw the noise from --seed so reruns are bit-identical; the release is "
+                    "NOT differentially private (stamped so, and refused by the release gate unless "
+                    "--allow-insecure-release)",
+    )
+    allow_insecure_release: bool = Field(
+        default=False, description="publish a release made with --insecure-reproducible-noise anyway (stamped)")
     # LLM generation (tasks/generation.py, docs/generation.md); public settings only, never a key.
     prompt_template: str = Field(default="generic", description="packaged prompt template name or a YAML path")
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
@@ -66,6 +75,11 @@ class ReleaseConfig(BaseModel):
             raise ValueError("openai-compatible needs a URL: openai-compatible:http://host:port/v1")
         return value
 
+    def noise(self, *stream: str) -> NoiseSource:
+        """The noise source of one stage: OpenDP's secure sampler, or (opted in with
+        ``insecure_reproducible_noise``) a stream seeded by the public ``seed`` and the stage's name."""
+        return noise_source(self.seed if self.insecure_reproducible_noise else None, *stream)
+
     @property
     def state_uri(self) -> str:
         return self.state or storage.join(self.out, "_state")
@@ -74,6 +88,8 @@ class ReleaseConfig(BaseModel):
         """The default run id: same data + same privacy-relevant config + same seed -> same released values."""
         relevant = {f: getattr(self, f) for f in self.privacy_fields}
         relevant.update(method=type(self).__name__, seed=self.seed, data=dataset_fingerprint)
+        if self.insecure_reproducible_noise:  # another noise source is another run (its values are not secure)
+            relevant["noise"] = "insecure-reproducible"
         return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def public_dict(self) -> dict[str, Any]:

@@ -170,6 +170,7 @@ def publish_release(
     storage_options: Mapping[str, Any] | None = None,
     rows_per_shard: int = 5000,
     release_id: str | None = None,
+    allow_insecure: bool = False,
 ) -> dict:
     """Gate, then publish ``synthetic`` under ``out`` atomically; return the manifest.
 
@@ -177,10 +178,27 @@ def publish_release(
     and extra files under ``_releases/<id>/`` and as top-level copies; then ``manifest.json`` (the commit
     point); then the parts of older releases are removed. A crash or a storage failure before the
     manifest leaves the previous manifest, and every file it names, untouched.
-    A failing gate writes the candidate under ``_quarantine/<id>/`` and raises GateFailedError."""
+    A failing gate writes the candidate under ``_quarantine/<id>/`` and raises GateFailedError.
+
+    A ledger with any release drawn from reproducible noise (``--insecure-reproducible-noise``) is refused the
+    same way, whether or not a gate runs, unless ``allow_insecure``; when allowed, manifest.json and
+    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp."""
+    from tasks.mechanisms import INSECURE_STAMP
+
     release_id = release_id or new_release_id()
     if synthetic.empty:
         raise GateFailedError("the synthetic corpus is empty; nothing to publish")
+    noise = ledger.noise_report()
+    if not noise["secure"] and not allow_insecure:
+        quarantine = storage.join(out, QUARANTINE_DIR, release_id)
+        storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"), _parquet_bytes(synthetic), storage_options)
+        storage.write_bytes(storage.join(quarantine, "ledger.json"), ledger.to_json().encode(), storage_options)
+        raise GateFailedError(
+            f"{INSECURE_STAMP}: {len(noise['insecure_entries'])} release(s) of this run were drawn from reproducible "
+            f"noise (--insecure-reproducible-noise), so the release is refused; candidate kept at {quarantine}. "
+            "Pass --allow-insecure-release to publish it anyway, stamped",
+            quarantine=quarantine,
+        )
     gate_result = gate(synthetic) if gate is not None else None
 
     if gate_result is not None and not gate_result.get("success", False):
@@ -225,11 +243,14 @@ def publish_release(
         "columns": list(synthetic.columns),
         "files": files,
         "privacy": {"epsilon": epsilon, "delta": delta, "dataset_fingerprint": ledger.dataset_fingerprint,
-                    "run_id": ledger.run_id},
+                    "run_id": ledger.run_id, "secure": noise["secure"], "noise": noise},
         "gate": None if gate_result is None else {"success": gate_result.get("success")},
         "config": dict(config),
         "versions": _versions(),
     }
+    if not noise["secure"]:
+        manifest["stamp"] = INSECURE_STAMP
+        log.warning("publishing a release stamped %s (--allow-insecure-release)", INSECURE_STAMP)
     storage.write_bytes(storage.join(out, MANIFEST), _json_bytes(manifest), storage_options)
     _remove_stale_parts(out, {f["path"] for f in files}, storage_options)
     log.info("published release %s: %d synthetic rows in %d part(s) at %s", release_id, len(synthetic), n_shards, out)

@@ -26,6 +26,7 @@ import numpy as np
 from scipy import sparse
 
 from tasks.errors import ConfigError
+from tasks.mechanisms import GaussianMechanism
 
 
 def evolution_call_plan(classes: int, population: int, variations: int, iterations: int) -> dict[str, int]:
@@ -130,12 +131,15 @@ def class_votes(private_emb: np.ndarray, private_labels: np.ndarray, synthetic_e
     return votes
 
 
-def gaussian_noisy_histogram(votes: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """votes + N(0, sigma^2) on every bin (Gaussian mechanism; sensitivity 1 per round, add/remove)."""
-    if not sigma >= 0 or not math.isfinite(sigma):
-        raise ConfigError(f"noise multiplier must be finite and >= 0, got {sigma}")
-    votes = np.asarray(votes, dtype=np.float64)
-    return votes + rng.normal(0.0, sigma, size=votes.shape)
+def vote_mechanism(sigma: float, epsilon: float, delta: float) -> GaussianMechanism:
+    """One round's noisy vote histogram: votes + N(0, sigma^2) on every candidate.
+
+    Sensitivity 1 in L2 under add/remove of one private document: the document casts one vote, for one
+    candidate of its class (``class_votes``). ``epsilon`` and ``delta`` are what sigma was calibrated for over
+    all T rounds by dp-accounting (tasks.accounting); they are recorded with the mechanism."""
+    if not (sigma > 0 and math.isfinite(sigma)):
+        raise ConfigError(f"noise multiplier must be a finite number > 0, got {sigma}")
+    return GaussianMechanism(sensitivity=1.0, sigma=float(sigma), epsilon=float(epsilon), delta=float(delta))
 
 
 def apply_threshold(noisy: np.ndarray, threshold: float) -> np.ndarray:

@@ -328,8 +328,8 @@ def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | No
                          source: str = "released vocabulary") -> list[ReleasedSeed]:
     """Mint prompt seeds from the sampler's output (columns ``label``, ``keyphrases``). ``vocabulary`` is the
     released V~ (default: ``sequences.attrs["released_vocabulary"]``): every keyphrase must belong to it.
-    Call seeds come from ``stage_rng(run_seed, "generate")``, one per row, so a re-run repeats every call."""
-    from tasks.ledger import stage_rng
+    Call seeds come from ``public_rng(run_seed, "generate")``, one per row, so a re-run repeats every call."""
+    from tasks.ledger import public_rng
 
     if vocabulary is None:
         vocabulary = sequences.attrs.get("released_vocabulary")
@@ -337,7 +337,7 @@ def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | No
         raise ConfigError("generation needs the released vocabulary V~ (pass it, or set "
                           "sequences.attrs['released_vocabulary']) to check that prompts carry released terms only")
     released = ReleasedVocabulary(list(vocabulary), sequences.attrs.get("released_vocabulary_source", source))
-    call_seeds = stage_rng(run_seed, "generate").integers(0, 2**31 - 1, size=len(sequences))
+    call_seeds = public_rng(run_seed, "generate").integers(0, 2**31 - 1, size=len(sequences))
     return [released.seed(list(k), lab, int(sd))
             for k, lab, sd in zip(sequences["keyphrases"], sequences["label"], call_seeds)]
 

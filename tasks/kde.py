@@ -17,7 +17,8 @@ Privacy (add/remove adjacency, one document = one individual):
     - L2 sensitivity sqrt(2 * I)  -> Gaussian(sigma) with sigma calibrated by dp-accounting: (eps, delta)-DP.
   (The appendix writes Laplace(2 sqrt(2) I / eps) on a MEAN without the 1/|X| factor, |X| times too noisy;
   we use sums, so the private |D| is never needed: scores are only needed up to a constant factor.)
-The feature draw (w, b) is data-independent and public; its seed is separate from the noise seed.
+The feature draw (w, b) is data-independent and public (``public_rng(seed, ...)``); the noise comes from
+tasks.mechanisms' secure sampler, never from the seed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tasks.errors import ConfigError
+from tasks.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseSource
 
 SQRT2 = math.sqrt(2.0)
 MECHANISMS = ("laplace", "gaussian")
@@ -198,16 +200,26 @@ def gaussian_sigma(n_features: int, epsilon: float, delta: float) -> float:
     return gaussian_noise_multiplier(float(epsilon), float(delta)) * math.sqrt(2.0 * n_features)
 
 
-def release_sketch(
-    exact_sum: np.ndarray, *, epsilon: float, rng: np.random.Generator, mechanism: str = "laplace", delta: float = 0.0
-) -> np.ndarray:
-    """Add the mechanism's noise once to the exact sum F (float64). ``rng`` is the NOISE stream."""
-    n_features = int(exact_sum.shape[0])
+def sketch_mechanism(mechanism: str, n_features: int, epsilon: float, delta: float = 0.0
+                     ) -> LaplaceMechanism | GaussianMechanism:
+    """The mechanism that releases one sketch sum F under add/remove of one document (module docstring):
+    Laplace(sqrt(2) I / eps) on L1 sensitivity sqrt(2) I, or Gaussian with sigma calibrated by dp-accounting
+    on L2 sensitivity sqrt(2 I)."""
     if mechanism == "laplace":
-        return exact_sum + rng.laplace(0.0, laplace_scale(n_features, epsilon), size=n_features)
+        _check_epsilon(epsilon)
+        return LaplaceMechanism(sensitivity=sensitivity("laplace", n_features), epsilon=float(epsilon))
     if mechanism == "gaussian":
-        return exact_sum + rng.normal(0.0, gaussian_sigma(n_features, epsilon, delta), size=n_features)
+        return GaussianMechanism(sensitivity=sensitivity("gaussian", n_features),
+                                 sigma=gaussian_sigma(n_features, epsilon, delta), epsilon=float(epsilon),
+                                 delta=float(delta))
     raise ConfigError(f"unknown sketch mechanism {mechanism!r}; expected one of {MECHANISMS}")
+
+
+def release_sketch(exact_sum: np.ndarray, *, mechanism: LaplaceMechanism | GaussianMechanism,
+                   noise: NoiseSource) -> np.ndarray:
+    """Add the mechanism's noise once to the exact sum F (float64). The flows draw the same thing through
+    ``PrivacyLedger.draw_once``; this is for callers without a ledger (benchmarks, tests)."""
+    return mechanism.release(np.asarray(exact_sum, dtype=np.float64), noise)
 
 
 def sensitivity(mechanism: str, n_features: int) -> float:
@@ -265,9 +277,9 @@ class FeatureSpec:
     bandwidth: float
 
     def draw(self) -> RffFeatures:
-        from tasks.ledger import stage_rng
+        from tasks.ledger import public_rng
 
-        return _draw_cached(self, stage_rng(self.seed, "kde-features", self.name))
+        return _draw_cached(self, public_rng(self.seed, "kde-features", self.name))
 
 
 _FEATURE_CACHE: dict[FeatureSpec, RffFeatures] = {}

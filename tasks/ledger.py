@@ -1,11 +1,13 @@
 """The privacy ledger and the draw-once store of privatized values.
 
-Guarantee this module enforces (DESIGN.md, "Privacy unit and adjacency"): a privatized value is drawn
-**once** and persisted with the parameters it was drawn under. A retry, a resumed run or a re-run with the
+Guarantee this module enforces (docs/privacy.md, "Draw once, charge once"): a privatized value is drawn
+**once**, by applying a mechanism of tasks.mechanisms to the exact value, and persisted with the parameters it
+was drawn under. A retry, a resumed run or a re-run with the
 same run id re-reads it and charges nothing; the same name asked for under other parameters is refused
 with :class:`LedgerMismatchError` (silently redrawing would spend the budget twice, silently reusing would
-misreport the guarantee). Every release is recorded with its mechanism, parameters, (epsilon, delta),
-sensitivity, seed and the dataset fingerprint.
+misreport the guarantee). Every release is recorded with what its mechanism reports (epsilon, delta,
+sensitivity, scale, noise source and whether that source is secure), its parameters and the dataset
+fingerprint; a run with any release from reproducible noise is stamped NOT DIFFERENTIALLY PRIVATE.
 
 Composition: releases of different stages compose by basic composition (sum of epsilons and deltas).
 Within a stage, releases on disjoint parts of the corpus (``partition``, e.g. one per class) compose in
@@ -34,6 +36,7 @@ import numpy as np
 
 from tasks import storage
 from tasks.errors import LedgerMismatchError, PrivseedError
+from tasks.mechanisms import INSECURE_STAMP, Mechanism, NoiseSource, as_noise_source
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +44,14 @@ LEDGER_FORMAT = "privseed-ledger/1"
 _NAME = re.compile(r"^[A-Za-z0-9_.=-]+$")
 
 
-def stage_rng(seed: int, *names: str) -> np.random.Generator:
-    """An independent random stream for (seed, stage names).
+def public_rng(seed: int, *names: str) -> np.random.Generator:
+    """An independent stream of PUBLIC randomness for (seed, stage names): random features, sampling from
+    released sketches, selection from released histograms, LLM call seeds, masks.
 
-    Feature draws, noise draws and sampling each get their own stream, so changing how many sequences are
-    sampled never changes the noise, and the noise is reproducible from the config and the seed."""
+    ``--seed`` is published in the manifest, so nothing drawn from this stream is secret: it is never noise.
+    The mechanisms of tasks.mechanisms refuse a Generator; noise comes from ``tasks.mechanisms.secure_noise()``
+    (or, opted in and stamped, ``insecure_noise``). Streams are independent per name, so changing how many
+    sequences are sampled never changes the features."""
     words = [int.from_bytes(hashlib.sha256(n.encode()).digest()[:4], "little") for n in names]
     return np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *words]))
 
@@ -113,6 +119,48 @@ class PrivacyLedger:
         self,
         name: str,
         *,
+        mechanism: Mechanism,
+        noise: NoiseSource,
+        params: Mapping[str, Any],
+        exact: Callable[[], np.ndarray],
+        postprocess: Callable[[np.ndarray], Mapping[str, np.ndarray]] | None = None,
+        partition: str | None = None,
+        stage: str | None = None,
+        accounted_in: str | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The privatized value of ``name``: ``mechanism.release(exact(), noise)`` the first time, re-read after.
+
+        The ledger applies the mechanism itself, so what it records (``mechanism.describe(noise)``: epsilon,
+        delta, sensitivity, scale, noise source, secure) is what was applied; a caller cannot declare one
+        guarantee and draw another. ``exact`` is called only when a value must be drawn (the private
+        intermediate is then never needed on a re-read). The stored arrays are ``{"noisy": released}`` plus
+        ``postprocess(released)`` (e.g. the top-N ids of a noisy histogram), so every released value can be
+        checked against the mechanism. ``accounted_in`` names an earlier :meth:`charge` that already paid for
+        this release (one round of a schedule composed by an accountant): it is then recorded, not charged."""
+        self._check_name(name)
+        description = self._describe(name, mechanism, noise)
+        if accounted_in is not None and accounted_in not in self._entries:
+            raise PrivseedError(f"release {name!r} is accounted in {accounted_in!r}, which was never charged; "
+                                "charge the schedule before drawing its rounds")
+        record = self._record(name, description["mechanism"], params, description["epsilon"], description["delta"],
+                              description["sensitivity"], partition, stage)
+        record.update(self._noise_fields(description, accounted_in=accounted_in, releases=1))
+
+        def draw() -> dict[str, np.ndarray]:
+            released = np.asarray(mechanism.release(np.asarray(exact()), noise))
+            arrays = {"noisy": released}
+            for key, value in (postprocess(released) if postprocess is not None else {}).items():
+                if key in arrays:
+                    raise PrivseedError(f"release {name!r}: post-processing may not overwrite {key!r}")
+                arrays[key] = np.asarray(value)
+            return arrays
+
+        return self._draw_and_record(name, record, draw)
+
+    def draw_once_unverified(
+        self,
+        name: str,
+        *,
         mechanism: str,
         params: Mapping[str, Any],
         epsilon: float,
@@ -122,9 +170,16 @@ class PrivacyLedger:
         stage: str | None = None,
         draw: Callable[[], Mapping[str, np.ndarray]],
     ) -> dict[str, np.ndarray]:
-        """The privatized arrays for ``name``: drawn by ``draw()`` the first time, re-read afterwards."""
+        """Transitional, for SecPE only until its noise is drawn through tasks.mechanisms: the caller draws the
+        value and declares its guarantee. Recorded with ``secure: None`` (the ledger cannot vouch for noise it
+        did not apply) and listed as unverified in ``ledger.json``."""
         self._check_name(name)
         record = self._record(name, mechanism, params, epsilon, delta, sensitivity, partition, stage)
+        record.update(noise_source="drawn by the caller (not verified by the ledger)", secure=None,
+                      guarantee=None, scale=None, accounted_in=None, releases=1)
+        return self._draw_and_record(name, record, lambda: {k: np.asarray(v) for k, v in draw().items()})
+
+    def _draw_and_record(self, name: str, record: dict, draw: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         with self._lock:
             existing = self._entries.get(name)
             if existing is not None:
@@ -140,17 +195,55 @@ class PrivacyLedger:
                     )
                 log.info("ledger: %s was drawn before an interruption; reusing it", name)
             else:
-                arrays = {k: np.asarray(v) for k, v in draw().items()}
+                arrays = draw()
                 data = self._npz_bytes(arrays, record["params_canonical"])
                 storage.write_bytes(value_uri, data, self.storage_options)
             data = storage.read_bytes(value_uri, self.storage_options)
             record["value"] = {"path": f"values/{name}.npz", "sha256": hashlib.sha256(data).hexdigest(),
                                "arrays": {k: list(v.shape) for k, v in arrays.items()}}
             self._write_entry(record)
-            log.info("ledger: released %s (%s, epsilon=%g, delta=%g)", name, mechanism, epsilon, delta)
+            log.info("ledger: released %s (%s, epsilon=%g, delta=%g, noise %s)", name, record["mechanism"],
+                     record["epsilon"], record["delta"], record["noise_source"])
+            if record.get("secure") is False:
+                log.warning("ledger: %s was drawn from reproducible noise: %s", name, INSECURE_STAMP)
             return arrays
 
     def charge(
+        self,
+        name: str,
+        *,
+        mechanism: Mechanism,
+        noise: NoiseSource,
+        params: Mapping[str, Any],
+        releases: int = 1,
+        stage: str | None = None,
+        partition: str | None = None,
+    ) -> None:
+        """Charge a schedule of ``releases`` draws of ``mechanism`` up front, with no stored value (Aug-PE's T
+        rounds); each round is then drawn with ``draw_once(..., accounted_in=name)`` and charges nothing.
+
+        The charge is the mechanism's (epsilon, delta) as it reports them: for a Gaussian mechanism that is what
+        its sigma was calibrated for over all ``releases`` by the accountant; a Laplace mechanism's epsilon is
+        per release and ``releases`` of them compose by basic composition. Idempotent per name: the same charge
+        twice is recorded once; other parameters are refused."""
+        self._check_name(name)
+        if int(releases) != releases or releases < 1:
+            raise PrivseedError(f"charge {name!r}: releases must be a whole number >= 1, got {releases!r}")
+        description = self._describe(name, mechanism, noise)
+        epsilon, delta = float(description["epsilon"]), float(description["delta"])
+        if description["mechanism"] == "laplace":
+            epsilon *= int(releases)
+        record = self._record(name, description["mechanism"], params, epsilon, delta, description["sensitivity"],
+                              partition, stage)
+        record.update(self._noise_fields(description, accounted_in=None, releases=int(releases)))
+        with self._lock:
+            existing = self._entries.get(name)
+            if existing is not None:
+                self._check_same(existing, record)
+                return
+            self._write_entry(record)
+
+    def charge_unverified(
         self,
         name: str,
         *,
@@ -162,16 +255,33 @@ class PrivacyLedger:
         partition: str | None = None,
         sensitivity: float | None = None,
     ) -> None:
-        """Record a charge with no stored value (e.g. a whole Aug-PE schedule accounted up front).
-        Idempotent per name: the same charge twice is recorded once; other parameters are refused."""
+        """Transitional, for SecPE only (see :meth:`draw_once_unverified`): a declared charge, ``secure: None``."""
         self._check_name(name)
         record = self._record(name, mechanism, params, epsilon, delta, sensitivity, partition, stage)
+        record.update(noise_source="drawn by the caller (not verified by the ledger)", secure=None,
+                      guarantee=None, scale=None, accounted_in=None, releases=None)
         with self._lock:
             existing = self._entries.get(name)
             if existing is not None:
                 self._check_same(existing, record)
                 return
             self._write_entry(record)
+
+    # -- what the noise was ----------------------------------------------------------------------
+    def noise_report(self) -> dict[str, Any]:
+        """Whether every release came from the secure sampler: ``secure`` is False as soon as one entry was
+        drawn from reproducible (insecure) noise; entries the ledger did not draw itself are ``unverified``."""
+        insecure = sorted(n for n, e in self._entries.items() if e.get("secure") is False)
+        unverified = sorted(n for n, e in self._entries.items() if e.get("secure") is None)
+        report: dict[str, Any] = {"secure": not insecure, "insecure_entries": insecure,
+                                  "unverified_entries": unverified}
+        if insecure:
+            report["stamp"] = INSECURE_STAMP
+        return report
+
+    def is_secure(self) -> bool:
+        """False when any release of this run was drawn from reproducible noise (not differentially private)."""
+        return not any(e.get("secure") is False for e in self._entries.values())
 
     def has(self, name: str) -> bool:
         return name in self._entries
@@ -223,6 +333,10 @@ class PrivacyLedger:
         document = self.state_dict()
         document["total"] = {"epsilon": epsilon, "delta": delta,
                              "composition": "basic across stages, parallel across partitions (classes)"}
+        document["noise"] = self.noise_report()
+        document["total"]["secure"] = document["noise"]["secure"]
+        if not document["noise"]["secure"]:
+            document["stamp"] = INSECURE_STAMP
         document["previous_runs"] = self._previous_runs()
         return json.dumps(document, indent=2, sort_keys=True, default=_jsonable) + "\n"
 
@@ -267,8 +381,27 @@ class PrivacyLedger:
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
         }
 
+    @staticmethod
+    def _describe(name: str, mechanism: Any, noise: Any) -> dict[str, Any]:
+        if isinstance(mechanism, str) or not callable(getattr(mechanism, "describe", None)):
+            raise TypeError(f"ledger entry {name!r}: pass a mechanism object of tasks.mechanisms, not {mechanism!r}")
+        noise = as_noise_source(noise)
+        description = dict(mechanism.describe(noise))
+        for key in ("mechanism", "epsilon", "delta", "sensitivity", "scale", "noise_source", "secure"):
+            if key not in description:
+                raise PrivseedError(f"ledger entry {name!r}: the mechanism's description lacks {key!r}")
+        return description
+
+    @staticmethod
+    def _noise_fields(description: Mapping[str, Any], *, accounted_in: str | None, releases: int) -> dict[str, Any]:
+        return {"guarantee": json.loads(json.dumps(description, default=_jsonable)),
+                "scale": float(description["scale"]), "noise_source": str(description["noise_source"]),
+                "secure": bool(description["secure"]), "accounted_in": accounted_in,
+                "charged": accounted_in is None, "releases": releases}
+
     def _check_same(self, existing: Mapping[str, Any], record: Mapping[str, Any]) -> None:
-        for key in ("mechanism", "params_canonical", "epsilon", "delta", "partition", "stage"):
+        for key in ("mechanism", "params_canonical", "epsilon", "delta", "partition", "stage", "sensitivity", "scale",
+                    "secure", "noise_source", "accounted_in", "releases"):
             if existing.get(key) != record.get(key):
                 raise LedgerMismatchError(
                     f"release {existing['name']!r} of run {self.run_id!r} was made with another {key.replace('_canonical', '')}"

@@ -171,6 +171,22 @@ def noise_source(insecure_seed: int | None, *stream: str) -> NoiseSource:
     return secure_noise() if insecure_seed is None else insecure_noise(insecure_seed, *stream)
 
 
+def as_noise_source(noise: NoiseSource | None) -> NoiseSource:
+    """``noise`` checked to be a noise source (None: the secure one).
+
+    A ``numpy.random.Generator`` is refused: in privseed generators are public randomness
+    (``tasks.ledger.public_rng``, derived from the published ``--seed``), and noise drawn from one is a
+    deterministic function of public configuration."""
+    if noise is None:
+        return secure_noise()
+    if isinstance(noise, (np.random.Generator, np.random.RandomState)) or not isinstance(noise, NoiseSource):
+        raise TypeError(
+            f"a mechanism's noise must come from tasks.mechanisms (secure_noise() or, opted in, insecure_noise()), "
+            f"not {type(noise).__name__}: generators are public randomness"
+        )
+    return noise
+
+
 def _check_positive(name: str, value: float) -> float:
     value = float(value)
     if not (value > 0 and math.isfinite(value)):
@@ -214,7 +230,7 @@ class LaplaceMechanism:
         return np.issubdtype(np.asarray(exact).dtype, np.integer) and float(self.sensitivity).is_integer()
 
     def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray:
-        noise = noise or secure_noise()
+        noise = as_noise_source(noise)
         if self.is_discrete_for(exact):
             return noise.discrete_laplace(exact, self.scale)
         return noise.laplace(exact, self.scale)
@@ -226,7 +242,7 @@ class LaplaceMechanism:
         return stats.dlaplace(1.0 / self.scale) if discrete else stats.laplace(scale=self.scale)
 
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
-        noise = noise or secure_noise()
+        noise = as_noise_source(noise)
         return {
             "mechanism": "laplace",
             "input_metric": "l1_distance",
@@ -268,7 +284,7 @@ class GaussianMechanism:
         return float(self.sensitivity) ** 2 / (2.0 * float(self.sigma) ** 2)
 
     def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray:
-        return (noise or secure_noise()).gaussian(exact, self.sigma)
+        return as_noise_source(noise).gaussian(exact, self.sigma)
 
     def noise_distribution(self):
         from scipy import stats
@@ -276,7 +292,7 @@ class GaussianMechanism:
         return stats.norm(scale=self.sigma)
 
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
-        noise = noise or secure_noise()
+        noise = as_noise_source(noise)
         return {
             "mechanism": "gaussian",
             "input_metric": "l2_distance",

@@ -281,7 +281,8 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
         return [], "no ledger in this release"
     entries = ledger.get("entries", ledger.get("releases", [])) if isinstance(ledger, Mapping) else ledger
     rows = []
-    keep = ("name", "stage", "mechanism", "partition", "epsilon", "delta", "sensitivity", "seed", "time")
+    keep = ("name", "stage", "mechanism", "partition", "epsilon", "delta", "sensitivity", "scale", "noise_source",
+            "secure", "seed", "time")
     for e in entries or []:
         if isinstance(e, Mapping):
             rows.append({k: e[k] for k in keep if k in e} | (
@@ -299,6 +300,26 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
         elif t is not None:
             total = str(t)
     return rows, total
+
+
+def insecure_stamp(*documents: Mapping[str, Any] | None) -> str | None:
+    """The NOT DIFFERENTIALLY PRIVATE stamp when a ledger.json or manifest.json carries it, else None."""
+    for document in documents:
+        if isinstance(document, Mapping):
+            privacy = document.get("privacy") if isinstance(document.get("privacy"), Mapping) else {}
+            total = document.get("total") if isinstance(document.get("total"), Mapping) else {}
+            if document.get("stamp") or privacy.get("secure") is False or total.get("secure") is False:
+                from tasks.mechanisms import INSECURE_STAMP
+
+                return str(document.get("stamp") or INSECURE_STAMP)
+    return None
+
+
+def _stamp_banner(stamp: str) -> str:
+    return (f"<div style='border:3px solid #b00020;background:#fde7ea;color:#b00020;padding:0.8em;"
+            f"font-size:1.3em;font-weight:bold'>{_esc(stamp)}: this release's noise was drawn from the public "
+            "--seed (--insecure-reproducible-noise). It is reproducible by anyone who reads the manifest and "
+            "gives no privacy guarantee; the epsilon below is not a guarantee.</div>")
 
 
 # ---------------------------------------------------------------- the run report
@@ -322,6 +343,9 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     if result.get("client"):
         summary += (f"<p>Deep CORAL used {_esc(result.get('n_client', '?'))} unlabelled client documents "
                     f"(<code>{_esc(result['client'])}</code>), disjoint from the test set.</p>")
+    stamp = insecure_stamp(ledger, manifest)
+    if stamp:
+        summary = _stamp_banner(stamp) + summary
     sections = [
         _section("summary", "Summary", summary),
         _section("scores", "Downstream accuracy (trained on synthetic data only)",
@@ -354,7 +378,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     sections.append(_section("examples", "Example synthetic documents with their seeds",
                              "<table><thead><tr><th>class</th><th>seed keyphrases → document</th></tr></thead>"
                              f"<tbody>{''.join(ex_html)}</tbody></table>" if ex_html else "<p>(empty release)</p>"))
-    return _page("privseed evaluation report", result.get("title", ""), sections)
+    title = "privseed evaluation report" + (f" ({stamp})" if stamp else "")
+    return _page(title, result.get("title", ""), sections)
 
 
 # ---------------------------------------------------------------- the experiment report

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.errors import ConfigError
+from tasks.mechanisms import LaplaceMechanism, NoiseSource
 
 # Unicode word characters without the underscore; one rule for documents and vocabulary terms,
 # so a term matches exactly when its tokens appear consecutively in a document.
@@ -189,27 +190,44 @@ def first_terms_histogram(sequences: Iterable[Sequence[int]], vocab_size: int, m
     return np.bincount(np.asarray(flat, dtype=np.int64), minlength=vocab_size).astype(np.int64)
 
 
-def privatize_vocabulary(
-    counts: np.ndarray, *, epsilon: float, max_terms_per_doc: int, top_n: int, rng: np.random.Generator
-) -> dict[str, np.ndarray]:
-    """Laplace mechanism on the histogram, then keep the top N noisy counts.
+def vocabulary_mechanism(epsilon: float, max_terms_per_doc: int) -> LaplaceMechanism:
+    """The vocabulary histogram's mechanism: Laplace with scale S / eps on every coordinate of V.
 
-    Guarantee: eps-DP under add/remove of one document. The L1 sensitivity of ``counts`` is S
-    (a document contributes at most S term occurrences), so Laplace(S / eps) is added to EVERY
-    coordinate of V, zero counts included (skipping zeros would reveal which terms occur). The top-N
-    selection is post-processing. Returns the selected term ids (by decreasing noisy count) and their
-    noisy counts; nothing else of the noisy histogram is released.
-    """
+    Guarantee: eps-DP under add/remove of one document. The L1 sensitivity of the first-S histogram is S
+    (a document contributes at most S term occurrences). The counts are integers and S is an integer, so the
+    mechanism draws discrete Laplace (two-sided geometric) noise of that scale, exact on integers."""
     if not np.isfinite(epsilon) or epsilon <= 0:
         raise ConfigError(f"eps_voc must be a positive finite number, got {epsilon}")
+    if max_terms_per_doc < 1:
+        raise ConfigError(f"terms per document S must be >= 1, got {max_terms_per_doc}")
+    return LaplaceMechanism(sensitivity=int(max_terms_per_doc), epsilon=float(epsilon))
+
+
+def top_terms(noisy: np.ndarray, top_n: int) -> dict[str, np.ndarray]:
+    """Post-processing of the noisy histogram: the ``top_n`` term ids by decreasing noisy count (ties by id),
+    and their noisy counts."""
     if top_n < 1:
         raise ConfigError(f"vocabulary size N must be >= 1, got {top_n}")
-    scale = max_terms_per_doc / epsilon
-    noisy = counts.astype(np.float64) + rng.laplace(0.0, scale, size=counts.shape[0])
-    n = min(top_n, counts.shape[0])
+    noisy = np.asarray(noisy)
+    n = min(top_n, noisy.shape[0])
     top = np.argpartition(-noisy, n - 1)[:n]
-    top = top[np.argsort(-noisy[top], kind="stable")]
+    top = top[np.lexsort((top, -noisy[top]))]
     return {"term_ids": top.astype(np.int64), "noisy_counts": noisy[top]}
+
+
+def privatize_vocabulary(
+    counts: np.ndarray, *, mechanism: LaplaceMechanism, noise: NoiseSource, top_n: int
+) -> dict[str, np.ndarray]:
+    """The mechanism on the histogram, then the top N noisy counts (post-processing).
+
+    Noise is added to EVERY coordinate of V, zero counts included (skipping zeros would reveal which terms
+    occur). Returns the full noisy histogram (``noisy``, what the mechanism released) and the selected term
+    ids with their noisy counts. The flows draw the same thing through ``PrivacyLedger.draw_once`` with
+    ``exact=counts`` and ``postprocess=top_terms``; this function is for callers without a ledger
+    (benchmarks, tests)."""
+    top_terms(np.zeros(1), top_n)  # validates N before any noise is drawn
+    noisy = mechanism.release(np.asarray(counts, dtype=np.int64), noise)
+    return {"noisy": noisy, **top_terms(noisy, top_n)}
 
 
 def shard_histogram(texts: Sequence[str], vocab_spec: str, english_top_n: int, max_terms_per_doc: int) -> np.ndarray:

@@ -56,11 +56,16 @@ def test_votes_stay_within_class():
     assert votes[:5].tolist() == [1] * 5 and votes[5:].sum() == 0
 
 
-def test_gaussian_noise_scale():
-    rng = np.random.default_rng(2)
-    noisy = ev.gaussian_noisy_histogram(np.zeros(20000, dtype=np.int64), 3.0, rng)
+def test_vote_mechanism_adds_sigma_on_sensitivity_one():
+    from tasks.mechanisms import secure_noise
+
+    mech = ev.vote_mechanism(3.0, epsilon=4.0, delta=1e-5)
+    assert (mech.sensitivity, mech.sigma, mech.epsilon, mech.delta) == (1.0, 3.0, 4.0, 1e-5)
+    noisy = mech.release(np.zeros(20000), secure_noise())
     assert noisy.std() == pytest.approx(3.0, rel=0.03)
     assert abs(noisy.mean()) < 0.1
+    with pytest.raises(ConfigError):
+        ev.vote_mechanism(0.0, epsilon=1.0, delta=1e-5)
 
 
 def test_threshold_and_rank_selection():

@@ -19,7 +19,9 @@ from tasks.kde import (
     sensitivity,
     single_term_sketch_sum,
     single_term_weights,
+    sketch_mechanism,
 )
+from tasks.mechanisms import secure_noise
 
 
 def _unit(rng, n, d):
@@ -59,7 +61,8 @@ def test_rff_error_shrinks_like_one_over_sqrt_features():
 
 def test_laplace_noise_matches_scale_sqrt2_I_over_eps():
     n_features, eps = 3000, 0.7
-    noise = release_sketch(np.zeros(n_features), epsilon=eps, rng=np.random.default_rng(5))
+    noise = release_sketch(np.zeros(n_features), mechanism=sketch_mechanism("laplace", n_features, eps),
+                           noise=secure_noise())
     b = math.sqrt(2) * n_features / eps
     assert laplace_scale(n_features, eps) == pytest.approx(b)
     assert sensitivity("laplace", n_features) == pytest.approx(math.sqrt(2) * n_features)
@@ -74,8 +77,12 @@ def test_gaussian_noise_is_calibrated_by_dp_accounting():
     multiplier = sigma / math.sqrt(2 * n_features)
     # analytic Gaussian mechanism (Balle & Wang 2018) at eps=1, delta=1e-5 needs about 3.73 sensitivities
     assert 3.6 < multiplier < 3.9
-    noise = release_sketch(np.zeros(4000), epsilon=eps, delta=delta, mechanism="gaussian", rng=np.random.default_rng(6))
+    mech = sketch_mechanism("gaussian", 4000, eps, delta)
+    assert (mech.sigma, mech.sensitivity, mech.epsilon, mech.delta) == \
+        (pytest.approx(gaussian_sigma(4000, eps, delta)), pytest.approx(math.sqrt(8000)), eps, delta)
+    noise = release_sketch(np.zeros(4000), mechanism=mech, noise=secure_noise())
     assert stats.kstest(noise, stats.norm(scale=gaussian_sigma(4000, eps, delta)).cdf).pvalue > 1e-3
+    assert stats.kstest(noise, stats.norm(scale=gaussian_sigma(4000, eps, delta) / 2).cdf).pvalue < 1e-6
     with pytest.raises(ConfigError):
         gaussian_sigma(n_features, eps, 0.0)
 
@@ -158,4 +165,4 @@ def test_feature_draw_validates_parameters():
     with pytest.raises(ConfigError):
         draw_rff_features(np.random.default_rng(0), n_features=3, dim=3, bandwidth=0)
     with pytest.raises(ConfigError):
-        release_sketch(np.zeros(3), epsilon=1.0, rng=np.random.default_rng(0), mechanism="exponential")
+        sketch_mechanism("exponential", 3, 1.0)

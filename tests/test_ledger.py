@@ -3,64 +3,153 @@ import json
 import numpy as np
 import pytest
 
-from tasks.errors import LedgerMismatchError
-from tasks.ledger import PrivacyLedger, stage_rng
+from tasks.errors import LedgerMismatchError, PrivseedError
+from tasks.ledger import PrivacyLedger, public_rng
+from tasks.mechanisms import INSECURE_STAMP, GaussianMechanism, LaplaceMechanism, insecure_noise, secure_noise
+
+LAPLACE = LaplaceMechanism(sensitivity=10.0, epsilon=1.0)
+SECURE = secure_noise()
 
 
-def counter_draw(calls, value=1.0):
-    def draw():
+def counted(calls, value=None):
+    """An ``exact`` callable that counts how often the ledger asks for the private value."""
+    def exact():
         calls.append(1)
-        return {"noisy": np.full(3, value) + np.random.default_rng(len(calls)).normal(size=3)}
-    return draw
+        return np.zeros(50) if value is None else value
+    return exact
 
 
-def test_stage_rng_streams_are_reproducible_and_independent():
-    a = stage_rng(7, "kde", "noise").normal(size=4)
-    assert np.array_equal(a, stage_rng(7, "kde", "noise").normal(size=4))
-    assert not np.allclose(a, stage_rng(7, "kde", "features").normal(size=4))
-    assert not np.allclose(a, stage_rng(8, "kde", "noise").normal(size=4))
+def test_public_rng_streams_are_reproducible_and_independent():
+    a = public_rng(7, "kde", "features").normal(size=4)
+    assert np.array_equal(a, public_rng(7, "kde", "features").normal(size=4))
+    assert not np.allclose(a, public_rng(7, "kde", "sample").normal(size=4))
+    assert not np.allclose(a, public_rng(8, "kde", "features").normal(size=4))
+
+
+def test_public_randomness_cannot_be_a_mechanisms_noise(tmp_path):
+    ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
+    with pytest.raises(TypeError, match="public randomness"):
+        ledger.draw_once("h", mechanism=LAPLACE, noise=public_rng(0, "noise"), params={}, exact=counted([]))
+    with pytest.raises(TypeError, match="public randomness"):
+        LAPLACE.release(np.zeros(3), np.random.default_rng(0))
+    with pytest.raises(TypeError, match="mechanism object"):
+        ledger.draw_once("h", mechanism="laplace", noise=SECURE, params={}, exact=counted([]))
+    assert ledger.entries() == []
+
+
+def test_the_ledger_applies_the_mechanism_and_records_what_it_reports(tmp_path):
+    ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
+    exact = np.arange(2000, dtype=np.int64) % 7
+    released = ledger.draw_once("histogram", mechanism=LaplaceMechanism(sensitivity=10, epsilon=2.0), noise=SECURE,
+                                params={"S": 10}, exact=lambda: exact, stage="vocabulary",
+                                postprocess=lambda noisy: {"top": np.argsort(-noisy)[:5]})
+    noise = released["noisy"] - exact
+    assert released["noisy"].dtype == np.int64 and np.count_nonzero(noise) > 1500  # noise on every coordinate
+    assert np.mean(np.abs(noise)) == pytest.approx(5.0, rel=0.15)  # E|Laplace(b)| = b = S / eps = 5
+    np.testing.assert_array_equal(released["top"], np.argsort(-released["noisy"])[:5])
+    entry = ledger.entries()[0]
+    assert (entry["mechanism"], entry["epsilon"], entry["delta"], entry["sensitivity"], entry["scale"]) == \
+        ("laplace", 2.0, 0.0, 10.0, 5.0)
+    assert entry["secure"] is True and entry["noise_source"] == "opendp" and entry["charged"] is True
+    assert entry["guarantee"]["input_metric"] == "l1_distance"
+    assert "seed" not in entry and ledger.noise_report() == {"secure": True, "insecure_entries": [],
+                                                             "unverified_entries": []}
 
 
 def test_value_is_drawn_once_and_reread_across_ledger_instances(tmp_path):
     calls = []
-    params = {"sensitivity": 10, "epsilon": 1.0}
     first = PrivacyLedger(str(tmp_path), "fp", "r1").draw_once(
-        "histogram", mechanism="laplace", params=params, epsilon=1.0, stage="vocabulary", draw=counter_draw(calls))
+        "histogram", mechanism=LAPLACE, noise=SECURE, params={"S": 10}, stage="vocabulary", exact=counted(calls))
     again = PrivacyLedger(str(tmp_path), "fp", "r1")  # a retry or a resumed run
-    second = again.draw_once("histogram", mechanism="laplace", params=params, epsilon=1.0, stage="vocabulary",
-                             draw=counter_draw(calls, value=99.0))
+    second = again.draw_once("histogram", mechanism=LAPLACE, noise=SECURE, params={"S": 10}, stage="vocabulary",
+                             exact=counted(calls))
     assert len(calls) == 1 and np.array_equal(first["noisy"], second["noisy"])
     assert again.total() == (1.0, 0.0)
 
 
+def test_two_runs_with_the_same_parameters_draw_different_noise(tmp_path):
+    values = [PrivacyLedger(str(tmp_path), "fp", run).draw_once(
+        "histogram", mechanism=LAPLACE, noise=SECURE, params={"S": 10}, exact=counted([]))["noisy"]
+        for run in ("r1", "r2")]
+    assert not np.array_equal(values[0], values[1])
+
+
+def test_insecure_noise_repeats_and_stamps_the_ledger(tmp_path):
+    noise = insecure_noise(0, "vocabulary")
+    values = []
+    for run in ("r1", "r2"):
+        ledger = PrivacyLedger(str(tmp_path), "fp", run)
+        values.append(ledger.draw_once("histogram", mechanism=LAPLACE, noise=noise, params={}, exact=counted([]))["noisy"])
+    np.testing.assert_array_equal(values[0], values[1])
+    assert not ledger.is_secure()
+    document = json.loads(ledger.to_json())
+    assert document["stamp"] == INSECURE_STAMP and document["total"]["secure"] is False
+    assert document["noise"]["insecure_entries"] == ["histogram"]
+    # re-reading an insecure value as if it were secure is refused: the record would lie
+    with pytest.raises(LedgerMismatchError, match="secure"):
+        ledger.draw_once("histogram", mechanism=LAPLACE, noise=SECURE, params={}, exact=counted([]))
+
+
 def test_same_name_other_parameters_is_refused(tmp_path):
     ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
-    ledger.draw_once("sketch", mechanism="laplace", params={"I": 300}, epsilon=1.0, draw=counter_draw([]))
+    ledger.draw_once("sketch", mechanism=LAPLACE, noise=SECURE, params={"I": 300}, exact=counted([]))
     with pytest.raises(LedgerMismatchError, match="params"):
-        ledger.draw_once("sketch", mechanism="laplace", params={"I": 1000}, epsilon=1.0, draw=counter_draw([]))
+        ledger.draw_once("sketch", mechanism=LAPLACE, noise=SECURE, params={"I": 1000}, exact=counted([]))
     with pytest.raises(LedgerMismatchError, match="epsilon"):
-        ledger.draw_once("sketch", mechanism="laplace", params={"I": 300}, epsilon=2.0, draw=counter_draw([]))
+        ledger.draw_once("sketch", mechanism=LaplaceMechanism(10.0, 2.0), noise=SECURE, params={"I": 300},
+                         exact=counted([]))
+    with pytest.raises(LedgerMismatchError, match="sensitivity"):
+        ledger.draw_once("sketch", mechanism=LaplaceMechanism(5.0, 1.0), noise=SECURE, params={"I": 300},
+                         exact=counted([]))
     with pytest.raises(LedgerMismatchError, match="mechanism"):
-        ledger.draw_once("sketch", mechanism="gaussian", params={"I": 300}, epsilon=1.0, draw=counter_draw([]))
+        ledger.draw_once("sketch", mechanism=GaussianMechanism(10.0, 3.0, 1.0, 1e-5), noise=SECURE, params={"I": 300},
+                         exact=counted([]))
 
 
 def test_another_dataset_cannot_use_the_run(tmp_path):
-    PrivacyLedger(str(tmp_path), "fp-a", "r1").charge("c", mechanism="laplace", params={}, epsilon=1.0)
+    PrivacyLedger(str(tmp_path), "fp-a", "r1").draw_once("c", mechanism=LAPLACE, noise=SECURE, params={},
+                                                          exact=counted([]))
     with pytest.raises(LedgerMismatchError, match="another dataset"):
         PrivacyLedger(str(tmp_path), "fp-b", "r1")
 
 
 def test_composition_sums_stages_and_takes_max_over_classes(tmp_path):
     ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
-    ledger.draw_once("voc", mechanism="laplace", params={}, epsilon=1.0, stage="vocabulary", draw=counter_draw([]))
+    ledger.draw_once("voc", mechanism=LAPLACE, noise=SECURE, params={}, stage="vocabulary", exact=counted([]))
     for label in ("a", "b", "c"):  # per-class sketches: disjoint documents, parallel composition
         for block in range(4):  # ensemble of 4 sketches per class: basic composition within a class
-            ledger.draw_once(f"kde-{label}-{block}", mechanism="laplace", params={}, epsilon=2.5,
-                             stage="kde", partition=label, draw=counter_draw([]))
+            ledger.draw_once(f"kde-{label}-{block}", mechanism=LaplaceMechanism(1.0, 2.5), noise=SECURE, params={},
+                             stage="kde", partition=label, exact=counted([]))
     assert ledger.total() == pytest.approx((11.0, 0.0))
-    ledger.charge("pe-schedule", mechanism="gaussian", params={"sigma": 3.0, "T": 10}, epsilon=4.0, delta=1e-5)
-    ledger.charge("pe-schedule", mechanism="gaussian", params={"sigma": 3.0, "T": 10}, epsilon=4.0, delta=1e-5)
-    assert ledger.total() == pytest.approx((15.0, 1e-5))
+
+
+def test_a_schedule_is_charged_once_and_its_rounds_are_recorded_not_charged(tmp_path):
+    ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
+    round_mechanism = GaussianMechanism(sensitivity=1.0, sigma=3.0, epsilon=4.0, delta=1e-5)  # eps of all T rounds
+    with pytest.raises(PrivseedError, match="never charged"):
+        ledger.draw_once("round-1", mechanism=round_mechanism, noise=SECURE, params={}, exact=counted([]),
+                         accounted_in="pe-schedule")
+    for _ in range(2):  # idempotent
+        ledger.charge("pe-schedule", mechanism=round_mechanism, noise=SECURE, params={"T": 10}, releases=10)
+    for t in range(1, 4):
+        ledger.draw_once(f"round-{t}", mechanism=round_mechanism, noise=SECURE, params={"round": t},
+                         exact=counted([]), accounted_in="pe-schedule")
+    assert ledger.total() == pytest.approx((4.0, 1e-5))
+    schedule = next(e for e in ledger.entries() if e["name"] == "pe-schedule")
+    assert schedule["releases"] == 10 and schedule["guarantee"]["rho"] == pytest.approx(1 / 18)
+    with pytest.raises(LedgerMismatchError, match="releases"):
+        ledger.charge("pe-schedule", mechanism=round_mechanism, noise=SECURE, params={"T": 10}, releases=5)
+    # Laplace releases of a schedule compose by basic composition
+    ledger.charge("laplace-schedule", mechanism=LaplaceMechanism(1.0, 0.5), noise=SECURE, params={}, releases=3)
+    assert ledger.total() == pytest.approx((5.5, 1e-5))
+
+
+def test_unverified_entries_are_listed_as_such(tmp_path):
+    ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
+    ledger.draw_once_unverified("secpe", mechanism="secret-clustering", params={}, epsilon=1.0,
+                                draw=lambda: {"x": np.zeros(2)})
+    report = json.loads(ledger.to_json())["noise"]
+    assert report == {"secure": True, "insecure_entries": [], "unverified_entries": ["secpe"]}
 
 
 def test_crash_between_draw_and_record_reuses_the_value(tmp_path, monkeypatch):
@@ -72,15 +161,15 @@ def test_crash_between_draw_and_record_reuses_the_value(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ledger, "_write_entry", crash)
     with pytest.raises(KeyboardInterrupt):
-        ledger.draw_once("h", mechanism="laplace", params={"a": 1}, epsilon=1.0, draw=counter_draw(calls))
+        ledger.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1}, exact=counted(calls))
     resumed = PrivacyLedger(str(tmp_path), "fp", "r1")
-    resumed.draw_once("h", mechanism="laplace", params={"a": 1}, epsilon=1.0, draw=counter_draw(calls))
+    resumed.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1}, exact=counted(calls))
     assert len(calls) == 1 and resumed.total() == (1.0, 0.0)
 
 
 def test_state_dict_round_trip_and_refusals(tmp_path):
     ledger = PrivacyLedger(str(tmp_path / "a"), "fp", "r1")
-    ledger.charge("c", mechanism="laplace", params={"x": 1}, epsilon=0.5)
+    ledger.charge("c", mechanism=LaplaceMechanism(1.0, 0.5), noise=SECURE, params={"x": 1})
     state = ledger.state_dict()
     fresh = PrivacyLedger(str(tmp_path / "b"), "fp", "r1")
     fresh.load_state_dict(state)
@@ -94,10 +183,10 @@ def test_state_dict_round_trip_and_refusals(tmp_path):
 
 
 def test_published_json_lists_entries_total_and_previous_runs(tmp_path):
-    PrivacyLedger(str(tmp_path), "fp", "old").charge("c", mechanism="laplace", params={}, epsilon=2.0)
+    PrivacyLedger(str(tmp_path), "fp", "old").charge("c", mechanism=LaplaceMechanism(1.0, 2.0), noise=SECURE, params={})
     ledger = PrivacyLedger(str(tmp_path), "fp", "new")
-    ledger.charge("c", mechanism="laplace", params={}, epsilon=1.0)
+    ledger.charge("c", mechanism=LaplaceMechanism(1.0, 1.0), noise=SECURE, params={})
     document = json.loads(ledger.to_json())
-    assert document["total"]["epsilon"] == 1.0
+    assert document["total"]["epsilon"] == 1.0 and document["total"]["secure"] is True and "stamp" not in document
     assert document["previous_runs"] == [{"run_id": "old", "epsilon": 2.0, "delta": 0.0}]
     assert document["entries"][0]["dataset_fingerprint"] == "fp"

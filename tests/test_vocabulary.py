@@ -13,7 +13,10 @@ from tasks.vocabulary import (
     first_terms_histogram,
     privatize_vocabulary,
     tokenize,
+    top_terms,
+    vocabulary_mechanism,
 )
+from tasks.mechanisms import secure_noise
 
 
 def test_tokenize_lowercases_and_splits_on_punctuation():
@@ -86,43 +89,45 @@ def test_histogram_counts_first_s_terms_and_is_additive():
         first_terms_histogram(seqs[:2], 6, 3) + first_terms_histogram(seqs[2:], 6, 3), h)
 
 
+def _dlaplace_chisquare(noise: np.ndarray, scale: float, bound: int = 40) -> float:
+    """p-value of a chi-square test of integer noise against the discrete Laplace of ``scale`` (tails pooled)."""
+    observed = np.bincount(np.clip(noise, -bound, bound) + bound, minlength=2 * bound + 1)
+    dist = stats.dlaplace(1.0 / scale)
+    expected = dist.pmf(np.arange(-bound, bound + 1))
+    expected[0] += dist.cdf(-bound - 1)
+    expected[-1] += dist.sf(bound)
+    return stats.chisquare(observed, expected / expected.sum() * observed.sum()).pvalue
+
+
 def test_laplace_noise_on_every_term_has_scale_s_over_eps():
     counts = np.zeros(5000, dtype=np.int64)
     counts[:10] = 50
     s, eps = 10, 2.0
-    r = privatize_vocabulary(counts, epsilon=eps, max_terms_per_doc=s, top_n=len(counts), rng=np.random.default_rng(3))
-    noise = r["noisy_counts"] - counts[r["term_ids"]]
-    assert stats.kstest(noise, stats.laplace(scale=s / eps).cdf).pvalue > 1e-3
-    # the same test rejects a wrong scale, so it can fail
-    assert stats.kstest(noise, stats.laplace(scale=s / (2 * eps)).cdf).pvalue < 1e-3
+    mech = vocabulary_mechanism(eps, s)
+    assert (mech.sensitivity, mech.scale) == (10, 5.0)
+    r = privatize_vocabulary(counts, mechanism=mech, noise=secure_noise(), top_n=len(counts))
+    noise = r["noisy"] - counts  # the full released histogram: noise on every term, zero counts included
+    assert r["noisy"].dtype == np.int64 and _dlaplace_chisquare(noise, s / eps) > 1e-3
+    # the same test rejects half the scale, so it can fail
+    assert _dlaplace_chisquare(noise, s / (2 * eps)) < 1e-6
     # noisy counts come out sorted and zero-count terms can be selected
+    np.testing.assert_array_equal(r["noisy_counts"], r["noisy"][r["term_ids"]])
     assert np.all(np.diff(r["noisy_counts"]) <= 0)
-    small = privatize_vocabulary(counts, epsilon=eps, max_terms_per_doc=s, top_n=30, rng=np.random.default_rng(4))
+    small = privatize_vocabulary(counts, mechanism=mech, noise=secure_noise(), top_n=30)
     assert (counts[small["term_ids"]] == 0).sum() == 20
 
 
-def test_canary_enters_vocabulary_no_more_often_than_dp_allows():
-    """One document holds a unique phrase once. At eps_voc = 1 the phrase may enter V~ at most e^1 times as
-    often as when that document is absent (then only noise on its zero count can bring it in)."""
-    s, eps, top_n, trials = 10, 1.0, 5, 3000
-    base = np.zeros(60, dtype=np.int64)
-    base[:top_n] = 12  # five popular terms; the other 55 never occur
-    canary = 59
-    with_canary = base.copy()
-    with_canary[canary] += 1
-    with_canary[0] += s - 1  # the canary document's other first-S terms
-    rng = np.random.default_rng(20240601)
-    hits_with = sum(canary in privatize_vocabulary(with_canary, epsilon=eps, max_terms_per_doc=s, top_n=top_n,
-                                                   rng=rng)["term_ids"] for _ in range(trials))
-    hits_without = sum(canary in privatize_vocabulary(base, epsilon=eps, max_terms_per_doc=s, top_n=top_n,
-                                                      rng=rng)["term_ids"] for _ in range(trials))
-    p_with, p_without = hits_with / trials, hits_without / trials
-    assert p_without > 0.005  # zero counts do get noise, so the test has power
-    slack = 4 * np.sqrt(p_with * (1 - p_with) / trials + np.e**2 * p_without * (1 - p_without) / trials)
-    assert p_with <= np.e**eps * p_without + slack
+def test_top_terms_breaks_ties_by_term_id():
+    r = top_terms(np.array([3, 7, 3, 7, 1]), 3)
+    assert r["term_ids"].tolist() == [1, 3, 0] and r["noisy_counts"].tolist() == [7, 7, 3]
 
 
-def test_privatize_rejects_bad_budget():
+def test_privatize_rejects_bad_budget_and_public_randomness():
     with pytest.raises(ConfigError):
-        privatize_vocabulary(np.zeros(3, dtype=np.int64), epsilon=0.0, max_terms_per_doc=10, top_n=2,
-                             rng=np.random.default_rng(0))
+        vocabulary_mechanism(0.0, 10)
+    with pytest.raises(ConfigError):
+        privatize_vocabulary(np.zeros(3, dtype=np.int64), mechanism=vocabulary_mechanism(1.0, 10),
+                             noise=secure_noise(), top_n=0)
+    with pytest.raises(TypeError, match="public randomness"):
+        privatize_vocabulary(np.zeros(3, dtype=np.int64), mechanism=vocabulary_mechanism(1.0, 10),
+                             noise=np.random.default_rng(0), top_n=2)

@@ -1,0 +1,280 @@
+"""The noise the flows really add (issue 13, point 5), checked on what they release.
+
+Each test runs the real flow (dpkps_flow / augpe_flow, or the flow's own vocabulary release for the canary) and
+compares the released values with exact values the test computes itself from the corpus. They fail when the
+noise is missing or when its scale is half the stated one (checked by hand by patching tasks/mechanisms.py;
+see the engineer's report), which the ledger-bookkeeping tests elsewhere cannot see.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from tasks.mechanisms import INSECURE_STAMP
+
+pytestmark = pytest.mark.slow
+
+TOPICS = {
+    0: ["football club player scored goals league season", "striker signed contract club league",
+        "goalkeeper saved penalty match season", "coach team won championship league title"],
+    1: ["river valley mountain lake forest village", "mountain peak glacier valley river",
+        "lake shore forest island river", "forest national park mountain trail lake"],
+    2: ["album band song released records guitar", "singer recorded album single records",
+        "band tour guitar drums album", "song chart single album music video"],
+}
+EPS_VOC, EPS_KDE, S, N_FEATURES, VOCAB_TOP, BANDWIDTH = 1.0, 10.0, 10, 200, 20_000, 0.5
+
+
+def _corpus(tmp: Path) -> tuple[str, pd.DataFrame]:
+    rows = [(text, label) for label, texts in TOPICS.items() for text in texts for _ in range(3)]
+    frame = pd.DataFrame(rows, columns=["text", "label"])
+    path = tmp / "corpus.parquet"
+    frame.to_parquet(path, index=False)
+    return str(path), frame
+
+
+def _dpkps_config(data: str, out: Path, **overrides) -> dict:
+    values = dict(data=data, out=str(out), state=str(out.parent / f"{out.name}-state"), method="independent",
+                  vocab_top=VOCAB_TOP, vocab_size=40, n_features=N_FEATURES, per_class=4, length=5,
+                  eps_voc=EPS_VOC, eps_kde=EPS_KDE, first_terms=S, bandwidth=BANDWIDTH, llm="none", gate=False,
+                  n_workers=1, seed=0)
+    values.update(overrides)
+    return values
+
+
+def _stored(out: Path, name: str) -> dict[str, np.ndarray]:
+    """A released value as the draw-once store holds it (the run's state folder is next to the release)."""
+    [path] = (out.parent / f"{out.name}-state").glob(f"runs/*/values/{name}.npz")
+    with np.load(path, allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files if k != "__params__"}
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"[^\W_]+", text.lower())
+
+
+def _exact_vocabulary_histogram(texts: list[str], terms: tuple[str, ...], first: int) -> np.ndarray:
+    """Recomputed here, not with the flow's matcher: every public term is one word, so a document's matched terms
+    are its tokens that are terms, and it counts its first ``first`` of them."""
+    assert all(" " not in t for t in terms)
+    index = {t: i for i, t in enumerate(terms)}
+    counts = np.zeros(len(terms), dtype=np.int64)
+    for text in texts:
+        for token in [t for t in _tokens(text) if t in index][:first]:
+            counts[index[token]] += 1
+    return counts
+
+
+def _dlaplace_pvalue(noise: np.ndarray, scale: float, bound: int = 60) -> float:
+    observed = np.bincount(np.clip(noise, -bound, bound) + bound, minlength=2 * bound + 1)
+    dist = stats.dlaplace(1.0 / scale)
+    expected = dist.pmf(np.arange(-bound, bound + 1))
+    expected[0] += dist.cdf(-bound - 1)
+    expected[-1] += dist.sf(bound)
+    keep = expected * observed.sum() >= 5  # chi-square needs expected counts >= 5: pool the sparse tails
+    pooled_obs = np.append(observed[keep], observed[~keep].sum())
+    pooled_exp = np.append(expected[keep], expected[~keep].sum()) * observed.sum()
+    return stats.chisquare(pooled_obs, pooled_exp).pvalue
+
+
+@pytest.fixture(scope="module")
+def dpkps_runs(prefect_harness, tmp_path_factory):
+    """Two DP-KPS runs with the same flags into two folders."""
+    from flows.dpkps import dpkps_flow
+
+    tmp = tmp_path_factory.mktemp("noise")
+    data, frame = _corpus(tmp)
+    outs = [tmp / "run-a", tmp / "run-b"]
+    manifests = [dpkps_flow(_dpkps_config(data, out)) for out in outs]
+    return data, frame, outs, manifests
+
+
+def test_vocabulary_noise_is_discrete_laplace_of_scale_s_over_eps(dpkps_runs):
+    from tasks.vocabulary import english_vocabulary
+
+    _, frame, outs, _ = dpkps_runs
+    terms = english_vocabulary(VOCAB_TOP).terms  # the public vocabulary (wordfreq), not the flow's counts
+    exact = _exact_vocabulary_histogram(frame["text"].tolist(), terms, S)
+    assert exact.sum() > 100  # the corpus does hit the vocabulary
+    released = _stored(outs[0], "vocabulary")
+    noise = released["noisy"] - exact
+    stated = S / EPS_VOC  # sensitivity S (a document counts its first S terms) over eps_voc
+    assert noise.size == len(terms) > 10_000
+    assert _dlaplace_pvalue(noise, stated) > 1e-3
+    # the released top-N is the top of this noisy histogram (post-processing only)
+    top = released["term_ids"]
+    assert len(top) == 40 and released["noisy"][top].min() >= np.delete(released["noisy"], top).max()
+
+
+def test_one_sketch_noise_is_laplace_of_scale_sqrt2_I_over_eps(dpkps_runs):
+    from flows.dpkps import feature_specs
+    from tasks.config import DpKpsConfig
+    from tasks.embedding import embed_texts
+    from tasks.vocabulary import english_vocabulary
+
+    data, frame, outs, _ = dpkps_runs
+    vocabulary = english_vocabulary(VOCAB_TOP)
+    released_terms = [vocabulary.terms[i] for i in _stored(outs[0], "vocabulary")["term_ids"]]
+    cfg = DpKpsConfig(**_dpkps_config(data, outs[0]))
+    embeddings = embed_texts(released_terms, cfg.embedding_model).astype(np.float64)
+    [spec] = feature_specs(cfg, embeddings.shape[1])  # the independent method: one sketch of one block
+    features = spec.draw()  # public: regenerated from the published seed
+    # phi(e_t) = sqrt(2) cos(sqrt(2) w . e_t / h + b) for every released term; a document adds the mean over its
+    # terms in V~ (weight 1 per document), so the class's sum moves by at most sqrt(2) per coordinate.
+    phase = math.sqrt(2) * (embeddings / BANDWIDTH) @ features.omega[:, 0, :].T + features.offset
+    phi = math.sqrt(2) * np.cos(phase)
+    index = {t: i for i, t in enumerate(released_terms)}
+    noise = []
+    for c, label in enumerate(sorted(TOPICS)):
+        exact = np.zeros(N_FEATURES)
+        for text in frame.loc[frame["label"] == label, "text"]:
+            ids = [index[t] for t in _tokens(text) if t in index]
+            if ids:
+                exact += phi[ids].mean(axis=0)
+        noise.append(_stored(outs[0], f"kde-class{c}-sketch0")["noisy"] - exact)
+    noise = np.concatenate(noise)
+    stated = math.sqrt(2) * N_FEATURES / EPS_KDE  # L1 sensitivity sqrt(2) I over eps_kde (one sketch: all of it)
+    assert stats.kstest(noise, stats.laplace(scale=stated).cdf).pvalue > 1e-3
+
+
+def test_two_runs_with_the_same_flags_release_different_values(dpkps_runs):
+    from tasks.corpus import read_release
+
+    _, _, outs, manifests = dpkps_runs
+    vocabularies = [_stored(out, "vocabulary")["noisy"] for out in outs]
+    sketches = [_stored(out, "kde-class0-sketch0")["noisy"] for out in outs]
+    # secure noise: two independent draws of ~16K discrete-Laplace(10) values agree on about 5 % of the terms
+    assert np.mean(vocabularies[0] == vocabularies[1]) < 0.2
+    assert not np.any(sketches[0] == sketches[1])
+    releases = [read_release(str(out))[1] for out in outs]
+    assert releases[0]["keyphrases"].map(tuple).tolist() != releases[1]["keyphrases"].map(tuple).tolist()
+    for out, manifest in zip(outs, manifests):
+        ledger = json.loads((out / "ledger.json").read_text())
+        assert ledger["total"]["secure"] is True and "stamp" not in ledger and "stamp" not in manifest
+        assert manifest["privacy"]["secure"] is True
+        assert all(e["noise_source"] == "opendp" for e in ledger["entries"])
+        assert all("seed" not in e["params"] for e in ledger["entries"])  # the seed draws no noise
+
+
+def test_insecure_reproducible_noise_repeats_is_stamped_and_refused_unless_allowed(dpkps_runs, tmp_path):
+    from flows.dpkps import dpkps_flow
+    from tasks.errors import GateFailedError
+    from tasks.report import insecure_stamp
+
+    data, _, _, _ = dpkps_runs
+    with pytest.raises(GateFailedError, match="NOT DIFFERENTIALLY PRIVATE.*--allow-insecure-release"):
+        dpkps_flow(_dpkps_config(data, tmp_path / "refused", insecure_reproducible_noise=True))
+    assert not (tmp_path / "refused" / "manifest.json").exists()
+    outs = [tmp_path / "a", tmp_path / "b"]
+    manifests = [dpkps_flow(_dpkps_config(data, out, insecure_reproducible_noise=True, allow_insecure_release=True))
+                 for out in outs]
+    for name in ("vocabulary", "kde-class1-sketch0"):
+        np.testing.assert_array_equal(_stored(outs[0], name)["noisy"], _stored(outs[1], name)["noisy"])
+    ledger = json.loads((outs[0] / "ledger.json").read_text())
+    assert manifests[0]["stamp"] == INSECURE_STAMP and ledger["stamp"] == INSECURE_STAMP
+    assert json.loads((outs[0] / "manifest.json").read_text())["privacy"]["secure"] is False
+    assert insecure_stamp(ledger, manifests[0]) == INSECURE_STAMP
+
+
+def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_path):
+    """One document holds S distinct terms that no other document has (L1 change S, the full sensitivity).
+    The stated mechanism (discrete Laplace of scale S / eps) moves each canary term's count by 1, i.e. by 1/S of
+    the sensitivity: a term is then released at most e^(eps / S) times as often as without the canary (fewer
+    when the other canary terms compete for the same slots). Without noise every canary term is released; at
+    half the scale the ratio reaches e^(2 eps / S) and the test fails."""
+    from flows.dpkps import corpus_shards, release_vocabulary, vocabulary_histogram
+    from tasks.config import DpKpsConfig
+    from tasks.ledger import PrivacyLedger
+
+    eps, popular, rare, slots, trials = 4.0, 10, 200, 20, 500
+    words = [f"pop{chr(97 + i)}" for i in range(popular)] + [f"rare{i:03d}" for i in range(rare)]
+    vocab_file = tmp_path / "terms.txt"
+    vocab_file.write_text("\n".join(words) + "\n")
+    canary_terms = words[popular:popular + S]
+    base = pd.DataFrame({"text": [" ".join(words[:popular])] * 30, "label": 0})
+    with_canary = pd.concat([base, pd.DataFrame({"text": [" ".join(canary_terms)], "label": [0]})],
+                            ignore_index=True)
+    cfg = DpKpsConfig(data="unused", out=str(tmp_path / "out"), vocab=str(vocab_file), eps_voc=eps, first_terms=S,
+                      vocab_size=popular + slots)
+    canary_ids = set(range(popular, popular + S))
+    rates = {}
+    for name, corpus in (("with", with_canary), ("without", base)):
+        counts = vocabulary_histogram.fn(corpus_shards(corpus, 1), cfg)
+        hits = 0
+        for trial in range(trials):  # a fresh run each time: the flow's own draw-once release, new noise
+            ledger = PrivacyLedger(str(tmp_path / "state" / name), "fp", f"trial{trial}")
+            released = release_vocabulary(counts, cfg, ledger)
+            hits += len(canary_ids & {words.index(t) for t in released})
+        rates[name] = hits / (trials * S)
+    n = trials * S
+    bound = math.exp(eps / S) * rates["without"]
+    slack = 4 * math.sqrt(rates["with"] * (1 - rates["with"]) / n
+                          + math.exp(2 * eps / S) * rates["without"] * (1 - rates["without"]) / n)
+    assert rates["without"] > 0.05  # zero counts get noise too, so the test has power
+    assert rates["with"] <= bound + slack, rates
+    assert rates["with"] < 0.5  # the canary's terms are not reliably released
+
+
+class _VoteSpy:
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def __call__(self, *args, **kwargs):
+        votes = self.real(*args, **kwargs)
+        self.calls.append(votes.copy())
+        return votes
+
+
+def test_augpe_vote_noise_has_the_schedules_sigma(prefect_harness, tmp_path, monkeypatch):
+    """Aug-PE (and AugPE+V~'s vocabulary) through augpe_flow with a deterministic fake LLM: every round's
+    released histogram minus the exact votes is N(0, sigma^2) with the published schedule's sigma."""
+    from flows.evolution import augpe_flow
+    from tasks import accounting
+    from tasks import evolution as ev
+    from tasks.llm import register_backend
+    from tasks.vocabulary import english_vocabulary
+    from tests.test_evolution_flow import FakeBackend
+
+    data, frame = _corpus(tmp_path)
+    spy = _VoteSpy(ev.class_votes)
+    monkeypatch.setattr(ev, "class_votes", spy)
+    register_backend("local:fake-topics", FakeBackend())
+    try:
+        out = tmp_path / "augpe"
+        augpe_flow({"data": data, "out": str(out), "state": str(tmp_path / "augpe-state"), "llm": "local:fake-topics",
+                    "per_class": 4, "variations": 2, "iterations": 3, "epsilon": 2.0, "delta": 1e-5, "gate": False,
+                    "doc_type": "short text", "seed": 3, "progress": False, "vocab_words": True,
+                    "vocab_top": VOCAB_TOP, "eps_voc": EPS_VOC, "first_terms": S})
+    finally:
+        register_backend("local:fake-topics", None)
+    ledger = json.loads((out / "ledger.json").read_text())
+    schedule = next(e for e in ledger["entries"] if e["name"] == "augpe.schedule")
+    sigma = schedule["params"]["sigma"]
+    assert sigma == pytest.approx(accounting.augpe_noise_multiplier(2.0, 1e-5, 3))
+    assert len(spy.calls) == 3
+    noise = []
+    for t, votes in enumerate(spy.calls, start=1):
+        assert votes.sum() == len(frame)  # every private document voted once: these are the exact votes
+        noise.append(_stored(out, f"augpe.round-{t:03d}.histogram")["noisy"] - votes)
+    noise = np.concatenate(noise)
+    assert noise.size == 3 * 3 * 4 * 3
+    # sum (x / sigma)^2 ~ chi2(n): two-sided test of the variance, plus the shape
+    chi2 = float(np.sum((noise / sigma) ** 2))
+    assert 2 * min(stats.chi2.cdf(chi2, noise.size), stats.chi2.sf(chi2, noise.size)) > 1e-3
+    assert stats.kstest(noise, stats.norm(scale=sigma).cdf).pvalue > 1e-3
+    rounds = [e for e in ledger["entries"] if e["name"].startswith("augpe.round-")]
+    assert all(e["accounted_in"] == "augpe.schedule" and not e["charged"] and e["scale"] == sigma for e in rounds)
+    # AugPE+V~ used DP-KPS's vocabulary release: same name, mechanism and noise
+    vocabulary = next(e for e in ledger["entries"] if e["name"] == "vocabulary")
+    assert (vocabulary["mechanism"], vocabulary["sensitivity"], vocabulary["scale"]) == ("laplace", S, S / EPS_VOC)
+    terms = english_vocabulary(VOCAB_TOP).terms
+    voc_noise = _stored(out, "vocabulary")["noisy"] - _exact_vocabulary_histogram(frame["text"].tolist(), terms, S)
+    assert _dlaplace_pvalue(voc_noise, S / EPS_VOC) > 1e-3
+    assert ledger["total"]["epsilon"] == pytest.approx(2.0 + EPS_VOC) and ledger["total"]["secure"] is True
