@@ -762,11 +762,15 @@ def release_budget(release: Release | None) -> str:
     return f"eps {eps:.3g}" + (f", delta {delta:.2g}" if delta > 0 else " (pure)")
 
 
-def round_timings(release: Release | None) -> dict[str, float]:
-    """Mean seconds per voting round of a PE release: its histogram step and its LLM calls (evolution.json)."""
+def round_timings(release: Release | None, state: str | None = None) -> dict[str, float]:
+    """Mean seconds per voting round of a PE run: its histogram step, embedding and LLM calls. The flows keep these
+    out of the release (the histogram step grows with the private corpus size) and write them to the operator's
+    private state, ``state`` (default: the release's ``_state`` folder)."""
     if release is None:
         return {}
-    info_uri = storage.join(release.path, "evolution.json")
+    from flows.evolution import OPERATOR_TIMINGS
+
+    info_uri = storage.join(state or storage.join(release.path, "_state"), OPERATOR_TIMINGS)
     if not storage.exists(info_uri):
         return {}
     rounds = json.loads(storage.read_bytes(info_uri)).get("rounds", [])

@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
@@ -40,6 +41,7 @@ from tasks.config import ReleaseConfig, build_config
 from tasks.corpus import dataset_fingerprint, list_shards, publish_release, read_shard
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, public_rng
+from tasks.mechanisms import GaussianMechanism
 
 log = logging.getLogger(__name__)
 
@@ -321,13 +323,20 @@ def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
     return np.array([index[str(v)] for v in values], dtype=np.int64)
 
 
+OPERATOR_TIMINGS = "operator/round-timings.json"  # under the private state folder, never in the release
+
+
 class _RoundClock:
-    """Wall-clock seconds of each round's parts, written to evolution.json: ``llm_s`` (the calls that made the
-    round's candidates: RANDOM_API for round 1, VARIATION_API after), ``embed_s`` and ``histogram_s`` (votes or
-    SecretClustering, noise, selection). Shows whether a round is bounded by the LLM or by the histogram."""
+    """Per-round bookkeeping of a PE run. ``rounds`` (written to evolution.json) holds only public counts: the
+    round, its candidates and how many of them were not documents. The wall-clock seconds of each round's parts,
+    ``llm_s`` (the calls that made the round's candidates), ``embed_s`` and ``histogram_s`` (votes or
+    SecretClustering, noise, selection), show whether a round is bounded by the LLM or by the histogram, but the
+    histogram step grows with the private corpus size |D|: they go to the operator's log and to
+    OPERATOR_TIMINGS in the private state (``save``), never to a released file."""
 
     def __init__(self) -> None:
-        self.rounds: list[dict[str, float]] = []
+        self.rounds: list[dict[str, int]] = []
+        self.timings: list[dict[str, float]] = []
         self._current: dict[str, float] = {}
         self._open: tuple[str, float] | None = None
 
@@ -349,9 +358,19 @@ class _RoundClock:
             self.stop()
 
     def end_round(self, t: int, candidates: int, non_documents: int = 0) -> None:
-        self.rounds.append({"round": t, "candidates": candidates, "non_documents": non_documents,
-                            **{k: round(self._current.get(k, 0.0), 4) for k in ("llm_s", "embed_s", "histogram_s")}})
+        self.rounds.append({"round": t, "candidates": candidates, "non_documents": non_documents})
+        self.timings.append({"round": t, **{k: round(self._current.get(k, 0.0), 4)
+                                            for k in ("llm_s", "embed_s", "histogram_s")}})
         self._current = {}
+
+    def save(self, cfg: EvolutionConfig, logger, method: str) -> None:
+        """Timings to the operator: one log line per round and OPERATOR_TIMINGS under the private state."""
+        for row in self.timings:
+            logger.info("%s round %d timings: llm %.2f s, embed %.2f s, histogram %.2f s", method, row["round"],
+                        row["llm_s"], row["embed_s"], row["histogram_s"])
+        storage.write_bytes(storage.join(cfg.state_uri, OPERATOR_TIMINGS),
+                            (json.dumps({"method": method, "rounds": self.timings}, indent=2) + "\n").encode(),
+                            cfg.storage_options)
 
 
 def _release_frame(final: pd.DataFrame, calls: dict) -> pd.DataFrame:
@@ -496,6 +515,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
     synthetic = _release_frame(kept, calls)
     extra = {"method": "augpe+vocab" if cfg.vocab_words else "augpe", "schedule": schedule, "llm_calls": calls,
              "vocabulary_words": len(words) if words else 0, "rounds": clock.rounds}
+    clock.save(cfg, logger, "Aug-PE+V~" if cfg.vocab_words else "Aug-PE")
     manifest = _publish(cfg, synthetic, ledger, labels, extra)
     epsilon, delta = ledger.total()
     logger.info("release %s: %d documents, epsilon=%g, delta=%g", manifest["release_id"], manifest["rows"], epsilon, delta)
@@ -539,62 +559,97 @@ def detect_secrets(cfg: SecPeConfig, texts: list[str]):
     return ev.file_secret_incidence(texts, [t for t in terms if t.strip()]), "file"
 
 
-def secpe_noise(cfg: SecPeConfig, incidence) -> tuple[float, np.ndarray, dict]:
-    """SecretNoise: LP weights -> rho -> sigma (calibrated on the mixture blow-up over 2T releases)."""
+@dataclass(frozen=True)
+class SecPeNoise:
+    """SecretNoise's outcome. ``rho`` and ``worst_blow_up`` are functions of the private secret incidence: they
+    stay in memory and the operator's log. ``protection`` holds only values of the public configuration and is
+    what the ledger and evolution.json publish. ``sigma`` is public when fixed by --noise-multiplier; calibrated,
+    it depends on the incidence too (SecPE's Algorithm 1), and the ledger shows it (docs/baselines.md)."""
+
+    sigma: float
+    rho: np.ndarray
+    worst_blow_up: float
+    protection: dict
+
+
+def secpe_noise(cfg: SecPeConfig, incidence) -> SecPeNoise:
+    """SecretNoise: LP weights -> rho -> sigma, calibrated on the blow-up of the round's joint (sizes, centres)
+    mechanism (one Bernoulli draw drives both: a sampled holder shifts it by sqrt(2)) composed T times."""
     r = min(1.0, cfg.p * cfg.r_over_p)
-    eta = accounting.gdp_mu_for_secret(cfg.p, r) if r < 1.0 else float(incidence.shape[0])
-    weights = ev.secret_weights_lp(incidence, eta)
+    if r < 1.0:
+        eta: float | None = accounting.gdp_mu_for_secret(cfg.p, r)
+        weights = ev.secret_weights_lp(incidence, eta)
+    else:
+        # r = 1 asks for no protection: no capacity constraint, every document weighs 1. (The capacity is not
+        # replaced by a number such as |D|: nothing released may depend on the corpus size.)
+        eta = None
+        weights = np.ones(incidence.shape[0])
     rho = ev.sampling_probabilities(weights, cfg.rho_norm)
-    # Each round releases noisy sizes AND noisy centres, each with the same sigma and normalised sensitivity S_j:
-    # 2T compositions (the paper counts T; we count both releases).
-    compositions = 2 * cfg.iterations
+    holders = ev.holder_probabilities(incidence, rho)
     if cfg.noise_multiplier is not None:
         sigma = float(cfg.noise_multiplier)
-        blow = [accounting.secret_blow_up(sigma, h, cfg.p, compositions, cfg.value_discretization)
-                for h in ev.holder_probabilities(incidence, rho)]
-        worst = max(blow, default=cfg.p)
+        worst = max((accounting.secret_blow_up(sigma, h, cfg.p, cfg.iterations, cfg.value_discretization)
+                     for h in holders), default=cfg.p)
         if worst > r:
-            raise ConfigError(f"--noise-multiplier {sigma} gives reconstruction bound {worst:.3g} > r = {r:.3g}")
-        cal_sigma, binding = sigma, -1
+            # The exact bound is a function of the private secret incidence: it is not put in the message.
+            raise ConfigError(f"--noise-multiplier {sigma:g} gives a reconstruction bound above r = {r:.3g} for at "
+                              "least one detected secret; raise it, or leave it out to calibrate sigma")
     else:
-        cal = accounting.calibrate_secret_sigma(ev.holder_probabilities(incidence, rho), cfg.p, r, compositions,
-                                                cfg.value_discretization)
-        cal_sigma, binding, worst = cal.sigma, cal.binding_secret, float(cal.blow_ups.max(initial=cfg.p))
-    info = {"p": cfg.p, "r": r, "eta": eta, "compositions": compositions, "worst_blow_up": worst,
-            "sigma_source": "config" if cfg.noise_multiplier is not None else "calibrated on the private secret incidence"}
-    return cal_sigma, rho, info
+        cal = accounting.calibrate_secret_sigma(holders, cfg.p, r, cfg.iterations, cfg.value_discretization)
+        sigma, worst = cal.sigma, float(cal.blow_ups.max(initial=cfg.p))
+    protection = {
+        "p": cfg.p, "r": r, "eta": eta if eta is not None else "none (r = 1: no capacity constraint)",
+        "rounds": cfg.iterations, "holder_shift_l2": accounting.SECPE_HOLDER_SHIFT,
+        "adjacency": accounting.SECPE_ADJACENCY,
+        "calibration": "B(p) <= r for every detected secret, B the blow-up of sum_k P(S=k) N(sqrt(2) k, sigma^2) vs "
+                       "N(0, sigma^2) composed T times (dp-accounting PLD, pessimistic, value_discretization_interval "
+                       f"{cfg.value_discretization:g})",
+        "sigma_source": "config (public)" if cfg.noise_multiplier is not None
+        else "calibrated on the private secret incidence"}
+    return SecPeNoise(float(sigma), rho, float(worst), protection)
 
 
-def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, sigma: float, noise_info: dict) -> dict:
-    """Charge the per-document DP epsilon of the T rounds up front. Each document moves one cluster's size by 1
-    and its centre by at most 2R/n_k, i.e. 1 in noise units: 2T Gaussian releases with std sigma. This treats
-    rho and sigma as fixed; both are computed from the private secret incidence, as in the paper (see
-    docs/baselines.md). Returns the schedule."""
+def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise: SecPeNoise
+                          ) -> tuple[dict, GaussianMechanism]:
+    """Charge the per-document DP epsilon of the T rounds up front and return the schedule and the round
+    mechanism. One document moves its round's normalised (sizes, centres) vector by at most sqrt(2): T Gaussian
+    rounds. This treats rho and sigma as fixed; a calibrated sigma is computed from the private secret incidence,
+    as in the paper (see docs/baselines.md)."""
+    sigma = secret_noise.sigma
     delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
-    dp_epsilon = accounting.augpe_epsilon(sigma, delta, 2 * cfg.iterations)
+    dp_epsilon = accounting.secpe_dp_epsilon(sigma, delta, cfg.iterations)
+    # One Gaussian mechanism per round and class: sizes and centres (in noise units) as one vector.
+    mechanism = GaussianMechanism(sensitivity=accounting.SECPE_HOLDER_SHIFT, sigma=sigma, epsilon=dp_epsilon,
+                                  delta=delta)
     schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
                 "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
-                "rho_norm": cfg.rho_norm, "per_class": cfg.per_class, "variations": cfg.variations,
-                "min_words": cfg.min_words, "secret_protection": noise_info, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon, "delta": delta}
+                "centre_noise_scale": "(R + max(R, ||e_k||)) / n_k", "rho_norm": cfg.rho_norm,
+                "per_class": cfg.per_class, "variations": cfg.variations, "min_words": cfg.min_words,
+                "secret_protection": secret_noise.protection, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon,
+                "delta": delta}
     _check_schedule(ledger, "secpe.schedule", schedule)
-    ledger.charge_unverified("secpe.schedule", mechanism="secret-clustering-gaussian", params=schedule,
-                             epsilon=dp_epsilon, delta=delta, stage="secpe", sensitivity=1.0)
-    return schedule
+    ledger.charge("secpe.schedule", mechanism=mechanism, noise=cfg.noise("secpe"), params=schedule,
+                  releases=cfg.iterations, stage="secpe")
+    return schedule, mechanism
 
 
-def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, t: int, ci: int, label: Any,
-                        clusters: ev.PublicClusters, private_emb: np.ndarray, rho: np.ndarray,
-                        sigma: float) -> dict[str, np.ndarray]:
-    """Round t's released noisy centres and sizes of class ``ci`` (SecretClustering of that class's documents),
-    drawn once through the ledger. A function of its own so that `privseed audit` runs exactly the flow's round."""
-    return ledger.draw_once_unverified(
-        f"secpe.round-{t:03d}.class-{ci}", mechanism="secret-clustering", stage="secpe", partition=str(label),
-        epsilon=0.0, delta=0.0, sensitivity=1.0,
-        params={"round": t, "class": str(label), "sigma": sigma, "seed": cfg.seed, "K": int(clusters.sizes.size),
-                "radius": cfg.radius, "accounted_in": "secpe.schedule"},
-        draw=lambda: dict(zip(("centres", "sizes"), ev.secret_clustering(
-            clusters, private_emb, rho, radius=cfg.radius, sigma=sigma,
-            rng=public_rng(cfg.seed, "secpe", f"round-{t}", f"class-{ci}", "noise")))),
+def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, mechanism: GaussianMechanism, t: int, ci: int,
+                        label: Any, clusters: ev.PublicClusters, scales: np.ndarray, private_emb: np.ndarray,
+                        rho: np.ndarray) -> dict[str, np.ndarray]:
+    """Round t's released noisy centres and sizes of class ``ci``: the Bernoulli-sampled joint statistics of that
+    class's documents through the round mechanism, drawn once through the ledger. Noise and sub-sampling are secret
+    (OS entropy); --insecure-reproducible-noise (research only, stamped) is the one way to derive them from --seed.
+    A function of its own so that `privseed audit` runs exactly the flow's round."""
+    stream = ("secpe", f"round-{t}", f"class-{ci}")
+    return ledger.draw_once(
+        f"secpe.round-{t:03d}.class-{ci}", mechanism=mechanism, noise=cfg.noise(*stream, "noise"), stage="secpe",
+        partition=str(label),
+        params={"round": t, "class": str(label), "K": int(clusters.sizes.size), "radius": cfg.radius,
+                "joint": "sizes, then centres / c_k row by row"},
+        exact=lambda: ev.sampled_joint_statistics(clusters, private_emb, rho, radius=cfg.radius,
+                                                  sampling=cfg.noise(*stream, "sample")),
+        postprocess=lambda z: dict(zip(("centres", "sizes"), ev.split_joint_statistics(z, scales))),
+        accounted_in="secpe.schedule",
     )
 
 
@@ -612,16 +667,20 @@ def _secpe(cfg: SecPeConfig) -> dict:
     labels = resolve_labels(cfg, corpus)
     ledger = open_ledger(cfg, dataset_fingerprint(corpus))
     incidence, _kind = detect_secrets(cfg, corpus["text"].tolist())
-    sigma, rho, noise_info = secpe_noise(cfg, incidence)
+    secret_noise = secpe_noise(cfg, incidence)
+    sigma, rho = secret_noise.sigma, secret_noise.rho
     if sigma <= 0:
         raise ConfigError("SecPE found no secret to protect (sigma = 0): no noise would be added; "
                           "choose other secrets or fix --noise-multiplier")
-    schedule = charge_secpe_schedule(ledger, cfg, sigma, noise_info)
-    logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g", cfg.iterations, sigma, cfg.p, noise_info["r"])
+    schedule, mechanism = charge_secpe_schedule(ledger, cfg, secret_noise)
+    # Operator log only: the bound reached depends on the private secret incidence.
+    logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (largest blow-up over the detected secrets %.3g)",
+                cfg.iterations, sigma, cfg.p, secret_noise.protection["r"], secret_noise.worst_blow_up)
     _log_plan(logger, "SecPE", cfg, len(labels))
 
     public_emb = embed_candidates(load_public_texts(cfg), cfg.embedding_model, cfg.progress)
     clusters = ev.public_kmeans(public_emb, min(cfg.clusters, public_emb.shape[0]), cfg.seed)
+    scales = ev.centre_noise_scales(clusters, cfg.radius)  # public: from the public clusters and R
     private_emb = embed_private(corpus["text"].tolist(), cfg.embedding_model, cfg.progress)
     private_class = _per_class_index(labels, corpus["label"])
     del corpus
@@ -642,8 +701,8 @@ def _secpe(cfg: SecPeConfig) -> dict:
         keep_idx = []
         for ci, label in enumerate(labels):
             members = private_class == ci
-            released = secpe_round_release(ledger, cfg, t, ci, label, clusters, private_emb[members], rho[members],
-                                           sigma)
+            released = secpe_round_release(ledger, cfg, mechanism, t, ci, label, clusters, scales,
+                                           private_emb[members], rho[members])
             idx = np.flatnonzero(syn_class == ci)
             voted = documents[idx] if documents[idx].any() else np.ones(idx.size, dtype=bool)
             hist = np.zeros(idx.size)
@@ -667,6 +726,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
     extra = {"method": "secpe", "schedule": schedule, "llm_calls": calls, "rounds": clock.rounds,
              "guarantee": "(p, r)-secret protection for the detected secrets (SecPE Theorem 2); the reported DP "
                           "epsilon holds per document if rho and sigma are treated as fixed (docs/baselines.md)"}
+    clock.save(cfg, logger, "SecPE")
     manifest = _publish(cfg, synthetic, ledger, labels, extra)
     logger.info("release %s: %d documents", manifest["release_id"], manifest["rows"])
     return manifest

@@ -17,13 +17,20 @@ Aug-PE (Xie et al., ICML 2024)
 
 SecPE (Wang et al.)
     (p, r)-secret protection: for secret j with prior p_j, the adversary's reconstruction success is at most
-    r_j. With per-document sampling probabilities rho_i, the sensitivity of one round for secret j is the
-    random variable S_j = sum_{i holds j} Bern(rho_i) (Poisson-binomial); the pair
-    (N(S_j, sigma^2), N(0, sigma^2)) dominates one round, and T rounds compose. The blow-up function of the
-    composed pair, B(p) = sup_{E: Q(E) <= p} P(E), is bounded by inf_eps (e^eps p + delta(eps)) with delta(eps)
-    from the PLD (both add and remove directions, so the bound holds either way). Sigma is found by bisection
-    on B(p_j) <= r_j. With every rho_i = 1 and one document the pair is mu-GDP with mu = sqrt(T)/sigma and
-    B(p) = 1 - Phi(Phi^-1(1-p) - mu) (Lemma 3.2 of the SecPE paper), which the tests check.
+    r_j. Adjacent corpora differ by the documents that hold secret j. Every round samples each private document
+    once, with probability rho_i, and that one draw drives both released parts of the round: the noisy cluster
+    sizes and the noisy cluster centres. Normalised by their own noise scales (sizes by 1, centre k by its
+    per-document bound c_k), one sampled holder moves the sizes by 1 and its centre by at most 1, so the round is
+    ONE Gaussian mechanism on the concatenated (sizes, centres) vector whose shift is at most sqrt(2) S_j, with
+    S_j = sum_{i holds j} Bern(rho_i) (Poisson-binomial). The pair
+    (sum_k P(S_j = k) N(sqrt(2) k, sigma^2), N(0, sigma^2)) dominates one round; T rounds (independent draws)
+    compose T times. Calibrating sizes and centres as 2T independent mixtures instead under-counts: the two
+    parts see the same draw, so their shifts add in L2 for the same k (``holder_shift`` below).
+    The blow-up function of the composed pair, B(p) = sup_{E: Q(E) <= p} P(E), is bounded by
+    inf_eps (e^eps p + delta(eps)) with delta(eps) from the PLD (both add and remove directions, so the bound
+    holds either way). Sigma is found by bisection on B(p_j) <= r_j. With every rho_i = 1 and one holder the
+    pair is mu-GDP with mu = sqrt(2 T)/sigma and B(p) = 1 - Phi(Phi^-1(1-p) - mu) (Lemma 3.2 of the SecPE
+    paper), which the tests check.
 """
 from __future__ import annotations
 
@@ -38,6 +45,11 @@ from scipy.stats import norm
 from tasks.errors import ConfigError
 
 ADJACENCY = "add/remove one document"
+
+# SecPE: one sampled holder moves the normalised sizes by 1 and the normalised centre by at most 1, and both are
+# driven by the same Bernoulli draw, so the round's joint L2 shift per sampled holder is sqrt(1 + 1).
+SECPE_HOLDER_SHIFT = math.sqrt(2.0)
+SECPE_ADJACENCY = "add/remove the documents that hold one secret"
 
 # dp-accounting imports are deferred to the functions (the package pulls in scipy/attrs machinery that is
 # not needed by callers who only read ledgers).
@@ -202,11 +214,25 @@ def mixture_blow_up(sigma: float, sensitivities: Sequence[float], probabilities:
     return float(min(1.0, min(vals[i], fine_vals.min()) + dropped_mass))
 
 
-def secret_blow_up(sigma: float, rho_holders: Sequence[float], p: float, compositions: int,
-                   value_discretization_interval: float = 1e-2) -> float:
-    """Blow-up bound for one secret whose holders are sampled with probabilities ``rho_holders``."""
+def secret_blow_up(sigma: float, rho_holders: Sequence[float], p: float, rounds: int,
+                   value_discretization_interval: float = 1e-2,
+                   holder_shift: float = SECPE_HOLDER_SHIFT) -> float:
+    """Blow-up bound for one secret whose holders are sampled with probabilities ``rho_holders``.
+
+    One round is the mixture sum_k P(S = k) N(holder_shift * k, sigma^2) against N(0, sigma^2), composed
+    ``rounds`` times. ``holder_shift`` is the joint L2 shift of one sampled holder in noise units: sqrt(2) for
+    SecPE's (sizes, centres) pair drawn from one Bernoulli sample; 1 for a single released part."""
+    if not holder_shift > 0:
+        raise ConfigError(f"holder_shift must be > 0, got {holder_shift}")
     support, probs, dropped = poisson_binomial_pmf(rho_holders)
-    return mixture_blow_up(sigma, support, probs, p, compositions, value_discretization_interval, dropped)
+    return mixture_blow_up(sigma, holder_shift * support, probs, p, rounds, value_discretization_interval, dropped)
+
+
+def secpe_dp_epsilon(sigma: float, delta: float, rounds: int, value_discretization_interval: float = 1e-3) -> float:
+    """Per-document DP epsilon of T SecPE rounds if rho and sigma are taken as fixed: one document moves the
+    normalised (sizes, centres) vector of its round by at most sqrt(2), so each round is a Gaussian mechanism with
+    noise multiplier sigma / sqrt(2) (sampling amplification is not claimed: rho may be 1)."""
+    return augpe_epsilon(float(sigma) / SECPE_HOLDER_SHIFT, delta, rounds, value_discretization_interval)
 
 
 @dataclass(frozen=True)
@@ -214,14 +240,17 @@ class SecretNoiseCalibration:
     sigma: float
     binding_secret: int          # index of the secret that needed the largest sigma (-1 when none binds)
     blow_ups: np.ndarray         # B(p_j) at the chosen sigma, per secret
-    compositions: int
+    rounds: int                  # T: the joint (sizes, centres) mechanism is composed T times
+    holder_shift: float          # joint L2 shift of one sampled holder, in noise units
 
 
 def calibrate_secret_sigma(rho_by_secret: Sequence[Sequence[float]], p: Sequence[float] | float,
-                           r: Sequence[float] | float, compositions: int,
+                           r: Sequence[float] | float, rounds: int,
                            value_discretization_interval: float = 1e-2, sigma_max: float = 1e4,
-                           rel_tol: float = 1e-3) -> SecretNoiseCalibration:
-    """Algorithm 1 of SecPE, line 6: sigma_j = min{sigma : B_j(p_j) <= r_j}, sigma = max_j sigma_j.
+                           rel_tol: float = 1e-3,
+                           holder_shift: float = SECPE_HOLDER_SHIFT) -> SecretNoiseCalibration:
+    """Algorithm 1 of SecPE, line 6: sigma_j = min{sigma : B_j(p_j) <= r_j}, sigma = max_j sigma_j, where B_j is
+    the blow-up of the round's joint (sizes, centres) mechanism composed ``rounds`` times (``secret_blow_up``).
 
     Secrets with identical holder-probability multisets share one calibration. The secret with the largest
     expected sensitivity is calibrated first; every other secret is then only checked at the current sigma and
@@ -231,7 +260,7 @@ def calibrate_secret_sigma(rho_by_secret: Sequence[Sequence[float]], p: Sequence
     p_arr = np.broadcast_to(np.asarray(p, dtype=np.float64), (m,))
     r_arr = np.broadcast_to(np.asarray(r, dtype=np.float64), (m,))
     if m == 0:
-        return SecretNoiseCalibration(0.0, -1, np.zeros(0), compositions)
+        return SecretNoiseCalibration(0.0, -1, np.zeros(0), int(rounds), float(holder_shift))
     for pj, rj in zip(p_arr, r_arr):
         gdp_mu_for_secret(float(pj), float(rj))  # validates
     keys = [tuple(np.round(np.sort(np.asarray(rh, dtype=np.float64))[::-1], 12)) for rh in rho_by_secret]
@@ -241,7 +270,7 @@ def calibrate_secret_sigma(rho_by_secret: Sequence[Sequence[float]], p: Sequence
     order = sorted(groups, key=lambda g: -sum(g[0]))
 
     def blow(sig: float, g) -> float:
-        return secret_blow_up(sig, g[0], g[1], compositions, value_discretization_interval)
+        return secret_blow_up(sig, g[0], g[1], rounds, value_discretization_interval, holder_shift)
 
     def satisfied(sig: float, g) -> bool:
         return g[2] >= 1.0 or blow(sig, g) <= g[2]
@@ -277,4 +306,4 @@ def calibrate_secret_sigma(rho_by_secret: Sequence[Sequence[float]], p: Sequence
         for g in order:
             for j in groups[g]:
                 blow_ups[j] = g[1]
-    return SecretNoiseCalibration(float(sigma), int(binding), blow_ups, int(compositions))
+    return SecretNoiseCalibration(float(sigma), int(binding), blow_ups, int(rounds), float(holder_shift))

@@ -26,7 +26,7 @@ import numpy as np
 from scipy import sparse
 
 from tasks.errors import ConfigError
-from tasks.mechanisms import GaussianMechanism
+from tasks.mechanisms import GaussianMechanism, NoiseSource
 
 
 def evolution_call_plan(classes: int, population: int, variations: int, iterations: int) -> dict[str, int]:
@@ -411,31 +411,82 @@ def clip_rows(x: np.ndarray, radius: float) -> np.ndarray:
     return x * np.minimum(1.0, radius / np.maximum(norms, 1e-300))
 
 
-def secret_clustering(clusters: PublicClusters, private_emb: np.ndarray, rho: np.ndarray, *, radius: float,
-                      sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Algorithm 2: noisy centres and sizes.
+def centre_noise_scales(clusters: PublicClusters, radius: float) -> np.ndarray:
+    """c_k: how far one document can move the centre of cluster k, the unit of that centre's noise.
 
-    Each private point joins with probability rho_i (Bernoulli), is clipped to radius R and added to its nearest
-    public centre. Released: n~_k = n_k + m_k + N(0, sigma^2) and
-    e~_k = (n_k e_k + sum ê_i) / (n_k + m_k) + (2R / n_k) N(0, sigma^2 I).
-    Guarantee ((p, r)-secret protection, SecPE Theorem 1): for a secret held by documents sampled S times,
-    the size vector moves by at most S in L2 and each centre by at most 2R S / n_k, i.e. S in units of the
-    noise; S is Poisson-binomial(rho of the holders), which is what accounting.calibrate_secret_sigma uses.
-    """
+    Adding a document with clipped embedding x (||x|| <= R) to cluster k moves its centre from c to
+    c + (x - c) / (N + 1), where N >= n_k counts the public points and the other sampled documents. c is a convex
+    combination of the public centre e_k and clipped documents, so ||c|| <= max(R, ||e_k||) and the move is at
+    most (R + max(R, ||e_k||)) / n_k. That is the paper's 2R / n_k when ||e_k|| <= R, but public centres are
+    means of unit vectors, so for R < 1 the paper's bound fails; this one holds for every R."""
+    if not radius > 0 or not math.isfinite(radius):
+        raise ConfigError(f"clipping radius must be a finite number > 0, got {radius}")
+    norms = np.linalg.norm(clusters.centres, axis=1)
+    return (radius + np.maximum(radius, norms)) / clusters.sizes.astype(np.float64)
+
+
+def secret_clustering_exact(clusters: PublicClusters, private_emb: np.ndarray, sampled: np.ndarray, *,
+                            radius: float) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 2 before noise: (centres (K, d), sizes (K,)) after the sampled private points, clipped to R, join
+    their nearest public centre. Private: only ``secret_clustering`` (which adds the noise) may release it."""
     private_emb = clip_rows(private_emb, radius)
-    k, d = clusters.centres.shape
-    take = rng.random(private_emb.shape[0]) < np.asarray(rho, dtype=np.float64)
-    sampled = private_emb[take]
+    sampled = np.asarray(sampled, dtype=bool)
+    if sampled.shape != (private_emb.shape[0],):
+        raise ConfigError(f"sampling mask has shape {sampled.shape}, expected ({private_emb.shape[0]},)")
+    k = clusters.centres.shape[0]
+    chosen = private_emb[sampled]
     sums = clusters.centres * clusters.sizes[:, None]
     m = np.zeros(k, dtype=np.int64)
-    if sampled.shape[0]:
-        nearest = nearest_synthetic(sampled, clusters.centres)
-        np.add.at(sums, nearest, sampled)
+    if chosen.shape[0]:
+        nearest = nearest_synthetic(chosen, clusters.centres)
+        np.add.at(sums, nearest, chosen)
         m = np.bincount(nearest, minlength=k).astype(np.int64)
-    centres = sums / (clusters.sizes + m)[:, None]
-    noisy_sizes = (clusters.sizes + m).astype(np.float64) + rng.normal(0.0, sigma, size=k)
-    noisy_centres = centres + (2.0 * radius / clusters.sizes)[:, None] * rng.normal(0.0, sigma, size=(k, d))
-    return noisy_centres, noisy_sizes
+    sizes = (clusters.sizes + m).astype(np.float64)
+    return sums / sizes[:, None], sizes
+
+
+def joint_statistics(centres: np.ndarray, sizes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """One round's (sizes, centres) as one vector in noise units: sizes as they are (one document moves one size
+    by 1), centre k divided by c_k (one document moves it by at most 1). One document moves this vector by at most
+    sqrt(2) in L2, S sampled holders of a secret by at most sqrt(2) S."""
+    return np.concatenate([np.asarray(sizes, dtype=np.float64),
+                           (np.asarray(centres, dtype=np.float64) / np.asarray(scales)[:, None]).ravel()])
+
+
+def split_joint_statistics(joint: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of ``joint_statistics``: (centres (K, d), sizes (K,))."""
+    k = np.asarray(scales).shape[0]
+    joint = np.asarray(joint, dtype=np.float64)
+    if (joint.size - k) % k:
+        raise ConfigError(f"a joint vector of {joint.size} values does not hold {k} sizes and {k} centres")
+    return joint[k:].reshape(k, -1) * np.asarray(scales)[:, None], joint[:k].copy()
+
+
+def sampled_joint_statistics(clusters: PublicClusters, private_emb: np.ndarray, rho: np.ndarray, *, radius: float,
+                             sampling: NoiseSource) -> np.ndarray:
+    """The exact input of one round's Gaussian mechanism: every private point joins with probability rho_i
+    (``sampling.bernoulli``: the OS CSPRNG by default; the mask is private and never returned or stored), then
+    ``secret_clustering_exact`` and ``joint_statistics``. Private: release it only through the mechanism."""
+    sampled = sampling.bernoulli(np.asarray(rho, dtype=np.float64))
+    centres, sizes = secret_clustering_exact(clusters, private_emb, sampled, radius=radius)
+    return joint_statistics(centres, sizes, centre_noise_scales(clusters, radius))
+
+
+def secret_clustering(clusters: PublicClusters, private_emb: np.ndarray, rho: np.ndarray, *, radius: float,
+                      mechanism: GaussianMechanism, sampling: NoiseSource, noise: NoiseSource
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 2: noisy centres and sizes of one round (one class).
+
+    Each private point joins with probability rho_i, is clipped to radius R and added to its nearest public
+    centre. The sizes and the centres, in noise units (``joint_statistics``), go through ``mechanism`` (a Gaussian
+    mechanism with noise multiplier sigma) as ONE vector: released n~_k = n_k + m_k + N(0, sigma^2) and
+    e~_k = (n_k e_k + sum ê_i) / (n_k + m_k) + c_k N(0, sigma^2 I), c_k from ``centre_noise_scales``.
+    Guarantee ((p, r)-secret protection): a secret whose holders are sampled S times moves the joint vector by at
+    most sqrt(2) S, which is what accounting.calibrate_secret_sigma calibrates sigma for.
+    The flow runs the same two steps through ``PrivacyLedger.draw_once`` (exact = ``sampled_joint_statistics``,
+    post-processing = ``split_joint_statistics``). Returns (noisy centres (K, d), noisy sizes (K,))."""
+    exact = sampled_joint_statistics(clusters, private_emb, rho, radius=radius, sampling=sampling)
+    return split_joint_statistics(mechanism.release(exact, noise), centre_noise_scales(clusters, radius))
 
 
 def cluster_votes(noisy_centres: np.ndarray, noisy_sizes: np.ndarray, synthetic_emb: np.ndarray, *,

@@ -56,12 +56,17 @@ def test_default_delta_needs_public_bound():
 
 @pytest.mark.parametrize("sigma,T", [(2.0, 1), (4.0, 10), (1.5, 3)])
 def test_blow_up_matches_gaussian_closed_form(sigma, T):
+    # One certain holder: each round shifts the joint (sizes, centres) vector by sqrt(2), so T rounds are
+    # mu-GDP with mu = sqrt(2 T) / sigma.
     p = 1e-4
-    mu = math.sqrt(T) / sigma
+    mu = math.sqrt(2 * T) / sigma
     closed = acc.gaussian_reconstruction_bound(p, mu)
     got = acc.secret_blow_up(sigma, [1.0], p, T, value_discretization_interval=1e-3)
     assert got >= closed * (1 - 1e-3)          # a valid upper bound never undercuts the exact value
     assert got == pytest.approx(closed, rel=3e-2)
+    # a single released part (shift 1 per holder) is the mu = sqrt(T) / sigma case
+    single = acc.secret_blow_up(sigma, [1.0], p, T, value_discretization_interval=1e-3, holder_shift=1.0)
+    assert single == pytest.approx(acc.gaussian_reconstruction_bound(p, math.sqrt(T) / sigma), rel=3e-2)
 
 
 def test_blow_up_grows_with_sampling_probability_and_rounds():
@@ -70,6 +75,29 @@ def test_blow_up_grows_with_sampling_probability_and_rounds():
     high = acc.secret_blow_up(3.0, [0.9, 0.9], p, 5)
     more_rounds = acc.secret_blow_up(3.0, [0.9, 0.9], p, 10)
     assert p <= low < high < more_rounds
+
+
+def test_joint_calibration_of_sizes_and_centres():
+    """The issue's case: one holder with rho 0.3, T = 5, (p, r) = (1e-4, 1e-3). Calibrating sizes and centres as
+    2T independent mixtures (shift 1 each) picks sigma 1.854, at which the true round, where one Bernoulli draw
+    drives both parts (shift sqrt(2)), has B(p) = 1.43e-3 > r. The joint calibration meets r."""
+    p, r, T = 1e-4, 1e-3, 5
+    old = acc.calibrate_secret_sigma([[0.3]], p, r, 2 * T, holder_shift=1.0)
+    assert old.sigma == pytest.approx(1.854, abs=2e-3)
+    true_at_old = acc.secret_blow_up(old.sigma, [0.3], p, T)
+    assert true_at_old == pytest.approx(1.43e-3, rel=2e-2) and true_at_old > r
+    new = acc.calibrate_secret_sigma([[0.3]], p, r, T)
+    assert new.sigma > old.sigma and new.rounds == T and new.holder_shift == pytest.approx(math.sqrt(2))
+    assert acc.secret_blow_up(new.sigma, [0.3], p, T) <= r
+    assert acc.secret_blow_up(new.sigma * 0.98, [0.3], p, T) > r  # and it is not much more noise than needed
+
+
+def test_secpe_dp_epsilon_is_t_rounds_of_sensitivity_sqrt2():
+    # T rounds with shift sqrt(2) and noise sigma = T Gaussian rounds with multiplier sigma / sqrt(2)
+    # = 2T rounds with multiplier sigma (GDP: sqrt(2T) / sigma either way).
+    got = acc.secpe_dp_epsilon(2.0, 1e-5, 5)
+    assert got == pytest.approx(acc.augpe_epsilon(2.0 / math.sqrt(2), 1e-5, 5))
+    assert got == pytest.approx(acc.augpe_epsilon(2.0, 1e-5, 10), rel=1e-2)
 
 
 def test_poisson_binomial_pmf():
@@ -85,14 +113,14 @@ def test_poisson_binomial_pmf():
 def test_calibrated_secret_sigma_meets_every_budget():
     p, r = 1e-4, 1e-3
     rho_by_secret = [np.array([1.0]), np.array([0.3, 0.3]), np.array([0.05] * 4), np.array([])]
-    cal = acc.calibrate_secret_sigma(rho_by_secret, p, r, compositions=4)
+    cal = acc.calibrate_secret_sigma(rho_by_secret, p, r, rounds=4)
     assert np.all(cal.blow_ups <= r + 1e-12)
     assert cal.binding_secret == 0  # the certain-holder secret binds
     # minimality: 2 % less noise breaks the binding secret's bound
     assert acc.secret_blow_up(cal.sigma * 0.98, rho_by_secret[0], p, 4) > r
-    # with a single certain holder, the sigma is the GDP one: sqrt(T)/sigma = mu
+    # with a single certain holder, the sigma is the GDP one: sqrt(2 T)/sigma = mu
     mu = acc.gdp_mu_for_secret(p, r)
-    assert cal.sigma == pytest.approx(math.sqrt(4) / mu, rel=3e-2)
+    assert cal.sigma == pytest.approx(math.sqrt(2 * 4) / mu, rel=3e-2)
 
 
 def test_secret_budget_validation():
