@@ -37,6 +37,7 @@ import abc
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -324,7 +325,6 @@ class AugPeAudit(_Mechanism):
 
 class SecPeAudit(_Mechanism):
     name = "secpe"
-    labels = [0, 1, 2]
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
@@ -334,7 +334,7 @@ class SecPeAudit(_Mechanism):
         secrets = workdir / "audit-secrets.txt"
         secrets.write_text(_NOBODY_HOLDS_THIS_SECRET + "\n", encoding="utf-8")
         self.cfg = SecPeConfig(**self.config_values(dict(
-            public="audit://public-texts", secrets=str(secrets), noise_multiplier=3.0, iterations=1, clusters=4,
+            public="audit://public-texts", secrets=str(secrets), noise_multiplier=3.0, iterations=1, clusters=2,
             delta=1e-5, per_class=2, progress=False), SecPeConfig))
         public_emb = embed_candidates.fn(_PUBLIC_TEXTS, self.cfg.embedding_model)
         self.clusters = ev.public_kmeans(public_emb, self.cfg.clusters, self.cfg.seed)
@@ -347,7 +347,7 @@ class SecPeAudit(_Mechanism):
 
     def _adversary_view(self, embeddings: np.ndarray) -> None:
         """What the adversary, who knows every document of D, expects: the canary's cluster k, the exact class-0
-        centre of k on D, and the direction and size of the canary's move of it, in units of the noise."""
+        centre of k on D, and the direction and length of the canary's move of it, in units of its noise."""
         from tasks import evolution as ev
 
         radius, sizes, centres = self.cfg.radius, self.clusters.sizes, self.clusters.centres
@@ -362,26 +362,30 @@ class SecPeAudit(_Mechanism):
             exact[with_canary] = (centres[k] * sizes[k] + clipped[rows].sum(axis=0)) / (sizes[k] + rows.sum())
         move = exact[True] - exact[False]
         self.cluster = k
+        self.scale = float(ev.centre_noise_scales(self.clusters, radius)[k])  # the centre's noise unit c_k
         self.centre_without = exact[False]
         self.direction = move / max(float(np.linalg.norm(move)), 1e-300)
-        self.move_in_noise_units = float(np.linalg.norm(move)) * sizes[k] / (2.0 * radius)
+        self.move_in_noise_units = float(np.linalg.norm(move)) / self.scale
 
     def trial(self, with_canary: bool) -> dict[str, float]:
         from flows.evolution import charge_secpe_schedule, detect_secrets, secpe_noise, secpe_round_release
+        from tasks import evolution as ev
 
         classes = self.classes[with_canary]
+        scales = ev.centre_noise_scales(self.clusters, self.cfg.radius)
         with self.ledger() as ledger:
             incidence, _ = detect_secrets.fn(self.cfg, self.texts[with_canary])
-            sigma, rho, info = secpe_noise(self.cfg, incidence)
-            charge_secpe_schedule(ledger, self.cfg, sigma, info)
-            released = {}
-            for ci, label in enumerate(self.labels):
-                members = classes == label
-                released[ci] = secpe_round_release(ledger, self.cfg, 1, ci, label, self.clusters,
-                                                   self.embeddings[with_canary][members], rho[members], sigma)
-        size = float(released[0]["sizes"][self.cluster]) / sigma
-        centre = float((released[0]["centres"][self.cluster] - self.centre_without) @ self.direction)
-        centre /= 2.0 * self.cfg.radius / float(self.clusters.sizes[self.cluster]) * sigma
+            secret_noise = secpe_noise(self.cfg, incidence)
+            _, mechanism = charge_secpe_schedule(ledger, self.cfg, secret_noise)
+            # Only the canary's class: the flow draws every class with this same function, but the other classes'
+            # releases are computed on other documents (parallel composition) and would only cost sampling time.
+            members = classes == 0
+            released = secpe_round_release(ledger, self.cfg, mechanism, 1, 0, 0, self.clusters, scales,
+                                           self.embeddings[with_canary][members], secret_noise.rho[members])
+        sigma = secret_noise.sigma
+        size = float(released["sizes"][self.cluster]) / sigma
+        centre = float((released["centres"][self.cluster] - self.centre_without) @ self.direction)
+        centre /= self.scale * sigma
         # Both are Gaussian in noise units with means shifted by 1 and by the centre's move: the likelihood ratio
         # of the pair is their sum weighted by the shifts.
         return {"noisy size of the canary's cluster": size, "centre moved towards the canary": centre,
@@ -396,18 +400,21 @@ AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": Kde
 # Running the audit
 # ---------------------------------------------------------------------------------------------------------
 @contextmanager
-def _trial_environment() -> Iterator[None]:
+def _trial_environment(insecure: bool = False) -> Iterator[None]:
     """Quiet, single-threaded trials. Stage and ledger INFO lines, once per trial, would bury the table (warnings
-    still show); a trial's matrices are tiny, and BLAS or torch threads fighting over two shared cores made a
-    trial several times slower than one thread does."""
+    still show, except the ledger's NOT DIFFERENTIALLY PRIVATE one per draw when the audit was asked to run the
+    insecure mode: its table says so once); a trial's matrices are tiny, and BLAS or torch threads fighting over
+    two shared cores made a trial several times slower than one thread does."""
     import torch
     from threadpoolctl import threadpool_limits
 
-    loggers = [logging.getLogger(n) for n in ("flows", "tasks", "prefect")]
+    names = ("flows", "tasks", "prefect", "tasks.ledger")
+    loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     threads = torch.get_num_threads()
-    for lg in loggers:
-        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
+    for name, lg in zip(names, loggers):
+        floor = logging.ERROR if insecure and name == "tasks.ledger" else logging.WARNING
+        lg.setLevel(max(lg.getEffectiveLevel(), floor))
     torch.set_num_threads(1)
     try:
         with threadpool_limits(limits=1):
@@ -428,10 +435,14 @@ def run_audit(mechanisms: Sequence[str], profile: Profile, *, insecure: bool = F
         raise ConfigError(f"unknown mechanism(s) {', '.join(unknown)}; choose from {', '.join(MECHANISMS)}")
     rows = []
     own = workdir is None
-    root = Path(tempfile.mkdtemp(prefix="privseed-audit-")) if own else Path(workdir)
+    # Trial ledgers are thrown away after each trial: on tmpfs the ledger's fsync per write costs nothing, and on
+    # a busy disk it was most of a trial's time.
+    shm = Path("/dev/shm")
+    scratch = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    root = Path(tempfile.mkdtemp(prefix="privseed-audit-", dir=scratch)) if own else Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     try:
-        with _trial_environment():
+        with _trial_environment(insecure):
             for name in mechanisms:
                 mechanism = AUDITS[name](root, insecure)
                 total = 2 * (profile.calibration + profile.evaluation)
