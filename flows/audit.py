@@ -16,7 +16,8 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 make a stronger test).
     kde         DP-KPS's per-class DP-KDE (sketch_per_class, then sample_keyphrase_sequences). Canary: a class-0
                 document whose phrases are one term far from the class's. Tests: the released sketch's score of the
-                canary term, and how often the term appears in class 0's sampled sequences.
+                canary term, the Laplace likelihood ratio of the released sketch (the adversary knows D's exact
+                sum), and how often the term appears in class 0's sampled sequences.
     augpe       One Aug-PE round (charge_augpe_schedule + augpe_round_histogram, T = 1). Canary: a private
                 document identical to one candidate that no other document votes for. Test: its noisy count.
     secpe       One SecPE round (detect_secrets, secpe_noise, charge_secpe_schedule, secpe_round_release, T = 1)
@@ -258,6 +259,7 @@ class KdeAudit(_Mechanism):
         super().__init__(workdir, insecure)
         from flows.dpkps import embed_released_vocabulary, feature_specs
         from tasks.config import DpKpsConfig
+        from tasks.kde import laplace_scale
 
         # V~ is taken as released (all of the audit vocabulary): the audit isolates the eps_kde of the sketches.
         self.terms = audit_vocabulary_terms()
@@ -270,6 +272,19 @@ class KdeAudit(_Mechanism):
         self.canary_phi = features.features(self.embeddings[self.canary_id][None, None, :].astype(np.float64))[0]
         self.private = audit_corpus()
         self.canary = _with(self.private, " ".join([KDE_CANARY_TERM] * self.cfg.length), 0)
+        # The adversary knows every document of D and the public features, so it knows class 0's exact sum on D and
+        # on D' (the canary adds its feature vector); with the public Laplace scale that gives the likelihood ratio.
+        exact = {side: self._exact_class0(corpus) for side, corpus in ((False, self.private), (True, self.canary))}
+        self.exact_without, self.move = exact[False], exact[True] - exact[False]
+        self.laplace_scale = laplace_scale(self.cfg.n_features, self.cfg.eps_kde)
+
+    def _exact_class0(self, corpus: pd.DataFrame) -> np.ndarray:
+        from flows.dpkps import feature_specs
+        from tasks.kde import sketch_sums_of_shard
+
+        specs = feature_specs(self.cfg, self.embeddings.shape[1])
+        shard = (corpus["text"].tolist(), corpus["label"].tolist())
+        return sketch_sums_of_shard(shard, self.labels, tuple(self.terms), self.embeddings, specs, True)[0, 0]
 
     def trial(self, with_canary: bool) -> dict[str, float]:
         from flows.dpkps import corpus_shards, sample_keyphrase_sequences, sketch_per_class
@@ -280,8 +295,11 @@ class KdeAudit(_Mechanism):
                                            self.cfg, ledger)
             sequences = sample_keyphrase_sequences.fn(released, self.labels, self.terms, self.embeddings, self.cfg)
         class0 = sequences.loc[sequences["label"] == 0, "keyphrases"]
+        noise = released[0, 0] - self.exact_without  # what is left of the release once D's exact sum is known
         return {f"sketch score of '{KDE_CANARY_TERM}' (class 0)":
                 float(released[0, 0] @ self.canary_phi) / self.cfg.n_features,
+                "class 0 sketch, Laplace likelihood ratio":
+                float(np.sum(np.abs(noise) - np.abs(noise - self.move))) / self.laplace_scale,
                 f"'{KDE_CANARY_TERM}' in class 0's sequences": float(sum(list(k).count(KDE_CANARY_TERM) for k in class0))}
 
 
