@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import datetime as dt
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ import flows._runtime  # noqa: F401  (offline settings before prefect is importe
 import numpy as np
 import pandas as pd
 
+from tasks import __version__
 from tasks import audit as stats
 from tasks.errors import ConfigError
 from tasks.ledger import PrivacyLedger
@@ -552,8 +554,11 @@ def run_from_cli(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     rows = run_audit(args.mechanisms, profile, insecure=args.insecure_reproducible_noise, progress=args.progress)
     print(stats.format_table(rows))
-    meta = {"command": "privseed audit " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["audit"] else "privseed audit",
-            "profile": args.profile, "calibration_trials": profile.calibration,
+    command = ["privseed", "audit", "--profile", args.profile, "--mechanisms", ",".join(args.mechanisms)]
+    command += (["--trials", str(args.trials)] if args.trials is not None else [])
+    command += (["--insecure-reproducible-noise"] if args.insecure_reproducible_noise else [])
+    meta = {"command": " ".join(command), "privseed_version": __version__,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "profile": args.profile, "calibration_trials": profile.calibration,
             "evaluation_trials": profile.evaluation, "insecure_reproducible_noise": args.insecure_reproducible_noise,
             "confidence": 1 - stats.DEFAULT_ALPHA, "seconds": round(time.perf_counter() - started, 1)}
     paths = write_outputs(rows, Path(args.out), meta)
