@@ -493,17 +493,24 @@ def plot_audit(rows: Sequence[stats.AuditRow], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.patches import Patch
+
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(rows), 3.6))
-    ax.bar(x - 0.2, [r.claimed_epsilon for r in rows], 0.4, label="claimed epsilon", color="#4c72b0")
-    ax.bar(x + 0.2, [r.epsilon_lower_bound for r in rows], 0.4, label="95% lower bound (audit)",
+    ax.bar(x - 0.2, [r.claimed_epsilon for r in rows], 0.4, color="#4c72b0")
+    ax.bar(x + 0.2, [r.epsilon_lower_bound for r in rows], 0.4,
            color=["#c44e52" if r.exceeds_claim else "#55a868" for r in rows])
     for i, r in enumerate(rows):
         ax.annotate(r.verdict, (x[i] + 0.2, r.epsilon_lower_bound), ha="center", va="bottom", fontsize=8)
+    top = max([r.claimed_epsilon for r in rows] + [r.epsilon_lower_bound for r in rows] + [1.0])
+    ax.set_ylim(0, 1.35 * top)
     ax.set_xticks(x, [r.mechanism for r in rows])
     ax.set_ylabel("epsilon")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(handles=[Patch(color="#4c72b0", label="claimed epsilon (ledger)"),
+                       Patch(color="#55a868", label="95% lower bound: consistent"),
+                       Patch(color="#c44e52", label="95% lower bound: VIOLATED")],
+              fontsize=8, loc="upper left", ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
