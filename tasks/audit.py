@@ -6,13 +6,13 @@ D' = D + canary, every test T that looks at the release satisfies
     P[T says "canary" | D'] <= e^eps P[T says "canary" | D] + delta          (TPR <= e^eps FPR + delta)
     P[T says "no canary" | D] <= e^eps P[T says "no canary" | D'] + delta    (1 - FPR <= e^eps (1 - TPR) + delta)
 
-and the same with D and D' swapped (adjacency is symmetric), so any measured (TPR, FPR) gives a lower bound on
-the epsilon the mechanism really has: eps >= max(ln((TPR - delta) / FPR), ln((1 - FPR - delta) / (1 - TPR)),
-ln((FPR - delta) / TPR), ln((1 - TPR - delta) / (1 - FPR))). Rates measured on finitely many trials are replaced
-by Clopper-Pearson bounds, each on the pessimistic side (the numerator's rate by its lower bound, the
-denominator's by its upper bound) and one-sided at level alpha / 2, so both rates are inside their limits
-jointly with probability >= 1 - alpha (union bound): the reported lower bound is a 1 - alpha = 95 % confidence
-bound.
+so any measured (TPR, FPR) gives a lower bound on the epsilon the mechanism really has:
+eps >= max(ln((TPR - delta) / FPR), ln((1 - FPR - delta) / (1 - TPR))). Rates measured on finitely many trials are
+replaced by Clopper-Pearson limits: TPR by its lower limit, FPR by its upper limit (both bounds use the same two),
+each one-sided at level alpha / 2, so both hold jointly with probability >= 1 - alpha (union bound) and the
+reported lower bound is a 1 - alpha = 95 % confidence bound. (Also using TPR's upper and FPR's lower limit, for
+the mirror-image test, would need four limits and a wider interval; the calibration picks the test's direction
+instead: "statistic > t" or "statistic < t" means "canary".)
 
 The test is a threshold on a statistic of the release ("statistic > threshold" means "canary present"). Which
 statistic and which threshold are chosen on calibration trials that are never reused for the evaluation: picking
@@ -69,23 +69,25 @@ def epsilon_lower_bound(true_positives: int, positives: int, false_positives: in
     """
     if not 0 <= delta < 1:
         raise ConfigError(f"delta must lie in [0, 1), got {delta}")
-    tpr_lo, tpr_hi = clopper_pearson(true_positives, positives, alpha)
-    fpr_lo, fpr_hi = clopper_pearson(false_positives, negatives, alpha)
-    # Adjacency is symmetric, so each inequality holds with D and D' swapped, for the test's region and for its
-    # complement: four bounds, each with the rates replaced by their pessimistic confidence limits.
-    pairs = [(tpr_lo, fpr_hi), (fpr_lo, tpr_hi), (1 - tpr_hi, 1 - fpr_lo), (1 - fpr_hi, 1 - tpr_lo)]
+    tpr_lo, _ = clopper_pearson(true_positives, positives, alpha)
+    _, fpr_hi = clopper_pearson(false_positives, negatives, alpha)
+    # The test's region and its complement, with the same two limits: TPR >= tpr_lo and FPR <= fpr_hi.
+    pairs = [(tpr_lo, fpr_hi), (1 - fpr_hi, 1 - tpr_lo)]
     return max([0.0] + [math.log((hit - delta) / miss) for hit, miss in pairs if hit - delta > 0 and miss > 0])
 
 
 @dataclass(frozen=True)
 class ThresholdTest:
-    """"statistic > threshold" means "the canary is in the corpus"."""
+    """"statistic > threshold" (direction +1) or "statistic < threshold" (direction -1) means "the canary is in
+    the corpus"."""
 
     statistic: str
     threshold: float
+    direction: int = 1
 
     def positives(self, values: np.ndarray) -> int:
-        return int(np.count_nonzero(np.asarray(values, dtype=np.float64) > self.threshold))
+        values = np.asarray(values, dtype=np.float64)
+        return int(np.count_nonzero(values > self.threshold if self.direction > 0 else values < self.threshold))
 
 
 def _candidate_thresholds(without: np.ndarray, with_canary: np.ndarray) -> np.ndarray:
@@ -121,12 +123,13 @@ def choose_test(calibration: Mapping[str, tuple[Sequence[float], Sequence[float]
         with_canary = np.asarray(with_canary, dtype=np.float64)
         if without.size == 0 or with_canary.size == 0:
             raise ConfigError("calibration needs trials on both corpora")
-        thresholds = _candidate_thresholds(without, with_canary)
-        bounds = _bounds_for_thresholds(thresholds, without, with_canary, delta, alpha)
-        top = np.flatnonzero(bounds >= bounds.max() - 1e-12)
-        choice = ThresholdTest(statistic, float(thresholds[top[len(top) // 2]]))
-        if best is None or bounds.max() > best[0] + 1e-12:
-            best = (float(bounds.max()), choice)
+        for direction in (1, -1):  # "statistic < t" is "-statistic > -t"
+            thresholds = _candidate_thresholds(direction * without, direction * with_canary)
+            bounds = _bounds_for_thresholds(thresholds, direction * without, direction * with_canary, delta, alpha)
+            top = np.flatnonzero(bounds >= bounds.max() - 1e-12)
+            choice = ThresholdTest(statistic, direction * float(thresholds[top[len(top) // 2]]), direction)
+            if best is None or bounds.max() > best[0] + 1e-12:
+                best = (float(bounds.max()), choice)
     return best[1]
 
 

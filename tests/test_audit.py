@@ -44,10 +44,13 @@ def test_a_perfect_test_on_500_trials_bounds_epsilon_by_about_5():
 def test_the_complementary_test_counts_too():
     # "statistic > t" is rarely true on D' but never on D
     assert epsilon_lower_bound(100, 500, 0, 500) > 1.0
-    # a test that says "canary" mostly on D proves as much as its mirror image (D and D' swapped)
-    assert epsilon_lower_bound(0, 500, 400, 500) == pytest.approx(epsilon_lower_bound(400, 500, 0, 500))
-    # the complement: "statistic <= t" is never true on D' and sometimes on D
+    # the complement: the test is always true on D' and mostly on D, never false on D' but sometimes on D
     assert epsilon_lower_bound(500, 500, 400, 500) == pytest.approx(epsilon_lower_bound(100, 500, 0, 500))
+    # a test that says "canary" mostly on D proves nothing in this direction: choose_test flips it instead
+    assert epsilon_lower_bound(0, 500, 400, 500) == 0.0
+    rng = np.random.default_rng(5)
+    flipped = choose_test({"s": (5 + rng.normal(size=100), rng.normal(size=100))})
+    assert flipped.direction == -1 and flipped.positives(np.array([0.0, 5.0])) == 1
 
 
 def test_the_bound_stays_below_a_laplace_mechanisms_epsilon_and_catches_a_too_small_scale():
