@@ -22,8 +22,10 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 document identical to one candidate that no other document votes for. Test: its noisy count.
     secpe       One SecPE round (detect_secrets, secpe_noise, charge_secpe_schedule, secpe_round_release, T = 1)
                 with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE reports "if rho and sigma
-                are fixed". The canary holds no secret, so rho = 1 (it is always sampled). Tests: the noisy size of
-                its cluster, the centre's move towards it, and their likelihood-ratio combination.
+                are fixed". The canary holds no secret, so rho = 1 (it is always sampled). K = 2 public clusters,
+                and only the canary's class is drawn per trial (the other classes' releases are independent of
+                it). Tests: the noisy size of its cluster, the centre's move towards it, and their
+                likelihood-ratio combination.
 
 Small public configs keep a trial cheap (a 57-term vocabulary file, 36 documents, I = 32, epsilon 1-2 per
 mechanism). With noise drawn from --seed (main before issue 13) or from ``--insecure-reproducible-noise``, every
@@ -70,7 +72,7 @@ class Profile:
     evaluation: int   # trials per corpus that measure it
 
 
-# quick: in the test suite (about a minute on two shared cores). full: the figures of docs/privacy.md; with 500
+# quick: in the test suite (1-2 minutes on two shared cores). full: the figures of docs/privacy.md; with 500
 # evaluation trials per side a perfect test bounds epsilon by about 4.9, above every claim audited here.
 PROFILES = {"quick": Profile(calibration=40, evaluation=100), "full": Profile(calibration=250, evaluation=500)}
 
