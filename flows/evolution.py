@@ -562,7 +562,7 @@ def detect_secrets(cfg: SecPeConfig, texts: list[str]):
 @dataclass(frozen=True)
 class SecPeNoise:
     """SecretNoise's outcome. ``rho`` and ``worst_blow_up`` are functions of the private secret incidence: they
-    stay in memory and the operator's log. ``protection`` holds only values of the public configuration and is
+    stay in memory (neither is logged or written). ``protection`` holds only values of the public configuration and is
     what the ledger and evolution.json publish. ``sigma`` is public when fixed by --noise-multiplier; calibrated,
     it depends on the incidence too (SecPE's Algorithm 1), and the ledger shows it (docs/baselines.md)."""
 
@@ -638,7 +638,8 @@ def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, mechanism: Gaus
                         rho: np.ndarray) -> dict[str, np.ndarray]:
     """Round t's released noisy centres and sizes of class ``ci``: the Bernoulli-sampled joint statistics of that
     class's documents through the round mechanism, drawn once through the ledger. Noise and sub-sampling are secret
-    (OS entropy); --insecure-reproducible-noise (research only, stamped) is the one way to derive them from --seed.
+    (OS entropy, cfg.noise); --insecure-reproducible-noise (research only, stamped and refused by the gate) is the
+    one way to derive them from --seed.
     A function of its own so that `privseed audit` runs exactly the flow's round."""
     stream = ("secpe", f"round-{t}", f"class-{ci}")
     return ledger.draw_once(
@@ -673,9 +674,9 @@ def _secpe(cfg: SecPeConfig) -> dict:
         raise ConfigError("SecPE found no secret to protect (sigma = 0): no noise would be added; "
                           "choose other secrets or fix --noise-multiplier")
     schedule, mechanism = charge_secpe_schedule(ledger, cfg, secret_noise)
-    # Operator log only: the bound reached depends on the private secret incidence.
-    logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (largest blow-up over the detected secrets %.3g)",
-                cfg.iterations, sigma, cfg.p, secret_noise.protection["r"], secret_noise.worst_blow_up)
+    # The bound actually reached (SecPeNoise.worst_blow_up) depends on the private secret incidence: not logged.
+    logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (B(p) <= r checked for every detected secret)",
+                cfg.iterations, sigma, cfg.p, secret_noise.protection["r"])
     _log_plan(logger, "SecPE", cfg, len(labels))
 
     public_emb = embed_candidates(load_public_texts(cfg), cfg.embedding_model, cfg.progress)

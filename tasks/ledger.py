@@ -139,9 +139,17 @@ class PrivacyLedger:
         this release (one round of a schedule composed by an accountant): it is then recorded, not charged."""
         self._check_name(name)
         description = self._describe(name, mechanism, noise)
-        if accounted_in is not None and accounted_in not in self._entries:
-            raise PrivseedError(f"release {name!r} is accounted in {accounted_in!r}, which was never charged; "
-                                "charge the schedule before drawing its rounds")
+        if accounted_in is not None:
+            charged = self._entries.get(accounted_in)
+            if charged is None:
+                raise PrivseedError(f"release {name!r} is accounted in {accounted_in!r}, which was never charged; "
+                                    "charge the schedule before drawing its rounds")
+            # A round paid for by a schedule must be a draw of the mechanism that schedule charged.
+            for key in ("mechanism", "sensitivity", "scale", "secure"):
+                if charged.get(key) != description[key]:
+                    raise LedgerMismatchError(
+                        f"release {name!r} uses another {key} ({_short(description[key])}) than the schedule "
+                        f"{accounted_in!r} charged ({_short(charged.get(key))})")
         record = self._record(name, description["mechanism"], params, description["epsilon"], description["delta"],
                               description["sensitivity"], partition, stage)
         record.update(self._noise_fields(description, accounted_in=accounted_in, releases=1))

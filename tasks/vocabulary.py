@@ -209,9 +209,9 @@ def top_terms(noisy: np.ndarray, top_n: int) -> dict[str, np.ndarray]:
     if top_n < 1:
         raise ConfigError(f"vocabulary size N must be >= 1, got {top_n}")
     noisy = np.asarray(noisy)
-    n = min(top_n, noisy.shape[0])
-    top = np.argpartition(-noisy, n - 1)[:n]
-    top = top[np.lexsort((top, -noisy[top]))]
+    # A full sort, not argpartition: integer noisy counts tie often, and which tied term argpartition keeps at
+    # the cut depends on the array's layout; here the cut is the same function of the released vector always.
+    top = np.lexsort((np.arange(noisy.shape[0]), -noisy))[:top_n]
     return {"term_ids": top.astype(np.int64), "noisy_counts": noisy[top]}
 
 

@@ -93,3 +93,28 @@ def test_selection_rule_flags_reach_the_sampler():
     assert selection_rule(validate_config(DpKpsConfig, base(selection="top-k", top_k=7))) == "top-7"
     with pytest.raises(ConfigError, match="--power"):
         validate_config(DpKpsConfig, base(selection="power", power=0))
+
+
+def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_command():
+    from flows.cli import build_parser
+    from flows.dpkps import flags_from_args
+    from flows.evolution import AugPeConfig, SecPeConfig
+    from tasks.mechanisms import secure_noise
+
+    parser = build_parser()
+    cfg = build_config(DpKpsConfig, flags_from_args(parser.parse_args(["dpkps", "d.parquet", "--out", "o"])))
+    assert not cfg.insecure_reproducible_noise and not cfg.allow_insecure_release
+    assert cfg.noise("vocabulary") is secure_noise()  # the default never derives noise from --seed
+    for command, model, extra in (("dpkps", DpKpsConfig, []), ("augpe", AugPeConfig, []),
+                                  ("secpe", SecPeConfig, ["--public", "p.parquet"])):
+        args = parser.parse_args([command, "d.parquet", "--out", "o", "--seed", "4", *extra,
+                                  "--insecure-reproducible-noise", "--allow-insecure-release"])
+        cfg = build_config(model, flags_from_args(args))
+        assert cfg.insecure_reproducible_noise and cfg.allow_insecure_release
+        noise = cfg.noise("vocabulary")
+        assert noise.secure is False and "seed=4" in noise.name and "vocabulary" in noise.name
+    # another noise source is another run: its stored values must not be re-read as secure ones
+    plain = DpKpsConfig(data="d", out="o")
+    assert plain.privacy_key("fp") != DpKpsConfig(data="d", out="o", insecure_reproducible_noise=True).privacy_key("fp")
+    experiment = parser.parse_args(["experiment", "--config", "x.toml", "--insecure-reproducible-noise"])
+    assert experiment.insecure_reproducible_noise and experiment.allow_insecure_release is None

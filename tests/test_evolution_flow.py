@@ -272,6 +272,32 @@ def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fa
     assert [r["round"] for r in timings["rounds"]] == [1, 2] and timings["rounds"][0]["histogram_s"] >= 0
 
 
+def test_secpe_insecure_reproducible_noise_repeats_and_is_stamped(prefect_harness, corpus_file, tmp_path, fake_llm):
+    """The sub-sampling and the noise go through the config's noise source: only the explicit opt-in makes two
+    runs bit-identical, and that release is stamped NOT DIFFERENTIALLY PRIVATE."""
+    from flows.evolution import secpe_flow
+    from tasks.mechanisms import INSECURE_STAMP
+
+    public = tmp_path / "public.parquet"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    secrets = tmp_path / "secrets.txt"
+    secrets.write_text("goals\nglacier\nguitar\n")
+    stored = []
+    for name in ("a", "b"):
+        cfg = _cfg(corpus_file, tmp_path / name, public=str(public), secrets=str(secrets), clusters=6, iterations=1,
+                   insecure_reproducible_noise=True, allow_insecure_release=True)
+        cfg.pop("epsilon")
+        secpe_flow(cfg)
+        stored.append(sorted((tmp_path / name).rglob("secpe.round-001.class-*.npz")))
+    assert len(stored[0]) == len(stored[1]) == 3
+    for first, second in zip(*stored):
+        with np.load(first) as a, np.load(second) as b:
+            np.testing.assert_array_equal(a["noisy"], b["noisy"])
+    ledger = json.loads((tmp_path / "a" / "ledger.json").read_text())
+    assert ledger["stamp"] == INSECURE_STAMP
+    assert all(e["secure"] is False for e in ledger["entries"] if e["name"].startswith("secpe."))
+
+
 def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, fake_llm, capsys):
     """The CLI reports SecPE's (p, r) protection, and its DP epsilon only as conditional."""
     from flows.cli import main
@@ -349,7 +375,7 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
 
 def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
     """Flow level: (released - exact) of every noisy cluster size follows N(0, sigma^2) (KS), and of every centre,
-    in its noise unit c_k, too. r = 1 and a public --noise-multiplier (the issue's case) make every rho 1, so the
+    in its noise unit c_k, too; two runs with the same flags release different values. r = 1 and a public --noise-multiplier (the issue's case) make every rho 1, so the
     test computes the exact statistics itself from the corpus, with no sampling mask to store anywhere."""
     from scipy import stats
 
@@ -368,12 +394,18 @@ def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, t
     from flows.evolution import secpe_flow
 
     secpe_flow(cfg)
+    # the same flags again, into another folder: --seed is public, so the noise must not come from it
+    secpe_flow({**cfg, "out": str(tmp_path / "ks-again"), "state": str(tmp_path / "ks-again-state")})
     clusters = ev.public_kmeans(embed_texts(public_texts), clusters_k, cfg["seed"])
     scales = ev.centre_noise_scales(clusters, 0.5)
     private = embed_texts(tiny_corpus["text"].tolist())
     size_noise, centre_noise = [], []
     values = sorted((tmp_path / "ks-state").rglob("secpe.round-*.npz"))
-    assert len(values) == 2 * 3
+    again = sorted((tmp_path / "ks-again-state").rglob("secpe.round-*.npz"))
+    assert len(values) == len(again) == 2 * 3
+    for first, second in zip(values, again):
+        with np.load(first) as a, np.load(second) as b:
+            assert first.name == second.name and not np.allclose(a["noisy"], b["noisy"])
     for path in values:
         label = int(path.stem.rsplit("class-", 1)[1])
         members = (tiny_corpus["label"] == label).to_numpy()

@@ -135,6 +135,9 @@ def test_a_schedule_is_charged_once_and_its_rounds_are_recorded_not_charged(tmp_
         ledger.draw_once(f"round-{t}", mechanism=round_mechanism, noise=SECURE, params={"round": t},
                          exact=counted([]), accounted_in="pe-schedule")
     assert ledger.total() == pytest.approx((4.0, 1e-5))
+    with pytest.raises(LedgerMismatchError, match="scale"):  # a round drawn with another sigma than was charged
+        ledger.draw_once("round-4", mechanism=GaussianMechanism(1.0, 1.5, 4.0, 1e-5), noise=SECURE,
+                         params={"round": 4}, exact=counted([]), accounted_in="pe-schedule")
     schedule = next(e for e in ledger.entries() if e["name"] == "pe-schedule")
     assert schedule["releases"] == 10 and schedule["guarantee"]["rho"] == pytest.approx(1 / 18)
     with pytest.raises(LedgerMismatchError, match="releases"):

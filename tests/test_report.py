@@ -81,3 +81,18 @@ def test_ledger_rows_reads_the_foundation_ledger_format():
     assert rows[0]["name"] == "kde-0" and rows[0]["partition"] == "3" and '"I": 300' in rows[0]["params"]
     assert "epsilon = 11" in total
     assert report.ledger_rows(None) == ([], "no ledger in this release")
+
+
+def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():
+    from tasks.mechanisms import INSECURE_STAMP
+
+    result = {"title": "t", "scores": {}, "privacy": "epsilon = 11"}
+    secure = {"entries": [], "total": {"epsilon": 11.0, "delta": 0.0, "secure": True}}
+    insecure = {"entries": [], "total": {"epsilon": 11.0, "delta": 0.0, "secure": False}, "stamp": INSECURE_STAMP}
+    plain = report.render_run_report(result, figures={}, ledger=secure, manifest={"privacy": {"secure": True}},
+                                     examples=[])
+    assert INSECURE_STAMP not in plain
+    for ledger, manifest in ((insecure, {}), (secure, {"privacy": {"secure": False}, "stamp": INSECURE_STAMP})):
+        stamped = report.render_run_report(result, figures={}, ledger=ledger, manifest=manifest, examples=[])
+        assert f"<title>privseed evaluation report ({INSECURE_STAMP})</title>" in stamped
+        assert stamped.count(INSECURE_STAMP) >= 2  # title and the banner above the summary
