@@ -41,6 +41,7 @@ from tasks.config import ReleaseConfig, build_config, validate_config
 from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, public_rng
+from tasks.mechanisms import GaussianMechanism
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +416,37 @@ def augpe_schedule(cfg: AugPeConfig) -> dict:
             "threshold": cfg.threshold, "min_words": cfg.min_words, "accountant": "dp-accounting PLD, add/remove"}
 
 
+def charge_augpe_schedule(ledger: PrivacyLedger, cfg: AugPeConfig) -> dict:
+    """Charge the whole schedule up front: T Gaussian rounds composed by the PLD accountant, each drawn later by
+    the same mechanism and recorded as accounted in this charge. A resumed run with another schedule is refused.
+    Returns the schedule the rounds draw with."""
+    schedule = augpe_schedule(cfg)
+    _check_schedule(ledger, "augpe.schedule", schedule)
+    ledger.charge("augpe.schedule", mechanism=augpe_round_mechanism(schedule), noise=cfg.noise("augpe"),
+                  params=schedule, releases=cfg.iterations, stage="augpe")
+    return schedule
+
+
+def augpe_round_mechanism(schedule: dict):
+    """The Gaussian mechanism of every round of the schedule (sensitivity 1, the schedule's sigma)."""
+    return ev.vote_mechanism(schedule["sigma"], schedule["epsilon"], schedule["delta"])
+
+
+def augpe_round_histogram(ledger: PrivacyLedger, cfg: AugPeConfig, schedule: dict, t: int, candidates: pd.DataFrame,
+                          syn_emb: np.ndarray, syn_class: np.ndarray, documents: np.ndarray, private_emb: np.ndarray,
+                          private_class: np.ndarray) -> np.ndarray:
+    """Round t's released histogram: every private document votes for its nearest candidate of its class
+    (non-documents take no votes), then the schedule's Gaussian noise, drawn once through the ledger.
+    A function of its own so that `privseed audit` runs exactly the round the flow runs."""
+    votes = ev.class_votes(private_emb, private_class, syn_emb, np.where(documents, syn_class, -1))
+    return ledger.draw_once(
+        f"augpe.round-{t:03d}.histogram", mechanism=augpe_round_mechanism(schedule),
+        noise=cfg.noise("augpe", f"round-{t}"), stage="augpe", accounted_in="augpe.schedule",
+        params={"round": t, "candidates": _candidate_digest(candidates)},
+        exact=lambda: votes.astype(np.float64),
+    )["noisy"]
+
+
 def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: PrivacyLedger) -> list[str]:
     """AugPE+V~: DP-KPS's privatized vocabulary, by DP-KPS's own stages (first-S histogram over the shards, then
     ``flows.dpkps.release_vocabulary``: discrete Laplace, scale S / eps_voc, top N), drawn once as ``vocabulary``."""
@@ -440,13 +472,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
     ledger = open_ledger(cfg, corpus)
-    schedule = augpe_schedule(cfg)
-    _check_schedule(ledger, "augpe.schedule", schedule)
-    # The whole schedule is charged up front: T Gaussian rounds composed by the PLD accountant. Every round's
-    # noisy histogram is then drawn by the same mechanism and recorded as accounted in this charge.
-    round_mechanism = ev.vote_mechanism(schedule["sigma"], schedule["epsilon"], schedule["delta"])
-    ledger.charge("augpe.schedule", mechanism=round_mechanism, noise=cfg.noise("augpe"), params=schedule,
-                  releases=cfg.iterations, stage="augpe")
+    schedule = charge_augpe_schedule(ledger, cfg)
     logger.info("Aug-PE: T=%d rounds, sigma=%.4f, epsilon=%.3f, delta=%.3g", cfg.iterations, schedule["sigma"],
                 schedule["epsilon"], schedule["delta"])
     _log_plan(logger, "Aug-PE+V~" if cfg.vocab_words else "Aug-PE", cfg, len(labels))
@@ -468,13 +494,8 @@ def _augpe(cfg: AugPeConfig) -> dict:
         syn_class = _per_class_index(labels, candidates["label"])
         documents = _documents(cfg, candidates)
         clock.start("histogram_s")
-        votes = ev.class_votes(private_emb, private_class, syn_emb, np.where(documents, syn_class, -1))
-        noisy = ledger.draw_once(
-            f"augpe.round-{t:03d}.histogram", mechanism=round_mechanism, noise=cfg.noise("augpe", f"round-{t}"),
-            stage="augpe", accounted_in="augpe.schedule",
-            params={"round": t, "candidates": _candidate_digest(candidates)},
-            exact=lambda: votes.astype(np.float64),
-        )["noisy"]
+        noisy = augpe_round_histogram(ledger, cfg, schedule, t, candidates, syn_emb, syn_class, documents,
+                                      private_emb, private_class)
         scores = ev.apply_threshold(noisy, cfg.threshold)
         keep_idx = []
         for ci in range(len(labels)):
@@ -592,6 +613,51 @@ def secpe_noise(cfg: SecPeConfig, incidence) -> SecPeNoise:
     return SecPeNoise(float(sigma), rho, float(worst), protection)
 
 
+def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise: SecPeNoise
+                          ) -> tuple[dict, GaussianMechanism]:
+    """Charge the per-document DP epsilon of the T rounds up front and return the schedule and the round
+    mechanism. One document moves its round's normalised (sizes, centres) vector by at most sqrt(2): T Gaussian
+    rounds. This treats rho and sigma as fixed; a calibrated sigma is computed from the private secret incidence,
+    as in the paper (see docs/baselines.md)."""
+    sigma = secret_noise.sigma
+    delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
+    dp_epsilon = accounting.secpe_dp_epsilon(sigma, delta, cfg.iterations)
+    # One Gaussian mechanism per round and class: sizes and centres (in noise units) as one vector.
+    mechanism = GaussianMechanism(sensitivity=accounting.SECPE_HOLDER_SHIFT, sigma=sigma, epsilon=dp_epsilon,
+                                  delta=delta)
+    schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
+                "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
+                "centre_noise_scale": "(R + max(R, ||e_k||)) / n_k", "rho_norm": cfg.rho_norm,
+                "per_class": cfg.per_class, "variations": cfg.variations, "min_words": cfg.min_words,
+                "secret_protection": secret_noise.protection, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon,
+                "delta": delta}
+    _check_schedule(ledger, "secpe.schedule", schedule)
+    ledger.charge("secpe.schedule", mechanism=mechanism, noise=cfg.noise("secpe"), params=schedule,
+                  releases=cfg.iterations, stage="secpe")
+    return schedule, mechanism
+
+
+def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, mechanism: GaussianMechanism, t: int, ci: int,
+                        label: Any, clusters: ev.PublicClusters, scales: np.ndarray, private_emb: np.ndarray,
+                        rho: np.ndarray) -> dict[str, np.ndarray]:
+    """Round t's released noisy centres and sizes of class ``ci``: the Bernoulli-sampled joint statistics of that
+    class's documents through the round mechanism, drawn once through the ledger. Noise and sub-sampling are secret
+    (OS entropy, cfg.noise); --insecure-reproducible-noise (research only, stamped and refused by the gate) is the
+    one way to derive them from --seed.
+    A function of its own so that `privseed audit` runs exactly the flow's round."""
+    stream = ("secpe", f"round-{t}", f"class-{ci}")
+    return ledger.draw_once(
+        f"secpe.round-{t:03d}.class-{ci}", mechanism=mechanism, noise=cfg.noise(*stream, "noise"), stage="secpe",
+        partition=str(label),
+        params={"round": t, "class": str(label), "K": int(clusters.sizes.size), "radius": cfg.radius,
+                "joint": "sizes, then centres / c_k row by row"},
+        exact=lambda: ev.sampled_joint_statistics(clusters, private_emb, rho, radius=cfg.radius,
+                                                  sampling=cfg.noise(*stream, "sample")),
+        postprocess=lambda z: dict(zip(("centres", "sizes"), ev.split_joint_statistics(z, scales))),
+        accounted_in="secpe.schedule",
+    )
+
+
 @flow(name="secpe", log_prints=True)
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
@@ -603,8 +669,6 @@ def secpe_flow(config: dict[str, Any]) -> dict:
 
 
 def _secpe(cfg: SecPeConfig) -> dict:
-    from tasks.mechanisms import GaussianMechanism
-
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
@@ -615,25 +679,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
     if sigma <= 0:
         raise ConfigError("SecPE found no secret to protect (sigma = 0): no noise would be added; "
                           "choose other secrets or fix --noise-multiplier")
-    # Per-document DP of the same releases (one document moves its round's normalised (sizes, centres) vector by
-    # at most sqrt(2)): T Gaussian rounds. This treats rho and sigma as fixed; a calibrated sigma is computed from
-    # the private secret incidence, as in the paper (see docs/baselines.md).
-    delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
-    dp_epsilon = accounting.secpe_dp_epsilon(sigma, delta, cfg.iterations)
-    # One Gaussian mechanism per round and class: sizes and centres (in noise units) as one vector.
-    mechanism = GaussianMechanism(sensitivity=accounting.SECPE_HOLDER_SHIFT, sigma=sigma, epsilon=dp_epsilon,
-                                  delta=delta)
-    # Noise and sub-sampling are secret (OS entropy, cfg.noise); --insecure-reproducible-noise (research only,
-    # stamped and refused by the gate) is the one way to derive them from --seed.
-    schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
-                "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
-                "centre_noise_scale": "(R + max(R, ||e_k||)) / n_k", "rho_norm": cfg.rho_norm,
-                "per_class": cfg.per_class, "variations": cfg.variations, "min_words": cfg.min_words,
-                "secret_protection": secret_noise.protection, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon,
-                "delta": delta}
-    _check_schedule(ledger, "secpe.schedule", schedule)
-    ledger.charge("secpe.schedule", mechanism=mechanism, noise=cfg.noise("secpe"), params=schedule,
-                  releases=cfg.iterations, stage="secpe")
+    schedule, mechanism = charge_secpe_schedule(ledger, cfg, secret_noise)
     # The bound actually reached (SecPeNoise.worst_blow_up) depends on the private secret incidence: not logged.
     logger.info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (B(p) <= r checked for every detected secret)",
                 cfg.iterations, sigma, cfg.p, secret_noise.protection["r"])
@@ -662,18 +708,8 @@ def _secpe(cfg: SecPeConfig) -> dict:
         keep_idx = []
         for ci, label in enumerate(labels):
             members = private_class == ci
-            stream = ("secpe", f"round-{t}", f"class-{ci}")
-            released = ledger.draw_once(
-                f"secpe.round-{t:03d}.class-{ci}", mechanism=mechanism,
-                noise=cfg.noise(*stream, "noise"), stage="secpe", partition=str(label),
-                params={"round": t, "class": str(label), "K": int(clusters.sizes.size), "radius": cfg.radius,
-                        "joint": "sizes, then centres / c_k row by row"},
-                exact=lambda: ev.sampled_joint_statistics(
-                    clusters, private_emb[members], rho[members], radius=cfg.radius,
-                    sampling=cfg.noise(*stream, "sample")),
-                postprocess=lambda z: dict(zip(("centres", "sizes"), ev.split_joint_statistics(z, scales))),
-                accounted_in="secpe.schedule",
-            )
+            released = secpe_round_release(ledger, cfg, mechanism, t, ci, label, clusters, scales,
+                                           private_emb[members], rho[members])
             idx = np.flatnonzero(syn_class == ci)
             voted = documents[idx] if documents[idx].any() else np.ones(idx.size, dtype=bool)
             hist = np.zeros(idx.size)

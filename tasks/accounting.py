@@ -34,6 +34,7 @@ SecPE (Wang et al.)
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -82,6 +83,9 @@ def _augpe_event(noise_multiplier: float, iterations: int):
     return dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(noise_multiplier), int(iterations))
 
 
+# Both are pure functions of public settings and cost a PLD build (0.1-1 s): a process that asks again for the
+# same schedule (a resumed flow, the audit's trials) gets the same number from the cache.
+@functools.lru_cache(maxsize=256)
 def augpe_epsilon(noise_multiplier: float, delta: float, iterations: int,
                   value_discretization_interval: float = 1e-3) -> float:
     """Epsilon of T Gaussian rounds with sensitivity 1 and noise std ``noise_multiplier``, at ``delta``."""
@@ -96,6 +100,7 @@ def augpe_epsilon(noise_multiplier: float, delta: float, iterations: int,
     return float(acc.get_epsilon(delta))
 
 
+@functools.lru_cache(maxsize=256)
 def augpe_noise_multiplier(epsilon: float, delta: float, iterations: int,
                            value_discretization_interval: float = 1e-3, tol: float = 1e-4) -> float:
     """Smallest sigma such that T rounds of the sensitivity-1 Gaussian histogram are (epsilon, delta)-DP.
