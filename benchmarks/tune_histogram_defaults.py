@@ -32,7 +32,9 @@ from tasks.mechanisms import insecure_noise
 from tasks.sampling import SelectionRule
 from tasks.vocabulary import load_vocabulary, phrase_matcher
 
-DATA = Path(os.environ.get("PRIVSEED_DATA_ROOT", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DATA = Path(os.environ.get("PRIVSEED_DATA_ROOT") or next(
+    (p / "shared" / "data" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+    Path("shared/data")))
 CORPORA = {
     "dbpedia14": ("dbpedia14/train.parquet", "label", None),
     "ohsumed23": ("ohsumed23/train.parquet", "label", None),

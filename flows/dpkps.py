@@ -257,11 +257,9 @@ def privatize_keyphrase_sequences(corpus: pd.DataFrame, labels: list, cfg: DpKps
 # No vocabulary stage and no embedding: per-class noisy histograms over the public V are the release.
 def _noise_source(cfg: DpKpsConfig, *stream: str):
     """The secure OpenDP sampler, or the seeded research source when the run opted in explicitly."""
-    from tasks.mechanisms import insecure_noise, secure_noise
+    from tasks.mechanisms import noise_source
 
-    if getattr(cfg, "insecure_reproducible_noise", False):
-        return insecure_noise(cfg.seed, *stream)
-    return secure_noise()
+    return noise_source(cfg.seed if getattr(cfg, "insecure_reproducible_noise", False) else None, *stream)
 
 
 @task(name="class-term-histograms", retries=1, retry_condition_fn=retry_if_transient, **PRIVATE_TASK)
@@ -303,17 +301,18 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
     mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1)
+    noise = _noise_source(cfg, "histogram-noise")
     noisy_all: list[np.ndarray] = []
 
     def draw(c: int) -> dict[str, np.ndarray]:
         # One noise call for every class's histogram at once: per-call overhead dominates ~10^6 draws. A class
         # already in the ledger is re-read, never redrawn; its fresh noise here is discarded unreleased.
         if not noisy_all:
-            noisy_all.append(release_all(exact, mechanism, _noise_source(cfg, "histogram-noise")))
+            noisy_all.append(release_all(exact, mechanism, noise))
         return top_k(noisy_all[0][c], cfg.hist_top_k)
 
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "terms",
-              "mechanism_detail": mechanism.describe()}
+              "mechanism_detail": mechanism.describe(noise)}
     released = [ledger.draw_once(f"histogram-class{c}", mechanism=cfg.mechanism, params=params, epsilon=eps_1,
                                  delta=delta_1, sensitivity=_stage_sensitivity(cfg), partition=f"class{c}",
                                  stage="histogram", draw=lambda c=c: draw(c))
@@ -344,17 +343,18 @@ def privatize_class_pairs(shards: list[tuple[list[str], list]], labels: list, te
     eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
     mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2)
     k = starts.shape[1]
+    noise = _noise_source(cfg, "markov-noise")
     noisy_all: list[np.ndarray] = []
 
     def draw(c: int) -> dict[str, np.ndarray]:
         if not noisy_all:  # one noise call for all classes (see privatize_class_histograms)
             joint = np.concatenate([starts[:, None, :], pairs], axis=1)  # (C, 1 + K, K): starts then pairs
-            noisy_all.append(release_all(joint, mechanism, _noise_source(cfg, "markov-noise")))
+            noisy_all.append(release_all(joint, mechanism, noise))
         n = len(released_ids[c])  # a class may have fewer than K terms only when |V| < K
         return {"noisy_starts": noisy_all[0][c, 0, :n], "noisy_pairs": noisy_all[0][c, 1:n + 1, :n]}
 
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "pairs", "k": k,
-              "term_share": cfg.markov_term_share, "mechanism_detail": mechanism.describe()}
+              "term_share": cfg.markov_term_share, "mechanism_detail": mechanism.describe(noise)}
     released = []
     for c in range(len(labels)):
         params_c = {**params, "released_terms": _ids_digest(released_ids[c])}

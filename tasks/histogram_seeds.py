@@ -19,7 +19,8 @@ greedy longest-match extraction as DP-KPS):
 
 Privacy (add/remove one document; a document belongs to exactly one class):
   * stage 1: a document adds 1 to at most S distinct coordinates of its own class's histogram, so the
-    L1 sensitivity is S and the L2 sensitivity is sqrt(S). Laplace(S / eps) per coordinate -> eps-DP;
+    L1 sensitivity is S and the L2 sensitivity is sqrt(S). Laplace(S / eps) per coordinate -> eps-DP (the
+    counts are integers, so tasks/mechanisms.py draws the discrete Laplace of that scale: the same guarantee);
     Gaussian with sigma = z(eps, delta) sqrt(S) -> (eps, delta)-DP.
   * stage 2: a document's reduced sequence has at most S distinct terms, so it adds 1 to at most one start
     coordinate and at most S - 1 distinct pair coordinates (distinct terms -> distinct pairs): the joint
@@ -195,8 +196,10 @@ def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float) -> 
 
 def release_all(exact: np.ndarray, mechanism: Any, noise: Any) -> np.ndarray:
     """Noise on every entry of ``exact`` (any shape) in ONE call of the mechanism (the noise source's per-call
-    overhead dominates at |V| x classes ~ 10^6 draws). Float64, same shape."""
-    flat = np.ascontiguousarray(exact, dtype=np.float64).reshape(-1)
+    overhead dominates at |V| x classes ~ 10^6 draws). Integer counts with an integer sensitivity get the
+    discrete Laplace distribution of the same scale (tasks/mechanisms.py: same guarantee, exact on integers,
+    faster to sample). Returns float64 of the same shape."""
+    flat = np.ascontiguousarray(exact).reshape(-1)
     noisy = np.asarray(mechanism.release(flat, noise), dtype=np.float64)
     if noisy.shape != flat.shape:
         raise ConfigError(f"the mechanism returned shape {noisy.shape} for input {flat.shape}")
