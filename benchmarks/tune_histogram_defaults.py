@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.histogram_seeds import (ClassRelease, build_mechanism, class_pair_counts, class_positions,
-                                   class_term_counts, pair_coherence, release_all, sample_class_sequences,
+                                   class_term_counts, noise_std, pair_coherence, release_all, sample_class_sequences,
                                    stage_budgets, top_k)
 from tasks.mechanisms import insecure_noise
 from tasks.sampling import SelectionRule
@@ -42,7 +42,7 @@ CORPORA = {
     "medabstracts": ("medabstracts/test.parquet", "label", 0.3),
 }
 BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 10, "mechanism": "laplace",
-        "share": 0.5}
+        "share": 0.5, "T": 0.0}
 
 
 def load_split(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -74,13 +74,15 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0])
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
     released = [top_k(noisy[c], setting["K"]) for c in range(len(labels))]
-    releases = [ClassRelease(r["term_ids"], r["noisy_counts"]) for r in released]
+    floor = setting["T"] * noise_std(mech)
+    releases = [ClassRelease(r["term_ids"], r["noisy_counts"], term_floor=floor) for r in released]
     if method == "histogram-markov":
         starts, pairs = class_pair_counts(private_ids, private_index, [r["term_ids"] for r in released], setting["S"])
         mech2 = build_mechanism(setting["mechanism"], setting["S"], *budgets[1])
         joint = release_all(np.concatenate([starts[:, None, :], pairs], axis=1), mech2,
                             insecure_noise(seed, "tune-pairs"))
-        releases = [ClassRelease(r.term_ids, r.noisy_counts, joint[c, 0], joint[c, 1:]) for c, r in enumerate(releases)]
+        releases = [ClassRelease(r.term_ids, r.noisy_counts, joint[c, 0], joint[c, 1:], floor,
+                                 setting["T"] * noise_std(mech2)) for c, r in enumerate(releases)]
     rule = SelectionRule.parse(f"power-{setting['G']:g}")
     ids = sample_class_sequences(method, releases, per_class, setting["L"], rule, np.random.default_rng(seed))
     seqs = [[terms[t] for t in seq] for c in range(len(labels)) for seq in ids[c]]
@@ -102,9 +104,11 @@ def main() -> None:
     parser.add_argument("--eps", default="11,6")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--per-class", type=int, default=500)
-    parser.add_argument("--grid", default="coordinate", help="coordinate | markov")
+    parser.add_argument("--grid", default="coordinate", help="coordinate | markov | a JSON list of settings")
     args = parser.parse_args()
-    if args.grid == "coordinate":
+    if args.grid.startswith("["):
+        variations = json.loads(args.grid)
+    elif args.grid == "coordinate":
         variations = [{}, {"S": 5}, {"S": 20}, {"S": 40}, {"K": 100}, {"K": 1000}, {"K": 3000}, {"G": 2.0},
                       {"G": 0.5}, {"top": 20_000}, {"L": 20}, {"mechanism": "gaussian"}]
     else:
@@ -119,6 +123,7 @@ def main() -> None:
         matched: dict[int, tuple] = {}
         for variation in variations:
             setting = {**BASE, **variation}
+            setting.setdefault("T", 0.0)
             if setting["top"] not in matched:
                 vocabulary = load_vocabulary("english", setting["top"])
                 matcher = phrase_matcher(vocabulary)

@@ -106,6 +106,10 @@ class DpKpsConfig(ReleaseConfig):
         default=None, description="total budget of --method histogram / histogram-markov (default eps_voc + eps_kde)"
     )
     hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class (histogram)")
+    hist_noise_floor: float = Field(
+        default=3.0, ge=0.0, le=100.0,
+        description="histogram methods: released counts below this many noise standard deviations are sampled as 0",
+    )
     markov_term_share: float = Field(
         default=0.5, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"
     )

@@ -220,21 +220,42 @@ def top_k(noisy: np.ndarray, k: int) -> dict[str, np.ndarray]:
 # Sampling (post-processing; public rng)
 # ---------------------------------------------------------------------------------------------
 
+def noise_std(mechanism: Any) -> float:
+    """Standard deviation of one noise draw of a stage's mechanism (public: it follows from the parameters)."""
+    return math.sqrt(2.0) * mechanism.scale if mechanism.describe()["mechanism"] == "laplace" else mechanism.scale
+
+
+def above_floor(values: np.ndarray, floor: float, keep_at_least: int = 0) -> np.ndarray:
+    """Released counts with every entry below ``floor`` set to 0 (and negatives clipped): a count that noise
+    alone reaches often carries no signal. When fewer than ``keep_at_least`` entries clear the floor, the
+    ``keep_at_least`` largest positive ones are kept instead. Post-processing of released values."""
+    out = np.where(values >= floor, np.maximum(values, 0.0), 0.0)
+    if keep_at_least and np.count_nonzero(out) < keep_at_least:
+        keep = np.argsort(-values, kind="stable")[:keep_at_least]
+        out = np.zeros_like(values, dtype=np.float64)
+        out[keep] = np.maximum(values[keep], 0.0)
+    return out
+
+
 @dataclass(frozen=True)
 class ClassRelease:
     """What was released for one class: term ids (into V), their noisy counts, and for the Markov method the
-    noisy start counts (K,) and pair counts (K, K) over those same positions."""
+    noisy start counts (K,) and pair counts (K, K) over those same positions. ``term_floor`` and
+    ``pair_floor`` are noise floors (tau x the stage's noise std) below which a count is treated as 0."""
 
     term_ids: np.ndarray
     noisy_counts: np.ndarray
     noisy_starts: np.ndarray | None = None
     noisy_pairs: np.ndarray | None = None
+    term_floor: float = 0.0
+    pair_floor: float = 0.0
 
 
 def sample_independent(release: ClassRelease, n_sequences: int, length: int, rule: SelectionRule,
                        rng: np.random.Generator) -> np.ndarray:
     """(n_sequences, length) term ids, i.i.d. draws from the rule's weights on the released counts."""
-    weights = rule.weights(release.noisy_counts[None, :])[0]
+    counts = above_floor(release.noisy_counts, release.term_floor, keep_at_least=min(length, len(release.term_ids)))
+    weights = rule.weights(counts[None, :])[0]
     draws = rng.choice(len(weights), size=(n_sequences, length), p=weights / weights.sum())
     return release.term_ids[draws]
 
@@ -248,9 +269,9 @@ def sample_markov(release: ClassRelease, n_sequences: int, length: int, rule: Se
         raise ConfigError("the Markov sampler needs released start and pair counts")
     k = len(release.term_ids)
     steps = min(length, k)
-    unigram = np.maximum(release.noisy_counts, 0.0)
-    transition = np.maximum(release.noisy_pairs, 0.0)
-    start = np.maximum(release.noisy_starts, 0.0)
+    unigram = above_floor(release.noisy_counts, release.term_floor, keep_at_least=min(length, k))
+    transition = above_floor(release.noisy_pairs, release.pair_floor)
+    start = above_floor(release.noisy_starts, release.pair_floor)
     if rule.kind == "power":
         unigram, transition, start = unigram**rule.power, transition**rule.power, start**rule.power
     elif rule.kind != "proportional":

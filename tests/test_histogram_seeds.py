@@ -204,3 +204,17 @@ def test_released_class_histogram_noise_is_laplace_s_over_eps(tmp_path, tiny_cor
     # the same sample is rejected against half or twice the scale
     for wrong in (scale / 2, scale * 2):
         assert stats.kstest(jittered, cdf(stats.dlaplace(1.0 / wrong))).pvalue < 1e-6
+
+
+def test_noise_floor_zeroes_counts_noise_alone_reaches_but_keeps_a_minimum():
+    from tasks.histogram_seeds import above_floor
+
+    values = np.array([12.0, 5.0, 2.9, -4.0, 3.0])
+    np.testing.assert_array_equal(above_floor(values, 3.0), [12.0, 5.0, 0.0, 0.0, 3.0])
+    np.testing.assert_array_equal(above_floor(values, 20.0, keep_at_least=2), [12.0, 5.0, 0.0, 0.0, 0.0])
+    release = ClassRelease(np.array([1, 2, 3]), np.array([50.0, 2.0, 1.0]), term_floor=3.0)
+    ids = sample_independent(release, 100, 4, SelectionRule.parse("power-1"), np.random.default_rng(0))
+    assert set(np.unique(ids)) == {1, 2, 3}  # fewer than L terms clear the floor: the L (here all) largest stay
+    release = ClassRelease(np.array([1, 2, 3, 4, 5, 6]), np.array([50.0, 40.0, 1.0, 1.0, 1.0, 1.0]), term_floor=3.0)
+    ids = sample_independent(release, 100, 2, SelectionRule.parse("power-1"), np.random.default_rng(0))
+    assert set(np.unique(ids)) == {1, 2}
