@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.histogram_seeds import (ClassRelease, build_mechanism, class_pair_counts, class_positions,
-                                   class_term_counts, noise_std, pair_coherence, release_all, sample_class_sequences,
+                                   class_term_counts, noise_floor, pair_coherence, release_all, sample_class_sequences,
                                    stage_budgets, top_k)
 from tasks.mechanisms import insecure_noise
 from tasks.sampling import SelectionRule
@@ -74,7 +74,7 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0])
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
     released = [top_k(noisy[c], setting["K"]) for c in range(len(labels))]
-    floor = setting["T"] * noise_std(mech)
+    floor = noise_floor(mech, len(terms), setting["T"])
     releases = [ClassRelease(r["term_ids"], r["noisy_counts"], term_floor=floor) for r in released]
     if method == "histogram-markov":
         starts, pairs = class_pair_counts(private_ids, private_index, [r["term_ids"] for r in released], setting["S"])
@@ -82,7 +82,8 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
         joint = release_all(np.concatenate([starts[:, None, :], pairs], axis=1), mech2,
                             insecure_noise(seed, "tune-pairs"))
         releases = [ClassRelease(r.term_ids, r.noisy_counts, joint[c, 0], joint[c, 1:], floor,
-                                 setting["T"] * noise_std(mech2)) for c, r in enumerate(releases)]
+                                 noise_floor(mech2, setting["K"] * (setting["K"] + 1), setting["T"]))
+                    for c, r in enumerate(releases)]
     rule = SelectionRule.parse(f"power-{setting['G']:g}")
     ids = sample_class_sequences(method, releases, per_class, setting["L"], rule, np.random.default_rng(seed))
     seqs = [[terms[t] for t in seq] for c in range(len(labels)) for seq in ids[c]]

@@ -376,17 +376,20 @@ def _ids_digest(ids: np.ndarray) -> str:
 def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[dict[str, np.ndarray]] | None,
                                labels: list, cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
-    from tasks.histogram_seeds import (ClassRelease, build_mechanism, noise_std, sample_class_sequences,
+    from tasks.histogram_seeds import (ClassRelease, build_mechanism, noise_floor, sample_class_sequences,
                                        stage_budgets)
     from tasks.ledger import stage_rng
     from tasks.sampling import SelectionRule
     from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
-    # Noise floors: tau x the noise std of each stage's mechanism (public parameters, post-processing).
+    # Noise floors: the count pure noise exceeds in about hist_noise_floor entries per class (public parameters,
+    # post-processing): terms and pairs below it are sampled as 0.
     budgets = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)
-    floors = [cfg.hist_noise_floor * noise_std(build_mechanism(cfg.mechanism, cfg.first_terms, e, d))
-              for e, d in budgets]
+    k = len(terms[0]["term_ids"])
+    entries = [len(vocabulary), k * (k + 1)]  # stage 1: every term of V; stage 2: K starts + K^2 pairs
+    floors = [noise_floor(build_mechanism(cfg.mechanism, cfg.first_terms, e, d), n, cfg.hist_noise_floor)
+              for (e, d), n in zip(budgets, entries)]
     releases = [ClassRelease(term_ids=t["term_ids"], noisy_counts=t["noisy_counts"],
                              noisy_starts=None if pairs is None else pairs[c]["noisy_starts"],
                              noisy_pairs=None if pairs is None else pairs[c]["noisy_pairs"],
@@ -530,7 +533,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
                         help="total budget of the histogram methods (default eps_voc + eps_kde)")
     parser.add_argument("--hist-top-k", type=int, help="K: noisy terms kept per class by the histogram methods")
     parser.add_argument("--hist-noise-floor", type=float,
-                        help="histogram methods: counts below this many noise std are sampled as 0 (default 3)")
+                        help="histogram methods: sample as 0 the counts that pure noise reaches in this many entries per class")
     parser.add_argument("--markov-term-share", type=float,
                         help="histogram-markov: share of --epsilon for the term histogram (rest: the pairs)")
     parser.add_argument("--length", type=int, help="keyphrases per sequence (default 10)")

@@ -21,6 +21,8 @@ from tasks import storage
 from tasks.errors import ConfigError
 
 LLM_BACKENDS = ("none", "local", "anthropic", "openai-compatible")
+#: English frequency cut of the histogram methods when --vocab-top is not given (docs/dpkps.md)
+HISTOGRAM_VOCAB_TOP = 20_000
 
 
 class ReleaseConfig(BaseModel):
@@ -107,8 +109,9 @@ class DpKpsConfig(ReleaseConfig):
     )
     hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class (histogram)")
     hist_noise_floor: float = Field(
-        default=3.0, ge=0.0, le=100.0,
-        description="histogram methods: released counts below this many noise standard deviations are sampled as 0",
+        default=1.0, ge=0.0,
+        description="histogram methods: counts that pure noise reaches in about this many entries per class are "
+                    "sampled as 0 (0 = no floor)",
     )
     markov_term_share: float = Field(
         default=0.5, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"
@@ -140,6 +143,14 @@ class DpKpsConfig(ReleaseConfig):
     def _gaussian_needs_delta(self) -> DpKpsConfig:
         if self.mechanism == "gaussian" and not self.delta > 0:
             raise ValueError("the Gaussian mechanism needs --delta > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _histogram_vocabulary_cut(self) -> DpKpsConfig:
+        # The histogram methods noise every term of V for every class, so their default frequency cut is smaller
+        # (chosen on public data, docs/dpkps.md); an explicit --vocab-top always wins.
+        if self.method in ("histogram", "histogram-markov") and "vocab_top" not in self.model_fields_set:
+            self.__dict__["vocab_top"] = HISTOGRAM_VOCAB_TOP  # no re-validation loop (validate_assignment)
         return self
 
     @property

@@ -220,9 +220,18 @@ def top_k(noisy: np.ndarray, k: int) -> dict[str, np.ndarray]:
 # Sampling (post-processing; public rng)
 # ---------------------------------------------------------------------------------------------
 
-def noise_std(mechanism: Any) -> float:
-    """Standard deviation of one noise draw of a stage's mechanism (public: it follows from the parameters)."""
-    return math.sqrt(2.0) * mechanism.scale if mechanism.describe()["mechanism"] == "laplace" else mechanism.scale
+def noise_floor(mechanism: Any, entries: int, expected_false: float) -> float:
+    """The count that pure noise exceeds in ``expected_false`` of ``entries`` noisy entries on average: one draw
+    exceeds it with probability expected_false / entries. Public (mechanism parameters and |V| or K^2 only).
+    Laplace(b): b ln(entries / (2 expected_false)); Gaussian(sigma): sigma * Phi^-1(1 - expected_false / entries)."""
+    if expected_false <= 0:
+        return 0.0
+    tail = min(0.5, expected_false / max(1, entries))
+    if mechanism.describe()["mechanism"] == "laplace":
+        return mechanism.scale * math.log(1.0 / (2.0 * tail))
+    from scipy.stats import norm
+
+    return float(mechanism.scale * norm.isf(tail))
 
 
 def above_floor(values: np.ndarray, floor: float, keep_at_least: int = 0) -> np.ndarray:
@@ -241,7 +250,7 @@ def above_floor(values: np.ndarray, floor: float, keep_at_least: int = 0) -> np.
 class ClassRelease:
     """What was released for one class: term ids (into V), their noisy counts, and for the Markov method the
     noisy start counts (K,) and pair counts (K, K) over those same positions. ``term_floor`` and
-    ``pair_floor`` are noise floors (tau x the stage's noise std) below which a count is treated as 0."""
+    ``pair_floor`` are noise floors (``noise_floor``) below which a count is treated as 0."""
 
     term_ids: np.ndarray
     noisy_counts: np.ndarray

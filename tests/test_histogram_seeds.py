@@ -218,3 +218,13 @@ def test_noise_floor_zeroes_counts_noise_alone_reaches_but_keeps_a_minimum():
     release = ClassRelease(np.array([1, 2, 3, 4, 5, 6]), np.array([50.0, 40.0, 1.0, 1.0, 1.0, 1.0]), term_floor=3.0)
     ids = sample_independent(release, 100, 2, SelectionRule.parse("power-1"), np.random.default_rng(0))
     assert set(np.unique(ids)) == {1, 2}
+
+
+def test_histogram_methods_default_to_the_smaller_vocabulary_cut_unless_given():
+    assert DpKpsConfig(data="d", out="o", method="histogram").vocab_top == 20_000
+    assert DpKpsConfig(data="d", out="o", method="histogram-markov", vocab_top=50_000).vocab_top == 50_000
+    assert DpKpsConfig(data="d", out="o", method="independent").vocab_top == 50_000
+    cfg = DpKpsConfig(data="d", out="o", method="histogram", eps_voc=1.0, eps_kde=5.0)
+    assert cfg.histogram_epsilon == 6.0 and DpKpsConfig(data="d", out="o", epsilon=4.0).histogram_epsilon == 4.0
+    with pytest.raises(ValueError):
+        DpKpsConfig(data="d", out="o", method="histogram", epsilon=0.0)
