@@ -42,7 +42,7 @@ CORPORA = {
     "medabstracts": ("medabstracts/test.parquet", "label", 0.3),
 }
 BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 10, "mechanism": "laplace",
-        "share": 0.5, "T": 0.0}
+        "share": 0.5, "T": 0.0}  # T: histogram-markov's pair floor (expected pure-noise pairs per class)
 
 
 def load_split(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -74,15 +74,15 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0])
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
     released = [top_k(noisy[c], setting["K"]) for c in range(len(labels))]
-    floor = noise_floor(mech, len(terms), setting["T"])
-    releases = [ClassRelease(r["term_ids"], r["noisy_counts"], term_floor=floor) for r in released]
+    releases = [ClassRelease(r["term_ids"], r["noisy_counts"]) for r in released]
     if method == "histogram-markov":
         starts, pairs = class_pair_counts(private_ids, private_index, [r["term_ids"] for r in released], setting["S"])
         mech2 = build_mechanism(setting["mechanism"], setting["S"], *budgets[1])
         joint = release_all(np.concatenate([starts[:, None, :], pairs], axis=1), mech2,
                             insecure_noise(seed, "tune-pairs"))
-        releases = [ClassRelease(r.term_ids, r.noisy_counts, joint[c, 0], joint[c, 1:], floor,
-                                 noise_floor(mech2, setting["K"] * (setting["K"] + 1), setting["T"]))
+        k = len(released[0]["term_ids"])
+        releases = [ClassRelease(r.term_ids, r.noisy_counts, joint[c, 0], joint[c, 1:],
+                                 noise_floor(mech2, k * (k + 1), setting["T"]))
                     for c, r in enumerate(releases)]
     rule = SelectionRule.parse(f"power-{setting['G']:g}")
     ids = sample_class_sequences(method, releases, per_class, setting["L"], rule, np.random.default_rng(seed))

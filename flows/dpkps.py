@@ -383,17 +383,16 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
     from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
-    # Noise floors: the count pure noise exceeds in about hist_noise_floor entries per class (public parameters,
-    # post-processing): terms and pairs below it are sampled as 0.
-    budgets = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)
-    k = len(terms[0]["term_ids"])
-    entries = [len(vocabulary), k * (k + 1)]  # stage 1: every term of V; stage 2: K starts + K^2 pairs
-    floors = [noise_floor(build_mechanism(cfg.mechanism, cfg.first_terms, e, d), n, cfg.hist_noise_floor)
-              for (e, d), n in zip(budgets, entries)]
+    pair_floor = 0.0
+    if pairs is not None:  # the count pure noise reaches in about markov_pair_floor of the K + K^2 entries
+        eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
+        k = len(terms[0]["term_ids"])
+        pair_floor = noise_floor(build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2), k * (k + 1),
+                                 cfg.markov_pair_floor)
     releases = [ClassRelease(term_ids=t["term_ids"], noisy_counts=t["noisy_counts"],
                              noisy_starts=None if pairs is None else pairs[c]["noisy_starts"],
                              noisy_pairs=None if pairs is None else pairs[c]["noisy_pairs"],
-                             term_floor=floors[0], pair_floor=floors[-1])
+                             pair_floor=pair_floor)
                 for c, t in enumerate(terms)]
     rule = SelectionRule.parse(selection_rule(cfg))
     ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, stage_rng(cfg.seed, "sample"))
@@ -532,8 +531,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--epsilon", type=float,
                         help="total budget of the histogram methods (default eps_voc + eps_kde)")
     parser.add_argument("--hist-top-k", type=int, help="K: noisy terms kept per class by the histogram methods")
-    parser.add_argument("--hist-noise-floor", type=float,
-                        help="histogram methods: sample as 0 the counts that pure noise reaches in this many entries per class")
+    parser.add_argument("--markov-pair-floor", type=float,
+                        help="histogram-markov: sample as 0 the pair counts pure noise reaches in about this many "
+                             "entries per class (default 1)")
     parser.add_argument("--markov-term-share", type=float,
                         help="histogram-markov: share of --epsilon for the term histogram (rest: the pairs)")
     parser.add_argument("--length", type=int, help="keyphrases per sequence (default 10)")

@@ -108,10 +108,10 @@ class DpKpsConfig(ReleaseConfig):
         default=None, description="total budget of --method histogram / histogram-markov (default eps_voc + eps_kde)"
     )
     hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class (histogram)")
-    hist_noise_floor: float = Field(
+    markov_pair_floor: float = Field(
         default=1.0, ge=0.0,
-        description="histogram methods: counts that pure noise reaches in about this many entries per class are "
-                    "sampled as 0 (0 = no floor)",
+        description="histogram-markov: start/pair counts that pure noise reaches in about this many of a class's "
+                    "K + K^2 entries are sampled as 0 (0 = no floor)",
     )
     markov_term_share: float = Field(
         default=0.5, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"

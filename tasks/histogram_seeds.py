@@ -234,37 +234,29 @@ def noise_floor(mechanism: Any, entries: int, expected_false: float) -> float:
     return float(mechanism.scale * norm.isf(tail))
 
 
-def above_floor(values: np.ndarray, floor: float, keep_at_least: int = 0) -> np.ndarray:
+def above_floor(values: np.ndarray, floor: float) -> np.ndarray:
     """Released counts with every entry below ``floor`` set to 0 (and negatives clipped): a count that noise
-    alone reaches often carries no signal. When fewer than ``keep_at_least`` entries clear the floor, the
-    ``keep_at_least`` largest positive ones are kept instead. Post-processing of released values."""
-    out = np.where(values >= floor, np.maximum(values, 0.0), 0.0)
-    if keep_at_least and np.count_nonzero(out) < keep_at_least:
-        keep = np.argsort(-values, kind="stable")[:keep_at_least]
-        out = np.zeros_like(values, dtype=np.float64)
-        out[keep] = np.maximum(values[keep], 0.0)
-    return out
+    alone reaches carries little signal. Post-processing of released values."""
+    return np.where(values >= floor, np.maximum(values, 0.0), 0.0)
 
 
 @dataclass(frozen=True)
 class ClassRelease:
     """What was released for one class: term ids (into V), their noisy counts, and for the Markov method the
-    noisy start counts (K,) and pair counts (K, K) over those same positions. ``term_floor`` and
-    ``pair_floor`` are noise floors (``noise_floor``) below which a count is treated as 0."""
+    noisy start counts (K,) and pair counts (K, K) over those same positions. ``pair_floor`` is the noise floor
+    (``noise_floor``) below which a start or pair count is treated as 0."""
 
     term_ids: np.ndarray
     noisy_counts: np.ndarray
     noisy_starts: np.ndarray | None = None
     noisy_pairs: np.ndarray | None = None
-    term_floor: float = 0.0
     pair_floor: float = 0.0
 
 
 def sample_independent(release: ClassRelease, n_sequences: int, length: int, rule: SelectionRule,
                        rng: np.random.Generator) -> np.ndarray:
     """(n_sequences, length) term ids, i.i.d. draws from the rule's weights on the released counts."""
-    counts = above_floor(release.noisy_counts, release.term_floor, keep_at_least=min(length, len(release.term_ids)))
-    weights = rule.weights(counts[None, :])[0]
+    weights = rule.weights(release.noisy_counts[None, :])[0]
     draws = rng.choice(len(weights), size=(n_sequences, length), p=weights / weights.sum())
     return release.term_ids[draws]
 
@@ -273,12 +265,14 @@ def sample_markov(release: ClassRelease, n_sequences: int, length: int, rule: Se
                   rng: np.random.Generator) -> np.ndarray:
     """(n_sequences, length) term ids: start ~ rule(starts), next ~ rule(pairs[current]) over unused terms;
     a row with no positive weight left falls back to rule(stage-1 counts) over unused terms. Sequences are
-    cut short (padded with -1) only when a class has fewer released terms than ``length``."""
+    cut short (padded with -1) only when a class has fewer released terms than ``length``. Start and pair
+    counts below ``release.pair_floor`` count as 0: the noise on K^2 pairs would otherwise make most steps a
+    uniform draw (measured in docs/dpkps.md)."""
     if release.noisy_starts is None or release.noisy_pairs is None:
         raise ConfigError("the Markov sampler needs released start and pair counts")
     k = len(release.term_ids)
     steps = min(length, k)
-    unigram = above_floor(release.noisy_counts, release.term_floor, keep_at_least=min(length, k))
+    unigram = np.maximum(release.noisy_counts, 0.0)
     transition = above_floor(release.noisy_pairs, release.pair_floor)
     start = above_floor(release.noisy_starts, release.pair_floor)
     if rule.kind == "power":

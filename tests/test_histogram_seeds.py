@@ -206,18 +206,23 @@ def test_released_class_histogram_noise_is_laplace_s_over_eps(tmp_path, tiny_cor
         assert stats.kstest(jittered, cdf(stats.dlaplace(1.0 / wrong))).pvalue < 1e-6
 
 
-def test_noise_floor_zeroes_counts_noise_alone_reaches_but_keeps_a_minimum():
-    from tasks.histogram_seeds import above_floor
+def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ignores_pairs_below_it():
+    from tasks.histogram_seeds import build_mechanism, noise_floor
 
-    values = np.array([12.0, 5.0, 2.9, -4.0, 3.0])
-    np.testing.assert_array_equal(above_floor(values, 3.0), [12.0, 5.0, 0.0, 0.0, 3.0])
-    np.testing.assert_array_equal(above_floor(values, 20.0, keep_at_least=2), [12.0, 5.0, 0.0, 0.0, 0.0])
-    release = ClassRelease(np.array([1, 2, 3]), np.array([50.0, 2.0, 1.0]), term_floor=3.0)
-    ids = sample_independent(release, 100, 4, SelectionRule.parse("power-1"), np.random.default_rng(0))
-    assert set(np.unique(ids)) == {1, 2, 3}  # fewer than L terms clear the floor: the L (here all) largest stay
-    release = ClassRelease(np.array([1, 2, 3, 4, 5, 6]), np.array([50.0, 40.0, 1.0, 1.0, 1.0, 1.0]), term_floor=3.0)
-    ids = sample_independent(release, 100, 2, SelectionRule.parse("power-1"), np.random.default_rng(0))
-    assert set(np.unique(ids)) == {1, 2}
+    mech = build_mechanism("laplace", 10, 5.0, 0.0)  # scale 2
+    floor = noise_floor(mech, 10_000, 1.0)
+    assert floor == pytest.approx(2.0 * np.log(5_000))
+    draws = stats.laplace(scale=2.0).rvs(size=(200, 10_000), random_state=1)
+    assert np.mean((draws >= floor).sum(axis=1)) == pytest.approx(1.0, abs=0.2)
+    assert noise_floor(mech, 10_000, 0.0) == 0.0
+    gauss = build_mechanism("gaussian", 4, 2.0, 1e-5)
+    assert noise_floor(gauss, 1000, 1.0) == pytest.approx(gauss.scale * stats.norm.isf(1e-3))
+    pairs = np.zeros((3, 3))
+    pairs[0, 1] = 2.0  # below the floor: ignored, the next term comes from the stage-1 counts
+    release = ClassRelease(np.array([5, 6, 7]), np.array([1.0, 1.0, 100.0]), np.array([9.0, 0.0, 0.0]), pairs,
+                           pair_floor=3.0)
+    ids = sample_markov(release, 50, 2, SelectionRule.parse("power-1"), np.random.default_rng(0))
+    assert (ids[:, 0] == 5).all() and np.mean(ids[:, 1] == 7) > 0.9
 
 
 def test_histogram_methods_default_to_the_smaller_vocabulary_cut_unless_given():
