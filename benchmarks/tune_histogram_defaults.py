@@ -62,6 +62,41 @@ def load_split(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame[~is_val].reset_index(drop=True), frame[is_val].reset_index(drop=True)
 
 
+def grid_splits(names: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame, int]]:
+    """(private, test, synthetic_per_class) of each corpus exactly as experiments/seeds_grid.toml prepares them."""
+    import tempfile
+
+    from flows.evaluate import load_experiment, prepare_data
+
+    spec = load_experiment(str(Path(__file__).resolve().parents[1] / "experiments" / "seeds_grid.toml"))
+    out = {}
+    with tempfile.TemporaryDirectory() as work:
+        for ds in spec.datasets:
+            if ds.name in names:
+                data = prepare_data(ds, Path(work))
+                out[ds.name] = (data.private, data.test, ds.synthetic_per_class)
+    return out
+
+
+def real_reference(private: pd.DataFrame, test_ids: list, test_labels: list, terms: tuple, per_class: int,
+                   seed: int, matcher) -> dict:
+    """TF-IDF + LR on per_class real private documents per class as their own phrase sequences."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(seed)
+    parts = [g.iloc[rng.choice(len(g), size=min(per_class, len(g)), replace=False)] for _, g in private.groupby("label")]
+    train = pd.concat(parts)
+    seqs = [[terms[t] for t in matcher.match(text)] for text in train["text"]]
+    vectorizer = TfidfVectorizer(sublinear_tf=True)
+    clf = LogisticRegression(max_iter=2000).fit(vectorizer.fit_transform([" ".join(x) for x in seqs]),
+                                                [str(v) for v in train["label"]])
+    predicted = clf.predict(vectorizer.transform([" ".join(terms[t] for t in doc) for doc in test_ids]))
+    return {"accuracy": float(np.mean(predicted == np.asarray([str(v) for v in test_labels]))),
+            "coherence": pair_coherence([s[:10] for s in seqs], [str(v) for v in train["label"]],
+                                        [[terms[t] for t in doc] for doc in test_ids], [str(v) for v in test_labels])}
+
+
 def run_setting(setting: dict, private_ids: list, private_index: list, labels: list, val_ids: list,
                 val_labels: list, terms: tuple, eps: float, seed: int, per_class: int) -> dict:
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -106,6 +141,10 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--per-class", type=int, default=500)
     parser.add_argument("--grid", default="coordinate", help="coordinate | markov | a JSON list of settings")
+    parser.add_argument("--split", choices=["validation", "test"], default="validation",
+                        help="validation: choose settings (80/20 of the training split); test: score the chosen "
+                             "settings like experiments/seeds_grid.toml (its private and test splits, its "
+                             "synthetic_per_class), after the choice, with 'real' as the reference line")
     args = parser.parse_args()
     if args.grid.startswith("["):
         variations = json.loads(args.grid)
@@ -118,8 +157,11 @@ def main() -> None:
     out = Path(args.out)
     if out.exists():
         done = {json.dumps(json.loads(line)["key"]) for line in out.read_text().splitlines() if line.strip()}
+    grid = grid_splits(args.corpora.split(",")) if args.split == "test" else {}
     for name in args.corpora.split(","):
-        private, validation = load_split(name)
+        private, validation = grid[name][:2] if grid else load_split(name)
+        if grid:
+            args.per_class = grid[name][2]
         labels = sorted(private["label"].unique().tolist(), key=str)  # public: the benchmark's declared classes
         matched: dict[int, tuple] = {}
         for variation in variations:
@@ -133,12 +175,18 @@ def main() -> None:
             terms, private_ids, val_ids = matched[setting["top"]]
             for eps in (float(e) for e in args.eps.split(",")):
                 for seed in (int(s) for s in args.seeds.split(",")):
-                    key = {"corpus": name, **setting, "eps": eps, "seed": seed, "per_class": args.per_class}
+                    key = {"corpus": name, **setting, "eps": eps, "seed": seed, "per_class": args.per_class,
+                           "split": args.split}
                     if json.dumps(key) in done:
                         continue
                     start = time.perf_counter()
-                    result = run_setting(setting, private_ids, class_positions(labels, private["label"]), labels,
-                                         val_ids, validation["label"].tolist(), terms, eps, seed, args.per_class)
+                    if setting["method"] == "real":
+                        result = real_reference(private, val_ids, validation["label"].tolist(), terms, args.per_class,
+                                                seed, phrase_matcher(load_vocabulary("english", setting["top"])))
+                    else:
+                        result = run_setting(setting, private_ids, class_positions(labels, private["label"]), labels,
+                                             val_ids, validation["label"].tolist(), terms, eps, seed,
+                                             args.per_class)
                     record = {"key": key, **result, "seconds": round(time.perf_counter() - start, 2)}
                     with out.open("a") as fh:
                         fh.write(json.dumps(record) + "\n")

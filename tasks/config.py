@@ -114,7 +114,7 @@ class DpKpsConfig(ReleaseConfig):
                     "K + K^2 entries are sampled as 0 (0 = no floor)",
     )
     markov_term_share: float = Field(
-        default=0.5, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"
+        default=0.8, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"
     )
     length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence")
     n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch")
