@@ -114,7 +114,8 @@ def log_cumulative_total(ledger: PrivacyLedger) -> None:
 PRIVATE_TASK = dict(persist_result=False, cache_policy=NO_CACHE)
 
 #: Selection rule used when --selection is not given, chosen on public data (docs/dpkps.md).
-DEFAULT_SELECTION = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5"}
+DEFAULT_SELECTION = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5",
+                     "histogram": "power-1", "histogram-markov": "power-1"}
 
 
 def _stage_logger():
@@ -286,6 +287,151 @@ def privatize_keyphrase_sequences(corpus: pd.DataFrame, labels: list, cfg: DpKps
     return sample_keyphrase_sequences(released, labels, terms, embeddings, cfg)
 
 
+# -- The histogram methods (tasks/histogram_seeds.py): privseed's own comparator, not the paper's method.
+# No vocabulary stage and no embedding: per-class noisy histograms over the public V are the release.
+@task(name="class-term-histograms", retries=1, retry_condition_fn=retry_if_transient, **PRIVATE_TASK)
+def class_term_histograms(shards: list[tuple[list[str], list]], labels: list, cfg: DpKpsConfig) -> np.ndarray:
+    """Exact (classes, |V|) counts of each document's first S distinct terms: map over shards, sum (private)."""
+    from tasks.cluster import map_shards
+    from tasks.histogram_seeds import shard_class_term_counts
+    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N
+
+    top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
+    return np.sum(map_shards(shard_class_term_counts, shards, list(labels), cfg.vocab, top_n, cfg.first_terms),
+                  axis=0)
+
+
+def _stage_sensitivity(cfg: DpKpsConfig) -> float:
+    """S in L1 for Laplace, sqrt(S) in L2 for Gaussian (tasks/histogram_seeds.py states why)."""
+    from tasks.histogram_seeds import l1_sensitivity, l2_sensitivity
+
+    return l1_sensitivity(cfg.first_terms) if cfg.mechanism == "laplace" else l2_sensitivity(cfg.first_terms)
+
+
+def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
+    return {"method": cfg.method, "vocab": vocabulary_name, "vocab_terms": vocab_terms,
+            "first_terms": cfg.first_terms, "top_k": cfg.hist_top_k, "mechanism": cfg.mechanism,
+            "adjacency": "add/remove one document", "contribution": "first S distinct terms of the document"}
+
+
+@task(name="privatize-class-histograms", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
+                               ledger: PrivacyLedger) -> list[dict[str, np.ndarray]]:
+    """Stage 1: noise on EVERY term of V for every class, top K per class; drawn once through the ledger.
+
+    Sensitivity: a document adds 1 to at most S distinct terms of its own class -> L1 S (Laplace(S/eps_1)),
+    L2 sqrt(S) (Gaussian). Classes are disjoint: parallel composition (partition per class)."""
+    from tasks.histogram_seeds import build_mechanism, stage_budgets, top_k
+    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+
+    vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
+    eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
+    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1)
+    noise = cfg.noise("histogram-noise")
+    params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "terms"}
+    # The ledger applies the mechanism to each class's row and keeps the whole noisy row with the top K.
+    released = [ledger.draw_once(f"histogram-class{c}", mechanism=mechanism, noise=noise, params=params,
+                                 exact=lambda c=c: exact[c],
+                                 postprocess=lambda noisy: top_k(np.asarray(noisy, dtype=np.float64), cfg.hist_top_k),
+                                 partition=f"class{c}", stage="histogram")
+                for c in range(len(labels))]
+    _stage_logger().info("released the top %d noisy terms of %d classes", cfg.hist_top_k, len(labels))
+    return released
+
+
+@task(name="privatize-class-pairs", retries=2, retry_condition_fn=retry_if_transient,
+      retry_delay_seconds=[2, 10], **PRIVATE_TASK)
+def privatize_class_pairs(shards: list[tuple[list[str], list]], labels: list, terms: list[dict[str, np.ndarray]],
+                          cfg: DpKpsConfig, ledger: PrivacyLedger) -> list[dict[str, np.ndarray]]:
+    """Stage 2 of histogram-markov: start and adjacent-pair counts among each class's released K terms.
+
+    Sensitivity: a document's first S distinct released terms give 1 start and at most S - 1 distinct pairs
+    -> L1 S, L2 sqrt(S) for the joint (starts, pairs) vector. Noise on every entry (K + K^2 per class);
+    classes in parallel; the released term sets it restricts to are stage-1 outputs (public)."""
+    from tasks.cluster import map_shards
+    from tasks.histogram_seeds import build_mechanism, shard_class_pair_counts, stage_budgets
+    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+
+    top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
+    vocabulary = load_vocabulary(cfg.vocab, top_n)
+    released_ids = [r["term_ids"] for r in terms]
+    parts = map_shards(shard_class_pair_counts, shards, list(labels), cfg.vocab, top_n, released_ids, cfg.first_terms)
+    starts = np.sum([p[0] for p in parts], axis=0)
+    pairs = np.sum([p[1] for p in parts], axis=0)
+    eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
+    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2)
+    k = starts.shape[1]
+    noise = cfg.noise("markov-noise")
+    # One class's release is the joint (starts, pairs) vector: starts in row 0, pairs below it.
+    joint = np.concatenate([starts[:, None, :], pairs], axis=1)  # (C, 1 + K, K)
+    params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "pairs", "k": k,
+              "term_share": cfg.markov_term_share}
+    released = []
+    for c in range(len(labels)):
+        n = len(released_ids[c])  # a class may have fewer than K terms only when |V| < K
+        params_c = {**params, "released_terms": _ids_digest(released_ids[c])}
+        released.append(ledger.draw_once(
+            f"markov-class{c}", mechanism=mechanism, noise=noise, params=params_c,
+            exact=lambda c=c, n=n: joint[c, :n + 1, :n],
+            postprocess=lambda noisy: {"noisy_starts": np.asarray(noisy[0], dtype=np.float64),
+                                       "noisy_pairs": np.asarray(noisy[1:], dtype=np.float64)},
+            partition=f"class{c}", stage="markov"))
+    _stage_logger().info("released start and pair counts over %d terms per class", k)
+    return released
+
+
+def _ids_digest(ids: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+@task(name="sample-histogram-sequences", persist_result=False, cache_policy=NO_CACHE)
+def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[dict[str, np.ndarray]] | None,
+                               labels: list, cfg: DpKpsConfig) -> pd.DataFrame:
+    """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
+    from tasks.histogram_seeds import (ClassRelease, build_mechanism, noise_floor, sample_class_sequences,
+                                       stage_budgets)
+    from tasks.ledger import public_rng
+    from tasks.sampling import SelectionRule
+    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+
+    vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
+    pair_floor = 0.0
+    if pairs is not None:  # the count pure noise reaches in about markov_pair_floor of the K + K^2 entries
+        eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
+        k = len(terms[0]["term_ids"])
+        pair_floor = noise_floor(build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2), k * (k + 1),
+                                 cfg.markov_pair_floor)
+    releases = [ClassRelease(term_ids=t["term_ids"], noisy_counts=t["noisy_counts"],
+                             noisy_starts=None if pairs is None else pairs[c]["noisy_starts"],
+                             noisy_pairs=None if pairs is None else pairs[c]["noisy_pairs"],
+                             pair_floor=pair_floor)
+                for c, t in enumerate(terms)]
+    rule = SelectionRule.parse(selection_rule(cfg))
+    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"))
+    rows = [(label, [vocabulary.terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
+    _stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)
+    sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
+    # The released terms of every class are what generation may mint prompt seeds from.
+    released_terms = sorted({vocabulary.terms[int(t)] for r in releases for t in r.term_ids})
+    sequences.attrs["released_vocabulary"] = released_terms
+    sequences.attrs["released_vocabulary_source"] = "ledger:histogram"
+    return sequences
+
+
+def privatize_histogram_sequences(corpus: pd.DataFrame, labels: list, cfg: DpKpsConfig,
+                                  ledger: PrivacyLedger) -> pd.DataFrame:
+    """count per class -> noise + top K (-> pair counts + noise) -> sample per class."""
+    shards = corpus_shards(corpus, cfg.n_workers)
+    exact = class_term_histograms(shards, labels, cfg)
+    terms = privatize_class_histograms(exact, labels, cfg, ledger)
+    del exact
+    pairs = privatize_class_pairs(shards, labels, terms, cfg, ledger) if cfg.method == "histogram-markov" else None
+    return sample_histogram_sequences(terms, pairs, labels, cfg)
+
+
 @task(name="render-without-llm", persist_result=False, cache_policy=NO_CACHE)
 def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
     """The paper's no-LLM ablation: the released keyphrases joined by single spaces are the document."""
@@ -332,7 +478,10 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         corpus = load_private_corpus(cfg)
         labels = resolve_labels(cfg, corpus)
         ledger = open_ledger(cfg, corpus)
-        sequences = privatize_keyphrase_sequences(corpus, labels, cfg, ledger)
+        if cfg.method in ("histogram", "histogram-markov"):
+            sequences = privatize_histogram_sequences(corpus, labels, cfg, ledger)
+        else:
+            sequences = privatize_keyphrase_sequences(corpus, labels, cfg, ledger)
         del corpus  # nothing private is needed past this line
         if cfg.llm == "none":
             synthetic = render_without_llm(sequences)
@@ -434,7 +583,17 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--eps-kde", type=float, help="epsilon of the DP-KDE sketches (default 10.0)")
     parser.add_argument("--delta", type=float, help="delta, for --mechanism gaussian")
     parser.add_argument("--mechanism", choices=["laplace", "gaussian"])
-    parser.add_argument("--method", choices=["independent", "iterative-linear", "iterative-log"])
+    parser.add_argument("--method", choices=["independent", "iterative-linear", "iterative-log", "histogram",
+                                             "histogram-markov"],
+                        help="DP-KPS sampler, or privseed's per-class DP term histograms (docs/dpkps.md)")
+    parser.add_argument("--epsilon", type=float,
+                        help="total budget of the histogram methods (default eps_voc + eps_kde)")
+    parser.add_argument("--hist-top-k", type=int, help="K: noisy terms kept per class by the histogram methods")
+    parser.add_argument("--markov-pair-floor", type=float,
+                        help="histogram-markov: sample as 0 the pair counts pure noise reaches in about this many "
+                             "entries per class (default 1)")
+    parser.add_argument("--markov-term-share", type=float,
+                        help="histogram-markov: share of --epsilon for the term histogram (rest: the pairs)")
     parser.add_argument("--length", type=int, help="keyphrases per sequence (default 10)")
     parser.add_argument("--first-terms", type=int, help="S: terms per document in the histogram (default 10)")
     parser.add_argument("--vocab-size", type=int, help="N: privatized vocabulary size (default 1000)")

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
 from tasks import classify, corpus, metrics, report, storage
+from tasks.histogram_seeds import pair_coherence
 from tasks.errors import ConfigError, CorpusError, retry_if_transient
 from prefect import flow, task  # noqa: E402  (after flows._runtime)
 from prefect.cache_policies import NO_CACHE  # noqa: E402
@@ -155,6 +156,17 @@ def phrase_view(texts: Sequence[str], vocabulary: dict[str, Any]) -> list[str]:
     vocab = load_vocabulary(spec, int(top)) if top else load_vocabulary(spec)
     matcher = phrase_matcher(vocab)
     return [" ".join(vocab.terms[i] for i in ids) for ids in matcher.extract(texts)]
+
+
+def term_lists(texts: Sequence[str], vocabulary: dict[str, Any]) -> list[list[str]]:
+    """Each document's terms of the public vocabulary V (the release's extractor), for the coherence metric."""
+    from tasks.vocabulary import load_vocabulary, phrase_matcher
+
+    spec = str(vocabulary.get("vocab", "english"))
+    top = vocabulary.get("vocab_top")
+    vocab = load_vocabulary(spec, int(top)) if top else load_vocabulary(spec)
+    matcher = phrase_matcher(vocab)
+    return [[vocab.terms[i] for i in ids] for ids in matcher.extract(texts)]
 
 
 @task(name="train-and-predict", cache_policy=NO_CACHE)
@@ -422,7 +434,10 @@ def _json_default(value: Any) -> Any:
 
 # ================================================================ the experiment grid
 REPO = Path(__file__).resolve().parents[1]
-DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log")
+# The histogram methods (tasks/histogram_seeds.py) are privseed's own comparator on the same pipeline; they spend
+# one budget, the cell's eps_voc + eps_kde, and the paper has no numbers for them.
+HISTOGRAM_METHODS = ("histogram", "histogram-markov")
+DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log") + HISTOGRAM_METHODS
 BASELINE_METHODS = ("real", "only-llm")
 # Private evolution (flows/evolution.py). Aug-PE spends the cell's eps_voc + eps_kde on its voting rounds;
 # AugPE+V~ spends eps_voc on the vocabulary V~ and eps_kde on the rounds (the same split as DP-KPS, Table 2);
@@ -456,6 +471,7 @@ class DatasetSpec:
     private_per_class: int = 200
     synthetic_per_class: int = 100
     test_per_class: int | None = None
+    label_column: str = "label"  # e.g. Yelp's "label1" (business category)
     positive_column: str | None = None
     positive_value: Any = None
     label_names: list[str] | None = None
@@ -674,7 +690,7 @@ def prepare_data(ds: DatasetSpec, work: Path) -> PreparedData:
             column = df[ds.positive_column]
             positive = column.astype(str) == str(ds.positive_value)
             return pd.DataFrame({"text": df["text"].astype(str), "label": positive.astype(int)})
-        return pd.DataFrame({"text": df["text"].astype(str), "label": df["label"]})
+        return pd.DataFrame({"text": df["text"].astype(str), "label": df[ds.label_column]})
 
     train, test = labelled(raw_train).reset_index(drop=True), labelled(raw_test).reset_index(drop=True)
     if ds.label_names:
@@ -732,8 +748,9 @@ def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, 
             from flows.dpkps import dpkps_flow
 
             assert eps is not None
+            budget = {"epsilon": eps[0] + eps[1]} if method in HISTOGRAM_METHODS else {}
             dpkps_flow({**spec.dpkps, **common, "method": method, "eps_voc": eps[0], "eps_kde": eps[1],
-                        "best_of": dpkps_best_of(spec)})
+                        "best_of": dpkps_best_of(spec), **budget})
         elif method in ("augpe", "augpe+v"):
             from flows.evolution import run_augpe
 
@@ -856,6 +873,8 @@ def _paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, cor
     sampler = {"iterative-log": "iterative", "iterative-linear": "iterative"}.get(method, method)
     rows = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
                  & (paper["da"].isin(["any", "yes" if coral else "no"]))]
+    if method in HISTOGRAM_METHODS:  # privseed's own comparator: not in the paper
+        return float("nan"), ""
     if method in BASELINE_METHODS:
         rows = rows[rows["sampler"] == method]
     else:
@@ -881,8 +900,8 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
         eps = None if rec["eps_voc"] < 0 else (rec["eps_voc"], rec["eps_kde"])
         rec["eps_voc"], rec["eps_kde"] = (eps if eps else (float("nan"), float("nan")))
         rec["eps_total"] = float("nan") if eps is None else eps[0] + eps[1]
-        for metric in ("accuracy", "macro_f1", "fid", "distinct_2"):
-            m, s = metrics.mean_and_spread(g[metric].tolist())
+        for metric in ("accuracy", "macro_f1", "fid", "distinct_2", "coherence"):
+            m, s = metrics.mean_and_spread(g[metric].tolist() if metric in g else [])
             rec[f"{metric}_mean"], rec[f"{metric}_std"] = m, s
         rec["values"] = [float(v) for v in g.sort_values("seed")["accuracy"]]  # per seed, for the figures
         rec["seeds"] = int(len(g))
@@ -906,17 +925,19 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
 def table_markdown(table: pd.DataFrame) -> str:
     """The experiment table in markdown: ours as mean ± sd (percent) over seeds, the paper's beside."""
     lines = ["| dataset | method | LLM | DA | classifier | eps_voc + eps_kde | guarantee (ledger) | texts | LLM calls "
-             "| accuracy % (mean ± sd) | macro-F1 % | seeds | paper % | paper source |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| accuracy % (mean ± sd) | macro-F1 % | coherence % | seeds | paper % | paper source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):
         eps = "–" if np.isnan(r.eps_total) else f"{r.eps_voc:g} + {r.eps_kde:g} = {r.eps_total:g}"
         paper = "–" if np.isnan(r.paper_accuracy) else f"{r.paper_accuracy:.1f}"
         budget = getattr(r, "budget", "") or "–"
         texts = getattr(r, "texts", float("nan"))
+        coh = getattr(r, "coherence_mean", float("nan"))
+        coherence = "–" if not np.isfinite(coh) else f"{100 * coh:.1f}"
         lines.append(f"| {r.dataset} | {r.method} | {r.llm} | {'yes' if r.coral else 'no'} | {r.classifier} | {eps} "
                      f"| {budget} | {'–' if np.isnan(texts) else f'{texts:g}'} | {r.llm_calls:g} "
                      f"| {100 * r.accuracy_mean:.1f} ± {100 * r.accuracy_std:.1f} "
-                     f"| {100 * r.macro_f1_mean:.1f} ± {100 * r.macro_f1_std:.1f} | {r.seeds} | {paper} "
+                     f"| {100 * r.macro_f1_mean:.1f} ± {100 * r.macro_f1_std:.1f} | {coherence} | {r.seeds} | {paper} "
                      f"| {r.paper_source or '–'} |")
     return "\n".join(lines) + "\n"
 
@@ -925,7 +946,7 @@ def _cells_table_rows(cells: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for r in cells.to_dict("records"):
         rec = {k: r[k] for k in ("cell", "classifier", "accuracy", "macro_f1", "fid", "distinct_2",
-                                 "duplicate_rate", "llm_calls", "budget", "histogram_s_per_round",
+                                 "duplicate_rate", "coherence", "llm_calls", "budget", "histogram_s_per_round",
                                  "llm_s_per_round", "seconds") if k in r}
         rec["report"] = r.get("report", "")
         out.append(rec)
@@ -1016,6 +1037,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
     records: list[dict[str, Any]] = [r for recs in done.values() for r in recs]
     prepared: dict[str, PreparedData] = {}
     views: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    test_terms: dict[str, list[list[str]]] = {}
     bar = tqdm(plan, desc=f"experiment {spec.name}", unit="run", disable=not progress)
     for ds, method, eps, seed in bar:
         cid = cell_id(ds.name, method, eps, seed, spec.llm)
@@ -1069,6 +1091,12 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
             scored = evaluate_cell(train, data, test_view_texts, client[:n_client], opts)
             fid = metrics.frechet_distance(scored["test_x"], scored["train_x"])
             corpus_stats = metrics.corpus_metrics(train["text"].astype(str).tolist())
+            coherence = float("nan")
+            if "keyphrases" in train.columns:  # seed sequences against the PUBLIC test split of their class
+                if ds.name not in test_terms:
+                    test_terms[ds.name] = term_lists(data.test["text"].tolist(), _vocabulary_config(manifest))
+                coherence = pair_coherence([list(k) for k in train["keyphrases"]], train["label"].tolist(),
+                                           test_terms[ds.name], data.test["label"].tolist())
             usage = metrics.llm_usage(train)
             report_path = ""
             if cell_reports and release is not None:
@@ -1088,7 +1116,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
                     "eps_voc": None if eps is None else eps[0], "eps_kde": None if eps is None else eps[1],
                     "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "n_train": len(train),
                     "n_test": s["n_test"], "fid": fid, "distinct_2": corpus_stats["distinct_2"],
-                    "duplicate_rate": corpus_stats["duplicate_rate"], "llm_calls": llm_calls,
+                    "duplicate_rate": corpus_stats["duplicate_rate"], "coherence": coherence, "llm_calls": llm_calls,
                     "tokens_out": usage["tokens_out"], "seconds": round(time.perf_counter() - start, 1),
                     "budget": budget, "histogram_s_per_round": timings.get("histogram_s"),
                     "llm_s_per_round": timings.get("llm_s"), "report": report_path,

@@ -22,6 +22,8 @@ from tasks.errors import ConfigError
 from tasks.mechanisms import NoiseSource, noise_source
 
 LLM_BACKENDS = ("none", "local", "anthropic", "openai-compatible")
+#: English frequency cut of the histogram methods when --vocab-top is not given (docs/dpkps.md)
+HISTOGRAM_VOCAB_TOP = 20_000
 
 LABELS_HELP = (
     "declare the public label set with --labels a,b,c, --labels-file FILE (one label per line, # comments), or "
@@ -158,6 +160,7 @@ class DpKpsConfig(ReleaseConfig):
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
         "method", "length", "n_features", "bandwidth", "embedding_model", "text_column", "label_column",
+        "epsilon", "hist_top_k", "markov_term_share",
     )
 
     vocab: str = Field(default="english", description="'english' (wordfreq) or a file of terms, one per line")
@@ -168,7 +171,20 @@ class DpKpsConfig(ReleaseConfig):
     mechanism: Literal["laplace", "gaussian"] = "laplace"
     first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram")
     vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary")
-    method: Literal["independent", "iterative-linear", "iterative-log"] = "independent"
+    method: Literal["independent", "iterative-linear", "iterative-log", "histogram", "histogram-markov"] = "independent"
+    # The histogram methods (tasks/histogram_seeds.py, privseed's own comparator; docs/dpkps.md) spend one budget.
+    epsilon: float | None = Field(
+        default=None, description="total budget of --method histogram / histogram-markov (default eps_voc + eps_kde)"
+    )
+    hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class (histogram)")
+    markov_pair_floor: float = Field(
+        default=1.0, ge=0.0,
+        description="histogram-markov: start/pair counts that pure noise reaches in about this many of a class's "
+                    "K + K^2 entries are sampled as 0 (0 = no floor)",
+    )
+    markov_term_share: float = Field(
+        default=0.8, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"
+    )
     length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence")
     n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch")
     bandwidth: float = Field(default=0.5, gt=0.0, description="h: kernel exp(-||x-y||^2 / h^2)")
@@ -181,9 +197,11 @@ class DpKpsConfig(ReleaseConfig):
     few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL)")
     dry_run: bool = False
 
-    @field_validator("eps_voc", "eps_kde")
+    @field_validator("eps_voc", "eps_kde", "epsilon")
     @classmethod
-    def _positive_epsilon(cls, value: float) -> float:
+    def _positive_epsilon(cls, value: float | None) -> float | None:
+        if value is None:
+            return value
         if not value > 0:
             raise ValueError(f"epsilon must be > 0 (got {value}); epsilon = 0 would release nothing useful")
         if value != value or value == float("inf"):
@@ -195,6 +213,19 @@ class DpKpsConfig(ReleaseConfig):
         if self.mechanism == "gaussian" and not self.delta > 0:
             raise ValueError("the Gaussian mechanism needs --delta > 0")
         return self
+
+    @model_validator(mode="after")
+    def _histogram_vocabulary_cut(self) -> DpKpsConfig:
+        # The histogram methods noise every term of V for every class, so their default frequency cut is smaller
+        # (chosen on public data, docs/dpkps.md); an explicit --vocab-top always wins.
+        if self.method in ("histogram", "histogram-markov") and "vocab_top" not in self.model_fields_set:
+            self.__dict__["vocab_top"] = HISTOGRAM_VOCAB_TOP  # no re-validation loop (validate_assignment)
+        return self
+
+    @property
+    def histogram_epsilon(self) -> float:
+        """The total budget of the histogram methods: --epsilon, else the DP-KPS total eps_voc + eps_kde."""
+        return self.epsilon if self.epsilon is not None else self.eps_voc + self.eps_kde
 
 
 def _load_file(path: str) -> dict[str, Any]:

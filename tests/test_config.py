@@ -31,8 +31,8 @@ def test_unknown_method_and_backend_are_named():
 
 
 def test_unknown_option_is_refused():
-    with pytest.raises(ConfigError, match="--epsilon"):
-        validate_config(DpKpsConfig, base(epsilon=1.0))
+    with pytest.raises(ConfigError, match="--eps-total"):  # (--epsilon is the histogram methods' budget)
+        validate_config(DpKpsConfig, base(eps_total=1.0))
 
 
 def test_gaussian_needs_delta():

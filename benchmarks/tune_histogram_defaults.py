@@ -1,0 +1,197 @@
+"""Choose the histogram methods' defaults once, on held-out parts of PUBLIC training splits (docs/dpkps.md).
+
+For each corpus the training split (never the test split) is divided per class into a "private" part (80 %)
+and a validation part (20 %, seed 7). The same pure functions as the flow (tasks/histogram_seeds.py,
+tasks/vocabulary.py) build the release; noise comes from tasks/mechanisms.py's *research* source
+(insecure_noise, seeded, so the comparison is reproducible; a release uses the secure sampler). The validation
+documents are turned into their own phrase sequences (the no-LLM protocol) and scored by TF-IDF + logistic
+regression trained on the synthetic sequences. Coherence: tasks.histogram_seeds.pair_coherence against the
+validation documents of the sequence's class.
+
+    PYTHONPATH=$PWD nice -n 10 python benchmarks/tune_histogram_defaults.py --out tune.jsonl
+
+Medical abstracts ships a test file only; its training part here is the 70 % the experiment grid trains on
+(the grid's own split: numpy default_rng(20240601) permutation, the first 30 % are the grid's test split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tasks.histogram_seeds import (ClassRelease, build_mechanism, class_pair_counts, class_positions,
+                                   class_term_counts, noise_floor, pair_coherence, release_all, sample_class_sequences,
+                                   stage_budgets, top_k)
+from tasks.mechanisms import insecure_noise
+from tasks.sampling import SelectionRule
+from tasks.vocabulary import load_vocabulary, phrase_matcher
+
+DATA = Path(os.environ.get("PRIVSEED_DATA_ROOT") or next(
+    (p / "shared" / "data" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+    Path("shared/data")))
+CORPORA = {
+    "dbpedia14": ("dbpedia14/train.parquet", "label", None),
+    "ohsumed23": ("ohsumed23/train.parquet", "label", None),
+    "yelp": ("augpe/yelp/dev.parquet", "label1", None),
+    "medabstracts": ("medabstracts/test.parquet", "label", 0.3),
+}
+BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 10, "mechanism": "laplace",
+        "share": 0.5, "T": 0.0}  # T: histogram-markov's pair floor (expected pure-noise pairs per class)
+
+
+def load_split(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(private part, validation part) of the corpus's training split."""
+    path, label_column, grid_test_fraction = CORPORA[name]
+    frame = pd.read_parquet(DATA / path)
+    frame = pd.DataFrame({"text": frame["text"].astype(str), "label": frame[label_column]})
+    if grid_test_fraction:  # drop exactly the experiment grid's test rows (flows/evaluate.py prepare_data)
+        order = np.random.default_rng(20240601).permutation(len(frame))
+        frame = frame.iloc[order[int(round(len(frame) * grid_test_fraction)):]]
+    rng = np.random.default_rng(7)
+    validation = []
+    for _, group in frame.groupby("label"):
+        take = max(1, int(round(0.2 * len(group))))
+        validation.extend(group.index[rng.choice(len(group), size=take, replace=False)])
+    is_val = frame.index.isin(validation)
+    return frame[~is_val].reset_index(drop=True), frame[is_val].reset_index(drop=True)
+
+
+def grid_splits(names: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame, int]]:
+    """(private, test, synthetic_per_class) of each corpus exactly as experiments/seeds_grid.toml prepares them."""
+    import tempfile
+
+    from flows.evaluate import load_experiment, prepare_data
+
+    spec = load_experiment(str(Path(__file__).resolve().parents[1] / "experiments" / "seeds_grid.toml"))
+    out = {}
+    with tempfile.TemporaryDirectory() as work:
+        for ds in spec.datasets:
+            if ds.name in names:
+                data = prepare_data(ds, Path(work))
+                out[ds.name] = (data.private, data.test, ds.synthetic_per_class)
+    return out
+
+
+def real_reference(private: pd.DataFrame, test_ids: list, test_labels: list, terms: tuple, per_class: int,
+                   seed: int, matcher) -> dict:
+    """TF-IDF + LR on per_class real private documents per class as their own phrase sequences."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(seed)
+    parts = [g.iloc[rng.choice(len(g), size=min(per_class, len(g)), replace=False)] for _, g in private.groupby("label")]
+    train = pd.concat(parts)
+    seqs = [[terms[t] for t in matcher.match(text)] for text in train["text"]]
+    vectorizer = TfidfVectorizer(sublinear_tf=True)
+    clf = LogisticRegression(max_iter=2000).fit(vectorizer.fit_transform([" ".join(x) for x in seqs]),
+                                                [str(v) for v in train["label"]])
+    predicted = clf.predict(vectorizer.transform([" ".join(terms[t] for t in doc) for doc in test_ids]))
+    return {"accuracy": float(np.mean(predicted == np.asarray([str(v) for v in test_labels]))),
+            "coherence": pair_coherence([s[:10] for s in seqs], [str(v) for v in train["label"]],
+                                        [[terms[t] for t in doc] for doc in test_ids], [str(v) for v in test_labels])}
+
+
+def run_setting(setting: dict, private_ids: list, private_index: list, labels: list, val_ids: list,
+                val_labels: list, terms: tuple, eps: float, seed: int, per_class: int) -> dict:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    method = setting["method"]
+    delta = 1e-5 if setting["mechanism"] == "gaussian" else 0.0
+    budgets = stage_budgets(method, eps, delta, setting["share"])
+    counts = class_term_counts(private_ids, private_index, len(labels), len(terms), setting["S"])
+    mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0])
+    noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
+    released = [top_k(noisy[c], setting["K"]) for c in range(len(labels))]
+    releases = [ClassRelease(r["term_ids"], r["noisy_counts"]) for r in released]
+    if method == "histogram-markov":
+        starts, pairs = class_pair_counts(private_ids, private_index, [r["term_ids"] for r in released], setting["S"])
+        mech2 = build_mechanism(setting["mechanism"], setting["S"], *budgets[1])
+        joint = release_all(np.concatenate([starts[:, None, :], pairs], axis=1), mech2,
+                            insecure_noise(seed, "tune-pairs"))
+        k = len(released[0]["term_ids"])
+        releases = [ClassRelease(r.term_ids, r.noisy_counts, joint[c, 0], joint[c, 1:],
+                                 noise_floor(mech2, k * (k + 1), setting["T"]))
+                    for c, r in enumerate(releases)]
+    rule = SelectionRule.parse(f"power-{setting['G']:g}")
+    ids = sample_class_sequences(method, releases, per_class, setting["L"], rule, np.random.default_rng(seed))
+    seqs = [[terms[t] for t in seq] for c in range(len(labels)) for seq in ids[c]]
+    seq_labels = [labels[c] for c in range(len(labels)) for _ in ids[c]]
+    val_terms = [[terms[t] for t in doc] for doc in val_ids]
+    vectorizer = TfidfVectorizer(sublinear_tf=True)
+    x = vectorizer.fit_transform([" ".join(s) for s in seqs])
+    clf = LogisticRegression(max_iter=2000).fit(x, [str(v) for v in seq_labels])
+    predicted = clf.predict(vectorizer.transform([" ".join(t) for t in val_terms]))
+    accuracy = float(np.mean(predicted == np.asarray([str(v) for v in val_labels])))
+    coherence = pair_coherence(seqs, [str(v) for v in seq_labels], val_terms, [str(v) for v in val_labels])
+    return {"accuracy": accuracy, "coherence": coherence}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON lines, one per (corpus, setting, eps, seed); appended")
+    parser.add_argument("--corpora", default=",".join(CORPORA))
+    parser.add_argument("--eps", default="11,6")
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--per-class", type=int, default=500)
+    parser.add_argument("--grid", default="coordinate", help="coordinate | markov | a JSON list of settings")
+    parser.add_argument("--split", choices=["validation", "test"], default="validation",
+                        help="validation: choose settings (80/20 of the training split); test: score the chosen "
+                             "settings like experiments/seeds_grid.toml (its private and test splits, its "
+                             "synthetic_per_class), after the choice, with 'real' as the reference line")
+    args = parser.parse_args()
+    if args.grid.startswith("["):
+        variations = json.loads(args.grid)
+    elif args.grid == "coordinate":
+        variations = [{}, {"S": 5}, {"S": 20}, {"S": 40}, {"K": 100}, {"K": 1000}, {"K": 3000}, {"G": 2.0},
+                      {"G": 0.5}, {"top": 20_000}, {"L": 20}, {"mechanism": "gaussian"}]
+    else:
+        variations = [{"method": "histogram-markov", "share": s, "G": g} for s in (0.3, 0.5, 0.7) for g in (1.0, 2.0)]
+    done = set()
+    out = Path(args.out)
+    if out.exists():
+        done = {json.dumps(json.loads(line)["key"]) for line in out.read_text().splitlines() if line.strip()}
+    grid = grid_splits(args.corpora.split(",")) if args.split == "test" else {}
+    for name in args.corpora.split(","):
+        private, validation = grid[name][:2] if grid else load_split(name)
+        if grid:
+            args.per_class = grid[name][2]
+        labels = sorted(private["label"].unique().tolist(), key=str)  # public: the benchmark's declared classes
+        matched: dict[int, tuple] = {}
+        for variation in variations:
+            setting = {**BASE, **variation}
+            setting.setdefault("T", 0.0)
+            if setting["top"] not in matched:
+                vocabulary = load_vocabulary("english", setting["top"])
+                matcher = phrase_matcher(vocabulary)
+                matched[setting["top"]] = (vocabulary.terms, [matcher.match(t) for t in private["text"]],
+                                           [matcher.match(t) for t in validation["text"]])
+            terms, private_ids, val_ids = matched[setting["top"]]
+            for eps in (float(e) for e in args.eps.split(",")):
+                for seed in (int(s) for s in args.seeds.split(",")):
+                    key = {"corpus": name, **setting, "eps": eps, "seed": seed, "per_class": args.per_class,
+                           "split": args.split}
+                    if json.dumps(key) in done:
+                        continue
+                    start = time.perf_counter()
+                    if setting["method"] == "real":
+                        result = real_reference(private, val_ids, validation["label"].tolist(), terms, args.per_class,
+                                                seed, phrase_matcher(load_vocabulary("english", setting["top"])))
+                    else:
+                        result = run_setting(setting, private_ids, class_positions(labels, private["label"]), labels,
+                                             val_ids, validation["label"].tolist(), terms, eps, seed,
+                                             args.per_class)
+                    record = {"key": key, **result, "seconds": round(time.perf_counter() - start, 2)}
+                    with out.open("a") as fh:
+                        fh.write(json.dumps(record) + "\n")
+                    print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
