@@ -982,9 +982,10 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
     table = pd.DataFrame(rows)
     order = {m: i for i, m in enumerate(("real", *DPKPS_METHODS, *PE_METHODS, "only-llm"))}
     table["_rank"] = table["method"].map(lambda m: order.get(m, len(order)))
-    return (table.sort_values(["dataset", "classifier", "coral", "_rank", "eps_total", "llm", "class_names",
-                               "variant"], na_position="first", kind="stable")
-            .drop(columns="_rank").reset_index(drop=True))
+    table["_with_llm"] = table["llm"] != "none"  # the seeds alone first
+    return (table.sort_values(["dataset", "classifier", "coral", "_rank", "eps_total", "_with_llm", "llm",
+                               "class_names", "variant"], na_position="first", kind="stable")
+            .drop(columns=["_rank", "_with_llm"]).reset_index(drop=True))
 
 
 def _pct(value: float) -> str:
