@@ -321,7 +321,7 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["config"]["prompt_class_names"] == {"0": "Sport", "1": "Music record", "2": "Landscape"}
     assert "Prompts named the class" in (run / "report.html").read_text()
-    plain = run.parents[2] / "independent" / "local_fake-grid" / "eps1+5" / "seed0"
+    plain = run.parents[3] / "independent" / "local_fake-grid" / "eps1+5" / "seed0"
     assert "Prompts named no class" in (plain / "report.html").read_text()
     md = open(result["markdown"]).read()
     assert "class names in prompt" in md and "| tiny | independent | local:fake-grid | yes |" in md
