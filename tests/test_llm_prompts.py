@@ -260,3 +260,18 @@ def test_class_name_slot_is_only_allowed_in_class_name_user(tmp_path):
     names = load_class_names(_names_file(tmp_path, "json"))
     with pytest.raises(ConfigError, match="has no class_name_user prompt"):
         build_messages(PromptTemplate.load(str(plain)), VOCAB.seed(["river"], 0, 1), "memo", class_names=names)
+
+
+def test_flow_config_checks_class_names_against_declared_labels(tmp_path):
+    from tasks.config import DpKpsConfig
+    from tasks.generation import class_names_from_config, params_from_config
+
+    path = _names_file(tmp_path, "csv")
+    cfg = DpKpsConfig(data="d.parquet", out=str(tmp_path / "out"), labels=["0", "1", "3"], class_names=path)
+    params = params_from_config(cfg)
+    assert params.class_names is not None and params.class_names.name_of(3) == "Album"
+    assert params_from_config(cfg.model_copy(update={"class_names": None})).class_names is None
+    with pytest.raises(ConfigError, match="no name for declared labels: 2"):
+        class_names_from_config(cfg.model_copy(update={"labels": ["0", "1", "2", "3"]}))
+    undeclared = cfg.model_copy(update={"labels": None})
+    assert class_names_from_config(undeclared).labels == ["0", "1", "3"]  # the file declares the label set
