@@ -276,6 +276,17 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, la
                            storage_options=cfg.storage_options)
 
 
+def _check_local_model(llm: str) -> None:
+    """A local model that is missing (or an opt-in one whose parts are not installed or do not verify) stops
+    the run here, before any private data is read or budget is spent; an opt-in model is assembled now, once,
+    rather than by every Dask worker at its first call."""
+    from tasks.llm import get_backend, parse_llm_spec
+
+    spec = parse_llm_spec(llm)
+    if spec.kind == "local":
+        get_backend(spec)  # resolves (and verifies) the weights; they are loaded only at the first call
+
+
 # ---------------------------------------------------------------------------------------------------
 # The flow
 # ---------------------------------------------------------------------------------------------------
@@ -291,6 +302,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
     class_names = class_names_from_config(cfg)
     if class_names is not None and cfg.labels is None:
         cfg = cfg.model_copy(update={"labels": class_names.labels})
+    _check_local_model(cfg.llm)
     with dask_client(cfg.dask_address, cfg.n_workers):
         corpus = load_private_corpus(cfg)
         labels = resolve_labels(cfg, corpus)
