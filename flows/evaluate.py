@@ -520,7 +520,9 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             raw = tomllib.loads(file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"cannot parse {path}: {exc}") from exc
-    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    per_class = overrides.pop("synthetic_per_class", None)  # applies to every [dataset]
+    raw.update(overrides)
     raw.setdefault("name", Path(path).stem if path else "experiment")
     if "{data}" in json.dumps(raw):
         raw = _substitute_data_root(raw, str(data_root()))
@@ -535,6 +537,8 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             datasets.append(DatasetSpec(**d))
         except TypeError as exc:
             raise ConfigError(f"bad [dataset] entry: {exc}") from exc
+        if per_class is not None:
+            datasets[-1].synthetic_per_class = int(per_class)
         names = datasets[-1].class_names
         if names and path and not Path(names).is_absolute() and "://" not in names:
             datasets[-1].class_names = str(Path(path).parent / names)  # relative to the experiment file
@@ -1270,6 +1274,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
                     help="DP-KPS prompts without, with, or both without and with the dataset's public class names")
     ex.add_argument("--classifier", choices=["mlp", "finetune"])
     ex.add_argument("--coral", choices=["no", "yes", "both"], help="Deep CORAL: without, with, or both (Table 4)")
+    ex.add_argument("--synthetic-per-class", type=int, metavar="N",
+                    help="texts per class of every release (overrides [dataset]; give the grid another --name)")
     ex.add_argument("--out", help="results folder (default experiments/results)")
     ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
                     help="skip the per-run report.html files")
@@ -1302,7 +1308,8 @@ def _experiment_from_cli(args: argparse.Namespace) -> int:
     names = {"no": [False], "yes": [True], "both": [False, True]}.get(args.class_names) if args.class_names else None
     llm = args.llm[0] if args.llm and len(args.llm) == 1 else args.llm
     overrides = {"name": args.name, "methods": args.methods, "eps": args.eps, "seeds": args.seeds, "llm": llm,
-                 "classifier": args.classifier, "coral": coral, "class_names": names, "out": args.out}
+                 "classifier": args.classifier, "coral": coral, "class_names": names, "out": args.out,
+                 "synthetic_per_class": args.synthetic_per_class}
     if not args.experiment_config and not args.methods:
         raise ConfigError("give --config experiments/X.toml (or at least --methods and a dataset in a config)")
     experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports,
