@@ -55,7 +55,7 @@ def main() -> None:
     gen_ax.barh(y - 0.2, 100 * first["coverage"], 0.4, label="seed-term coverage")
     gen_ax.barh(y + 0.2, 100 * first["degenerate_rate"], 0.4, label="degenerate (not a document)")
     gen_ax.set_yticks(y, [""] * len(settings))
-    gen_ax.invert_yaxis()
+    gen_ax.set_ylim(acc_ax.get_ylim())  # same rows as the accuracy panel (rows without an LLM have no bars)
     gen_ax.set_xlim(0, 100)
     gen_ax.set_xlabel("% of documents (LLM rows only)")
     gen_ax.legend(fontsize=8, loc="lower right")
