@@ -1,0 +1,296 @@
+"""The one place where privseed draws noise: mechanism objects over a secure sampler.
+
+Every privatized value of every method (the vocabulary histogram, the DP-KDE sketches, the per-class term
+histograms, Aug-PE's vote histograms, SecPE's noisy centres and sizes and its secret sub-sampling) is made by
+a mechanism of this module. A mechanism owns the relation between sensitivity, noise scale and privacy loss,
+and reports it (``describe()``); the privacy ledger records that report, not what a caller declares.
+
+Guarantees, stated the OpenDP way (input domain, input metric, output measure):
+
+* :class:`LaplaceMechanism` -- vectors of floats (or of integers), L1 distance ``sensitivity`` between
+  adjacent inputs, max-divergence (pure DP): ``epsilon = sensitivity / scale``. Integer vectors with an integer
+  sensitivity use the discrete Laplace (two-sided geometric) distribution, which is exact on integers;
+  float vectors use OpenDP's floating-point-safe Laplace.
+* :class:`GaussianMechanism` -- vectors of floats, L2 distance ``sensitivity``, zero-concentrated divergence
+  ``rho = sensitivity^2 / (2 sigma^2)``; the (epsilon, delta) the caller calibrated sigma for (with
+  dp-accounting, e.g. over T compositions) is carried along and recorded.
+
+Where the noise comes from: :func:`secure_noise` is OpenDP's samplers, seeded from OS entropy on every draw
+and never reproducible. ``--seed`` is public (it is written into the manifest), so noise derived from it would
+make a release a deterministic function of the data (epsilon = infinity). The only seeded source,
+:func:`insecure_noise`, exists for research grids that need bit-identical reruns; it is an explicit opt-in
+(``--insecure-reproducible-noise``), reports ``secure: False``, and the release it makes is stamped
+NOT DIFFERENTIALLY PRIVATE and refused by the release gate unless the operator insists.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from tasks.errors import ConfigError
+
+INSECURE_STAMP = "NOT DIFFERENTIALLY PRIVATE"
+
+
+@runtime_checkable
+class NoiseSource(Protocol):
+    """Where a mechanism's randomness comes from."""
+
+    name: str
+    secure: bool
+
+    def laplace(self, exact: np.ndarray, scale: float) -> np.ndarray: ...
+
+    def discrete_laplace(self, exact: np.ndarray, scale: float) -> np.ndarray: ...
+
+    def gaussian(self, exact: np.ndarray, sigma: float) -> np.ndarray: ...
+
+    def bernoulli(self, probabilities: np.ndarray) -> np.ndarray: ...
+
+
+@functools.lru_cache(maxsize=1)
+def _opendp():
+    """OpenDP's measurement constructors (imported lazily: the import is only needed when noise is drawn)."""
+    from opendp.domains import atom_domain, vector_domain
+    from opendp.measurements import make_gaussian, make_laplace
+    from opendp.metrics import l1_distance, l2_distance
+    from opendp.mod import enable_features
+
+    # "contrib" enables OpenDP's non-vetted-but-proven constructors; make_laplace/make_gaussian are among them.
+    enable_features("contrib")
+    return {
+        "float_l1": (vector_domain(atom_domain(T=float, nan=False)), l1_distance(T=float)),
+        "int_l1": (vector_domain(atom_domain(T=int)), l1_distance(T=int)),
+        "float_l2": (vector_domain(atom_domain(T=float, nan=False)), l2_distance(T=float)),
+        "make_laplace": make_laplace,
+        "make_gaussian": make_gaussian,
+    }
+
+
+# OpenDP takes Python lists; chunks bound the memory of that conversion for million-entry histograms.
+_CHUNK = 262_144
+
+
+class SecureNoise:
+    """OpenDP's samplers: OS entropy on every call, floating-point safe, never reproducible."""
+
+    name = "opendp"
+    secure = True
+
+    def laplace(self, exact: np.ndarray, scale: float) -> np.ndarray:
+        return self._apply("float_l1", "make_laplace", np.asarray(exact, dtype=np.float64), scale, float)
+
+    def discrete_laplace(self, exact: np.ndarray, scale: float) -> np.ndarray:
+        return self._apply("int_l1", "make_laplace", np.asarray(exact, dtype=np.int64), scale, int)
+
+    def gaussian(self, exact: np.ndarray, sigma: float) -> np.ndarray:
+        return self._apply("float_l2", "make_gaussian", np.asarray(exact, dtype=np.float64), sigma, float)
+
+    def bernoulli(self, probabilities: np.ndarray) -> np.ndarray:
+        # SystemRandom reads the OS CSPRNG; 53-bit uniforms make P(u < p) exact to 2^-53.
+        source = random.SystemRandom()
+        p = np.asarray(probabilities, dtype=np.float64)
+        if np.any((p < 0) | (p > 1)) or not np.all(np.isfinite(p)):
+            raise ValueError("Bernoulli probabilities must lie in [0, 1]")
+        return np.fromiter((source.random() < q for q in p.ravel()), dtype=bool, count=p.size).reshape(p.shape)
+
+    @staticmethod
+    def _apply(space: str, constructor: str, exact: np.ndarray, scale: float, kind: type) -> np.ndarray:
+        if not np.all(np.isfinite(exact)):
+            raise ValueError("cannot privatize a vector with NaN or infinite entries")
+        api = _opendp()
+        measurement = api[constructor](*api[space], scale=float(scale))
+        flat = exact.ravel()
+        out = np.empty(flat.shape, dtype=np.float64 if kind is float else np.int64)
+        for start in range(0, flat.size, _CHUNK):
+            out[start:start + _CHUNK] = measurement([kind(v) for v in flat[start:start + _CHUNK].tolist()])
+        return out.reshape(exact.shape)
+
+
+@dataclass(frozen=True)
+class InsecureReproducibleNoise:
+    """Noise from a seeded PCG64 stream: reproducible, hence NOT differentially private once the seed is known.
+
+    For research grids only (``--insecure-reproducible-noise``)."""
+
+    seed: int
+    stream: tuple[str, ...] = ()
+    secure: bool = field(default=False, init=False)
+
+    @property
+    def name(self) -> str:
+        return f"insecure-reproducible(seed={self.seed}, stream={'/'.join(self.stream)})"
+
+    def _rng(self) -> np.random.Generator:
+        words = [int.from_bytes(hashlib.sha256(s.encode()).digest()[:4], "little") for s in self.stream]
+        return np.random.default_rng(np.random.SeedSequence([int(self.seed) & 0xFFFFFFFF, *words]))
+
+    def laplace(self, exact: np.ndarray, scale: float) -> np.ndarray:
+        exact = np.asarray(exact, dtype=np.float64)
+        return exact + self._rng().laplace(0.0, scale, size=exact.shape)
+
+    def discrete_laplace(self, exact: np.ndarray, scale: float) -> np.ndarray:
+        # Difference of two geometric variables is the two-sided geometric (discrete Laplace) distribution.
+        exact = np.asarray(exact, dtype=np.int64)
+        rng = self._rng()
+        p = 1.0 - math.exp(-1.0 / scale)
+        return exact + (rng.geometric(p, size=exact.shape) - rng.geometric(p, size=exact.shape))
+
+    def gaussian(self, exact: np.ndarray, sigma: float) -> np.ndarray:
+        exact = np.asarray(exact, dtype=np.float64)
+        return exact + self._rng().normal(0.0, sigma, size=exact.shape)
+
+    def bernoulli(self, probabilities: np.ndarray) -> np.ndarray:
+        p = np.asarray(probabilities, dtype=np.float64)
+        return self._rng().random(p.shape) < p
+
+
+_SECURE = SecureNoise()
+
+
+def secure_noise() -> NoiseSource:
+    """The default and only private source of noise."""
+    return _SECURE
+
+
+def insecure_noise(seed: int, *stream: str) -> NoiseSource:
+    """A seeded, reproducible source: the release it makes is not differentially private."""
+    return InsecureReproducibleNoise(int(seed), tuple(str(s) for s in stream))
+
+
+def noise_source(insecure_seed: int | None, *stream: str) -> NoiseSource:
+    """The source a flow uses: secure unless the operator opted in to reproducible (insecure) noise."""
+    return secure_noise() if insecure_seed is None else insecure_noise(insecure_seed, *stream)
+
+
+def _check_positive(name: str, value: float) -> float:
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+class Mechanism(Protocol):
+    epsilon: float
+    delta: float
+    sensitivity: float
+
+    def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray: ...
+
+    def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LaplaceMechanism:
+    """epsilon-DP for inputs at L1 distance <= ``sensitivity``: adds Laplace(sensitivity / epsilon) per entry.
+
+    Integer inputs with an integer sensitivity get discrete Laplace noise of the same scale (same guarantee,
+    exact on integers, and about 4x faster to sample)."""
+
+    sensitivity: float
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        _check_positive("sensitivity", self.sensitivity)
+        _check_positive("epsilon", self.epsilon)
+
+    @property
+    def delta(self) -> float:
+        return 0.0
+
+    @property
+    def scale(self) -> float:
+        return float(self.sensitivity) / float(self.epsilon)
+
+    def is_discrete_for(self, exact: np.ndarray) -> bool:
+        return np.issubdtype(np.asarray(exact).dtype, np.integer) and float(self.sensitivity).is_integer()
+
+    def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray:
+        noise = noise or secure_noise()
+        if self.is_discrete_for(exact):
+            return noise.discrete_laplace(exact, self.scale)
+        return noise.laplace(exact, self.scale)
+
+    def noise_distribution(self, discrete: bool = False):
+        """The distribution of (released - exact), as a frozen scipy distribution (for tests and audits)."""
+        from scipy import stats
+
+        return stats.dlaplace(1.0 / self.scale) if discrete else stats.laplace(scale=self.scale)
+
+    def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
+        noise = noise or secure_noise()
+        return {
+            "mechanism": "laplace",
+            "input_metric": "l1_distance",
+            "output_measure": "max_divergence (pure epsilon-DP)",
+            "sensitivity": float(self.sensitivity),
+            "scale": self.scale,
+            "epsilon": float(self.epsilon),
+            "delta": 0.0,
+            "noise_source": noise.name,
+            "secure": bool(noise.secure),
+        }
+
+
+@dataclass(frozen=True)
+class GaussianMechanism:
+    """Adds N(0, sigma^2) per entry for inputs at L2 distance <= ``sensitivity``.
+
+    One release is rho-zCDP with rho = sensitivity^2 / (2 sigma^2). ``epsilon`` and ``delta`` are what the
+    caller calibrated sigma for with a maintained accountant (e.g. T compositions under dp-accounting's PLD);
+    they are recorded as given, next to rho, which this object computes itself."""
+
+    sensitivity: float
+    sigma: float
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        _check_positive("sensitivity", self.sensitivity)
+        _check_positive("sigma", self.sigma)
+        if not (self.epsilon >= 0 and math.isfinite(self.epsilon)) or not (0 <= self.delta < 1):
+            raise ConfigError("a Gaussian mechanism needs epsilon >= 0 and delta in [0, 1)")
+
+    @property
+    def scale(self) -> float:
+        return float(self.sigma)
+
+    @property
+    def rho(self) -> float:
+        return float(self.sensitivity) ** 2 / (2.0 * float(self.sigma) ** 2)
+
+    def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray:
+        return (noise or secure_noise()).gaussian(exact, self.sigma)
+
+    def noise_distribution(self):
+        from scipy import stats
+
+        return stats.norm(scale=self.sigma)
+
+    def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
+        noise = noise or secure_noise()
+        return {
+            "mechanism": "gaussian",
+            "input_metric": "l2_distance",
+            "output_measure": "zero_concentrated_divergence (rho-zCDP); (epsilon, delta) from the accountant",
+            "sensitivity": float(self.sensitivity),
+            "scale": self.scale,
+            "rho": self.rho,
+            "epsilon": float(self.epsilon),
+            "delta": float(self.delta),
+            "noise_source": noise.name,
+            "secure": bool(noise.secure),
+        }
+
+
+def is_secure(description: Mapping[str, Any]) -> bool:
+    """Whether a recorded mechanism description came from the secure sampler."""
+    return bool(description.get("secure", False))

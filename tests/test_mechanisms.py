@@ -1,0 +1,93 @@
+"""The noise module: each mechanism's noise has the stated distribution, and only the opt-in source repeats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tasks.errors import ConfigError
+from tasks.mechanisms import (
+    GaussianMechanism,
+    LaplaceMechanism,
+    insecure_noise,
+    noise_source,
+    secure_noise,
+)
+
+N = 20_000
+
+
+def _ks_pvalue(samples: np.ndarray, distribution) -> float:
+    return stats.kstest(samples, distribution.cdf).pvalue
+
+
+def test_laplace_float_noise_has_the_stated_scale_and_not_half_of_it():
+    mech = LaplaceMechanism(sensitivity=10.0, epsilon=2.0)
+    exact = np.linspace(-3.0, 7.0, N)
+    noise = mech.release(exact) - exact
+    assert mech.scale == 5.0
+    assert _ks_pvalue(noise, mech.noise_distribution()) > 1e-3
+    # The same samples against half the scale (the bug "eps instead of eps/K") are rejected: the test has power.
+    assert _ks_pvalue(noise, LaplaceMechanism(sensitivity=5.0, epsilon=2.0).noise_distribution()) < 1e-6
+
+
+def test_discrete_laplace_on_counts_matches_its_pmf():
+    mech = LaplaceMechanism(sensitivity=4, epsilon=1.0)
+    exact = np.arange(N, dtype=np.int64) % 50
+    released = mech.release(exact)
+    assert released.dtype == np.int64
+    noise = released - exact
+    observed = np.bincount(np.clip(noise, -40, 40) + 40, minlength=81)
+    dist = mech.noise_distribution(discrete=True)
+    support = np.arange(-40, 41)
+    expected = dist.pmf(support)
+    expected[0] += dist.cdf(-41)
+    expected[-1] += dist.sf(40)
+    chi2 = stats.chisquare(observed, expected * N)
+    assert chi2.pvalue > 1e-3
+    half = LaplaceMechanism(sensitivity=2, epsilon=1.0).noise_distribution(discrete=True)
+    expected_half = half.pmf(support)
+    expected_half[0] += half.cdf(-41)
+    expected_half[-1] += half.sf(40)
+    assert stats.chisquare(observed, expected_half * N).pvalue < 1e-6
+
+
+def test_gaussian_noise_has_sigma_and_reports_rho():
+    mech = GaussianMechanism(sensitivity=1.0, sigma=3.0, epsilon=1.0, delta=1e-5)
+    noise = mech.release(np.zeros(N))
+    assert _ks_pvalue(noise, mech.noise_distribution()) > 1e-3
+    assert _ks_pvalue(noise, stats.norm(scale=1.5)) < 1e-6
+    assert mech.rho == pytest.approx(1.0 / 18.0)
+    described = mech.describe()
+    assert described["secure"] is True and described["noise_source"] == "opendp"
+
+
+def test_secure_noise_never_repeats_and_insecure_noise_always_does():
+    exact = np.zeros(100)
+    mech = LaplaceMechanism(sensitivity=1.0, epsilon=1.0)
+    assert not np.array_equal(mech.release(exact), mech.release(exact))
+    insecure = insecure_noise(0, "vocabulary")
+    assert np.array_equal(mech.release(exact, insecure), mech.release(exact, insecure))
+    assert mech.describe(insecure)["secure"] is False
+    assert noise_source(None, "x") is secure_noise()
+    assert noise_source(7, "x").secure is False
+
+
+def test_secure_bernoulli_has_the_requested_rate():
+    draws = secure_noise().bernoulli(np.full(N, 0.25))
+    assert stats.binomtest(int(draws.sum()), N, 0.25).pvalue > 1e-4
+    with pytest.raises(ValueError):
+        secure_noise().bernoulli(np.array([1.5]))
+
+
+@pytest.mark.parametrize("kwargs", [dict(sensitivity=0.0, epsilon=1.0), dict(sensitivity=1.0, epsilon=0.0),
+                                    dict(sensitivity=1.0, epsilon=float("inf")), dict(sensitivity=1.0, epsilon=-1)])
+def test_laplace_refuses_invalid_parameters(kwargs):
+    with pytest.raises(ConfigError):
+        LaplaceMechanism(**kwargs)
+
+
+def test_non_finite_input_is_refused():
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        LaplaceMechanism(sensitivity=1.0, epsilon=1.0).release(np.array([np.nan, 1.0]))
