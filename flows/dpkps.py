@@ -442,13 +442,17 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
 
 @task(name="publish-release", retries=2, retry_condition_fn=retry_if_transient,
       retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
-def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list) -> dict:
+def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list,
+            class_names: dict[str, str] | None = None) -> dict:
     gate = None
     if cfg.gate:
         from tasks.quality import release_gate
 
         gate = release_gate(labels=labels, llm_used=cfg.llm != "none")
-    return publish_release(cfg.out, synthetic, ledger=ledger, config=cfg.public_dict(), gate=gate,
+    config = cfg.public_dict()
+    # The manifest says whether prompts named the classes, and with which public names.
+    config["prompt_class_names"] = class_names if cfg.llm != "none" else None
+    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate,
                            storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)
 
 
@@ -462,6 +466,17 @@ def warn_if_insecure(cfg: ReleaseConfig, logger: Any) -> None:
                        "--allow-insecure-release", INSECURE_STAMP, cfg.seed)
 
 
+def _check_local_model(llm: str) -> None:
+    """A local model that is missing (or an opt-in one whose parts are not installed or do not verify) stops
+    the run here, before any private data is read or budget is spent; an opt-in model is assembled now, once,
+    rather than by every Dask worker at its first call."""
+    from tasks.llm import get_backend, parse_llm_spec
+
+    spec = parse_llm_spec(llm)
+    if spec.kind == "local":
+        get_backend(spec)  # resolves (and verifies) the weights; they are loaded only at the first call
+
+
 # ---------------------------------------------------------------------------------------------------
 # The flow
 # ---------------------------------------------------------------------------------------------------
@@ -471,6 +486,13 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
     # Environment defaults (PRIVSEED_*) apply under the parameters, so deployments honour them like the CLI.
     cfg = build_config(DpKpsConfig, config)
     logger = get_run_logger()
+    from tasks.generation import class_names_from_config
+
+    # Checked before any private data is read. A names file with no --labels declares the label set itself.
+    class_names = class_names_from_config(cfg)
+    if class_names is not None and cfg.labels is None:
+        cfg = cfg.model_copy(update={"labels": class_names.labels})
+    _check_local_model(cfg.llm)
     warn_if_insecure(cfg, logger)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run(cfg)
@@ -489,7 +511,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
             from tasks.generation import generate_documents
 
             synthetic = generate_documents(sequences, cfg)
-        manifest = publish(cfg, synthetic, ledger, labels)
+        manifest = publish(cfg, synthetic, ledger, labels, None if class_names is None else class_names.to_dict())
     epsilon, delta = ledger.total()
     logger.info("release %s: %d documents, epsilon=%g, delta=%g, at %s",
                 manifest["release_id"], manifest["rows"], epsilon, delta, cfg.out)
@@ -605,6 +627,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--embedding-model", help="'minilm' or a local sentence-transformers folder")
     parser.add_argument("--few-shot", help="the recipient's few-shot examples (document + keyphrases)")
+    parser.add_argument("--class-names", metavar="FILE",
+                        help="public class names (JSON/TOML/CSV: label -> name, exactly the declared labels); "
+                             "each prompt then names its class. Only when the names are public")
     parser.add_argument("--dry-run", action="store_const", const=True,
                         help="print the LLM cost estimate; read no data, draw, charge and send nothing")
     parser.set_defaults(func=run_from_cli)

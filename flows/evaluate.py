@@ -478,6 +478,9 @@ class DatasetSpec:
     #: the declared label set (public configuration, never read from the data); binary stand-ins
     #: (positive_column) declare [0, 1] by construction
     labels: list[Any] | None = None
+    # The owner's public class names (JSON/TOML/CSV, label -> name), for the grid's "with class names" cells:
+    # DP-KPS gets them as --class-names, only-LLM names its topics with them. From configuration, not the data.
+    class_names: str | None = None
     doc_type: str = "document"
     paper_group: str = "dbpedia14"  # which of the paper's datasets the numbers come from (dbpedia14 | medical)
     data_seed: int = 20240601
@@ -491,7 +494,7 @@ class ExperimentSpec:
     methods: list[str]
     eps: list[tuple[float, float]]
     seeds: list[int]
-    llm: str = "none"
+    llm: str | list[str] = "none"  # one backend, or a list: the grid runs every method with each
     classifier: str = "mlp"
     tfidf: bool = True
     coral: list[bool] = field(default_factory=lambda: [False])
@@ -510,11 +513,21 @@ class ExperimentSpec:
     # NOT differentially private (stamped); they are published only with allow_insecure_release as well.
     insecure_reproducible_noise: bool = False
     allow_insecure_release: bool = False
+    # DP-KPS with an LLM, without and/or with the dataset's public class names in the prompt (only-LLM always
+    # names the class: it has nothing else to go on). Tables keep the two settings apart.
+    class_names: list[bool] = field(default_factory=lambda: [False])
+    # Named variants of DP-KPS generation, each a dict {"dpkps": {DpKpsConfig fields}, "llms": [...] (optional:
+    # the backends it applies to)}; every DP-KPS cell with an LLM also runs once per variant.
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     out: str = "experiments/results"
 
     @property
     def out_dir(self) -> Path:
         return Path(self.out) / self.name
+
+    @property
+    def llms(self) -> list[str]:
+        return [self.llm] if isinstance(self.llm, str) else list(self.llm)
 
 
 def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
@@ -530,7 +543,9 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             raw = tomllib.loads(file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"cannot parse {path}: {exc}") from exc
-    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    per_class = overrides.pop("synthetic_per_class", None)  # applies to every [dataset]
+    raw.update(overrides)
     raw.setdefault("name", Path(path).stem if path else "experiment")
     if "{data}" in json.dumps(raw):
         raw = _substitute_data_root(raw, str(data_root()))
@@ -546,6 +561,11 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         except TypeError as exc:
             raise ConfigError(f"bad [dataset] entry: {exc}") from exc
         declared_labels(datasets[-1])  # refuse a dataset without declared labels before any cell runs
+        if per_class is not None:
+            datasets[-1].synthetic_per_class = int(per_class)
+        names = datasets[-1].class_names
+        if names and path and not Path(names).is_absolute() and "://" not in names:
+            datasets[-1].class_names = str(Path(path).parent / names)  # relative to the experiment file
     try:
         spec = ExperimentSpec(datasets=datasets, **{k: v for k, v in raw.items()})
     except TypeError as exc:
@@ -556,8 +576,21 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
     if unknown:
         raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
     needs_llm = [m for m in spec.methods if m in LLM_METHODS]
-    if needs_llm and spec.llm == "none":
+    if needs_llm and all(llm == "none" for llm in spec.llms):
         raise ConfigError(f"method(s) {', '.join(needs_llm)} prompt an LLM; set llm (local | anthropic:MODEL | ...)")
+    if not spec.llms:
+        raise ConfigError("llm is an empty list; give at least one backend (none | local | ...)")
+    spec.class_names = [bool(c) for c in (spec.class_names if isinstance(spec.class_names, list)
+                                          else [spec.class_names])]
+    if True in spec.class_names:
+        unnamed = [ds.name for ds in spec.datasets if not ds.class_names]
+        if unnamed:
+            raise ConfigError(f"class_names = true needs a class_names file in [dataset] {', '.join(unnamed)}")
+    for name, variant in spec.variants.items():
+        unknown = sorted(set(variant) - {"dpkps", "llms"})
+        if unknown or not isinstance(variant.get("dpkps", {}), dict):
+            raise ConfigError(f"variant {name!r}: give a [variants.{name}.dpkps] table (and optional llms), "
+                              f"not {unknown}")
     unknown_generation = sorted(set(spec.generation) - {"max_tokens", "temperature"})
     if unknown_generation:
         raise ConfigError(f"unknown [generation] setting(s) {unknown_generation}; choose max_tokens, temperature")
@@ -619,10 +652,11 @@ def calls_per_text(spec: ExperimentSpec) -> int:
     return evolution_call_plan(classes=1, population=1, variations=k, iterations=t)["total"]
 
 
-def dpkps_best_of(spec: ExperimentSpec) -> int:
+def dpkps_best_of(spec: ExperimentSpec, llm: str | None = None) -> int:
     """DP-KPS's candidates per seed: matched to PE's calls per text when the grid compares them (Table 2)."""
     explicit = spec.dpkps.get("best_of")
-    if not (spec.match_calls and any(m in PE_METHODS for m in spec.methods)) or spec.llm == "none":
+    llm = spec.llms[0] if llm is None else llm
+    if not (spec.match_calls and any(m in PE_METHODS for m in spec.methods)) or llm == "none":
         return int(explicit or 1)
     matched = calls_per_text(spec)
     if explicit is not None and int(explicit) != matched:
@@ -727,20 +761,66 @@ def prepare_data_task(ds: DatasetSpec, work: str) -> PreparedData:
     return prepare_data(ds, Path(work))
 
 
-def cell_id(dataset: str, method: str, eps: tuple[float, float] | None, seed: int, llm: str) -> str:
+def cell_id(dataset: str, method: str, eps: tuple[float, float] | None, seed: int, llm: str,
+            class_names: bool = False, variant: str = "") -> str:
+    """The run's id (and folder under runs/). Class names and variants are marked on the method, so cells
+    of grids that had neither keep their ids."""
     eps_part = "noeps" if eps is None else f"eps{eps[0]:g}+{eps[1]:g}"
-    return f"{dataset}/{method}/{llm.replace(':', '_').replace('/', '_')}/{eps_part}/seed{seed}"
+    marks = (f"+{variant}" if variant else "") + ("+names" if class_names and method != "only-llm" else "")
+    return f"{dataset}/{method}{marks}/{llm.replace(':', '_').replace('/', '_')}/{eps_part}/seed{seed}"
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One run of the grid: a method on a dataset at a budget and seed, with one LLM, with or without the
+    public class names in its prompts, in one generation variant ("" = the defaults)."""
+
+    ds: DatasetSpec
+    method: str
+    eps: tuple[float, float] | None
+    seed: int
+    llm: str
+    class_names: bool = False
+    variant: str = ""
+
+    @property
+    def id(self) -> str:
+        return cell_id(self.ds.name, self.method, self.eps, self.seed, self.llm, self.class_names, self.variant)
+
+
+def grid_cells(spec: ExperimentSpec) -> list[GridCell]:
+    """Every run of the grid, in order: datasets x LLMs x methods x (class names) x (variants) x eps x seeds.
+    Methods that prompt an LLM are skipped for ``none``; only-LLM always names the class; class names and
+    variants apply to DP-KPS with an LLM only."""
+    plan = []
+    for ds in spec.datasets:
+        for llm in spec.llms:
+            for method in spec.methods:
+                if method in LLM_METHODS and llm == "none":
+                    continue
+                dpkps_llm = method in DPKPS_METHODS and llm != "none"
+                names = [True] if method == "only-llm" else spec.class_names if dpkps_llm else [False]
+                variants = [""] + [v for v, d in spec.variants.items() if llm in d.get("llms", [llm])] \
+                    if dpkps_llm else [""]
+                for with_names in dict.fromkeys(names):
+                    for variant in variants:
+                        for eps in ([None] if method in NO_EPSILON_METHODS else spec.eps):
+                            for seed in spec.seeds:
+                                plan.append(GridCell(ds, method, eps, seed, llm, with_names, variant))
+    return plan
 
 
 def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, method: str,
-                     eps: tuple[float, float] | None, seed: int, out: Path) -> Release:
+                     eps: tuple[float, float] | None, seed: int, out: Path, llm: str | None = None,
+                     class_names: bool = False, variant: str = "") -> Release:
     """Run the method's flow (as a subflow) on the private split; reuse a finished release (and its ledger).
 
     Every method gets the same texts per class, LLM, [generation] settings and release gate; the budget split
     is the one written next to PE_METHODS."""
+    llm = spec.llms[0] if llm is None else llm
     if not (out / "manifest.json").exists():
         common = {"data": data.private_path, "out": str(out), "seed": seed, "per_class": ds.synthetic_per_class,
-                  "llm": spec.llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation,
+                  "llm": llm, "doc_type": ds.doc_type, "gate": spec.gate, **spec.generation,
                   "insecure_reproducible_noise": spec.insecure_reproducible_noise,
                   "allow_insecure_release": spec.allow_insecure_release,
                   "labels": [str(label) for label in declared_labels(ds)]}
@@ -749,8 +829,11 @@ def generate_release(spec: ExperimentSpec, ds: DatasetSpec, data: PreparedData, 
 
             assert eps is not None
             budget = {"epsilon": eps[0] + eps[1]} if method in HISTOGRAM_METHODS else {}
-            dpkps_flow({**spec.dpkps, **common, "method": method, "eps_voc": eps[0], "eps_kde": eps[1],
-                        "best_of": dpkps_best_of(spec), **budget})
+            extra = dict(spec.variants[variant].get("dpkps", {})) if variant else {}
+            if class_names:
+                extra["class_names"] = ds.class_names
+            dpkps_flow({**spec.dpkps, **common, **extra, "method": method, "eps_voc": eps[0], "eps_kde": eps[1],
+                        "best_of": dpkps_best_of(spec, llm), **budget})
         elif method in ("augpe", "augpe+v"):
             from flows.evolution import run_augpe
 
@@ -828,6 +911,18 @@ def only_llm_prompt(doc_type: str, class_name: str) -> str:
     return f"Write a {doc_type} about the following topic: {class_name}."
 
 
+def only_llm_label_names(ds: DatasetSpec, data: PreparedData) -> dict[str, str]:
+    """The topics of only-LLM's prompts: the dataset's public class-names file when it has one (the same names
+    DP-KPS gets with class names, so the two compare fairly), else the benchmark's label names."""
+    if ds.class_names:
+        from tasks.llm.released import load_class_names
+
+        names = load_class_names(ds.class_names)
+        names.check_labels(sorted(data.private["label"].unique().tolist()))
+        return names.to_dict()
+    return data.label_names
+
+
 def only_llm_corpus(llm: str, doc_type: str, label_names: dict[str, str], labels: Sequence[Any], per_class: int,
                     seed: int, cache_uri: str, max_tokens: int = 160, temperature: float = 1.0) -> pd.DataFrame:
     """Unseeded prompts to the LLM: per_class documents per class, no private data involved at all.
@@ -856,6 +951,28 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: dict[str, str], labels
         "backend": backend.name, "model": backend.model, "seed": [q.seed for q in requests],
         "tokens_in": [r.tokens_in for r in results], "tokens_out": [r.tokens_out for r in results],
     })
+
+
+def generation_quality(train: pd.DataFrame, llm: str, release_s: float) -> dict[str, float | None]:
+    """What the LLM made of its prompts, from the released rows: mean seed-term coverage (the measure best-of-k
+    ranks by), the share of rows that are not documents (tasks.generation.acceptable: too short, prompt or
+    chat-template residue, the seed list echoed back), and output tokens per second of release wall time
+    (an end-to-end lower bound: for DP-KPS it includes the DP stage). None where it does not apply."""
+    from tasks.generation import acceptable
+    from tasks.llm.prompting import term_coverage
+
+    if llm == "none" or train.empty:
+        return {"coverage": None, "degenerate_rate": None, "tokens_per_s": None, "release_s": None}
+    keyphrases = [list(k) if k is not None and len(k) else [] for k in train["keyphrases"]]
+    texts = train["text"].astype(str).tolist()
+    seeded = [(t, k) for t, k in zip(texts, keyphrases) if k]
+    coverage = float(np.mean([term_coverage(t, k) for t, k in seeded])) if seeded else None
+    degenerate = float(np.mean([not acceptable(t, k) for t, k in zip(texts, keyphrases)]))
+    tokens = float(pd.to_numeric(train.get("tokens_out", pd.Series(dtype=float)), errors="coerce").sum())
+    ok_time = release_s == release_s and release_s > 0
+    return {"coverage": coverage, "degenerate_rate": degenerate,
+            "tokens_per_s": tokens / release_s if ok_time and tokens else None,
+            "release_s": round(release_s, 1) if ok_time else None}
 
 
 def evaluate_cell(train: pd.DataFrame, data: PreparedData, test_view_texts: list[str], client_view: list[str],
@@ -892,8 +1009,11 @@ def _paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, cor
 
 def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, str]) -> pd.DataFrame:
     """Mean and sample sd over seeds per (dataset, method, llm, coral, classifier, eps), paper beside."""
-    keys = ["dataset", "method", "llm", "coral", "classifier", "eps_voc", "eps_kde"]
-    cells = cells.assign(eps_voc=cells["eps_voc"].fillna(-1), eps_kde=cells["eps_kde"].fillna(-1))
+    keys = ["dataset", "method", "variant", "llm", "class_names", "coral", "classifier", "eps_voc", "eps_kde"]
+    cells = cells.assign(eps_voc=cells["eps_voc"].fillna(-1), eps_kde=cells["eps_kde"].fillna(-1),
+                         class_names=cells["class_names"].fillna(False).astype(bool) if "class_names" in cells
+                         else (cells["method"] == "only-llm"),
+                         variant=cells["variant"].fillna("") if "variant" in cells else "")
     rows = []
     for key, g in cells.groupby(keys, sort=False):
         rec = dict(zip(keys, key))
@@ -908,6 +1028,9 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
         rec["llm_calls"] = float(g["llm_calls"].mean())
         rec["texts"] = float(g["n_train"].mean())
         rec["budget"] = str(g["budget"].iloc[0]) if "budget" in g and g["budget"].notna().any() else ""
+        for gen in ("coverage", "degenerate_rate", "tokens_per_s", "release_s"):
+            values = pd.to_numeric(g[gen], errors="coerce") if gen in g else pd.Series(dtype=float)
+            rec[gen] = float(values.mean()) if values.notna().any() else float("nan")
         for timing in ("histogram_s_per_round", "llm_s_per_round"):
             values = pd.to_numeric(g[timing], errors="coerce") if timing in g else pd.Series(dtype=float)
             rec[timing] = float(values.mean()) if values.notna().any() else float("nan")
@@ -918,15 +1041,26 @@ def aggregate_cells(cells: pd.DataFrame, paper: pd.DataFrame, groups: dict[str, 
     table = pd.DataFrame(rows)
     order = {m: i for i, m in enumerate(("real", *DPKPS_METHODS, *PE_METHODS, "only-llm"))}
     table["_rank"] = table["method"].map(lambda m: order.get(m, len(order)))
-    return (table.sort_values(["dataset", "classifier", "coral", "_rank", "eps_total"], na_position="first")
-            .drop(columns="_rank").reset_index(drop=True))
+    table["_with_llm"] = table["llm"] != "none"  # the seeds alone first
+    return (table.sort_values(["dataset", "classifier", "coral", "_rank", "eps_total", "_with_llm", "llm",
+                               "class_names", "variant"], na_position="first", kind="stable")
+            .drop(columns=["_rank", "_with_llm"]).reset_index(drop=True))
+
+
+def _pct(value: float) -> str:
+    return "–" if value is None or np.isnan(value) else f"{100 * value:.0f}"
+
+
+def _num(value: float, fmt: str = "{:.0f}") -> str:
+    return "–" if value is None or np.isnan(value) else fmt.format(value)
 
 
 def table_markdown(table: pd.DataFrame) -> str:
     """The experiment table in markdown: ours as mean ± sd (percent) over seeds, the paper's beside."""
-    lines = ["| dataset | method | LLM | DA | classifier | eps_voc + eps_kde | guarantee (ledger) | texts | LLM calls "
-             "| accuracy % (mean ± sd) | macro-F1 % | coherence % | seeds | paper % | paper source |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| dataset | method | LLM | class names in prompt | DA | classifier | eps_voc + eps_kde | guarantee (ledger) "
+             "| texts | LLM calls | accuracy % (mean ± sd) | macro-F1 % | coherence % | seed coverage % | degenerate % "
+             "| tokens/s | release s | seeds | paper % | paper source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):
         eps = "–" if np.isnan(r.eps_total) else f"{r.eps_voc:g} + {r.eps_kde:g} = {r.eps_total:g}"
         paper = "–" if np.isnan(r.paper_accuracy) else f"{r.paper_accuracy:.1f}"
@@ -934,10 +1068,17 @@ def table_markdown(table: pd.DataFrame) -> str:
         texts = getattr(r, "texts", float("nan"))
         coh = getattr(r, "coherence_mean", float("nan"))
         coherence = "–" if not np.isfinite(coh) else f"{100 * coh:.1f}"
-        lines.append(f"| {r.dataset} | {r.method} | {r.llm} | {'yes' if r.coral else 'no'} | {r.classifier} | {eps} "
+        variant = getattr(r, "variant", "") or ""
+        lines.append(f"| {r.dataset} | {r.method}{f' ({variant})' if variant else ''} | {r.llm} "
+                     f"| {'yes' if getattr(r, 'class_names', False) else 'no'} "
+                     f"| {'yes' if r.coral else 'no'} | {r.classifier} | {eps} "
                      f"| {budget} | {'–' if np.isnan(texts) else f'{texts:g}'} | {r.llm_calls:g} "
                      f"| {100 * r.accuracy_mean:.1f} ± {100 * r.accuracy_std:.1f} "
-                     f"| {100 * r.macro_f1_mean:.1f} ± {100 * r.macro_f1_std:.1f} | {coherence} | {r.seeds} | {paper} "
+                     f"| {100 * r.macro_f1_mean:.1f} ± {100 * r.macro_f1_std:.1f} | {coherence} "
+                     f"| {_pct(getattr(r, 'coverage', float('nan')))} "
+                     f"| {_pct(getattr(r, 'degenerate_rate', float('nan')))} "
+                     f"| {_num(getattr(r, 'tokens_per_s', float('nan')), '{:.1f}')} "
+                     f"| {_num(getattr(r, 'release_s', float('nan')))} | {r.seeds} | {paper} "
                      f"| {r.paper_source or '–'} |")
     return "\n".join(lines) + "\n"
 
@@ -946,8 +1087,10 @@ def _cells_table_rows(cells: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for r in cells.to_dict("records"):
         rec = {k: r[k] for k in ("cell", "classifier", "accuracy", "macro_f1", "fid", "distinct_2",
-                                 "duplicate_rate", "coherence", "llm_calls", "budget", "histogram_s_per_round",
-                                 "llm_s_per_round", "seconds") if k in r}
+                                 "duplicate_rate", "coherence", "coverage", "degenerate_rate", "tokens_per_s",
+                                 "release_s", "llm_calls", "budget", "histogram_s_per_round", "llm_s_per_round",
+                                 "seconds")
+               if k in r}
         rec["report"] = r.get("report", "")
         out.append(rec)
     return out
@@ -959,6 +1102,9 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
     figures: dict[str, str] = {}
     n_classes = n_classes or {}
     for (dataset, classifier, llm, coral), rows in table.groupby(["dataset", "classifier", "llm", "coral"], sort=False):
+        if "class_names" in rows and rows["class_names"].any():  # the plot's bars name the setting
+            rows = rows.assign(method=[m + (f" ({v})" if v else "") + (" + names" if n and m != "only-llm" else "")
+                                       for m, v, n in zip(rows["method"], rows["variant"], rows["class_names"])])
         group = groups[dataset]
         llm_key = "none" if llm == "none" else "yes"
         p = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
@@ -976,19 +1122,25 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
     display = []
     for r in table.to_dict("records"):
         display.append({
-            "dataset": r["dataset"], "method": r["method"], "LLM": r["llm"], "DA": "yes" if r["coral"] else "no",
+            "dataset": r["dataset"], "method": r["method"] + (f" ({r['variant']})" if r.get("variant") else ""),
+            "LLM": r["llm"], "class names in prompt": "yes" if r.get("class_names") else "no",
+            "DA": "yes" if r["coral"] else "no",
             "classifier": r["classifier"],
             "eps": "–" if np.isnan(r["eps_total"]) else f"{r['eps_voc']:g}+{r['eps_kde']:g}",
             "accuracy %": f"{100 * r['accuracy_mean']:.1f} ± {100 * r['accuracy_std']:.1f}",
             "macro-F1 %": f"{100 * r['macro_f1_mean']:.1f} ± {100 * r['macro_f1_std']:.1f}",
             "guarantee": r.get("budget") or "–", "texts": r.get("texts"), "LLM calls": r["llm_calls"],
-            "FID": round(r["fid_mean"], 4), "seeds": r["seeds"],
+            "FID": round(r["fid_mean"], 4), "seed coverage %": _pct(r.get("coverage", float("nan"))),
+            "degenerate %": _pct(r.get("degenerate_rate", float("nan"))),
+            "tokens/s": _num(r.get("tokens_per_s", float("nan")), "{:.1f}"),
+            "release s": _num(r.get("release_s", float("nan"))), "seeds": r["seeds"],
             "paper %": "–" if np.isnan(r["paper_accuracy"]) else f"{r['paper_accuracy']:.1f}",
             "paper source": r["paper_source"] or "–",
         })
     used = paper[paper["dataset"].isin(set(groups.values()))]
     summary = (f"{len(cells['cell'].unique())} runs: {len(spec.datasets)} dataset(s) x {len(spec.methods)} method(s) "
-               f"x {len(spec.eps)} epsilon setting(s) x {len(spec.seeds)} seed(s), LLM {spec.llm}. "
+               f"x {len(spec.eps)} epsilon setting(s) x {len(spec.seeds)} seed(s), LLM {', '.join(spec.llms)}"
+               f"{', with and without public class names' if len(spec.class_names) > 1 else ''}. "
                "Every classifier is trained on synthetic data only and scored on the real test set.")
     if spec.insecure_reproducible_noise:
         from tasks.mechanisms import INSECURE_STAMP
@@ -1028,19 +1180,15 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
             done.setdefault(rec["cell"], []).append(rec)
     paper = pd.read_csv(PAPER_NUMBERS)
     groups = {ds.name: ds.paper_group for ds in spec.datasets}
-    plan = []
-    for ds in spec.datasets:
-        for method in spec.methods:
-            for eps in ([None] if method in NO_EPSILON_METHODS else spec.eps):
-                for seed in spec.seeds:
-                    plan.append((ds, method, eps, seed))
+    plan = grid_cells(spec)
     records: list[dict[str, Any]] = [r for recs in done.values() for r in recs]
     prepared: dict[str, PreparedData] = {}
     views: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     test_terms: dict[str, list[list[str]]] = {}
     bar = tqdm(plan, desc=f"experiment {spec.name}", unit="run", disable=not progress)
-    for ds, method, eps, seed in bar:
-        cid = cell_id(ds.name, method, eps, seed, spec.llm)
+    for cell in bar:
+        ds, method, eps, seed, llm = cell.ds, cell.method, cell.eps, cell.seed, cell.llm
+        cid = cell.id
         bar.set_postfix_str(cid)
         if cid in done or report_only:  # report_only: tabulate finished runs, start none
             continue
@@ -1049,7 +1197,8 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
         data = prepared[ds.name]
         start = time.perf_counter()
         release: Release | None = None
-        view = "phrases" if spec.llm == "none" else "text"
+        release_s = float("nan")  # wall time of writing the texts (a reused release: unknown)
+        view = "phrases" if llm == "none" else "text"
         if method == "real":
             train = real_baseline(data, ds.synthetic_per_class, seed)
             manifest: dict[str, Any] = {"config": {"vocab": spec.dpkps.get("vocab", "english"),
@@ -1058,12 +1207,23 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
                 train = train.assign(text=phrase_view_task(train["text"].tolist(), _vocabulary_config(manifest)))
         elif method == "only-llm":
             labels = declared_labels(ds)
-            train = only_llm_corpus(spec.llm, ds.doc_type, data.label_names, labels, ds.synthetic_per_class, seed,
-                                    str(out / "runs" / cid / "_llm_cache"))
+            t0 = time.perf_counter()
+            train = only_llm_corpus(llm, ds.doc_type, only_llm_label_names(ds, data), labels, ds.synthetic_per_class,
+                                    seed, str(out / "runs" / cid / "_llm_cache"), **spec.generation)
+            release_s = time.perf_counter() - t0
             manifest = {"config": {"vocab": spec.dpkps.get("vocab", "english"),
                                    "vocab_top": spec.dpkps.get("vocab_top", 50_000)}}
         else:
-            release = generate_release(spec, ds, data, method, eps, seed, out / "runs" / cid)
+            timing = out / "runs" / cid / "_release_seconds.json"  # kept beside the release, so a resumed
+            fresh = not (out / "runs" / cid / "manifest.json").exists()  # cell still knows its wall time
+            t0 = time.perf_counter()
+            release = generate_release(spec, ds, data, method, eps, seed, out / "runs" / cid, llm,
+                                       cell.class_names, cell.variant)
+            if fresh:
+                release_s = time.perf_counter() - t0
+                timing.write_text(json.dumps({"release_s": release_s}))
+            elif timing.exists():
+                release_s = float(json.loads(timing.read_text())["release_s"])
             train, manifest = release.rows, release.manifest
         llm_calls = release_llm_calls(release) if release is not None else metrics.llm_usage(train)["llm_calls"]
         budget = release_budget(release) if method not in BASELINE_METHODS else "none (no private data)" if \
@@ -1098,6 +1258,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
                 coherence = pair_coherence([list(k) for k in train["keyphrases"]], train["label"].tolist(),
                                            test_terms[ds.name], data.test["label"].tolist())
             usage = metrics.llm_usage(train)
+            quality = generation_quality(train, llm, release_s)
             report_path = ""
             if cell_reports and release is not None:
                 report_path = str(out / "runs" / cid / ("report-coral.html" if coral else "report.html"))
@@ -1111,7 +1272,8 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
                                                           manifest=release.manifest, ledger=release.ledger, opts=opts))
             for label, s in scored["scores"].items():
                 new_records.append({
-                    "cell": cid, "dataset": ds.name, "method": method, "llm": spec.llm, "coral": coral,
+                    "cell": cid, "dataset": ds.name, "method": method, "llm": llm, "coral": coral,
+                    "class_names": cell.class_names, "variant": cell.variant, **quality,
                     "classifier": label.replace(" + CORAL", ""), "seed": seed,
                     "eps_voc": None if eps is None else eps[0], "eps_kde": None if eps is None else eps[1],
                     "accuracy": s["accuracy"], "macro_f1": s["macro_f1"], "n_train": len(train),
@@ -1127,7 +1289,7 @@ def experiment(config_path: str | None = None, overrides: dict[str, Any] | None 
         records.extend(new_records)
     # Aggregate what cells.jsonl holds now: other processes may have filled cells of the same grid.
     records = [json.loads(line) for line in done_path.read_text().splitlines() if line.strip()]
-    wanted = {cell_id(ds.name, m, e, sd, spec.llm) for ds, m, e, sd in plan}
+    wanted = {cell.id for cell in plan}
     cells = pd.DataFrame(records).drop_duplicates(["cell", "classifier", "coral"], keep="last")
     cells = cells[cells["cell"].isin(wanted)].reset_index(drop=True)
     if cells.empty:
@@ -1176,9 +1338,14 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     ex.add_argument("--methods", type=_csv, help="comma separated, of: " + ",".join(METHODS))
     ex.add_argument("--eps", type=_eps_pairs, help="eps_voc+eps_kde pairs, e.g. 1+5,5+5,1+10,5+10")
     ex.add_argument("--seeds", type=lambda s: [int(x) for x in _csv(s)], help="e.g. 0,1,2")
-    ex.add_argument("--llm", help="none | local | anthropic:MODEL (passed to the DP-KPS flow)")
+    ex.add_argument("--llm", type=_csv,
+                    help="none | local | local:qwen2.5-coder-0.5b | anthropic:MODEL, or several, comma separated")
+    ex.add_argument("--class-names", dest="class_names", choices=["no", "yes", "both"],
+                    help="DP-KPS prompts without, with, or both without and with the dataset's public class names")
     ex.add_argument("--classifier", choices=["mlp", "finetune"])
     ex.add_argument("--coral", choices=["no", "yes", "both"], help="Deep CORAL: without, with, or both (Table 4)")
+    ex.add_argument("--synthetic-per-class", type=int, metavar="N",
+                    help="texts per class of every release (overrides [dataset]; give the grid another --name)")
     ex.add_argument("--out", help="results folder (default experiments/results)")
     ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
                     help="skip the per-run report.html files")
@@ -1213,8 +1380,11 @@ def _evaluate_from_cli(args: argparse.Namespace) -> int:
 
 def _experiment_from_cli(args: argparse.Namespace) -> int:
     coral = {"no": [False], "yes": [True], "both": [False, True]}.get(args.coral) if args.coral else None
-    overrides = {"name": args.name, "methods": args.methods, "eps": args.eps, "seeds": args.seeds, "llm": args.llm,
-                 "classifier": args.classifier, "coral": coral, "out": args.out,
+    names = {"no": [False], "yes": [True], "both": [False, True]}.get(args.class_names) if args.class_names else None
+    llm = args.llm[0] if args.llm and len(args.llm) == 1 else args.llm
+    overrides = {"name": args.name, "methods": args.methods, "eps": args.eps, "seeds": args.seeds, "llm": llm,
+                 "classifier": args.classifier, "coral": coral, "class_names": names, "out": args.out,
+                 "synthetic_per_class": args.synthetic_per_class,
                  "insecure_reproducible_noise": args.insecure_reproducible_noise,
                  "allow_insecure_release": args.allow_insecure_release}
     if not args.experiment_config and not args.methods:

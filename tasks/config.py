@@ -195,6 +195,10 @@ class DpKpsConfig(ReleaseConfig):
     power: float = Field(default=2.0, gt=0.0, description="G of the power rule: draw proportional to score^G")
     embedding_model: str = Field(default="minilm", description="'minilm' (offline package) or a local model folder")
     few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL)")
+    class_names: str | None = Field(
+        default=None,
+        description="the owner's public class names: a JSON/TOML/CSV file mapping each declared label to a name; "
+                    "the name goes into the prompt (without it no prompt names a class)")
     dry_run: bool = False
 
     @field_validator("eps_voc", "eps_kde", "epsilon")

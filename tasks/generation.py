@@ -30,7 +30,7 @@ from tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
 from tasks.llm.base import ChatRequest, ChatResult, LLMBackend
 from tasks.llm.cache import CallCache, cached_complete
 from tasks.llm.prompting import PromptTemplate, build_request, term_coverage
-from tasks.llm.released import RecipientExample, ReleasedSeed, ReleasedVocabulary
+from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
 
 log = logging.getLogger("privseed.generation")
 
@@ -52,6 +52,8 @@ class GenerationParams:
     # Extra rounds for seeds whose best candidate is empty or still carries prompt/chat-template residue
     # (what the release gate rejects): each round asks for one more candidate for those seeds only.
     retry_rounds: int = 2
+    # The owner's public class names (--class-names): when set, each prompt names its seed's class.
+    class_names: PublicClassNames | None = None
 
     def __post_init__(self) -> None:
         if self.retry_rounds < 0:
@@ -75,7 +77,8 @@ def build_generation_requests(seeds: Sequence[ReleasedSeed], template: PromptTem
     """k requests per seed (pure)."""
     return [[build_request(template, s, params.doc_type, max_tokens=params.max_tokens,
                            temperature=params.temperature, top_p=params.top_p, call_seed=candidate_seed(s.seed, j),
-                           few_shot=params.few_shot) for j in range(params.best_of)] for s in seeds]
+                           few_shot=params.few_shot, class_names=params.class_names)
+             for j in range(params.best_of)] for s in seeds]
 
 
 _PREAMBLE = re.compile(
@@ -257,7 +260,8 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
                 break
             extra = [build_request(template, seeds[i], params.doc_type, max_tokens=params.max_tokens,
                                    temperature=params.temperature, top_p=params.top_p,
-                                   call_seed=candidate_seed(seeds[i].seed, len(per_seed[i])), few_shot=params.few_shot)
+                                   call_seed=candidate_seed(seeds[i].seed, len(per_seed[i])), few_shot=params.few_shot,
+                                   class_names=params.class_names)
                      for i in bad]
             bar.bar.total += len(extra)
             for i, r in zip(bad, cached_complete(backend, extra, cache, on_result=bar)):
@@ -265,7 +269,7 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     finally:
         bar.close()
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
-                       prompt_version=template.version)
+                       prompt_version=template.version_for(params.class_names is not None))
     log.info("shard %d: %d documents, %d calls (%d cached), %d input / %d output tokens", shard, len(df),
              sum(len(c) for c in per_seed), bar.cached, bar.tokens_in, bar.tokens_out)
     return df
@@ -342,17 +346,32 @@ def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | No
             for k, lab, sd in zip(sequences["keyphrases"], sequences["label"], call_seeds)]
 
 
+def class_names_from_config(cfg) -> PublicClassNames | None:
+    """The owner's public class names (``--class-names FILE``), checked against the declared labels when the
+    config declares them (a flow that has none takes the file's labels as the declared set); None when unset."""
+    from tasks.llm.released import load_class_names
+
+    path = getattr(cfg, "class_names", None)
+    if not path:
+        return None
+    names = load_class_names(path, cfg.storage_options)
+    if cfg.labels is not None:
+        names.check_labels(cfg.labels)
+    return names
+
+
 def params_from_config(cfg) -> GenerationParams:
     """GenerationParams from a flow config (DpKpsConfig or any ReleaseConfig); fields it lacks keep defaults."""
     from tasks.llm.released import load_few_shot
 
     few = getattr(cfg, "few_shot", None)
+    class_names = class_names_from_config(cfg)
     kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of") if getattr(cfg, k, None) is not None}
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template
     return GenerationParams(doc_type=cfg.doc_type, few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
-                            **kw)
+                            class_names=class_names, **kw)
 
 
 def spec_from_config(cfg) -> LLMSpec:

@@ -340,6 +340,13 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     if best:
         summary += (f"<p>Best classifier: <b>{_esc(best['classifier'])}</b>, accuracy "
                     f"<b>{100 * best['accuracy']:.1f}%</b>, macro-F1 {100 * best.get('macro_f1', 0):.1f}%.</p>")
+    prompt_names = ((manifest or {}).get("config") or {}).get("prompt_class_names")
+    if prompt_names:
+        listed = ", ".join(f"{k}: {v}" for k, v in prompt_names.items())
+        summary += ("<p><b>Prompts named the class</b>: the data owner declared these public class names "
+                    f"(--class-names), and each prompt carried its seed's: {_esc(listed)}.</p>")
+    elif manifest and "prompt_class_names" in (manifest.get("config") or {}):
+        summary += "<p>Prompts named no class (only the document type and the released keyphrases).</p>"
     if result.get("client"):
         summary += (f"<p>Deep CORAL used {_esc(result.get('n_client', '?'))} unlabelled client documents "
                     f"(<code>{_esc(result['client'])}</code>), disjoint from the test set.</p>")

@@ -284,3 +284,56 @@ def test_deployable_entry_point_validates_its_config(prefect_harness):
         ev.evaluate_flow({"release": "OUT", "test": "t.parquet", "colar": True})
     with pytest.raises(ConfigError, match="needs test"):
         ev.evaluate_flow({"release": "OUT"})
+
+
+def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness, tmp_path, monkeypatch):
+    """The generation grid: `--llm none` seeds and a (fake) LLM, DP-KPS with and without the public class names,
+    only-LLM naming the same classes; the table and cells say which setting each row is, and the LLM rows carry
+    seed coverage, the degenerate rate and tokens/s."""
+    from tasks.llm import register_backend
+    from tests.test_evolution_flow import FakeBackend
+
+    monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
+    topic_docs(30, seed=3).drop(columns="keyphrases").to_parquet(tmp_path / "train.parquet", index=False)
+    topic_docs(8, seed=4).drop(columns="keyphrases").to_parquet(tmp_path / "test.parquet", index=False)
+    (tmp_path / "names.toml").write_text('[class_names]\n0 = "Sport"\n1 = "Music record"\n2 = "Landscape"\n')
+    (tmp_path / "grid.toml").write_text(
+        'name = "gen"\nmethods = ["independent", "only-llm"]\neps = [[1, 5]]\nseeds = [0]\n'
+        f'llm = ["none", "local:fake-grid"]\nclass_names = [false, true]\nmax_epochs = 5\ngate = false\n'
+        f'out = "{tmp_path / "results"}"\n[generation]\nmax_tokens = 16\ntemperature = 0.7\n'
+        '[dpkps]\nvocab_size = 50\nn_features = 50\n'
+        f'[dataset]\nname = "tiny"\ntrain = "{tmp_path / "train.parquet"}"\ntest = "{tmp_path / "test.parquet"}"\n'
+        'private_per_class = 12\nsynthetic_per_class = 2\nclass_names = "names.toml"\n')
+    spec = ev.load_experiment(str(tmp_path / "grid.toml"))
+    assert spec.datasets[0].class_names == str(tmp_path / "names.toml")  # relative to the experiment file
+    assert [c.id for c in ev.grid_cells(spec)] == [
+        "tiny/independent/none/eps1+5/seed0", "tiny/independent/local_fake-grid/eps1+5/seed0",
+        "tiny/independent+names/local_fake-grid/eps1+5/seed0", "tiny/only-llm/local_fake-grid/noeps/seed0"]
+    backend = FakeBackend()
+    register_backend("local:fake-grid", backend)
+    try:
+        result = ev.experiment(config_path=str(tmp_path / "grid.toml"), progress=False, cell_reports=True)
+    finally:
+        register_backend("local:fake-grid", None)
+    named = [p for p in backend.prompts if 'category "' in p]
+    assert named and all(any(n in p for n in ("Sport", "Music record", "Landscape")) for p in named)
+    assert sum("topic: Landscape" in p for p in backend.prompts) == 2  # only-LLM names the same classes
+    cells = pd.read_csv(tmp_path / "results" / "gen" / "cells.csv")
+    by_cell = cells[cells["classifier"] == "TF-IDF + LR"].set_index("cell")
+    assert by_cell.loc["tiny/independent+names/local_fake-grid/eps1+5/seed0", "class_names"]
+    assert not by_cell.loc["tiny/independent/local_fake-grid/eps1+5/seed0", "class_names"]
+    llm_rows = by_cell[by_cell["llm"] != "none"]
+    assert llm_rows["tokens_per_s"].gt(0).all() and llm_rows["degenerate_rate"].between(0, 1).all()
+    assert llm_rows.loc[llm_rows["method"] == "independent", "coverage"].between(0, 1).all()
+    assert by_cell.loc["tiny/independent/none/eps1+5/seed0", ["coverage", "tokens_per_s"]].isna().all()
+    run = tmp_path / "results" / "gen" / "runs" / "tiny" / "independent+names" / "local_fake-grid" / "eps1+5" / "seed0"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["config"]["prompt_class_names"] == {"0": "Sport", "1": "Music record", "2": "Landscape"}
+    assert "Prompts named the class" in (run / "report.html").read_text()
+    plain = run.parents[3] / "independent" / "local_fake-grid" / "eps1+5" / "seed0"
+    assert "Prompts named no class" in (plain / "report.html").read_text()
+    md = open(result["markdown"]).read()
+    assert "class names in prompt" in md and "| tiny | independent | local:fake-grid | yes |" in md
+    with pytest.raises(ConfigError, match="needs a class_names file"):
+        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t"}, "methods": ["independent"], "eps": [[1, 5]],
+                                  "seeds": [0], "llm": "local", "class_names": [True]})

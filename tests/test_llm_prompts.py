@@ -169,3 +169,109 @@ def test_few_shot_file_on_s3_is_read_through_storage_retries(s3_bucket, monkeypa
     assert len(reads) == 4
     with pytest.raises(ConfigError, match="not found"):
         load_few_shot(f"{s3_bucket.url}/missing.jsonl")
+
+
+# -- public class names (--class-names) ------------------------------------------------------------------------
+def _names_file(tmp_path, kind: str):
+    if kind == "json":
+        p = tmp_path / "names.json"
+        p.write_text(json.dumps({"0": "Athlete", "1": "Natural place", "3": "Album"}))
+    elif kind == "toml":
+        p = tmp_path / "names.toml"
+        p.write_text('[class_names]\n0 = "Athlete"\n1 = "Natural place"\n3 = "Album"\n')
+    else:
+        p = tmp_path / "names.csv"
+        p.write_text("label,name\n0,Athlete\n1,Natural place\n3,Album\n")
+    return str(p)
+
+
+@pytest.mark.parametrize("kind", ["json", "toml", "csv"])
+def test_class_names_load_from_json_toml_and_csv(tmp_path, kind):
+    from tasks.llm import load_class_names
+
+    names = load_class_names(_names_file(tmp_path, kind))
+    assert names.to_dict() == {"0": "Athlete", "1": "Natural place", "3": "Album"}
+    assert names.name_of(1) == names.name_of("1") == "Natural place"
+    names.check_labels([0, 1, 3])
+    names.check_labels(["3", "1", "0"])
+
+
+def test_class_names_must_be_exactly_the_declared_labels(tmp_path):
+    from tasks.llm import load_class_names
+
+    names = load_class_names(_names_file(tmp_path, "json"))
+    with pytest.raises(ConfigError, match=r"labels that are not declared: 3; no name for declared labels: 2"):
+        names.check_labels([0, 1, 2])
+    bad = tmp_path / "bad.json"
+    for content, problem in [("[1, 2]", "map each label"), ('{"0": ""}', "non-empty"), ("{", "not valid JSON"),
+                             ('{"0": 5}', "map each label"), ("{}", "names no class")]:
+        bad.write_text(content)
+        with pytest.raises(ConfigError, match=problem):
+            load_class_names(str(bad))
+    dup = tmp_path / "dup.csv"
+    dup.write_text("label,name\n0,A\n0,B\n")
+    with pytest.raises(ConfigError, match="more than once"):
+        load_class_names(str(dup))
+    with pytest.raises(ConfigError, match="needs the columns"):
+        (tmp_path / "cols.csv").write_text("id,title\n0,A\n")
+        load_class_names(str(tmp_path / "cols.csv"))
+    with pytest.raises(ConfigError, match="must be .json, .toml or .csv"):
+        (tmp_path / "names.txt").write_text("0 A")
+        load_class_names(str(tmp_path / "names.txt"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_class_names(str(tmp_path / "missing.json"))
+
+
+def test_class_name_goes_into_the_prompt_only_when_declared(tmp_path):
+    from tasks.llm import load_class_names
+
+    names = load_class_names(_names_file(tmp_path, "json"))
+    seed = VOCAB.seed(["river", "album"], label=3, seed=2)
+    for template in ("generic", "coverage"):
+        t = PromptTemplate.load(template)
+        named = build_messages(t, seed, "Wikipedia article", class_names=names)[-1].content
+        plain = build_messages(t, seed, "Wikipedia article")[-1].content
+        assert '"Album"' in named and "river, album" in named
+        assert "Album" not in plain and "category" not in plain
+        assert t.version_for(True) == t.version + "+class-name" and t.version_for(False) == t.version
+    # few-shot turns carry no label: they keep the plain prompt; only the seed's own turn names its class
+    few = [RecipientExample("A river flows.", ("river",))]
+    msgs = build_messages(PromptTemplate.load("generic"), seed, "memo", few, names)
+    assert "category" not in msgs[0].content and '"Album"' in msgs[-1].content
+    request = build_request(PromptTemplate.load("generic"), seed, "memo", max_tokens=8, temperature=0.0,
+                            call_seed=1, class_names=names)
+    assert '"Album"' in request.messages[-1].content
+    with pytest.raises(UnreleasedValueError):
+        build_messages(PromptTemplate.load("generic"), seed, "memo", class_names={"3": "Album"})  # type: ignore[arg-type]
+
+
+def test_class_name_slot_is_only_allowed_in_class_name_user(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nversion: v1\nuser: 'Write about {class_name}: {terms}'\n")
+    with pytest.raises(ConfigError, match="belongs in class_name_user"):
+        PromptTemplate.load(str(bad))
+    bad.write_text("name: bad\nversion: v1\nuser: '{terms}'\nclass_name_user: 'About {class_name}'\n")
+    with pytest.raises(ConfigError, match="class_name_user must contain"):
+        PromptTemplate.load(str(bad))
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("name: plain\nversion: v1\nuser: 'Terms: {terms}'\n")
+    from tasks.llm import load_class_names
+
+    names = load_class_names(_names_file(tmp_path, "json"))
+    with pytest.raises(ConfigError, match="has no class_name_user prompt"):
+        build_messages(PromptTemplate.load(str(plain)), VOCAB.seed(["river"], 0, 1), "memo", class_names=names)
+
+
+def test_flow_config_checks_class_names_against_declared_labels(tmp_path):
+    from tasks.config import DpKpsConfig
+    from tasks.generation import class_names_from_config, params_from_config
+
+    path = _names_file(tmp_path, "csv")
+    cfg = DpKpsConfig(data="d.parquet", out=str(tmp_path / "out"), labels=["0", "1", "3"], class_names=path)
+    params = params_from_config(cfg)
+    assert params.class_names is not None and params.class_names.name_of(3) == "Album"
+    assert params_from_config(cfg.model_copy(update={"class_names": None})).class_names is None
+    with pytest.raises(ConfigError, match="no name for declared labels: 2"):
+        class_names_from_config(cfg.model_copy(update={"labels": ["0", "1", "2", "3"]}))
+    undeclared = cfg.model_copy(update={"labels": None})
+    assert class_names_from_config(undeclared).labels == ["0", "1", "3"]  # the file declares the label set

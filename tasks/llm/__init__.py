@@ -2,6 +2,7 @@
 versioned prompt templates, a prompt builder that only takes released values, and a call cache.
 
 ``--llm`` values: ``local`` (packaged SmolLM2-135M-Instruct), ``local:PATH`` (a .gguf or model folder),
+``local:qwen2.5-coder-0.5b`` / ``local:qwen2.5-coder-1.5b`` (opt-in, assembled from PyPI parts: tasks/llm/models.py),
 ``anthropic:MODEL``, ``openai-compatible:URL[#MODEL]``, ``none`` (no LLM: the keyphrase sequence is the text).
 """
 from __future__ import annotations
@@ -14,12 +15,13 @@ from tasks.errors import ConfigError
 from tasks.llm.base import ChatMessage, ChatRequest, ChatResult, LLMBackend
 from tasks.llm.cache import CallCache, cached_complete
 from tasks.llm.prompting import PromptTemplate, build_messages, build_request, term_coverage
-from tasks.llm.released import (RecipientExample, ReleasedSeed, ReleasedVocabulary, UnreleasedValueError,
-                                load_few_shot)
+from tasks.llm.released import (PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary,
+                                UnreleasedValueError, load_class_names, load_few_shot)
 
 __all__ = ["ChatMessage", "ChatRequest", "ChatResult", "LLMBackend", "CallCache", "cached_complete",
            "PromptTemplate", "build_messages", "build_request", "term_coverage", "RecipientExample",
-           "ReleasedSeed", "ReleasedVocabulary", "UnreleasedValueError", "load_few_shot", "LLMSpec",
+           "ReleasedSeed", "ReleasedVocabulary", "UnreleasedValueError", "load_few_shot", "PublicClassNames",
+           "load_class_names", "LLMSpec",
            "parse_llm_spec", "make_backend", "get_backend", "close_backend", "register_backend"]
 
 KINDS = ("local", "anthropic", "openai-compatible", "none")

