@@ -311,9 +311,10 @@ def _log_plan(logger, method: str, cfg: EvolutionConfig, classes: int) -> None:
 def _documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
     """Which candidates are documents (tasks.quality.is_document): a failed or degenerate LLM answer ("Lullaby.",
     a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
-    from tasks.quality import is_document
+    from tasks.quality import DocumentRules, is_document
 
-    return np.array([is_document(t, cfg.min_words) for t in candidates["text"]], dtype=bool)
+    rules = DocumentRules(min_words=cfg.min_words)
+    return np.array([is_document(t, rules=rules) for t in candidates["text"]], dtype=bool)
 
 
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
