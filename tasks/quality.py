@@ -266,6 +266,7 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"\b(?:the|these|those)\s+(?:keywords|keyphrases|key\s+phrases)\b",
     r"\b(?:the|this)\s+(?:article|summary|essay)\s+(?:is\s+titled|titled|will|should|must|would|needs\s+to)\b",
     r"\bwikipedia[- ]style\b",
+    r"\A\W*the\s+(?:wikipedia\s+)?(?:article|summary|essay|text|document)\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")
