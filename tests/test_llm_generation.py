@@ -7,7 +7,7 @@ import pytest
 from tasks.errors import ConfigError
 from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_seed,
                               estimate_cost, generate_seeds, generate_shard, no_llm_rows, seeds_from_sequences,
-                              select_best)
+                              select_best, split_documents)
 from tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from tasks.llm.base import ChatResult
 from tasks.quality import is_document
@@ -243,3 +243,49 @@ def test_residue_triggers_extra_candidates(tmp_path, recording):
                                                                                   max_regenerations=1), str(tmp_path / "b"),
                                progress=False)
     assert none_left["candidates"].tolist() == [2, 1] and "following terms" in none_left["text"].iloc[0]
+
+
+def test_degenerate_answers_are_regenerated_then_dropped_and_counted(tmp_path, recording):
+    """A seed whose answers are never documents gets max_regenerations more candidates, then its row is dropped;
+    quality counts come only from synthetic rows."""
+    def answer(req):
+        if req.seed in [candidate_seed(1000, j) for j in range(10)]:  # seed 1000: always the assistant talking
+            return "I'm an AI assistant designed to help with Wikipedia articles about many topics."
+        if req.seed == 1001:  # seed 1001: a loop first, then a document
+            return "The river, " + "river, " * 20
+        return "The old church by the river was rebuilt after the flood, and the village grew around it."
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="memo", max_tokens=40, max_regenerations=2)
+    rows = generate_shard(seeds(3), "local:recording-test", params, str(tmp_path), progress=False)
+    assert rows["candidates"].tolist() == [3, 2, 1] and rows["regenerations"].tolist() == [2, 1, 0]
+    assert rows["rejections"].tolist() == [["meta_talk"] * 3, ["repetition_loop"], []]
+    kept, report = split_documents(rows, params.max_regenerations)
+    assert kept["seed"].tolist() == [1001, 1002] and "document_reason" not in kept
+    assert report["rows_dropped"] == 1 and report["dropped_by_reason"] == {"meta_talk": 1}
+    assert report["rejected_candidates_by_reason"] == {"meta_talk": 3, "repetition_loop": 1}
+    assert report["regeneration_calls"] == 3 and report["rows_regenerated"] == 2 and report["candidates"] == 6
+    assert report["kept_per_class"] == {"0": 1, "1": 1}
+
+
+def test_steering_is_sent_to_local_backends_only():
+    template = PromptTemplate.load("generic")
+    params = GenerationParams(doc_type="memo", steer=3.0, no_repeat_ngram=4)
+    local = build_generation_requests(seeds(1), template, params, "local")[0][0]
+    assert local.steering is not None and local.steering.terms == seeds(1)[0].keyphrases
+    assert local.steering.strength == 3.0 and local.params()["steering"]["no_repeat_ngram"] == 4
+    remote = build_generation_requests(seeds(1), template, params, "anthropic")[0][0]
+    assert remote.steering is None and "steering" not in remote.params()
+    off = build_generation_requests(seeds(1), template, GenerationParams(doc_type="memo"), "local")[0][0]
+    assert off.steering is None and off.cache_key("local", "m") != local.cache_key("local", "m")
+    with pytest.raises(ConfigError):
+        GenerationParams(doc_type="memo", steer=-1.0)
+
+
+def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
+    from tasks.generation import clean_text
+
+    text = "The river rises in the hills. It flows north to the sea past the village. Its banks were first"
+    assert clean_text(text, "length") == "The river rises in the hills. It flows north to the sea past the village."
+    assert clean_text(text, "stop") == text  # the model stopped on its own: nothing to trim
+    assert clean_text("One. " + "and then " * 20, "length").endswith("then")  # would keep too little: left as is
