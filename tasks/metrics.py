@@ -143,6 +143,17 @@ def seed_term_coverage(texts: Sequence[str], keyphrases: Sequence[Sequence[str]]
     return float(np.mean(shares)) if shares else float("nan")
 
 
+def degenerate_rate(texts: Sequence[str], keyphrases: Sequence[Sequence[str]] | None = None) -> float:
+    """Share of texts that the document predicate (tasks.quality.document_rejection) rejects: loops, assistant
+    talk, seed echoes, another language, ... A keyphrase list (an `--llm none` release) is not a document either."""
+    from tasks.quality import document_rejection
+
+    if not len(texts):
+        return float("nan")
+    seeds = keyphrases if keyphrases is not None else [()] * len(texts)
+    return float(np.mean([document_rejection(t, k) is not None for t, k in zip(texts, seeds, strict=True)]))
+
+
 # ---------------------------------------------------------------- cost
 def llm_usage(release: pd.DataFrame) -> dict[str, float]:
     """LLM calls and tokens spent, from the release's generation columns.
@@ -187,6 +198,7 @@ def corpus_metrics(texts: Sequence[str], keyphrases: Sequence[Sequence[str]] | N
     out.update({f"words_{k}": v for k, v in length_summary(texts).items()})
     if keyphrases is not None:
         out["seed_term_coverage"] = seed_term_coverage(texts, keyphrases)
+    out["degenerate_rate"] = degenerate_rate(texts, keyphrases)
     return out
 
 
