@@ -20,7 +20,7 @@ import pandas as pd
 
 from document_predicate_real import first_terms, public_vocabulary
 from tasks.generation import GenerationParams, generate_shard
-from tasks.llm import LLMSpec, ReleasedVocabulary
+from tasks.llm import LLMSpec, ReleasedVocabulary, load_few_shot
 from tasks.quality import document_rejection
 
 CONFIGS = {
@@ -32,6 +32,9 @@ CONFIGS = {
     "s4nr": dict(steer=4.0, no_repeat_ngram=4),
     "s2nr": dict(steer=2.0, no_repeat_ngram=4),
     "s4rp": dict(steer=4.0, repeat_penalty=1.15),
+    "nr": dict(steer=0.0, no_repeat_ngram=4),
+    "s1nr": dict(steer=1.0, no_repeat_ngram=4),
+    "s3nr": dict(steer=3.0, no_repeat_ngram=4),
 }
 
 
@@ -44,6 +47,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.4)
     ap.add_argument("--doc-type", default="Wikipedia article")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--few-shot", help="recipient few-shot examples (JSONL), e.g. tasks/demo_data/few_shot_wikipedia.jsonl")
     args = ap.parse_args()
     test = pd.read_parquet("/work/shared/data/dbpedia14/test.parquet")
     rng = np.random.default_rng(2024)
@@ -54,16 +58,18 @@ def main() -> None:
     released = ReleasedVocabulary(sorted({t for ts in terms for t in ts}), "public DBPedia-14 test terms")
     seeds = [released.seed(ts, int(test["label"][i]), 7000 + n) for n, (i, ts) in enumerate(zip(picks, terms))]
     spec = LLMSpec("local").with_options(n_threads=args.threads)
+    few_shot = tuple(load_few_shot(args.few_shot)) if args.few_shot else ()
     for name in args.configs.split(","):
         params = GenerationParams(doc_type=args.doc_type, template=args.template, temperature=args.temperature,
-                                  max_tokens=args.max_tokens, best_of=1, max_regenerations=0, **CONFIGS[name])
+                                  max_tokens=args.max_tokens, best_of=1, max_regenerations=0, few_shot=few_shot,
+                                  **CONFIGS[name])
         started = time.perf_counter()
         df = generate_shard(seeds, spec, params, tempfile.mkdtemp(), progress=False)
         wall = time.perf_counter() - started
         reasons = collections.Counter(document_rejection(t, k, f) for t, k, f in
                                       zip(df["text"], df["keyphrases"], df["finish_reason"]))
         bad = sum(c for r, c in reasons.items() if r is not None)
-        print(f"{name:6s} {CONFIGS[name]}  coverage {df['coverage'].mean():6.1%}  degenerate {bad / len(df):6.1%} "
+        print(f"{name:6s} {CONFIGS[name]} few-shot {len(few_shot)}  coverage {df['coverage'].mean():6.1%}  degenerate {bad / len(df):6.1%} "
               f"({', '.join(f'{r} {c}' for r, c in reasons.items() if r) or 'none'})  "
               f"{df['tokens_out'].sum() / wall:5.1f} tokens/s  {60 * len(df) / wall:5.1f} docs/min  "
               f"median words {df['text'].str.split().str.len().median():.0f}", flush=True)

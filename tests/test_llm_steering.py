@@ -30,8 +30,8 @@ def ids(*pieces: str) -> list[int]:
     return [INDEX[p] for p in pieces]
 
 
-def processor(strength=2.0, terms=("river", "burrowing", "village"), ngram=0) -> SeedSteeringProcessor:
-    return SeedSteeringProcessor(terms, strength, tokenize, detokenize, eos_ids=[0], no_repeat_ngram=ngram)
+def processor(strength=2.0, terms=("river", "burrowing", "village"), ngram=0, gap=0) -> SeedSteeringProcessor:
+    return SeedSteeringProcessor(terms, strength, tokenize, detokenize, eos_ids=[0], no_repeat_ngram=ngram, gap=gap)
 
 
 def test_surface_forms():
@@ -55,6 +55,17 @@ def test_a_started_term_is_continued_and_a_written_one_is_lowered():
     assert delta[0] == pytest.approx(-2.0 * 2 / 3)  # two of three terms still missing ("burr" is not "burrowing")
     done = p.bonus(ids(" river", " burr", "owing", " village", "."), len(PIECES))
     assert done[0] == 0.0 and done[INDEX[" village"]] == -2.0
+
+
+def test_no_new_term_is_pushed_within_the_gap_after_a_written_one():
+    p = processor(gap=3)
+    just_written = p.bonus(ids(" the", " river"), len(PIECES))
+    assert just_written[INDEX[" village"]] == 0.0 and just_written[INDEX[" river"]] == -2.0  # prose first
+    started = p.bonus(ids(" river", " flows", " burr"), len(PIECES))
+    assert started[INDEX["owing"]] == 4.0  # a started term is still finished inside the gap
+    later = p.bonus(ids(" the", " river", " flows", " north", " of"), len(PIECES))
+    assert later[INDEX[" village"]] == 2.0  # three tokens of prose: push the next term again
+    assert p.steps_since_last_term(ids(" the", " a"), set()) == 3
 
 
 def test_zero_strength_changes_nothing_and_the_call_adds_to_the_scores():
@@ -82,3 +93,5 @@ def test_bad_parameters_are_refused():
         processor(strength=-1.0)
     with pytest.raises(ValueError):
         processor(ngram=-1)
+    with pytest.raises(ValueError):
+        processor(gap=-1)

@@ -8,7 +8,9 @@ it once per generated token with every token id so far (prompt first) and the lo
 At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``):
 
 - a token that **begins** a seed term not yet in the answer (its first token in any of the surface forms
-  " term", " Term", "term", "Term") gets +s;
+  " term", " Term", "term", "Term") gets +s, except in the ``gap`` tokens right after a term was written:
+  boosting every missing term at every step makes a small model write the seed list ("Gillingham, General
+  Resellers, Class Archdiocese, ..."), the gap makes it write prose between two terms;
 - a token that **continues** a term the answer is in the middle of writing (the answer ends with the term's
   first k tokens) gets +2s, so a started term is finished rather than abandoned;
 - the first token of a term **already written** gets -s, so the model moves on to the next term instead of
@@ -39,11 +41,15 @@ class SeedSteeringProcessor:
     """``processor(input_ids, scores) -> scores`` for one generation call (it keeps that call's state)."""
 
     def __init__(self, terms: Sequence[str], strength: float, tokenize: Callable[[str], list[int]],
-                 detokenize: Callable[[Sequence[int]], str], eos_ids: Sequence[int] = (), no_repeat_ngram: int = 0):
+                 detokenize: Callable[[Sequence[int]], str], eos_ids: Sequence[int] = (), no_repeat_ngram: int = 0,
+                 gap: int = 6):
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
         if no_repeat_ngram < 0:
             raise ValueError(f"no_repeat_ngram must be >= 0, got {no_repeat_ngram}")
+        if gap < 0:
+            raise ValueError(f"gap must be >= 0, got {gap}")
+        self.gap = int(gap)
         self.terms = [t for t in dict.fromkeys(str(t) for t in terms) if t.strip()]
         self.strength = float(strength)
         self.detokenize = detokenize
@@ -61,6 +67,15 @@ class SeedSteeringProcessor:
         text = self.detokenize(list(generated)) if len(generated) else ""
         return {t for t in self.terms if term_coverage(text, [t]) == 1.0}
 
+    def steps_since_last_term(self, generated: Sequence[int], done: set[str]) -> int:
+        """Tokens generated since the answer last completed a term (len(generated) + 1 when it never did)."""
+        if not done:
+            return len(generated) + 1
+        for back in range(1, min(self.gap, len(generated)) + 1):  # did dropping the last `back` tokens lose one?
+            if len(self.written(generated[:len(generated) - back])) < len(done):
+                return back - 1
+        return self.gap + 1
+
     def bonus(self, generated: Sequence[int], n_vocab: int) -> np.ndarray:
         """The additive logit change for the next token (pure; -inf marks a banned token)."""
         delta = np.zeros(n_vocab, dtype=np.float32)
@@ -74,10 +89,11 @@ class SeedSteeringProcessor:
                     if seq[0] < n_vocab:
                         delta[seq[0]] = -s
             missing = [t for t in self.terms if t not in done]
-            for term in missing:
-                for seq in self.forms[term]:
-                    if seq[0] < n_vocab:
-                        delta[seq[0]] = max(delta[seq[0]], s)
+            if self.steps_since_last_term(generated, done) >= self.gap:
+                for term in missing:
+                    for seq in self.forms[term]:
+                        if seq[0] < n_vocab:
+                            delta[seq[0]] = max(delta[seq[0]], s)
             for term in missing:
                 for seq in self.forms[term]:
                     for k in range(len(seq) - 1, 0, -1):  # the answer ends with the first k tokens of the term
