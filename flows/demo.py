@@ -15,7 +15,8 @@ from pathlib import Path
 from tasks import storage
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
-DEMO_STEER = 4.0  # seed steering strength of the demo (chosen on public seeds, docs/generation.md)
+DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
+DEMO_STEER = 2.0  # seed steering strength of the demo (chosen on public seeds, docs/generation.md)
 DEMO_TEST = "dbpedia14_demo_test.parquet"
 
 
@@ -33,14 +34,17 @@ def demo_config(out: str, llm: str) -> dict:
         "eps_voc": 1.0,
         "eps_kde": 10.0,
         "seed": 0,
-        # The embedded 135M model needs help to use its seeds (docs/generation.md): a prompt that demands
-        # every term, a lower temperature, seed steering while it decodes, the better of two candidates by
-        # seed-term coverage, and regeneration of answers that are not documents.
+        # The embedded 135M model needs help to write documents from its seeds (docs/generation.md): a prompt
+        # that demands every term, two short example articles written for the demo (public, not from the data;
+        # they fix the format), seed steering and no repeated 4-grams while it decodes, a lower temperature, and
+        # regeneration of answers that are not documents.
         "prompt_template": "coverage",
+        "few_shot": demo_corpus_path(DEMO_FEW_SHOT),
         "temperature": 0.4,
-        "best_of": 2,
+        "best_of": 1,
         "max_tokens": 160,
         "steer": DEMO_STEER,
+        "no_repeat_ngram": 4,
         "max_regenerations": 3,
     }
 
