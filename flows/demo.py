@@ -16,7 +16,7 @@ from tasks import storage
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
-DEMO_STEER = 2.0  # seed steering strength of the demo (chosen on public seeds, docs/generation.md)
+DEMO_STEER = 2.0  # seed steering strength of the demo (the CLI default, chosen on public seeds, docs/generation.md)
 DEMO_TEST = "dbpedia14_demo_test.parquet"
 
 

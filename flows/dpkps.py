@@ -350,9 +350,9 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-regenerations", type=int,
                         help="rounds of regeneration for a seed with no document among its candidates (default 3); "
                              "seeds still without one are dropped and counted in quality.json")
-    parser.add_argument("--steer", type=float, help="seed steering strength for local models (0 turns it off)")
+    parser.add_argument("--steer", type=float, help="seed steering strength for local models (default 2; 0 turns it off)")
     parser.add_argument("--repeat-penalty", type=float, help="llama.cpp repeat penalty for local models (1: off)")
-    parser.add_argument("--no-repeat-ngram", type=int, help="local models: ban repeating a token n-gram (0: off)")
+    parser.add_argument("--no-repeat-ngram", type=int, help="local models: ban repeating a token n-gram (default 4; 0: off)")
     parser.add_argument("--language", help="the corpus's declared language for the document test "
                                            "(en default; de, fr, es, it, pt, nl; none)")
     parser.add_argument("--llm-concurrency", type=int, help="calls in flight for remote APIs (default 4)")
