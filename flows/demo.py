@@ -13,10 +13,11 @@ from importlib import resources
 from pathlib import Path
 
 from tasks import storage
+from tasks.config import STEER_DEFAULT
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
-DEMO_STEER = 2.0  # seed steering strength of the demo (the CLI default, chosen on public seeds, docs/generation.md)
+DEMO_STEER = STEER_DEFAULT  # the CLI default, chosen on public seeds (docs/generation.md "Seed steering")
 DEMO_TEST = "dbpedia14_demo_test.parquet"
 
 

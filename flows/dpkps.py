@@ -350,7 +350,7 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-regenerations", type=int,
                         help="rounds of regeneration for a seed with no document among its candidates (default 3); "
                              "seeds still without one are dropped and counted in quality.json")
-    parser.add_argument("--steer", type=float, help="seed steering strength for local models (default 2; 0 turns it off)")
+    parser.add_argument("--steer", type=float, help="seed steering strength for local models (default 4; 0 turns it off)")
     parser.add_argument("--repeat-penalty", type=float, help="llama.cpp repeat penalty for local models (1: off)")
     parser.add_argument("--no-repeat-ngram", type=int, help="local models: ban repeating a token n-gram (default 4; 0: off)")
     parser.add_argument("--language", help="the corpus's declared language for the document test "
