@@ -160,7 +160,7 @@ REJECTION_REASONS: tuple[str, ...] = (
     "repetition_loop",   # a token or phrase repeated back to back ("Australia, Australia, Australia, ...")
     "low_distinct",      # few distinct word pairs: the text goes round in circles
     "compressible",      # zlib squeezes it far more than prose: a loop that is not back to back
-    "glossary",          # "Term: definition. Term: definition." -- a list about the seeds, not a document
+    "glossary",          # "Term: definition. Term: definition." or "The X is ... The Y is ..." over the seeds
     "wrong_language",    # another script, or not the declared language's function words
     "truncated",         # stopped at the token limit in the middle of a sentence
 )
@@ -192,6 +192,9 @@ class DocumentRules:
     max_seed_run: int = 5
     # This many "Term: definition" entries (see glossary_headers) make the text a glossary of its seeds.
     max_glossary_headers: int = 3
+    # This many distinct seed terms each opening a sentence that defines them ("The el is a ...", "The term short
+    # is used ...") make the text a glossary of its seeds written as prose.
+    max_seed_definitions: int = 4
     # The corpus's declared language (None: no language test). Letters outside its script may be at most
     # `max_foreign_script` (Wikipedia abstracts quote names in Cyrillic or Georgian); its function words must be
     # at least `min_function_words` of the words, and no other listed language's function words may outnumber them.
@@ -354,6 +357,19 @@ def longest_seed_run(text: str, keyphrases: Any) -> int:
     return best
 
 
+_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\s*(?:the\s+term\s+|the\s+word\s+)?(?:the\s+|a\s+|an\s+)?"
+                             r"([^\W_][\w'\-]*(?:\s+[\w'\-]+){0,2}?)\s+(?:is|are|was|were|refers|means)\b", re.I)
+
+
+def seed_definitions(text: str, keyphrases: Any = ()) -> int:
+    """How many distinct seed terms open a sentence that defines them ("The internationals are a luxury resort.
+    The el is a luxury resort. The term short is used to ..."): a glossary of the seeds written as prose."""
+    seeds = {" ".join(w) for w in _seed_words(keyphrases)}
+    if not seeds or not isinstance(text, str):
+        return 0
+    return len({" ".join(_tokens(m)) for m in _SENTENCE_START.findall(text)} & seeds)
+
+
 def glossary_headers(text: str, keyphrases: Any = ()) -> int:
     """How many "Term: definition" entries the text has: a header of one to three words before a colon at a line
     or sentence start, that is a seed term or is repeated right after the colon ("Corporation: The Corporation
@@ -429,7 +445,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "low_distinct"
     if len(text) >= rules.compress_min_chars and zlib_ratio(text) < rules.min_zlib_ratio:
         return "compressible"
-    if glossary_headers(text, keyphrases) >= rules.max_glossary_headers:
+    if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
+            or seed_definitions(text, keyphrases) >= rules.max_seed_definitions):
         return "glossary"
     if language_problem(tokens, text, rules):
         return "wrong_language"

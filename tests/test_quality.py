@@ -280,6 +280,17 @@ DEGENERATE = {
         "Album: An album is a collection of recorded songs. Label: A label is a company that releases records. "
         "Producer: A producer oversees the recording. Single: A single is a song released on its own.",
         ["album", "label", "producer", "single", "band"], "stop", "glossary"),
+    "make demo (steered): definitions of the seeds": (
+        "The hotel is a luxury hotel in the United States. It is served by the television, and the primetime is "
+        "aired on the cable channel. The internationals are a luxury resort in the United Kingdom. The el is a "
+        "luxury resort located in the United Arab Emirates. The american is a luxury cruise ship.",
+        ["hotel", "television", "primetime", "served", "representatives", "internationals", "el", "american"],
+        "stop", "glossary"),
+    "make demo (steered): the term X is used": (
+        "The term refinement is a term used to describe the process of making something better. The term short is "
+        "used to describe a piece of writing. The term rendered is used to refer to edited work. The term hanlon "
+        "is a name given to a style of music.", ["refinement", "short", "rendered", "born", "hanlon", "musician"],
+        "stop", "glossary"),
     "prompt echo": ("Write a Wikipedia article that contains the following terms: river, north, village.",
                     ["river", "north", "village"], "stop", "prompt_residue"),
     "chat opener": ("Sure, here is a short article about the river and the village that grew up on its banks.",
