@@ -99,7 +99,7 @@ def main() -> None:
         if cfg is None:
             df = generate_shard(seeds, "none", GenerationParams(doc_type=DOC_TYPE), None)
         else:
-            params = GenerationParams(doc_type=DOC_TYPE, max_tokens=args.max_tokens, retry_rounds=args.retry_rounds,
+            params = GenerationParams(doc_type=DOC_TYPE, max_tokens=args.max_tokens, max_regenerations=args.retry_rounds,
                                       **cfg)
             get_backend(spec)  # load outside the timing
             t0 = time.time()
@@ -108,10 +108,10 @@ def main() -> None:
         acc = utility(df["text"], df["label"], test)
         words = df["text"].str.split().str.len()
         toks = int(df["tokens_out"].sum())
-        from tasks.generation import acceptable
+        from tasks.quality import is_document
 
-        ok = sum(acceptable(t, k) for t, k in zip(df["text"], df["keyphrases"])) / len(df)
-        print(f"{name:18s} gate-acceptable {ok:6.1%}  coverage {df['coverage'].mean():6.1%}  accuracy {acc:6.1%}  median words {words.median():5.0f}  "
+        ok = sum(is_document(t, k, f) for t, k, f in zip(df["text"], df["keyphrases"], df["finish_reason"])) / len(df)
+        print(f"{name:18s} documents {ok:6.1%}  coverage {df['coverage'].mean():6.1%}  accuracy {acc:6.1%}  median words {words.median():5.0f}  "
               f"calls {int(df['candidates'].sum())}  out tokens {toks}  wall {dt:7.1f}s  "
               f"(uncached: {toks / dt if dt > 1 else float('nan'):.1f} tok/s, {60 * len(df) / dt if dt > 1 else float('nan'):.1f} docs/min)",
               flush=True)

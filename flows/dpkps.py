@@ -443,16 +443,23 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
 @task(name="publish-release", retries=2, retry_condition_fn=retry_if_transient,
       retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
 def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list,
-            class_names: dict[str, str] | None = None) -> dict:
-    gate = None
-    if cfg.gate:
-        from tasks.quality import release_gate
+            class_names: dict[str, str] | None = None, generation_report: dict | None = None) -> dict:
+    """Gate and publish. ``generation_report`` (counts of synthetic rows and candidates from
+    tasks.generation.split_documents) goes into quality.json beside the gate's result."""
+    import json
 
-        gate = release_gate(labels=labels, llm_used=cfg.llm != "none")
+    from tasks.quality import DocumentRules, release_gate
+
+    gate, extra = None, {}
+    if cfg.gate:
+        check = release_gate(labels=labels, llm_used=cfg.llm != "none", rules=DocumentRules(language=cfg.language))
+        gate = (lambda df: {**check(df), "generation": generation_report}) if generation_report else check
+    elif generation_report:
+        extra["quality.json"] = json.dumps({"gate": "off", "generation": generation_report}, indent=2).encode()
     config = cfg.public_dict()
     # The manifest says whether prompts named the classes, and with which public names.
     config["prompt_class_names"] = class_names if cfg.llm != "none" else None
-    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate,
+    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate, extra_files=extra,
                            storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)
 
 
@@ -505,13 +512,18 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         else:
             sequences = privatize_keyphrase_sequences(corpus, labels, cfg, ledger)
         del corpus  # nothing private is needed past this line
+        report = None
         if cfg.llm == "none":
             synthetic = render_without_llm(sequences)
         else:
-            from tasks.generation import generate_documents
+            from tasks.generation import generate_documents, split_documents
 
-            synthetic = generate_documents(sequences, cfg)
-        manifest = publish(cfg, synthetic, ledger, labels, None if class_names is None else class_names.to_dict())
+            synthetic, report = split_documents(generate_documents(sequences, cfg), cfg.max_regenerations)
+            logger.info("generation: %d documents kept, %d seeds dropped with no document after %d regeneration "
+                        "rounds (%s)", report["rows_kept"], report["rows_dropped"], cfg.max_regenerations,
+                        report["dropped_by_reason"] or "none")
+        manifest = publish(cfg, synthetic, ledger, labels, None if class_names is None else class_names.to_dict(),
+                           report)
     epsilon, delta = ledger.total()
     logger.info("release %s: %d documents, epsilon=%g, delta=%g, at %s",
                 manifest["release_id"], manifest["rows"], epsilon, delta, cfg.out)
@@ -583,6 +595,14 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, help="LLM sampling temperature (default 0.7)")
     parser.add_argument("--max-tokens", type=int, help="output tokens per LLM call (default 256)")
     parser.add_argument("--best-of", type=int, help="candidates per seed, best by seed-term coverage (default 1)")
+    parser.add_argument("--max-regenerations", type=int,
+                        help="rounds of regeneration for a seed with no document among its candidates (default 3); "
+                             "seeds still without one are dropped and counted in quality.json")
+    parser.add_argument("--steer", type=float, help="seed steering strength for local models (default 4; 0 turns it off)")
+    parser.add_argument("--repeat-penalty", type=float, help="llama.cpp repeat penalty for local models (1: off)")
+    parser.add_argument("--no-repeat-ngram", type=int, help="local models: ban repeating a token n-gram (default 4; 0: off)")
+    parser.add_argument("--language", help="the corpus's declared language for the document test "
+                                           "(en default; de, fr, es, it, pt, nl; none)")
     parser.add_argument("--llm-concurrency", type=int, help="calls in flight for remote APIs (default 4)")
     parser.add_argument("--llm-secret", help="Prefect Secret block with the API key (default: the environment)")
 

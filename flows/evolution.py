@@ -314,9 +314,10 @@ def _log_plan(logger, method: str, cfg: EvolutionConfig, classes: int) -> None:
 def _documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
     """Which candidates are documents (tasks.quality.is_document): a failed or degenerate LLM answer ("Lullaby.",
     a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
-    from tasks.quality import is_document
+    from tasks.quality import DocumentRules, is_document
 
-    return np.array([is_document(t, cfg.min_words) for t in candidates["text"]], dtype=bool)
+    rules = DocumentRules(min_words=cfg.min_words, language=cfg.language)
+    return np.array([is_document(t, rules=rules) for t in candidates["text"]], dtype=bool)
 
 
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
@@ -387,9 +388,9 @@ def _publish(cfg: EvolutionConfig, synthetic: pd.DataFrame, ledger: PrivacyLedge
              extra: dict[str, Any]) -> dict:
     gate = None
     if cfg.gate:
-        from tasks.quality import release_gate
+        from tasks.quality import DocumentRules, release_gate
 
-        gate = release_gate(labels=labels, llm_used=True)
+        gate = release_gate(labels=labels, llm_used=True, rules=DocumentRules(language=cfg.language))
     files = {"evolution.json": (json.dumps(extra, indent=2, sort_keys=True, default=str) + "\n").encode()}
     return publish_release(cfg.out, synthetic, ledger=ledger, config=cfg.public_dict(), gate=gate,
                            extra_files=files, storage_options=cfg.storage_options,

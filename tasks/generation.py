@@ -9,10 +9,20 @@ Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabula
 DP-KDEs), recipient few-shot examples and public configuration. Nothing here reads the private corpus, and
 logs carry counts only.
 
-Best-of-k (``best_of``): k candidates per seed, each a separate call with its own derived seed; the one that
-covers the most seed terms is kept (ties: the lowest candidate index). Ranking uses only the released seed and
-the synthetic candidates, so it costs no privacy. Token counts in a row are the sum over all k candidates
-(what the run actually spent).
+Best-of-k (``best_of``): k candidates per seed, each a separate call with its own derived seed. Every candidate
+is checked by THE document predicate (``tasks.quality.document_rejection``: loops, meta-talk, seed echo, other
+language, truncation, ...); among the documents, the one with the highest seed-term coverage
+(``tasks.metrics.term_coverage``, the measure the report shows) is kept, ties to the lowest index.
+
+Regeneration (``max_regenerations``): a seed none of whose candidates is a document gets one more candidate,
+with a new call seed, per round, for at most that many rounds. A seed that still has no document is marked
+(``document_reason``) and ``split_documents`` drops it before the release gate: one stubborn seed must not
+block a release of thousands, and a dropped synthetic row leaks nothing (the decision reads only synthetic text
+and released seeds). The counts per reason, the regenerations and the drops go into the release's quality.json.
+All of this reads only released seeds and synthetic text, so it costs no privacy. Token counts in a row are the
+sum over all its candidates (what the run actually spent).
+
+Seed steering (``steer``, local llama.cpp only): see tasks/llm/steering.py.
 """
 from __future__ import annotations
 
@@ -27,15 +37,18 @@ import pandas as pd
 
 from tasks.errors import ConfigError
 from tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend
+from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, SeedSteering
 from tasks.llm.cache import CallCache, cached_complete
-from tasks.llm.prompting import PromptTemplate, build_request, term_coverage
+from tasks.llm.prompting import PromptTemplate, build_request
 from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
+from tasks.metrics import term_coverage
+from tasks.quality import DEFAULT_RULES, DocumentRules, document_rejection
 
 log = logging.getLogger("privseed.generation")
 
 ROW_COLUMNS = ["text", "label", "keyphrases", "backend", "model", "prompt_version", "seed", "tokens_in",
-               "tokens_out", "coverage", "candidates"]
+               "tokens_out", "coverage", "candidates", "finish_reason", "regenerations", "rejections",
+               "document_reason"]
 
 
 @dataclass(frozen=True)
@@ -49,15 +62,28 @@ class GenerationParams:
     top_p: float = 1.0
     best_of: int = 1
     few_shot: tuple[RecipientExample, ...] = field(default=())
-    # Extra rounds for seeds whose best candidate is empty or still carries prompt/chat-template residue
-    # (what the release gate rejects): each round asks for one more candidate for those seeds only.
-    retry_rounds: int = 2
+    # Rounds of regeneration for seeds none of whose candidates is a document: each round asks for one more
+    # candidate (a new call seed) for those seeds only.
+    max_regenerations: int = 3
+    # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
+    # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
+    steer: float = 0.0
+    repeat_penalty: float = 1.0
+    no_repeat_ngram: int = 0
+    # The corpus's declared language for the document predicate (None: no language test).
+    language: str | None = "en"
     # The owner's public class names (--class-names): when set, each prompt names its seed's class.
     class_names: PublicClassNames | None = None
 
     def __post_init__(self) -> None:
-        if self.retry_rounds < 0:
-            raise ConfigError(f"retry_rounds must be >= 0, got {self.retry_rounds}")
+        if self.max_regenerations < 0:
+            raise ConfigError(f"max_regenerations must be >= 0, got {self.max_regenerations}")
+        if self.steer < 0:
+            raise ConfigError(f"steer must be >= 0 (0 turns seed steering off), got {self.steer}")
+        if self.repeat_penalty <= 0:
+            raise ConfigError(f"repeat_penalty must be > 0 (1 turns it off), got {self.repeat_penalty}")
+        if self.no_repeat_ngram < 0:
+            raise ConfigError(f"no_repeat_ngram must be >= 0 (0 turns it off), got {self.no_repeat_ngram}")
         if self.best_of < 1:
             raise ConfigError(f"best_of must be >= 1, got {self.best_of}")
         if self.max_tokens < 1:
@@ -72,13 +98,27 @@ def candidate_seed(seed: int, j: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{int(seed)}:{j}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
+def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str) -> SeedSteering | None:
+    """The decoding controls of ``seed``'s calls: only for local backends (remote APIs cannot apply them), and
+    only when one of them is on, so requests without them keep their cache keys."""
+    if backend_kind != "local" or (params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
+        return None
+    return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
+                        int(params.no_repeat_ngram))
+
+
+def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
+                      backend_kind: str = "local") -> ChatRequest:
+    """Candidate j of ``seed`` (pure): the seed's prompt with call seed ``candidate_seed(seed.seed, j)``."""
+    return build_request(template, seed, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
+                         top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
+                         steering=steering_for(seed, params, backend_kind))
+
+
 def build_generation_requests(seeds: Sequence[ReleasedSeed], template: PromptTemplate,
-                              params: GenerationParams) -> list[list[ChatRequest]]:
+                              params: GenerationParams, backend_kind: str = "local") -> list[list[ChatRequest]]:
     """k requests per seed (pure)."""
-    return [[build_request(template, s, params.doc_type, max_tokens=params.max_tokens,
-                           temperature=params.temperature, top_p=params.top_p, call_seed=candidate_seed(s.seed, j),
-                           few_shot=params.few_shot, class_names=params.class_names)
-             for j in range(params.best_of)] for s in seeds]
+    return [[candidate_request(template, s, params, j, backend_kind) for j in range(params.best_of)] for s in seeds]
 
 
 _PREAMBLE = re.compile(
@@ -87,9 +127,14 @@ _PREAMBLE = re.compile(
     r"[ \t]*(?:\n+|$)", re.I)
 
 
-def clean_text(text: str) -> str:
+_LAST_SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(?=\s|$)")
+
+
+def clean_text(text: str, finish_reason: str | None = None) -> str:
     """Drop what small models put before the document ("Here's a summary of ...:", "A Wikipedia-style
-    article:" lines, repeated) and quotes wrapped around the whole answer. Touches nothing else."""
+    article:" lines, repeated) and quotes wrapped around the whole answer. An answer cut off at the token limit
+    ("length") is trimmed back to its last full sentence when that keeps at least half of it (otherwise the
+    document predicate calls it truncated). Touches nothing else."""
     out = text.strip()
     while True:
         m = _PREAMBLE.match(out)
@@ -98,55 +143,102 @@ def clean_text(text: str) -> str:
         out = out[m.end():].lstrip()
     if len(out) >= 2 and out[0] == out[-1] and out[0] in "\"'":
         out = out[1:-1].strip()
+    if finish_reason == "length":
+        from tasks.quality import ends_a_sentence
+
+        ends = list(_LAST_SENTENCE_END.finditer(out))
+        if not ends_a_sentence(out) and ends:
+            kept = out[:ends[-1].end()].strip()
+            if len(kept.split()) * 2 >= len(out.split()):
+                out = kept
     return out
 
 
-MIN_WORDS = 5  # the release gate's lower bound on an LLM-written text
+def _cleaned(c: ChatResult) -> ChatResult:
+    return ChatResult(clean_text(c.text, c.finish_reason), c.tokens_in, c.tokens_out, c.cached,
+                      finish_reason=c.finish_reason)
 
 
-def acceptable(text: str, keyphrases: Sequence[str] = ()) -> bool:
-    """A candidate the release gate would not reject for its form: at least MIN_WORDS words, no prompt
-    echo or chat-template residue, not just its keyphrase list (the checks live in tasks.quality)."""
-    from tasks.quality import is_keyphrase_passthrough, template_residue
-
-    return (len(text.split()) >= MIN_WORDS and template_residue(text) is None
-            and not (keyphrases and is_keyphrase_passthrough(text, list(keyphrases))))
+def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -> str | None:
+    """Why a (cleaned) candidate is not a document, or None: THE predicate, tasks.quality.document_rejection."""
+    return document_rejection(candidate.text, seed.keyphrases, candidate.finish_reason, rules)
 
 
-def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult]) -> tuple[int, float]:
-    """Index and coverage of the best candidate: acceptable ones first, then the most seed terms covered,
-    then the lowest index. Candidates are ranked as given (clean them first)."""
+def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
+                rules: DocumentRules = DEFAULT_RULES) -> tuple[int, float]:
+    """Index and coverage of the best candidate: documents first, then the most seed terms covered
+    (tasks.metrics.term_coverage), then the lowest index. Candidates are ranked as given (clean them first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
-    ok = [acceptable(c.text, seed.keyphrases) for c in candidates]
+    ok = [rejection(seed, c, rules) is None for c in candidates]
     best = max(range(len(covs)), key=lambda i: (ok[i], covs[i], -i))
     return best, covs[best]
 
 
-def _has_acceptable(seed: ReleasedSeed, candidates: Sequence[ChatResult]) -> bool:
-    return any(acceptable(clean_text(c.text), seed.keyphrases) for c in candidates)
-
-
-def _cleaned(c: ChatResult) -> ChatResult:
-    return ChatResult(clean_text(c.text), c.tokens_in, c.tokens_out, c.cached)
+def _has_document(seed: ReleasedSeed, candidates: Sequence[ChatResult], rules: DocumentRules) -> bool:
+    return any(rejection(seed, _cleaned(c), rules) is None for c in candidates)
 
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
-                  model: str, prompt_version: str) -> pd.DataFrame:
+                  model: str, prompt_version: str, first_round: int | None = None,
+                  rules: DocumentRules = DEFAULT_RULES) -> pd.DataFrame:
+    """One row per seed from its candidates (pure). ``first_round``: candidates per seed before regeneration
+    (default: all of them). ``rejections`` lists the reason of every candidate that was not a document;
+    ``document_reason`` is the kept candidate's reason (None: it is a document)."""
     rows = []
     for s, cands in zip(seeds, candidates):
         cands = [_cleaned(c) for c in cands]
-        best, cov = select_best(s, cands)
+        reasons = [rejection(s, c, rules) for c in cands]
+        best, cov = select_best(s, cands, rules)
         rows.append({"text": cands[best].text, "label": s.label, "keyphrases": list(s.keyphrases),
                      "backend": backend, "model": model, "prompt_version": prompt_version, "seed": s.seed,
                      "tokens_in": sum(c.tokens_in for c in cands), "tokens_out": sum(c.tokens_out for c in cands),
-                     "coverage": cov, "candidates": len(cands)})
+                     "coverage": cov, "candidates": len(cands), "finish_reason": cands[best].finish_reason,
+                     "regenerations": max(0, len(cands) - (first_round or len(cands))),
+                     "rejections": [r for r in reasons if r is not None], "document_reason": reasons[best]})
     return pd.DataFrame(rows, columns=ROW_COLUMNS)
 
 
 def no_llm_rows(seeds: Sequence[ReleasedSeed]) -> pd.DataFrame:
-    """``--llm none`` (the paper's no-LLM ablation): the keyphrase sequence itself is the document."""
-    return assemble_rows(seeds, [[ChatResult(" ".join(s.keyphrases), 0, 0)] for s in seeds], backend="none",
-                         model="", prompt_version="none")
+    """``--llm none`` (the paper's no-LLM ablation): the keyphrase sequence itself is the document (the document
+    predicate does not apply: these rows are keyphrase lists by design)."""
+    rows = pd.DataFrame([{"text": " ".join(s.keyphrases), "label": s.label, "keyphrases": list(s.keyphrases),
+                          "backend": "none", "model": "", "prompt_version": "none", "seed": s.seed, "tokens_in": 0,
+                          "tokens_out": 0, "coverage": 1.0, "candidates": 1, "finish_reason": None,
+                          "regenerations": 0, "rejections": [], "document_reason": None} for s in seeds],
+                        columns=ROW_COLUMNS)
+    return rows
+
+
+def split_documents(rows: pd.DataFrame, max_regenerations: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Drop the rows whose kept candidate is still not a document; return the kept rows (without the internal
+    ``document_reason`` column) and the generation quality report for quality.json (pure).
+
+    The report holds counts of synthetic rows and candidates only (post-processing of released values): rows
+    generated/kept/dropped, kept per class, drops by reason, rejected candidates by reason, candidates and
+    regeneration calls spent, seeds that needed a regeneration."""
+    reasons = rows["document_reason"] if "document_reason" in rows else pd.Series([None] * len(rows))
+    bad = reasons.notna().to_numpy()
+    kept = rows.loc[~bad].drop(columns=["document_reason"], errors="ignore").reset_index(drop=True)
+    rejected: dict[str, int] = {}
+    for row_reasons in rows.get("rejections", pd.Series([], dtype=object)):
+        for reason in list(row_reasons if row_reasons is not None else []):
+            rejected[str(reason)] = rejected.get(str(reason), 0) + 1
+    regenerations = pd.to_numeric(rows.get("regenerations", pd.Series(0, index=rows.index)), errors="coerce").fillna(0)
+    report = {
+        "policy": "rows with no document after the regenerations are dropped before the release gate",
+        "max_regenerations": max_regenerations,
+        "rows_generated": int(len(rows)),
+        "rows_kept": int(len(kept)),
+        "rows_dropped": int(bad.sum()),
+        "dropped_by_reason": {str(k): int(v) for k, v in reasons[bad].value_counts().items()},
+        "kept_per_class": {str(k): int(v) for k, v in kept["label"].value_counts().sort_index().items()}
+        if len(kept) else {},
+        "candidates": int(pd.to_numeric(rows.get("candidates", pd.Series(1, index=rows.index))).sum()),
+        "rejected_candidates_by_reason": dict(sorted(rejected.items())),
+        "regeneration_calls": int(regenerations.sum()),
+        "rows_regenerated": int((regenerations > 0).sum()),
+    }
+    return kept, report
 
 
 # -- cost ------------------------------------------------------------------------------------------------------
@@ -245,34 +337,37 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     if spec.kind == "none":
         return no_llm_rows(seeds)
     template = PromptTemplate.load(params.template)
-    requests = build_generation_requests(seeds, template, params)
+    requests = build_generation_requests(seeds, template, params, spec.kind)
     flat = [r for per_seed in requests for r in per_seed]
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
     bar = CallProgress(len(flat), call_prices(spec, len(flat)), f"generate[{shard}] {spec.kind}", progress)
     k = params.best_of
+    rules = document_rules(params)
     try:
         results = cached_complete(backend, flat, cache, on_result=bar)
         per_seed = [list(results[i * k:(i + 1) * k]) for i in range(len(seeds))]
-        for _ in range(params.retry_rounds):
-            bad = [i for i, (sd, cands) in enumerate(zip(seeds, per_seed)) if not _has_acceptable(sd, cands)]
+        for _ in range(params.max_regenerations):
+            bad = [i for i, (sd, cands) in enumerate(zip(seeds, per_seed)) if not _has_document(sd, cands, rules)]
             if not bad:
                 break
-            extra = [build_request(template, seeds[i], params.doc_type, max_tokens=params.max_tokens,
-                                   temperature=params.temperature, top_p=params.top_p,
-                                   call_seed=candidate_seed(seeds[i].seed, len(per_seed[i])), few_shot=params.few_shot,
-                                   class_names=params.class_names)
-                     for i in bad]
+            extra = [candidate_request(template, seeds[i], params, len(per_seed[i]), spec.kind) for i in bad]
             bar.bar.total += len(extra)
             for i, r in zip(bad, cached_complete(backend, extra, cache, on_result=bar)):
                 per_seed[i].append(r)
     finally:
         bar.close()
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
-                       prompt_version=template.version_for(params.class_names is not None))
+                       prompt_version=template.version_for(params.class_names is not None), first_round=k,
+                       rules=rules)
     log.info("shard %d: %d documents, %d calls (%d cached), %d input / %d output tokens", shard, len(df),
              sum(len(c) for c in per_seed), bar.cached, bar.tokens_in, bar.tokens_out)
     return df
+
+
+def document_rules(params: GenerationParams) -> DocumentRules:
+    """The document predicate's rules for this generation (the release gate builds the same from the config)."""
+    return DocumentRules(language=params.language)
 
 
 def shard_seeds(seeds: Sequence[ReleasedSeed], shard_size: int) -> list[list[ReleasedSeed]]:
@@ -366,7 +461,10 @@ def params_from_config(cfg) -> GenerationParams:
 
     few = getattr(cfg, "few_shot", None)
     class_names = class_names_from_config(cfg)
-    kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of") if getattr(cfg, k, None) is not None}
+    kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "steer",
+                                       "repeat_penalty", "no_repeat_ngram") if getattr(cfg, k, None) is not None}
+    if hasattr(cfg, "language"):
+        kw["language"] = cfg.language
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template
@@ -392,7 +490,7 @@ def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] 
     seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
     spec, params = spec_from_config(cfg), params_from_config(cfg)
     template = PromptTemplate.load(params.template)
-    flat = [r for per in build_generation_requests(seeds, template, params) for r in per]
+    flat = [r for per in build_generation_requests(seeds, template, params, spec.kind) for r in per]
     backend = get_backend(spec) if spec.kind == "local" else None
     cache = CallCache(_cache_uri(cfg), cfg.storage_options)
     try:

@@ -121,17 +121,37 @@ def duplicate_rate(texts: Iterable[str]) -> float:
     return float(repeats / len(normalized))
 
 
+def term_coverage(text: str, terms: Sequence[str]) -> float:
+    """Share of a seed's distinct terms that occur in ``text`` as whole words (case-insensitive; a multi-word
+    term must appear contiguously). THE coverage measure: best-of-k ranks candidates by it, rows carry it, and
+    the report and the experiment tables average it (``seed_term_coverage``)."""
+    distinct = [p for p in dict.fromkeys(" ".join(tokenize(str(t))) for t in terms) if p]
+    if not distinct:
+        return 0.0
+    padded = " " + " ".join(tokenize(text)) + " "
+    return sum(1 for p in distinct if " " + p + " " in padded) / len(distinct)
+
+
 def seed_term_coverage(texts: Sequence[str], keyphrases: Sequence[Sequence[str]]) -> float:
-    """Mean share of a document's seed keyphrases that appear (as whole words) in its text."""
+    """Mean ``term_coverage`` over the documents that have seed terms (NaN when none has)."""
     shares = []
     for text, phrases in zip(texts, keyphrases, strict=True):
         phrases = [str(p) for p in (list(phrases) if phrases is not None else [])]
-        if not phrases:
+        if not any(tokenize(p) for p in phrases):
             continue
-        padded = " " + " ".join(tokenize(text)) + " "
-        hit = sum(1 for p in phrases if " " + " ".join(tokenize(p)) + " " in padded)
-        shares.append(hit / len(phrases))
+        shares.append(term_coverage(text, phrases))
     return float(np.mean(shares)) if shares else float("nan")
+
+
+def degenerate_rate(texts: Sequence[str], keyphrases: Sequence[Sequence[str]] | None = None) -> float:
+    """Share of texts that the document predicate (tasks.quality.document_rejection) rejects: loops, assistant
+    talk, seed echoes, another language, ... A keyphrase list (an `--llm none` release) is not a document either."""
+    from tasks.quality import document_rejection
+
+    if not len(texts):
+        return float("nan")
+    seeds = keyphrases if keyphrases is not None else [()] * len(texts)
+    return float(np.mean([document_rejection(t, k) is not None for t, k in zip(texts, seeds, strict=True)]))
 
 
 # ---------------------------------------------------------------- cost
@@ -178,6 +198,7 @@ def corpus_metrics(texts: Sequence[str], keyphrases: Sequence[Sequence[str]] | N
     out.update({f"words_{k}": v for k, v in length_summary(texts).items()})
     if keyphrases is not None:
         out["seed_term_coverage"] = seed_term_coverage(texts, keyphrases)
+    out["degenerate_rate"] = degenerate_rate(texts, keyphrases)
     return out
 
 

@@ -1,10 +1,15 @@
 """Release gate: Great Expectations (1.x, in code, no project folder) over a candidate synthetic corpus.
 
-Two parts, following the project's stage shape:
+Three parts, following the project's stage shape:
 
+- ``document_rejection`` / ``is_document`` (pure python): THE predicate for "is this LLM answer a document",
+  with a named reason per rejected text (REJECTION_REASONS: repetition loops, assistant meta-talk and refusals,
+  the seed list echoed back, another language, truncation at the token limit, ...) and thresholds in
+  ``DocumentRules``. Generation (regeneration and best-of-k), private evolution (which candidates may vote) and
+  this gate all call it; there is no second definition.
 - ``derive_quality_columns`` (pure pandas/python): per-row facts the expectations need and GX cannot
   express directly -- the Python type of each value, word counts, a normalised text for duplicate
-  detection, which prompt/template residue a text carries, whether a text is just its keyphrase list.
+  detection, which prompt/template residue a text carries, and the predicate's reason (``q_document_reason``).
 - ``validate_release`` builds an ephemeral GX context, a pandas data source with a dataframe asset and a
   whole-dataframe batch, one suite of named expectations over those columns, a ``ValidationDefinition``,
   and returns a JSON-able result naming every expectation and whether it held.
@@ -22,8 +27,11 @@ import functools
 import logging
 import os
 import re
+import unicodedata
 import uuid
+import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,10 +52,11 @@ DEFAULT_BOUNDS: dict[str, float | int] = {
     "max_words": 2000,
     # Share of rows whose normalised text repeats an earlier row; above this the LLM collapsed.
     "max_duplicate_rate": 0.05,
-    # Share of rows that are exactly their keyphrase list when an LLM was asked to write the text.
-    "max_passthrough_rate": 0.02,
     # Share of rows allowed to carry prompt or chat-template residue (none by default).
     "max_residue_rate": 0.0,
+    # When an LLM wrote the texts: share of rows allowed to fail each document test of ``document_rejection``
+    # (none by default: generation regenerates and then drops what still fails, see tasks/generation.py).
+    "max_non_document_rate": 0.0,
     "min_rows": 1,
 }
 
@@ -133,17 +142,337 @@ def is_keyphrase_passthrough(text: Any, keyphrases: Any) -> bool:
     return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words)
 
 
-def is_document(text: Any, min_words: int = 5, max_words: int = int(DEFAULT_BOUNDS["max_words"])) -> bool:
-    """What the release gate asks of one LLM-written row: a string of min_words..max_words words that carries no
-    prompt or chat-template residue. Private evolution keeps candidates that fail it out of the vote (a public
-    check of synthetic text, so it costs no privacy)."""
-    if not isinstance(text, str):
+# ----------------------------------------------------------------------------------------------------------------
+# "Is this a document?" -- the one predicate. Generation (regeneration, best-of-k), private evolution (which
+# candidates may collect votes) and the release gate (the q_document_reason column) all call
+# ``document_rejection``; nothing else decides it. It reads only a synthetic text, its released seed terms and the
+# call's public finish reason, so it costs no privacy wherever it runs.
+# ----------------------------------------------------------------------------------------------------------------
+
+#: The named reasons, in the order they are tested (the first that applies is reported).
+REJECTION_REASONS: tuple[str, ...] = (
+    "not_text",          # None, a number, ... instead of a string
+    "too_short",         # fewer than min_words words (a failed call, "Lullaby.")
+    "too_long",          # more than max_words words (a runaway generation)
+    "prompt_residue",    # the prompt or chat-template control tokens copied into the answer
+    "seed_echo",         # the seed list given back (alone, or as a run of seed terms inside the text)
+    "meta_talk",         # the assistant talking ("I'm an AI", "I'm ready", "Sure, here is", "the terms ...")
+    "repetition_loop",   # a token or phrase repeated back to back ("Australia, Australia, Australia, ...")
+    "low_distinct",      # few distinct word pairs: the text goes round in circles
+    "compressible",      # zlib squeezes it far more than prose: a loop that is not back to back
+    "glossary",          # "Term: definition. Term: definition." or "The X is ... The Y is ..." over the seeds
+    "wrong_language",    # another script, or not the declared language's function words
+    "truncated",         # stopped at the token limit in the middle of a sentence
+)
+
+
+@dataclass(frozen=True)
+class DocumentRules:
+    """Thresholds of ``document_rejection``. Defaults were chosen on public data: real documents of the test
+    splits of DBPedia-14, OHSUMED-23, Yelp and Medical Abstracts pass at >= 99.5 % (docs/generation.md,
+    ``benchmarks/document_predicate_real.py``), while the degenerate shapes in tests/test_quality.py fail."""
+
+    min_words: int = 5
+    max_words: int = 2000
+    # The same token back to back this many times (after dropping punctuation): "Australia, Australia, Australia,
+    # Australia". Counted on words, so "very very" is fine.
+    max_token_run: int = 4
+    # The same 2..6-word phrase back to back this many times: "of the arm of the arm of the arm of the arm".
+    # (Real text repeats a phrase three times: "I love it, I love it, I love it!")
+    max_phrase_run: int = 4
+    # Within-document distinct word pairs / all word pairs, for texts of at least `distinct_min_words` words
+    # (real documents: 0.55 at the very least, OHSUMED-23 test minimum).
+    min_distinct_2: float = 0.45
+    distinct_min_words: int = 30
+    # zlib-compressed bytes / raw bytes, for texts of at least `compress_min_chars` characters. Real abstracts
+    # and reviews compress to 0.29 at the very least (OHSUMED-23 test minimum); a loop goes far lower.
+    min_zlib_ratio: float = 0.25
+    compress_min_chars: int = 400
+    # A run of this many seed terms joined only by separators (commas, "and", newlines, bullets) inside the text.
+    max_seed_run: int = 5
+    # This many "Term: definition" entries (see glossary_headers) make the text a glossary of its seeds.
+    max_glossary_headers: int = 3
+    # This many distinct seed terms each opening a sentence that defines them ("The el is a ...", "The term short
+    # is used ...") make the text a glossary of its seeds written as prose.
+    max_seed_definitions: int = 4
+    # The corpus's declared language (None: no language test). Letters outside its script may be at most
+    # `max_foreign_script` (Wikipedia abstracts quote names in Cyrillic or Georgian); its function words must be
+    # at least `min_function_words` of the words, and no other listed language's function words may outnumber them.
+    language: str | None = "en"
+    max_foreign_script: float = 0.5
+    min_function_words: float = 0.03
+    language_min_words: int = 12
+    # The call stopped at max_tokens ("length") and the text does not end a sentence.
+    reject_truncated: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_words <= self.max_words:
+            raise ConfigError(f"document rules: need 0 <= min_words <= max_words, got {self.min_words}..{self.max_words}")
+        for name in ("min_distinct_2", "min_zlib_ratio", "max_foreign_script", "min_function_words"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise ConfigError(f"document rules: {name}={getattr(self, name)} must be in [0, 1]")
+        for name in ("max_token_run", "max_phrase_run", "max_seed_run"):
+            if int(getattr(self, name)) < 2:
+                raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
+        if self.language is not None and self.language not in FUNCTION_WORDS:
+            raise ConfigError(f"document rules: unknown language {self.language!r}; known: {sorted(FUNCTION_WORDS)} "
+                              "(or None to skip the language test)")
+
+
+# The most frequent function words of each language (articles, pronouns, prepositions, auxiliaries). A
+# stop-word share test: cheap, no model to download, and good enough to tell a page of German, or a bare list
+# of nouns, from English prose. Short lists on purpose: they must not contain topical words.
+FUNCTION_WORDS: dict[str, frozenset[str]] = {
+    "en": frozenset("the of and to a in is was for on that with as by at from it he she his her its are were be "
+                    "been has have had this which or an not but they their who also after one i you your we my our "
+                    "me us so very there what all can will would do did if when while about into than them these "
+                    "those just out up".split()),
+    "de": frozenset("der die das und ist in den von zu mit sich des auf für im dem nicht ein eine als auch es an "
+                    "er sie wurde werden wird sind bei einer um aus".split()),
+    "fr": frozenset("le la les de des et est un une du en dans pour que qui au sur par il elle sont avec ce son sa "
+                    "ses pas aux été".split()),
+    "es": frozenset("el la los las de del y es en un una que por con para se su al lo como más fue son sus "
+                    "entre".split()),
+    "it": frozenset("il lo la gli le di del della e è un una che per con non si sono nel alla dei da al".split()),
+    "pt": frozenset("o a os as de do da dos das e é um uma que em no na para com não por se foi são ao".split()),
+    "nl": frozenset("de het een en van in is op te dat die voor met zijn niet aan er ook als bij werd".split()),
+}
+# Scripts by the Unicode name of their letters; a language's own script first.
+_LANGUAGE_SCRIPT = {"en": "LATIN", "de": "LATIN", "fr": "LATIN", "es": "LATIN", "it": "LATIN", "pt": "LATIN",
+                    "nl": "LATIN"}
+
+DEFAULT_RULES = DocumentRules()
+
+# The assistant talking instead of writing the document. Each: (pattern, what it catches). Case-insensitive.
+META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.M) for p in (
+    # Self-description and readiness ("I'm an AI assistant designed to ...", "I'm ready. I'll be ready to help.").
+    r"\b(?:I\s*['\u2019]?\s*a?m|I\s+am)\s+(?:an?\s+|your\s+)?(?:AI|artificial intelligence|(?:large\s+)?language model|"
+    r"(?:helpful\s+|virtual\s+|AI\s+)?assistant|chatbot)\b",
+    r"\bas\s+an?\s+(?:AI|artificial intelligence|(?:large\s+)?language model)\b",
+    r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+(?:ready(?:\s*[.!]|\s+to\s+(?:help|assist|write|start|begin))|here\s+to\s+help)",
+    r"\bI\s*['\u2019]?\s*ll\s+be\s+(?:ready|happy|glad)\b",
+    r"\bI\s*(?:['\u2019]\s*d|\s+would|['\u2019]?\s*m|\s+am)\s+(?:be\s+)?(?:happy|glad)\s+to\s+(?:help|assist|write|provide)\b",
+    # Refusals ("I can't help but" is prose; "I can't help with that" is not).
+    r"\bI\s+(?:can(?:not|['\u2019]t)|am\s+unable\s+to|won['\u2019]t)\s+(?:assist|write|provide|create|generate|"
+    r"fulfil+|comply|complete|help\s+(?:you|with))\b",
+    r"\b(?:let\s+me\s+know|feel\s+free\s+to\s+ask)\b[^.\n]{0,40}\b(?:anything\s+else|more\s+help|further|"
+    r"other\s+questions|need)\b",
+    r"\b(?:hope\s+this\s+helps|how\s+can\s+I\s+help)\b",
+    # Chat openers.
+    r"\A\W*(?:sure|certainly|of\s+course|absolutely)\b[\s,!.]*(?:here|I\s*['\u2019]?\s*(?:ll|will|can)|let\s+me)\b",
+    r"\A\W*here\s*(?:is|are|['\u2019]s)\s+(?:an?|the|your|my)\s+[^.\n]{0,60}\b(?:article|summary|document|text|"
+    r"entry|essay|story|paragraph|version|description)\b",
+    # Talk about the request instead of being the document ("the given terms", "In a Wikipedia-style article",
+    # "The article is titled ..."). Plain "this article discusses" is left alone: real abstracts say it.
+    r"\b(?:the|these|those|all|each|every)\s+(?:given|provided|listed|following|above|requested|specified|seed)\s+"
+    r"(?:terms|keywords|keyphrases|key\s+phrases|words)\b",
+    r"\b(?:the|these|those)\s+(?:keywords|keyphrases|key\s+phrases)\b",
+    r"\b(?:the|this)\s+(?:article|summary|essay)\s+(?:is\s+titled|titled|will|should|must|would|needs\s+to)\b",
+    r"\bwikipedia[- ]style\b",
+    r"\A\W*the\s+(?:wikipedia\s+)?(?:article|summary|essay|text|document)\b",
+))
+
+_SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")
+_GLOSSARY_HEADER = re.compile(
+    r"(?:^|\n|[.!?\"\u201d]\s+)[\"'*\u201c]*([A-Za-z][\w'\-]*(?:\s+[\w'\-]+){0,2})[\"'*\u201d]*\s*:\s+[\"'*\u201c]*((?:\S+\s+){0,3})")
+_SEPARATOR_WORDS = frozenset({"and", "or", "&", ",", ";", "/", "|", "\n", "\u2022", "\u00b7", "*"})
+_LIST_TOKEN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*|\n|[,;/|\u2022\u00b7*)]|[.!?:]")
+
+
+def _tokens(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _longest_token_run(tokens: Sequence[str]) -> int:
+    best = run = 1 if tokens else 0
+    for a, b in zip(tokens, tokens[1:]):
+        run = run + 1 if a == b else 1
+        best = max(best, run)
+    return best
+
+
+def _longest_phrase_run(tokens: Sequence[str], max_n: int = 6) -> int:
+    """Most back-to-back copies of any 2..max_n-word phrase ("of the arm of the arm" -> 2 for n=3)."""
+    best = 1
+    n_tokens = len(tokens)
+    for n in range(2, max_n + 1):
+        i = 0
+        while i + 2 * n <= n_tokens:
+            copies = 1
+            while i + (copies + 1) * n <= n_tokens and tokens[i + copies * n:i + (copies + 1) * n] == tokens[i:i + n]:
+                copies += 1
+            if copies > 1:
+                best = max(best, copies)
+                i += (copies - 1) * n
+            else:
+                i += 1
+    return best
+
+
+def within_distinct_2(tokens: Sequence[str]) -> float:
+    """Distinct word pairs / word pairs inside one text (1.0 for fewer than two words)."""
+    pairs = list(zip(tokens, tokens[1:]))
+    return len(set(pairs)) / len(pairs) if pairs else 1.0
+
+
+def zlib_ratio(text: str) -> float:
+    """zlib-compressed size / UTF-8 size (level 9): low for loops, ~0.55-0.7 for short prose."""
+    raw = text.encode("utf-8")
+    return len(zlib.compress(raw, 9)) / max(1, len(raw))
+
+
+def _seed_words(keyphrases: Any) -> list[list[str]]:
+    if not isinstance(keyphrases, (list, tuple, np.ndarray)):
+        return []
+    return [w for w in (_tokens(str(p)) for p in keyphrases) if w]
+
+
+def longest_seed_run(text: str, keyphrases: Any) -> int:
+    """Most seed terms in a row, each joined to the next by a separator (comma, semicolon, newline, bullet, "and",
+    "or", a list number): "Mendes, smearing, built, depreciation and robert" is 5. An echo of the seed list
+    inside an otherwise wordy text. Seed terms that follow each other as a phrase ("sleep apnea") start a new
+    run, and any other word or a sentence end breaks it, so prose that names its seeds scores low."""
+    terms = sorted(_seed_words(keyphrases), key=len, reverse=True)
+    if not terms or not isinstance(text, str):
+        return 0
+    tokens = _LIST_TOKEN.findall(text.lower())
+    best = run = 0
+    separated = False
+    i = 0
+    while i < len(tokens):
+        match = next((t for t in terms if tokens[i:i + len(t)] == t), None)
+        if match is not None:
+            run = run + 1 if separated or run == 0 else 1
+            separated = False
+            best = max(best, run)
+            i += len(match)
+            continue
+        token = tokens[i]
+        list_number = token.isdigit() and i + 1 < len(tokens) and tokens[i + 1] in (".", ")")
+        if token in _SEPARATOR_WORDS or list_number or (token in (".", ")") and i > 0 and tokens[i - 1].isdigit()):
+            separated = run > 0
+        else:
+            run, separated = 0, False
+        i += 1
+    return best
+
+
+_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\s*(?:the\s+term\s+|the\s+word\s+)?(?:the\s+|a\s+|an\s+)?"
+                             r"([^\W_][\w'\-]*(?:\s+[\w'\-]+){0,2}?)\s+(?:is|are|was|were|refers|means)\b", re.I)
+
+
+def seed_definitions(text: str, keyphrases: Any = ()) -> int:
+    """How many distinct seed terms open a sentence that defines them ("The internationals are a luxury resort.
+    The el is a luxury resort. The term short is used to ..."): a glossary of the seeds written as prose."""
+    seeds = {" ".join(w) for w in _seed_words(keyphrases)}
+    if not seeds or not isinstance(text, str):
+        return 0
+    return len({" ".join(_tokens(m)) for m in _SENTENCE_START.findall(text)} & seeds)
+
+
+def glossary_headers(text: str, keyphrases: Any = ()) -> int:
+    """How many "Term: definition" entries the text has: a header of one to three words before a colon at a line
+    or sentence start, that is a seed term or is repeated right after the colon ("Corporation: The Corporation
+    is ..."). An all-capital header that is not repeated ("OBJECTIVE: To compare ...") is a structured
+    abstract's section, not a glossary entry."""
+    seeds = {" ".join(w) for w in _seed_words(keyphrases)}
+    count = 0
+    for header, after in _GLOSSARY_HEADER.findall(text):
+        head = " ".join(_tokens(header))
+        if not head:
+            continue
+        if head.split()[0] in _tokens(after) or (head in seeds and not header.isupper()):
+            count += 1
+    return count
+
+
+def _script_share(text: str, script: str) -> float:
+    """Share of letters whose Unicode name starts with `script` (1.0 when there are no letters)."""
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return 1.0
+    own = sum(unicodedata.name(c, "").startswith(script) for c in letters)
+    return own / len(letters)
+
+
+def language_problem(tokens: Sequence[str], text: str, rules: DocumentRules) -> bool:
+    """Most letters in another script, or another language's function words outnumber the declared one's."""
+    if rules.language is None:
         return False
-    return min_words <= len(text.split()) <= max_words and template_residue(text) is None
+    if 1.0 - _script_share(text, _LANGUAGE_SCRIPT[rules.language]) > rules.max_foreign_script:
+        return True
+    if len(tokens) < rules.language_min_words:
+        return False
+    shares = {lang: sum(t in words for t in tokens) / len(tokens) for lang, words in FUNCTION_WORDS.items()}
+    own = shares[rules.language]
+    if own < rules.min_function_words:
+        return True
+    return any(s > own for lang, s in shares.items() if lang != rules.language)
 
 
-def derive_quality_columns(df: pd.DataFrame) -> pd.DataFrame:
+def ends_a_sentence(text: str) -> bool:
+    return bool(_SENTENCE_END.search(text))
+
+
+def meta_talk(text: str) -> bool:
+    return any(p.search(text) for p in META_TALK_PATTERNS)
+
+
+def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | None = None,
+                       rules: DocumentRules = DEFAULT_RULES) -> str | None:
+    """Why ``text`` is not a document (one of REJECTION_REASONS), or None when it is one.
+
+    ``keyphrases`` are the released seed terms the text was written from (for the echo tests; empty skips
+    them); ``finish_reason`` is the call's ("length" when it stopped at max_tokens; None when unknown).
+    """
+    if not isinstance(text, str):
+        return "not_text"
+    words = text.split()
+    if len(words) < rules.min_words:
+        return "too_short"
+    if len(words) > rules.max_words:
+        return "too_long"
+    if template_residue(text) is not None:
+        return "prompt_residue"
+    if is_keyphrase_passthrough(text, keyphrases) or longest_seed_run(text, keyphrases) >= rules.max_seed_run:
+        return "seed_echo"
+    if meta_talk(text):
+        return "meta_talk"
+    tokens = _tokens(text)
+    if _longest_token_run(tokens) >= rules.max_token_run or _longest_phrase_run(tokens) >= rules.max_phrase_run:
+        return "repetition_loop"
+    if len(tokens) >= rules.distinct_min_words and within_distinct_2(tokens) < rules.min_distinct_2:
+        return "low_distinct"
+    if len(text) >= rules.compress_min_chars and zlib_ratio(text) < rules.min_zlib_ratio:
+        return "compressible"
+    if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
+            or seed_definitions(text, keyphrases) >= rules.max_seed_definitions):
+        return "glossary"
+    if language_problem(tokens, text, rules):
+        return "wrong_language"
+    if rules.reject_truncated and finish_reason == "length" and not ends_a_sentence(text):
+        return "truncated"
+    return None
+
+
+def is_document(text: Any, keyphrases: Any = (), finish_reason: str | None = None,
+                rules: DocumentRules = DEFAULT_RULES) -> bool:
+    """True when ``document_rejection`` finds nothing wrong with the text."""
+    return document_rejection(text, keyphrases, finish_reason, rules) is None
+
+
+def rules_from_bounds(bounds: dict[str, Any], rules: DocumentRules | None = None) -> DocumentRules:
+    """The document rules with the gate's word bounds (one source for both)."""
+    from dataclasses import replace
+
+    base = rules or DEFAULT_RULES
+    return replace(base, min_words=int(bounds["min_words"]), max_words=int(bounds["max_words"]))
+
+
+def derive_quality_columns(df: pd.DataFrame, rules: DocumentRules | None = None) -> pd.DataFrame:
     """The frame GX validates: the required columns (when present) plus derived ``q_*`` columns.
+    ``q_document_reason`` is ``document_rejection`` of each row (with its ``finish_reason`` column when the
+    release has one) under ``rules`` (default DEFAULT_RULES).
 
     Missing required columns are not invented; their derived type column says ``missing`` so the
     type expectations name the problem instead of raising.
@@ -172,7 +501,10 @@ def derive_quality_columns(df: pd.DataFrame) -> pd.DataFrame:
     ).astype(object)
     out["q_text_normalised"] = [_normalise(t) if isinstance(t, str) else None for t in texts]
     out["q_template_residue"] = [template_residue(t) for t in texts]
-    out["q_keyphrase_passthrough"] = [is_keyphrase_passthrough(t, k) for t, k in zip(texts, keyphrases)]
+    finish = column_or_missing("finish_reason")
+    document_rules = rules or DEFAULT_RULES
+    out["q_document_reason"] = [document_rejection(t, k, f if isinstance(f, str) else None, document_rules)
+                                for t, k, f in zip(texts, keyphrases, finish)]
     return out
 
 
@@ -183,7 +515,7 @@ def _bounds(overrides: dict[str, Any], llm_used: bool) -> dict[str, Any]:
     bounds = {**DEFAULT_BOUNDS, **{k: v for k, v in overrides.items() if v is not None}}
     if bounds["min_words"] is None:
         bounds["min_words"] = 5 if llm_used else 1
-    for rate in ("max_duplicate_rate", "max_passthrough_rate", "max_residue_rate"):
+    for rate in ("max_duplicate_rate", "max_residue_rate", "max_non_document_rate"):
         if not 0.0 <= float(bounds[rate]) <= 1.0:
             raise ConfigError(f"release-gate bound {rate}={bounds[rate]} must be in [0, 1]")
     if not 0 <= int(bounds["min_words"]) <= int(bounds["max_words"]):
@@ -226,8 +558,15 @@ def build_expectations(labels: Sequence[Any], llm_used: bool, bounds: dict[str, 
             column="q_template_residue", mostly=1.0 - float(bounds["max_residue_rate"]))),
     ]
     if llm_used:
-        expectations.append(named("text:not the keyphrase list passed through", gxe.ExpectColumnValuesToBeInSet(
-            column="q_keyphrase_passthrough", value_set=[False], mostly=1.0 - float(bounds["max_passthrough_rate"]))))
+        # One expectation per reason of the document predicate (tasks.quality.document_rejection), all read from
+        # the same q_document_reason column, so the gate names what is wrong. Type and length problems have
+        # their own expectations above.
+        for reason in REJECTION_REASONS:
+            if reason in ("not_text", "too_short", "too_long", "prompt_residue"):
+                continue
+            expectations.append(named(f"document:no {reason}", gxe.ExpectColumnValuesToNotBeInSet(
+                column="q_document_reason", value_set=[reason],
+                mostly=1.0 - float(bounds["max_non_document_rate"]))))
     return expectations
 
 
@@ -291,7 +630,8 @@ def _gx_context() -> Any:
     return context
 
 
-def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool, **bounds: Any) -> dict[str, Any]:
+def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool, rules: DocumentRules | None = None,
+                     **bounds: Any) -> dict[str, Any]:
     """Run the release gate over a candidate synthetic corpus.
 
     ``labels`` is the declared (public) label set: every row's label must be in it and every class must
@@ -303,7 +643,7 @@ def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool,
     if not labels:
         raise ConfigError("the release gate needs the declared label set (labels=[...]); got an empty list")
     limits = _bounds(bounds, llm_used)
-    frame = derive_quality_columns(df)
+    frame = derive_quality_columns(df, rules_from_bounds(limits, rules))
     # Labels compare as strings so an int label set and labels read back as strings (or numpy ints) agree.
     frame["q_label_value"] = [None if t in ("NoneType", "missing") else str(_jsonable(v))
                               for v, t in zip(frame["label"] if "label" in frame else [None] * len(frame),
@@ -352,10 +692,11 @@ def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool,
     }
 
 
-def release_gate(*, labels: Sequence[Any], llm_used: bool, **bounds: Any) -> Callable[[pd.DataFrame], dict[str, Any]]:
+def release_gate(*, labels: Sequence[Any], llm_used: bool, rules: DocumentRules | None = None,
+                 **bounds: Any) -> Callable[[pd.DataFrame], dict[str, Any]]:
     """The ``gate=`` callable for ``tasks.corpus.publish_release``: candidate frame -> gate result."""
     _bounds(bounds, llm_used)  # fail on a bad bound when the flow is wired, not after generation
-    return functools.partial(validate_release, labels=list(labels), llm_used=llm_used, **bounds)
+    return functools.partial(validate_release, labels=list(labels), llm_used=llm_used, rules=rules, **bounds)
 
 
 def _make_task() -> Any:

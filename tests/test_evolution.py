@@ -338,10 +338,10 @@ def test_non_documents_receive_no_votes():
 
 
 def test_is_document_matches_the_release_gate():
-    from tasks.quality import is_document
+    from tasks.quality import DocumentRules, is_document
 
     assert not is_document("Lullaby.")
     assert not is_document("Write a Wikipedia article about a river in the north.")  # prompt echo
     assert not is_document(None)
     assert is_document("The river rises in the hills and flows north to the sea.")
-    assert is_document("one two three", min_words=3)
+    assert is_document("one two three", rules=DocumentRules(min_words=3))

@@ -1,13 +1,16 @@
 """The generation stage: rows, best-of-k, cost estimate, Dask shards, and the real local LLM end to end."""
+import dataclasses
+
 import pandas as pd
 import pytest
 
 from tasks.errors import ConfigError
-from tasks.generation import (ROW_COLUMNS, acceptable, GenerationParams, build_generation_requests, candidate_seed,
+from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_seed,
                               estimate_cost, generate_seeds, generate_shard, no_llm_rows, seeds_from_sequences,
-                              select_best)
+                              select_best, split_documents)
 from tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from tasks.llm.base import ChatResult
+from tasks.quality import is_document
 from tests.fakes.recording import RecordingBackend
 
 VOCAB = ReleasedVocabulary(["river", "village", "church", "album", "band", "football club"], "test")
@@ -36,7 +39,7 @@ def test_select_best_skips_a_keyphrase_list_echo():
     s = VOCAB.seed(["river", "village", "church", "album", "band"], 0, 1)
     echo = ChatResult("River, village, church, album and band.", 1, 1)  # what a small model often returns
     prose = ChatResult("A band recorded its album in the old church of a village by the river.", 1, 1)
-    assert not acceptable(echo.text, s.keyphrases) and acceptable(prose.text, s.keyphrases)
+    assert not is_document(echo.text, s.keyphrases) and is_document(prose.text, s.keyphrases)
     assert select_best(s, [echo, prose]) == (1, 1.0)
 
 
@@ -56,7 +59,7 @@ def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
 
     recording.answer = answer
     params = GenerationParams(doc_type="memo", template="coverage", max_tokens=20, temperature=0.4, best_of=3,
-                              retry_rounds=0)
+                              max_regenerations=0)
     df = generate_shard(seeds(), "local:recording-test", params, str(tmp_path), progress=False)
     assert list(df.columns) == ROW_COLUMNS and len(df) == 4
     assert len(recording.requests) == 12
@@ -71,7 +74,7 @@ def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
 
 
 def test_generation_in_process_frees_the_backend_when_it_finishes(tmp_path, recording):
-    params = GenerationParams(doc_type="memo", max_tokens=20, retry_rounds=0)
+    params = GenerationParams(doc_type="memo", max_tokens=20, max_regenerations=0)
     df = generate_seeds(seeds(3), "local:recording-test", params, str(tmp_path), shard_size=2, progress=False)
     assert len(df) == 3 and recording.closes == 1  # once, after the last shard, not per shard
     recording.fail_at = len(recording.requests)
@@ -151,9 +154,15 @@ def test_real_local_llm_writes_reproducible_documents(tmp_path):
     df = generate_shard(seeds(2), spec, params, str(tmp_path / "a"), progress=False)
     assert df["backend"].unique().tolist() == ["local"]
     assert df["model"].iloc[0].startswith("SmolLM2-135M-Instruct.Q4_1@")
-    assert (df["text"].str.len() > 0).all() and (df["tokens_out"] <= 16).all() and (df["tokens_in"] > 20).all()
+    # 16 tokens per call; a row's counts sum over its candidates (regenerations included).
+    assert (df["text"].str.len() > 0).all() and (df["tokens_out"] <= 16 * df["candidates"]).all()
+    assert (df["tokens_in"] > 20).all() and set(df["finish_reason"]) <= {"stop", "length"}
     again = generate_shard(seeds(2), spec, params, str(tmp_path / "b"), progress=False)  # fresh cache: regenerated
     assert again["text"].tolist() == df["text"].tolist()
+    # Seed steering (tasks/llm/steering.py) changes the calls, and with them the cache keys and the answers.
+    steered = generate_shard(seeds(2), spec, dataclasses.replace(params, steer=4.0, max_regenerations=0),
+                             str(tmp_path / "a"), progress=False)
+    assert steered["text"].tolist() != df["text"].tolist()
     b = LlamaCppBackend(n_threads=1)
     assert b.llama.metadata.get("tokenizer.chat_template", "").count("<|im_start|>") >= 1  # template from the GGUF
 
@@ -226,11 +235,57 @@ def test_residue_triggers_extra_candidates(tmp_path, recording):
         return f"A clean text about {req.messages[-1].content.split('terms: ')[1]}"
 
     recording.answer = answer
-    params = GenerationParams(doc_type="memo", max_tokens=20, retry_rounds=3)
+    params = GenerationParams(doc_type="memo", max_tokens=20, max_regenerations=3)
     df = generate_shard(seeds(2), "local:recording-test", params, str(tmp_path), progress=False)
     assert df["candidates"].tolist() == [3, 1] and len(recording.requests) == 4
     assert all(t.startswith("A clean text") for t in df["text"])
     none_left = generate_shard(seeds(2), "local:recording-test", GenerationParams(doc_type="memo", max_tokens=20,
-                                                                                  retry_rounds=1), str(tmp_path / "b"),
+                                                                                  max_regenerations=1), str(tmp_path / "b"),
                                progress=False)
     assert none_left["candidates"].tolist() == [2, 1] and "following terms" in none_left["text"].iloc[0]
+
+
+def test_degenerate_answers_are_regenerated_then_dropped_and_counted(tmp_path, recording):
+    """A seed whose answers are never documents gets max_regenerations more candidates, then its row is dropped;
+    quality counts come only from synthetic rows."""
+    def answer(req):
+        if req.seed in [candidate_seed(1000, j) for j in range(10)]:  # seed 1000: always the assistant talking
+            return "I'm an AI assistant designed to help with Wikipedia articles about many topics."
+        if req.seed == 1001:  # seed 1001: a loop first, then a document
+            return "The river, " + "river, " * 20
+        return "The old church by the river was rebuilt after the flood, and the village grew around it."
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="memo", max_tokens=40, max_regenerations=2)
+    rows = generate_shard(seeds(3), "local:recording-test", params, str(tmp_path), progress=False)
+    assert rows["candidates"].tolist() == [3, 2, 1] and rows["regenerations"].tolist() == [2, 1, 0]
+    assert rows["rejections"].tolist() == [["meta_talk"] * 3, ["repetition_loop"], []]
+    kept, report = split_documents(rows, params.max_regenerations)
+    assert kept["seed"].tolist() == [1001, 1002] and "document_reason" not in kept
+    assert report["rows_dropped"] == 1 and report["dropped_by_reason"] == {"meta_talk": 1}
+    assert report["rejected_candidates_by_reason"] == {"meta_talk": 3, "repetition_loop": 1}
+    assert report["regeneration_calls"] == 3 and report["rows_regenerated"] == 2 and report["candidates"] == 6
+    assert report["kept_per_class"] == {"0": 1, "1": 1}
+
+
+def test_steering_is_sent_to_local_backends_only():
+    template = PromptTemplate.load("generic")
+    params = GenerationParams(doc_type="memo", steer=3.0, no_repeat_ngram=4)
+    local = build_generation_requests(seeds(1), template, params, "local")[0][0]
+    assert local.steering is not None and local.steering.terms == seeds(1)[0].keyphrases
+    assert local.steering.strength == 3.0 and local.params()["steering"]["no_repeat_ngram"] == 4
+    remote = build_generation_requests(seeds(1), template, params, "anthropic")[0][0]
+    assert remote.steering is None and "steering" not in remote.params()
+    off = build_generation_requests(seeds(1), template, GenerationParams(doc_type="memo"), "local")[0][0]
+    assert off.steering is None and off.cache_key("local", "m") != local.cache_key("local", "m")
+    with pytest.raises(ConfigError):
+        GenerationParams(doc_type="memo", steer=-1.0)
+
+
+def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
+    from tasks.generation import clean_text
+
+    text = "The river rises in the hills. It flows north to the sea past the village. Its banks were first"
+    assert clean_text(text, "length") == "The river rises in the hills. It flows north to the sea past the village."
+    assert clean_text(text, "stop") == text  # the model stopped on its own: nothing to trim
+    assert clean_text("One. " + "and then " * 20, "length").endswith("then")  # would keep too little: left as is

@@ -5,6 +5,7 @@ Part 1 exercises the generation layer with a worst-case stand-in sampler (it cop
 verbatim): even then only released-vocabulary terms can be minted into prompt seeds. Part 2 runs the whole
 DP-KPS flow through the CLI against the fake Anthropic server.
 """
+import json
 import logging
 
 import pandas as pd
@@ -118,8 +119,12 @@ def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, mon
         assert main([*argv, "--dry-run"]) == 0  # the estimate reads, draws and sends nothing
         assert fake.sent_texts() == sent
     out, err = capfd.readouterr()
-    _, synthetic = read_release(str(tmp_path / "out"))
+    manifest, synthetic = read_release(str(tmp_path / "out"))
     assert len(synthetic) == 12 and {"backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out"} <= set(synthetic.columns)
+    # The gate is off, so quality.json holds only the generation counts (synthetic rows only).
+    quality = json.loads((tmp_path / "out" / "quality.json").read_text())
+    assert quality["gate"] == "off" and quality["generation"]["rows_kept"] == 12
+    assert quality["generation"]["rows_dropped"] == 0
     assert_no_canary(*sent, caplog.text, out, err, *synthetic["text"])
     assert KEY not in caplog.text + out + err
 

@@ -37,6 +37,13 @@ def test_seed_term_coverage_counts_whole_phrases():
     assert metrics.seed_term_coverage(texts, seeds) == pytest.approx((0.5 + 0.0) / 2)
 
 
+def test_degenerate_rate_uses_the_document_predicate():
+    texts = ["The river rises in the hills and flows north to the sea past the village.",
+             "I'm an AI assistant and I'm ready to help with your article."]
+    assert metrics.degenerate_rate(texts, [["river"], ["river"]]) == pytest.approx(0.5)
+    assert metrics.corpus_metrics(texts)["degenerate_rate"] == pytest.approx(0.5)
+
+
 def test_llm_usage_from_release_columns():
     df = pd.DataFrame({"text": ["x", "y", "z"], "backend": ["local", "local", "none"],
                        "model": ["m", "m", None], "tokens_in": [10, 20, 0], "tokens_out": [5, 7, 0]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,12 @@ import pytest
 
 from tasks.errors import ConfigError
 from tasks.quality import (
+    DEFAULT_RULES,
+    REJECTION_REASONS,
+    DocumentRules,
     derive_quality_columns,
+    document_rejection,
+    is_document,
     is_keyphrase_passthrough,
     release_gate,
     template_residue,
@@ -63,7 +69,8 @@ def test_good_corpus_passes_every_expectation():
     assert {"schema:required columns", "type:text is str", "type:keyphrases is list[str]", "text:not null",
             "text:not empty", "text:word count within bounds", "label:in declared set",
             "label:every class present", "text:duplicate rate under bound",
-            "text:no prompt or template residue", "text:not the keyphrase list passed through"} <= names
+            "text:no prompt or template residue"} <= names
+    assert {f"document:no {reason}" for reason in REJECTION_REASONS[4:]} <= names
     assert all(e["success"] for e in result["expectations"])
 
 
@@ -116,8 +123,18 @@ BAD_CASES = {
                                                                      "<|assistant|> More on protein folding."),
                                  {"text:no prompt or template residue"}, set()),
     "keyphrase list passed through": (
-        lambda df: with_rows(df, slice(0, 3), "text", lambda i: " ".join(df.at[i, "keyphrases"]) + "  "),
-        {"text:not the keyphrase list passed through"}, {"text:word count within bounds"}),
+        lambda df: with_rows(df, slice(0, 3), "text", lambda i: ", ".join(df.at[i, "keyphrases"]) + ", "
+                             + " ".join(reversed(df.at[i, "keyphrases"]))),
+        {"document:no seed_echo"}, set()),
+    "assistant meta-talk": (lambda df: with_rows(df, 4, "text", "I'm an AI assistant designed to help with "
+                                                                "Wikipedia articles and reports."),
+                            {"document:no meta_talk"}, set()),
+    "a loop to the token limit": (lambda df: with_rows(df, 6, "text", "The league table, " + "league, " * 40),
+                                  {"document:no repetition_loop"}, set()),
+    "truncated at the token limit": (
+        lambda df: with_rows(df.assign(finish_reason="stop"), 11, "finish_reason", "length")
+        .pipe(lambda d: with_rows(d, 11, "text", "Analysts discussed the grand slam and the league table while")),
+        {"document:no truncated"}, set()),
     "empty corpus": (lambda df: df.iloc[0:0], {"rows:at least min_rows", "label:every class present"},
                      {"text:duplicate rate under bound"}),  # a unique-value proportion of 0 rows is undefined
 }
@@ -148,7 +165,7 @@ def test_passthrough_is_the_expected_output_without_an_llm():
     df = good_corpus()
     df["text"] = [" ".join(k) + " and more words here" for k in df["keyphrases"]]
     df.loc[:2, "text"] = [" ".join(k) for k in df.loc[:2, "keyphrases"]]
-    assert "text:not the keyphrase list passed through" in run_gate(df, llm_used=True, min_words=1)["failed"]
+    assert "document:no seed_echo" in run_gate(df, llm_used=True, min_words=1)["failed"]
     assert run_gate(df, llm_used=False, min_words=1)["success"] is True
 
 
@@ -227,4 +244,127 @@ def test_a_list_echo_fails_the_gate_and_prose_with_every_keyphrase_passes():
     df["text"] = [", ".join(k) + ", and more, words, here, today, please" for k in df["keyphrases"]]
     assert run_gate(df, llm_used=True, min_words=1)["success"] is True  # half the words are others: not an echo
     df.loc[:2, "text"] = ["; ".join(reversed(k)) + "." for k in df.loc[:2, "keyphrases"]]
-    assert "text:not the keyphrase list passed through" in run_gate(df, llm_used=True, min_words=1)["failed"]
+    assert "document:no seed_echo" in run_gate(df, llm_used=True, min_words=1)["failed"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The document predicate (tasks.quality.document_rejection): degenerate rows fail with the right reason, real
+# documents pass.
+# ---------------------------------------------------------------------------------------------------------------
+FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "real_documents.json").read_text(encoding="utf-8"))
+
+# The six rows drawn from a `make demo` release in issue 14 (the first three as quoted there; the glossaries and
+# the tails "..." written out to the token limit as the model wrote them), then the other degenerate shapes.
+# Each: (text, seed keyphrases, finish_reason, expected reason).
+DEGENERATE = {
+    "issue14: AI self-description": (
+        "I'm an AI assistant designed to help with Wikipedia articles. I've been trained on a vast dataset of "
+        "articles and can write about many topics, including history, science and geography.",
+        ["member", "legislative", "assembly", "constituency", "gujarat"], "stop", "meta_talk"),
+    "issue14: a word to the token limit": (
+        "The Australian, Southerland, Tasmania, " + "Australia, " * 60,
+        ["australian", "southerland", "tasmania", "species", "coastal"], "length", "repetition_loop"),
+    "issue14: MADES builder of builds": (
+        " ".join(f'{w}: "{w}: BUILDER OF BUILDS"' for w in ["MADES", "DEMES", "BRETEUS", "CALOS", "MERIS", "TALOS",
+                                                           "DORES", "VELES", "PANOS", "KIRES", "SOLES", "NEMES"]),
+        ["builder", "mades", "published", "series", "village"], "length", "glossary"),
+    "issue14: seed list then I'm ready": (
+        '"Ship, published, Segal, worked, ireland, series, novel, action"  I\'m ready. I\'ll be ready to help.',
+        ["ship", "published", "segal", "worked", "ireland", "series", "novel", "action"], "stop", "seed_echo"),
+    "issue14: glossary of the seeds": (
+        "Corporation: The Corporation is a legal entity that is separate from its owners. Dist: The Dist refers to "
+        "a district, an area of a country or city. Railway: The Railway is a track made of steel rails. Founded: "
+        "Founded means started or established.",
+        ["corporation", "dist", "railway", "founded", "company"], "stop", "glossary"),
+    "issue14: glossary without the seed names": (
+        "Album: An album is a collection of recorded songs. Label: A label is a company that releases records. "
+        "Producer: A producer oversees the recording. Single: A single is a song released on its own.",
+        ["album", "label", "producer", "single", "band"], "stop", "glossary"),
+    "make demo (steered): definitions of the seeds": (
+        "The hotel is a luxury hotel in the United States. It is served by the television, and the primetime is "
+        "aired on the cable channel. The internationals are a luxury resort in the United Kingdom. The el is a "
+        "luxury resort located in the United Arab Emirates. The american is a luxury cruise ship.",
+        ["hotel", "television", "primetime", "served", "representatives", "internationals", "el", "american"],
+        "stop", "glossary"),
+    "make demo (steered): the term X is used": (
+        "The term refinement is a term used to describe the process of making something better. The term short is "
+        "used to describe a piece of writing. The term rendered is used to refer to edited work. The term hanlon "
+        "is a name given to a style of music.", ["refinement", "short", "rendered", "born", "hanlon", "musician"],
+        "stop", "glossary"),
+    "prompt echo": ("Write a Wikipedia article that contains the following terms: river, north, village.",
+                    ["river", "north", "village"], "stop", "prompt_residue"),
+    "chat opener": ("Sure, here is a short article about the river and the village that grew up on its banks.",
+                    ["river", "village"], "stop", "meta_talk"),
+    "as an AI language model": ("As an AI language model, I do not have opinions, but the river is long and wide.",
+                                ["river"], "stop", "meta_talk"),
+    "talk about the terms": ("This text uses all the given terms: the river flows north past the old village.",
+                             ["river", "north", "village"], "stop", "meta_talk"),
+    "refusal": ("I'm sorry, but I cannot write about that subject. Please ask me something else.", ["river"],
+                "stop", "meta_talk"),
+    "seed list as bullets": ("- river\n- north\n- village\n- bridge\n- market\n- church", ["river", "north", "village",
+                             "bridge", "market", "church"], "stop", "seed_echo"),
+    "seed list inside a sentence": ("The story mentions river, north, village, bridge, market and church in turn, "
+                                    "nothing more.", ["river", "north", "village", "bridge", "market", "church"],
+                                    "stop", "seed_echo"),
+    "phrase loop": ("The castle stands on the hill " + "of the arm " * 20 + "in the old town.", ["castle", "hill"],
+                    "length", "repetition_loop"),
+    "two-sentence cycle": (" ".join(["The river runs north to the sea past the mill.",
+                                     "The mill stands by the river and grinds the corn of the village."] * 8),
+                           ["river", "mill"], "length", "low_distinct"),
+    "counting loop": (" ".join(f"Volume {i} and chapter {i + 100} of the series." for i in range(1, 30)),
+                      ["volume", "series"], "length", "compressible"),
+    "Spanish": ("El río nace en las montañas del norte y desemboca en el mar después de pasar por la ciudad y el "
+                "pueblo antiguo.", ["river"], "stop", "wrong_language"),
+    "Cyrillic": ("Река берёт начало в горах на севере и впадает в море, протекая мимо старой деревни и города.",
+                 ["river"], "stop", "wrong_language"),
+    "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
+                               "its banks were first settled by", ["river", "village"], "length", "truncated"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEGENERATE))
+def test_each_degenerate_shape_is_rejected_with_its_reason(name):
+    text, seed, finish, reason = DEGENERATE[name]
+    assert document_rejection(text, seed, finish) == reason
+    assert not is_document(text, seed, finish)
+
+
+def test_real_documents_pass():
+    documents = FIXTURES["documents"]
+    assert len(documents) >= 20
+    rejected = {d["text"][:60]: document_rejection(d["text"], d["keyphrases"], "stop") for d in documents}
+    assert {k: v for k, v in rejected.items() if v is not None} == {}
+
+
+def test_a_complete_sentence_at_the_token_limit_is_not_truncated():
+    text = "The river rises in the northern hills and flows past the village of Tarvola to the sea."
+    assert document_rejection(text, ["river"], "length") is None
+    assert document_rejection(text[:-1] + " and", ["river"], "length") == "truncated"
+    assert document_rejection(text[:-1] + " and", ["river"], "stop") is None  # stopped on its own: not cut off
+
+
+def test_rules_are_parameters():
+    loop = "The castle stands on the hill. " + "Tower, " * 5 + "the end."
+    assert document_rejection(loop, ["castle"]) == "repetition_loop"
+    assert document_rejection(loop, ["castle"], rules=DocumentRules(max_token_run=6)) is None
+    spanish = DEGENERATE["Spanish"][0]
+    assert document_rejection(spanish, ["river"], rules=DocumentRules(language="es")) is None
+    assert document_rejection(spanish, ["river"], rules=DocumentRules(language=None)) is None
+    assert is_document("one two three", rules=DocumentRules(min_words=3))
+    assert not is_document("Lullaby.") and not is_document(None)
+    for bad in (dict(min_words=10, max_words=5), dict(min_distinct_2=1.5), dict(max_token_run=1),
+                dict(language="xx")):
+        with pytest.raises(ConfigError):
+            DocumentRules(**bad)
+    assert DEFAULT_RULES.language == "en"
+
+
+def test_the_gate_names_the_reason_of_a_degenerate_row():
+    df = good_corpus()
+    df["finish_reason"] = "stop"
+    text, seed, finish, reason = DEGENERATE["issue14: glossary of the seeds"]
+    df.at[5, "text"], df.at[5, "keyphrases"], df.at[5, "finish_reason"] = text, seed, finish
+    result = run_gate(df)
+    assert result["failed"] == [f"document:no {reason}"]
+    # Without an LLM a text is its keyphrase list: the document tests do not apply.
+    assert run_gate(df.assign(text=[" ".join(k) for k in df["keyphrases"]]), llm_used=False, min_words=1)["success"]

@@ -139,8 +139,10 @@ class AnthropicBackend(LLMBackend):
     @staticmethod
     def _result(message) -> ChatResult:
         text = "".join(getattr(b, "text", "") for b in message.content if getattr(b, "type", "") == "text")
+        stop = getattr(message, "stop_reason", None)
+        finish = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}.get(str(stop)) if stop else None
         return ChatResult(text=text.strip(), tokens_in=int(message.usage.input_tokens),
-                          tokens_out=int(message.usage.output_tokens))
+                          tokens_out=int(message.usage.output_tokens), finish_reason=finish)
 
     def _retrying(self, fn: Callable, what: str):
         import anthropic

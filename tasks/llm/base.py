@@ -28,6 +28,26 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class SeedSteering:
+    """Decoding controls for backends that sample token by token here (local llama.cpp; tasks/llm/steering.py).
+
+    ``terms``: the released seed terms to steer towards (already in the prompt; public). ``strength``: logit
+    bonus for a token that begins or continues a term not yet written (the same amount is taken off a written
+    term's first tokens); 0 turns steering off. ``repeat_penalty`` is llama.cpp's; ``no_repeat_ngram`` bans a
+    token that would repeat a word n-gram of the answer (0: off). Remote APIs cannot apply these and get none.
+    """
+
+    terms: tuple[str, ...]
+    strength: float = 0.0
+    repeat_penalty: float = 1.0
+    no_repeat_ngram: int = 0
+
+    def params(self) -> dict:
+        return {"terms": list(self.terms), "strength": self.strength, "repeat_penalty": self.repeat_penalty,
+                "no_repeat_ngram": self.no_repeat_ngram}
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """One chat completion request. ``seed`` makes sampling reproducible where the backend supports it
     (llama.cpp, OpenAI-compatible servers); Anthropic has no seed, so there it only keys the cache."""
@@ -37,9 +57,13 @@ class ChatRequest:
     temperature: float
     seed: int
     top_p: float = 1.0
+    steering: SeedSteering | None = None
 
     def params(self) -> dict:
-        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed, "top_p": self.top_p}
+        params = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed, "top_p": self.top_p}
+        if self.steering is not None:  # only then: unsteered requests keep the cache keys they always had
+            params["steering"] = self.steering.params()
+        return params
 
     def messages_dicts(self) -> list[dict[str, str]]:
         return [m.to_dict() for m in self.messages]
@@ -61,18 +85,26 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class ChatResult:
+    """One answer. ``finish_reason``: "stop" (the model ended it), "length" (it hit max_tokens), or None when the
+    backend did not say; the document predicate uses it to tell a text cut off at the limit."""
+
     text: str
     tokens_in: int
     tokens_out: int
     cached: bool = False
     meta: dict = field(default_factory=dict, compare=False)
+    finish_reason: str | None = None
 
     def to_dict(self) -> dict:
-        return {"text": self.text, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+        d = {"text": self.text, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+        if self.finish_reason is not None:
+            d["finish_reason"] = self.finish_reason
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, cached: bool = False) -> "ChatResult":
-        return cls(text=d["text"], tokens_in=int(d["tokens_in"]), tokens_out=int(d["tokens_out"]), cached=cached)
+        return cls(text=d["text"], tokens_in=int(d["tokens_in"]), tokens_out=int(d["tokens_out"]), cached=cached,
+                   finish_reason=d.get("finish_reason"))
 
 
 class LLMBackend(ABC):

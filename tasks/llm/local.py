@@ -173,16 +173,44 @@ class LlamaCppBackend(LLMBackend):
         with _MODELS_LOCK:
             return len(self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
+    @staticmethod
+    def _decoding(llm, req: ChatRequest) -> dict:
+        """llama.cpp arguments for the request's SeedSteering (none without one): the seed-steering logits
+        processor (tasks/llm/steering.py) and the repeat penalty."""
+        steering = req.steering
+        if steering is None:
+            return {}
+        kwargs: dict = {"repeat_penalty": float(steering.repeat_penalty)}
+        if steering.strength > 0 or steering.no_repeat_ngram > 0:
+            from llama_cpp import LogitsProcessorList
+
+            from tasks.llm.steering import SeedSteeringProcessor
+
+            processor = SeedSteeringProcessor(
+                steering.terms, steering.strength,
+                tokenize=lambda text: llm.tokenize(text.encode("utf-8"), add_bos=False, special=False),
+                detokenize=lambda ids: llm.detokenize(list(ids)).decode("utf-8", errors="ignore"),
+                eos_ids=[llm.token_eos()], no_repeat_ngram=steering.no_repeat_ngram)
+            kwargs["logits_processor"] = LogitsProcessorList([processor])
+        return kwargs
+
     def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
         out = []
         for i, req in enumerate(requests):
             with _MODELS_LOCK:  # per call, so close() from another thread never frees a model mid-call
-                r = self._loaded().create_chat_completion(
+                llm = self._loaded()
+                # Evaluate every prompt from scratch: llama-cpp-python otherwise reuses the KV cache of the
+                # previous call's common prefix, and the answer to a seed then depends on which call ran before
+                # it (measured: the same request gave two different texts), which breaks "same seed, same text".
+                llm.reset()
+                r = llm.create_chat_completion(
                     messages=req.messages_dicts(), max_tokens=req.max_tokens, temperature=req.temperature,
-                    top_p=req.top_p, seed=req.seed)
+                    top_p=req.top_p, seed=req.seed, **self._decoding(llm, req))
+            finish = r["choices"][0].get("finish_reason")
             res = ChatResult(text=(r["choices"][0]["message"]["content"] or "").strip(),
                              tokens_in=int(r["usage"]["prompt_tokens"]),
-                             tokens_out=int(r["usage"]["completion_tokens"]))
+                             tokens_out=int(r["usage"]["completion_tokens"]),
+                             finish_reason=str(finish) if finish else None)
             out.append(res)
             if on_each:
                 on_each(i, res)

@@ -92,8 +92,10 @@ class OpenAICompatibleBackend(LLMBackend):
             usage = d.get("usage") or {}
         except (KeyError, IndexError, TypeError) as e:
             raise PrivseedError(f"{self.base}/chat/completions answered without choices[0].message") from e
+        finish = (d.get("choices") or [{}])[0].get("finish_reason")
         return ChatResult(text=text.strip(), tokens_in=int(usage.get("prompt_tokens", 0)),
-                          tokens_out=int(usage.get("completion_tokens", 0)))
+                          tokens_out=int(usage.get("completion_tokens", 0)),
+                          finish_reason=str(finish) if finish else None)
 
     def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
         return run_concurrently(self._one, requests, self.max_concurrency, on_each)

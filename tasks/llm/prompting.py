@@ -17,7 +17,6 @@ llama.cpp, the server for remote APIs); nothing here guesses it.
 """
 from __future__ import annotations
 
-import re
 import string
 from dataclasses import dataclass
 from importlib import resources
@@ -27,8 +26,10 @@ from typing import Sequence
 import yaml
 
 from tasks.errors import ConfigError
-from tasks.llm.base import ChatMessage, ChatRequest
+from tasks.llm.base import ChatMessage, ChatRequest, SeedSteering
 from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, UnreleasedValueError
+# One coverage measure in the codebase (tasks/metrics.py), re-exported for the prompt layer's users.
+from tasks.metrics import term_coverage  # noqa: F401
 
 ALLOWED_FIELDS = {"doc_type", "terms"}
 CLASS_NAME_FIELD = "class_name"
@@ -137,27 +138,14 @@ def build_messages(template: PromptTemplate, seed: ReleasedSeed, doc_type: str,
 
 def build_request(template: PromptTemplate, seed: ReleasedSeed, doc_type: str, *, max_tokens: int,
                   temperature: float, call_seed: int, few_shot: Sequence[RecipientExample] = (),
-                  top_p: float = 1.0, class_names: PublicClassNames | None = None) -> ChatRequest:
+                  top_p: float = 1.0, class_names: PublicClassNames | None = None,
+                  steering: SeedSteering | None = None) -> ChatRequest:
+    """One request for ``seed``. ``steering`` (local backends) must steer towards this seed's own terms."""
+    if steering is not None and tuple(steering.terms) != tuple(seed.keyphrases):
+        raise UnreleasedValueError("steering terms must be the seed's own released keyphrases")
     if max_tokens <= 0:
         raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
     if temperature < 0:
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
     return ChatRequest(build_messages(template, seed, doc_type, few_shot, class_names), int(max_tokens),
-                       float(temperature), int(call_seed), float(top_p))
-
-
-_TOKEN = re.compile(r"[0-9a-z]+")
-
-
-def _norm(text: str) -> str:
-    return " " + " ".join(_TOKEN.findall(text.lower())) + " "
-
-
-def term_coverage(text: str, terms: Sequence[str]) -> float:
-    """Fraction of distinct seed terms that occur in ``text`` as whole words (case-insensitive;
-    multi-word terms must appear contiguously). Used to rank best-of-k candidates and in the docs."""
-    distinct = [t for t in dict.fromkeys(terms) if _TOKEN.search(t.lower())]
-    if not distinct:
-        return 0.0
-    hay = _norm(text)
-    return sum(_norm(t) in hay for t in distinct) / len(distinct)
+                       float(temperature), int(call_seed), float(top_p), steering)
