@@ -955,11 +955,10 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: dict[str, str], labels
 
 def generation_quality(train: pd.DataFrame, llm: str, release_s: float) -> dict[str, float | None]:
     """What the LLM made of its prompts, from the released rows: mean seed-term coverage (the measure best-of-k
-    ranks by), the share of rows that are not documents (tasks.generation.acceptable: too short, prompt or
-    chat-template residue, the seed list echoed back), and output tokens per second of release wall time
+    ranks by), the share of rows that are not documents (tasks.metrics.degenerate_rate: the one document
+    predicate of the release gate, tasks.quality.document_rejection), and output tokens per second of release wall time
     (an end-to-end lower bound: for DP-KPS it includes the DP stage). None where it does not apply."""
-    from tasks.generation import acceptable
-    from tasks.llm.prompting import term_coverage
+    from tasks.metrics import degenerate_rate, term_coverage
 
     if llm == "none" or train.empty:
         return {"coverage": None, "degenerate_rate": None, "tokens_per_s": None, "release_s": None}
@@ -967,7 +966,7 @@ def generation_quality(train: pd.DataFrame, llm: str, release_s: float) -> dict[
     texts = train["text"].astype(str).tolist()
     seeded = [(t, k) for t, k in zip(texts, keyphrases) if k]
     coverage = float(np.mean([term_coverage(t, k) for t, k in seeded])) if seeded else None
-    degenerate = float(np.mean([not acceptable(t, k) for t, k in zip(texts, keyphrases)]))
+    degenerate = degenerate_rate(texts, keyphrases)
     tokens = float(pd.to_numeric(train.get("tokens_out", pd.Series(dtype=float)), errors="coerce").sum())
     ok_time = release_s == release_s and release_s > 0
     return {"coverage": coverage, "degenerate_rate": degenerate,
