@@ -67,7 +67,9 @@ def test_canary_never_reaches_a_backend_or_a_log(tiny_corpus, tmp_path, caplog, 
     caplog.set_level(logging.DEBUG)
     corpus = private_corpus(tiny_corpus)
     seeds, _ = copying_sampler(corpus, released_vocabulary())
-    params = GenerationParams(doc_type="summary of a Wikipedia-style article", template="coverage", max_tokens=32)
+    # No regeneration: the recorder echoes its prompt (not a document), and one call per seed is what is counted.
+    params = GenerationParams(doc_type="summary of a Wikipedia-style article", template="coverage", max_tokens=32,
+                              max_regenerations=0)
 
     recording = RecordingBackend()
     register_backend("local:canary-recorder", recording)
