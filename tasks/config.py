@@ -99,7 +99,16 @@ class ReleaseConfig(BaseModel):
     @classmethod
     def _labels_from_file(cls, values: Any) -> Any:
         """``labels_file`` is read here, once, into ``labels``; the manifest then shows the labels themselves."""
-        if not isinstance(values, dict) or not values.get("labels_file"):
+        if not isinstance(values, dict):
+            return values
+        if not values.get("labels_file") and values.get("labels") is None and values.get("class_names"):
+            # The owner's public class names file is configuration too: its labels are the declared set.
+            from tasks.llm.released import load_class_names
+
+            values = dict(values)
+            values["labels"] = list(load_class_names(values["class_names"], values.get("storage_options")).labels)
+            return values
+        if not values.get("labels_file"):
             return values
         if values.get("labels") is not None:
             raise ValueError("give the label set once: --labels or --labels-file (or `labels` in the config file), "

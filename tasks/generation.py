@@ -112,7 +112,7 @@ def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: Gene
     """Candidate j of ``seed`` (pure): the seed's prompt with call seed ``candidate_seed(seed.seed, j)``."""
     return build_request(template, seed, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
                          top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
-                         steering=steering_for(seed, params, backend_kind))
+                         class_names=params.class_names, steering=steering_for(seed, params, backend_kind))
 
 
 def build_generation_requests(seeds: Sequence[ReleasedSeed], template: PromptTemplate,

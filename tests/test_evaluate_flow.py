@@ -303,7 +303,7 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
         f'out = "{tmp_path / "results"}"\n[generation]\nmax_tokens = 16\ntemperature = 0.7\n'
         '[dpkps]\nvocab_size = 50\nn_features = 50\n'
         f'[dataset]\nname = "tiny"\ntrain = "{tmp_path / "train.parquet"}"\ntest = "{tmp_path / "test.parquet"}"\n'
-        'private_per_class = 12\nsynthetic_per_class = 2\nclass_names = "names.toml"\n')
+        'private_per_class = 12\nsynthetic_per_class = 2\nclass_names = "names.toml"\nlabels = [0, 1, 2]\n')
     spec = ev.load_experiment(str(tmp_path / "grid.toml"))
     assert spec.datasets[0].class_names == str(tmp_path / "names.toml")  # relative to the experiment file
     assert [c.id for c in ev.grid_cells(spec)] == [
@@ -335,5 +335,5 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
     md = open(result["markdown"]).read()
     assert "class names in prompt" in md and "| tiny | independent | local:fake-grid | yes |" in md
     with pytest.raises(ConfigError, match="needs a class_names file"):
-        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t"}, "methods": ["independent"], "eps": [[1, 5]],
+        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["independent"], "eps": [[1, 5]],
                                   "seeds": [0], "llm": "local", "class_names": [True]})

@@ -495,7 +495,7 @@ def test_augpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_
     from flows.evolution import run_augpe
 
     extra = {"vocab_words": True, "vocab_size": 20, "vocab_top": 5000, "words_per_prompt": 3} if vocab_words else {}
-    out = run_augpe(_cfg(two_class_corpus, tmp_path / "local", llm="local", per_class=1, max_tokens=32,
+    out = run_augpe(_cfg(two_class_corpus, tmp_path / "local", llm="local", per_class=1, max_tokens=32, labels=["0", "1"],
                          epsilon=4.0, **extra))
     manifest, frame, ledger = _read_release(Path(out))
     assert manifest["rows"] == 2 and frame["backend"].eq("local").all()
@@ -510,7 +510,7 @@ def test_secpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(12)]}).to_parquet(public)
-    cfg = _cfg(two_class_corpus, tmp_path / "local-secpe", llm="local", per_class=1, max_tokens=32,
+    cfg = _cfg(two_class_corpus, tmp_path / "local-secpe", llm="local", per_class=1, max_tokens=32, labels=["0", "1"],
                public=str(public), clusters=4, secrets="words", secret_quantile=0.02, secret_count=400)
     cfg.pop("epsilon")
     out = run_secpe(cfg)

@@ -44,7 +44,7 @@ def _dpkps_config(data: str, out: Path, **overrides) -> dict:
     values = dict(data=data, out=str(out), state=str(out.parent / f"{out.name}-state"), method="independent",
                   vocab_top=VOCAB_TOP, vocab_size=40, n_features=N_FEATURES, per_class=4, length=5,
                   eps_voc=EPS_VOC, eps_kde=EPS_KDE, first_terms=S, bandwidth=BANDWIDTH, llm="none", gate=False,
-                  n_workers=1, seed=0)
+                  n_workers=1, seed=0, labels=[str(label) for label in TOPICS])
     values.update(overrides)
     return values
 
@@ -202,7 +202,8 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
     base = pd.DataFrame({"text": [" ".join(words[:popular])] * 30, "label": 0})
     with_canary = pd.concat([base, pd.DataFrame({"text": [" ".join(canary_terms)], "label": [0]})],
                             ignore_index=True)
-    cfg = DpKpsConfig(data="unused", out=str(tmp_path / "out"), vocab=str(vocab_file), eps_voc=eps, first_terms=S,
+    cfg = DpKpsConfig(data="unused", out=str(tmp_path / "out"), labels=["0"], vocab=str(vocab_file), eps_voc=eps,
+                      first_terms=S,
                       vocab_size=popular + slots)
     canary_ids = set(range(popular, popular + S))
     rates = {}
@@ -252,7 +253,8 @@ def test_augpe_vote_noise_has_the_schedules_sigma(prefect_harness, tmp_path, mon
         augpe_flow({"data": data, "out": str(out), "state": str(tmp_path / "augpe-state"), "llm": "local:fake-topics",
                     "per_class": 4, "variations": 2, "iterations": 3, "epsilon": 2.0, "delta": 1e-5, "gate": False,
                     "doc_type": "short text", "seed": 3, "progress": False, "vocab_words": True,
-                    "vocab_top": VOCAB_TOP, "eps_voc": EPS_VOC, "first_terms": S})
+                    "vocab_top": VOCAB_TOP, "eps_voc": EPS_VOC, "first_terms": S,
+                    "labels": [str(label) for label in TOPICS]})
     finally:
         register_backend("local:fake-topics", None)
     ledger = json.loads((out / "ledger.json").read_text())
