@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
+import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
 

@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
+import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from tasks import __version__
 from tasks.errors import PrivseedError
 

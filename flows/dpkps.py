@@ -15,7 +15,7 @@ import argparse
 import logging
 from typing import Any
 
-import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
+import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger, task
@@ -27,6 +27,9 @@ from tasks.config import DpKpsConfig, ReleaseConfig, build_config
 from tasks.corpus import list_shards, publish_release, read_shard
 from tasks.errors import ConfigError, CorpusError, retry_if_transient
 from tasks.ledger import PrivacyLedger
+from tasks.stages import stage_logger
+from tasks.stages.corpus import load_private_corpus, resolve_labels
+from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
 
 log = logging.getLogger(__name__)
 
@@ -34,80 +37,6 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------------
 # Tasks: thin wrappers that do I/O around the pure functions in tasks/.
 # ---------------------------------------------------------------------------------------------------
-@task(name="load-private-corpus", retries=2, retry_condition_fn=retry_if_transient,
-      retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
-def load_private_corpus(cfg: ReleaseConfig) -> pd.DataFrame:
-    """All shards of the private corpus, read in parallel on the cluster."""
-    from tasks.cluster import map_shards
-
-    shards = list_shards(cfg.data, cfg.storage_options)
-    frames = map_shards(read_shard, shards, cfg.text_column, cfg.label_column, cfg.storage_options)
-    corpus = pd.concat(frames, ignore_index=True)
-    if corpus.empty:
-        raise CorpusError(f"the corpus at {cfg.data!r} is empty (no rows in {len(shards)} shard(s))")
-    get_run_logger().info("loaded the private corpus from %d shard(s)", len(shards))
-    return corpus
-
-
-def resolve_labels(cfg: ReleaseConfig, corpus: pd.DataFrame) -> list:
-    """The declared label set, in the type of the label column (int or str). Declared labels are the only
-    classes: a declared class with no documents is sampled from its noisy sketch like any other (no error, no
-    special path, so emptiness is never revealed), and a row whose label is not declared stops the run before
-    anything is drawn. That error is for the operator and names neither the labels nor how many rows carry
-    them; it is never written to a release."""
-    from tasks.config import LABELS_HELP
-
-    if cfg.labels is None:
-        raise ConfigError("no label set declared; " + LABELS_HELP)
-    integer = pd.api.types.is_integer_dtype(corpus["label"].dtype)
-    declared = [_as_label_type(label, integer, cfg.label_column) for label in cfg.labels]
-    undeclared = ~corpus["label"].astype(str).isin({str(label) for label in declared})
-    if undeclared.any():
-        raise ConfigError(
-            f"the corpus has rows whose label (column {cfg.label_column!r}) is not in the declared label set; "
-            "privseed never turns an undeclared label into a class. Declare every label the corpus may carry "
-            "(--labels / --labels-file / `labels` in the config file), drop those rows from the input, or check "
-            "--label-column. (Which labels and how many rows are deliberately not shown.)")
-    return declared
-
-
-def _as_label_type(label: str, integer: bool, column: str) -> Any:
-    """Labels are declared as text; an integer label column gets integer labels (the released rows then
-    carry the same type as the recipient's test split)."""
-    if not integer:
-        return label
-    try:
-        return int(label)
-    except ValueError:
-        raise ConfigError(f"declared label {label!r} is not an integer, but the label column {column!r} holds "
-                          "integers; declare the integer labels (e.g. --labels 0,1,2)") from None
-
-
-@task(name="open-ledger", persist_result=False, cache_policy=NO_CACHE)
-def open_ledger(cfg: ReleaseConfig, corpus: pd.DataFrame) -> PrivacyLedger:
-    """The run's ledger in the owner's private state. The corpus is identified by a keyed HMAC (the key lives
-    in the state folder only) and the run id is random unless ``--run-id`` resumes a run: nothing about the
-    data goes into a name or a release."""
-    from tasks.identity import data_identity, load_or_create_key, new_run_id
-
-    identity = data_identity(corpus, load_or_create_key(cfg.state_uri, cfg.storage_options))
-    run_id = cfg.run_id or new_run_id()
-    ledger = PrivacyLedger(cfg.state_uri, identity, run_id, cfg.storage_options)
-    _stage_logger().info("privacy ledger: run %s in the private state %s (%d release(s) already drawn); to resume "
-                         "this run after a failure, pass --run-id %s", run_id, cfg.state_uri, len(ledger.entries()),
-                         run_id)
-    return ledger
-
-
-def log_cumulative_total(ledger: PrivacyLedger) -> None:
-    """Operator log: what every run in this state folder spent, composed conservatively (owner-only figure)."""
-    cumulative = ledger.cumulative_total()
-    _stage_logger().info("state folder %s: cumulative epsilon=%g, delta=%g over %d run(s) (runs compose unless "
-                         "their corpora are provably disjoint; the full account is %s)", ledger.state_uri,
-                         cumulative["epsilon"], cumulative["delta"], len(cumulative["runs"]),
-                         ledger.private_uri("ledger.json"))
-
-
 # -- DP-KPS privatization stages (steps 2-6 of docs/dpkps.md). Pure math lives in tasks/vocabulary.py,
 # tasks/kde.py and tasks/sampling.py; these wrappers map it over shards and route every release through
 # the ledger, so noise is drawn once and re-read on retry or re-run.
@@ -116,16 +45,6 @@ PRIVATE_TASK = dict(persist_result=False, cache_policy=NO_CACHE)
 #: Selection rule used when --selection is not given, chosen on public data (docs/dpkps.md).
 DEFAULT_SELECTION = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5",
                      "histogram": "power-1", "histogram-markov": "power-1"}
-
-
-def _stage_logger():
-    """The run logger inside a flow; the module logger when a stage body is called directly (tests)."""
-    from prefect.exceptions import MissingContextError
-
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return log
 
 
 def selection_rule(cfg: DpKpsConfig) -> str:
@@ -190,7 +109,7 @@ def release_vocabulary(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLe
 def privatize_vocabulary_stage(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLedger) -> list[str]:
     """V~ (``release_vocabulary``), as a task."""
     terms = release_vocabulary(counts, cfg, ledger)
-    _stage_logger().info("privatized vocabulary: %d terms", len(terms))
+    stage_logger().info("privatized vocabulary: %d terms", len(terms))
     return terms
 
 
@@ -242,7 +161,7 @@ def sketch_per_class(shards: list[tuple[list[str], list]], labels: list, terms: 
                 mechanism=sketch_mechanism(cfg.mechanism, spec.n_features, budgets[k], delta_each),
                 noise=cfg.noise("kde-noise", str(c), str(k)), exact=lambda c=c, k=k: exact[c, k],
             )["noisy"]
-    _stage_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
+    stage_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
     return released
 
 
@@ -267,7 +186,7 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
     ids = sample_sequences(cfg.method, sketches, released, per_class=cfg.per_class, length=cfg.length, rule=rule,
                            rng=public_rng(cfg.seed, "sample"))
     rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
-    _stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
+    stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
     # Generation mints prompt seeds only from terms of the released vocabulary (tasks/llm/released.py).
     sequences.attrs["released_vocabulary"] = list(terms)
@@ -336,7 +255,7 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
                                  postprocess=lambda noisy: top_k(np.asarray(noisy, dtype=np.float64), cfg.hist_top_k),
                                  partition=f"class{c}", stage="histogram")
                 for c in range(len(labels))]
-    _stage_logger().info("released the top %d noisy terms of %d classes", cfg.hist_top_k, len(labels))
+    stage_logger().info("released the top %d noisy terms of %d classes", cfg.hist_top_k, len(labels))
     return released
 
 
@@ -377,7 +296,7 @@ def privatize_class_pairs(shards: list[tuple[list[str], list]], labels: list, te
             postprocess=lambda noisy: {"noisy_starts": np.asarray(noisy[0], dtype=np.float64),
                                        "noisy_pairs": np.asarray(noisy[1:], dtype=np.float64)},
             partition=f"class{c}", stage="markov"))
-    _stage_logger().info("released start and pair counts over %d terms per class", k)
+    stage_logger().info("released start and pair counts over %d terms per class", k)
     return released
 
 
@@ -412,7 +331,7 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
     rule = SelectionRule.parse(selection_rule(cfg))
     ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"))
     rows = [(label, [vocabulary.terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
-    _stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)
+    stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
     # The released terms of every class are what generation may mint prompt seeds from.
     released_terms = sorted({vocabulary.terms[int(t)] for r in releases for t in r.term_ids})
@@ -461,16 +380,6 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, la
     config["prompt_class_names"] = class_names if cfg.llm != "none" else None
     return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate, extra_files=extra,
                            storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)
-
-
-def warn_if_insecure(cfg: ReleaseConfig, logger: Any) -> None:
-    """Says loudly, before anything is drawn, that this run's noise is reproducible from the public seed."""
-    if cfg.insecure_reproducible_noise:
-        from tasks.mechanisms import INSECURE_STAMP
-
-        logger.warning("%s: --insecure-reproducible-noise draws every noise value from --seed %d, which is "
-                       "published; the release is stamped and the release gate refuses it unless "
-                       "--allow-insecure-release", INSECURE_STAMP, cfg.seed)
 
 
 def _check_local_model(llm: str) -> None:
@@ -557,7 +466,7 @@ def dry_run(cfg: DpKpsConfig) -> dict:
         estimate = estimate_generation(placeholder_sequences(cfg), cfg)
         result = {"dry_run": True, "estimate": estimate.describe(), "calls": estimate.calls, "usd": estimate.usd,
                   "tokens_in": estimate.tokens_in, "tokens_out_max": estimate.tokens_out_max}
-    _stage_logger().info("dry run, nothing drawn, charged or sent: %s", result["estimate"])
+    stage_logger().info("dry run, nothing drawn, charged or sent: %s", result["estimate"])
     return result
 
 

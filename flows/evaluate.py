@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import flows._runtime  # noqa: F401  (offline settings before prefect is imported)
+import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from tasks import classify, corpus, metrics, report, storage
 from tasks.histogram_seeds import pair_coherence
 from tasks.errors import ConfigError, CorpusError, retry_if_transient
-from prefect import flow, task  # noqa: E402  (after flows._runtime)
+from prefect import flow, task  # noqa: E402  (after tasks._runtime)
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 log = logging.getLogger("privseed.evaluate")
@@ -643,7 +643,7 @@ def _check_section(values: dict[str, Any], section: str, model: str) -> None:
 
 def calls_per_text(spec: ExperimentSpec) -> int:
     """LLM calls a PE method spends per released text: N (K+1) RANDOM + (T-1) N K VARIATION per class = N (1 + T K)."""
-    from flows.evolution import AugPeConfig
+    from tasks.config import AugPeConfig
     from tasks.evolution import evolution_call_plan
 
     defaults = AugPeConfig.model_fields

@@ -262,6 +262,100 @@ class DpKpsConfig(ReleaseConfig):
         return self.epsilon if self.epsilon is not None else self.eps_voc + self.eps_kde
 
 
+class EvolutionConfig(ReleaseConfig):
+    """What Aug-PE and SecPE share. ``per_class`` is the population size N kept per class each round."""
+
+    llm: str = Field(default="local", description="PE needs an LLM: local[:PATH] | anthropic:MODEL | openai-compatible:URL")
+    iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds")
+    variations: int = Field(default=2, ge=1, le=100, description="K: LLM variations of each kept sample per round")
+    variation: Literal["paraphrase", "fill-blanks", "mixed"] = Field(
+        default="mixed", description="VARIATION_API prompt; mixed alternates paraphrase and fill-in-the-blanks")
+    mask_fraction: float = Field(default=0.3, ge=0.0, lt=1.0, description="fill-in-the-blanks: share of words blanked")
+    max_tokens: int = Field(default=128, ge=8, le=8192)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    embedding_model: str = "minilm"
+    llm_shards: int = Field(default=1, ge=1, le=1024,
+                            description="split each round's LLM calls into this many Dask tasks (1: in-process)")
+    llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
+    progress: bool = Field(default=True, description="progress bars of the LLM calls on stderr")
+    dry_run: bool = Field(default=False, description="print the call plan and cost estimate; send and draw nothing")
+    min_words: int = Field(default=5, ge=0, le=10_000,
+                           description="candidates with fewer words (or with prompt residue) are not documents: they "
+                                       "get no votes and are kept only when a class has too few others")
+
+    @model_validator(mode="after")
+    def _needs_llm(self) -> "EvolutionConfig":
+        if self.llm.split(":", 1)[0] == "none":
+            raise ValueError("private evolution needs an LLM (RANDOM_API / VARIATION_API); --llm none is DP-KPS only")
+        return self
+
+
+class AugPeConfig(EvolutionConfig):
+    """Aug-PE (Xie et al. 2024) and AugPE+V~. See docs/baselines.md."""
+
+    privacy_fields: ClassVar[tuple[str, ...]] = (
+        "labels", "epsilon", "delta", "noise_multiplier", "n_upper_bound", "iterations", "per_class", "variations",
+        "variation", "threshold", "selection", "vocab_words", "vocab", "vocab_top", "eps_voc", "first_terms",
+        "vocab_size", "words_per_prompt", "embedding_model", "text_column", "label_column", "llm", "max_tokens",
+        "temperature", "mask_fraction", "doc_type", "min_words",
+    )
+
+    epsilon: float | None = Field(default=None, description="DP budget of the T voting rounds (default 4.0)")
+    delta: float | None = Field(default=None, description="default 1/(n ln n) with n = --n-upper-bound (public)")
+    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma; instead of --epsilon")
+    n_upper_bound: int = Field(default=1_000_000, ge=3,
+                               description="a public upper bound on the private corpus size, for the default delta")
+    threshold: float = Field(default=0.0, description="H: noisy counts below H are dropped")
+    selection: Literal["rank", "sample"] = "rank"
+    vocab_words: bool = Field(default=False, description="AugPE+V~: random words of DP-KPS's released vocabulary")
+    words_per_prompt: int = Field(default=5, ge=1, le=100)
+    vocab: str = "english"
+    vocab_top: int | None = 50_000
+    eps_voc: float = Field(default=1.0, gt=0.0)
+    first_terms: int = Field(default=10, ge=1)
+    vocab_size: int = Field(default=1000, ge=1)
+
+    @model_validator(mode="after")
+    def _budget(self) -> "AugPeConfig":
+        if self.epsilon is not None and self.noise_multiplier is not None:
+            raise ValueError("give --epsilon or --noise-multiplier, not both")
+        if self.epsilon is not None and not (self.epsilon > 0 and self.epsilon < float("inf")):
+            raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon}")
+        if self.delta is not None and not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta}")
+        return self
+
+
+class SecPeConfig(EvolutionConfig):
+    """SecPE (Wang et al.): (p, r)-secret protection with secret clustering. See docs/baselines.md."""
+
+    privacy_fields: ClassVar[tuple[str, ...]] = (
+        "labels", "public", "p", "r_over_p", "clusters", "secrets", "secret_quantile", "secret_count", "radius",
+        "secret_vocab_top",
+        "rho_norm", "noise_multiplier", "delta", "n_upper_bound", "iterations", "per_class", "variations",
+        "variation", "embedding_model", "text_column", "label_column", "public_text_column", "llm", "max_tokens",
+        "temperature", "mask_fraction", "doc_type", "value_discretization", "min_words",
+    )
+
+    public: str = Field(description="a public corpus of the same domain (Parquet; only its text column is read)")
+    public_text_column: str = "text"
+    p: float = Field(default=1e-4, gt=0.0, lt=1.0, description="the adversary's prior success probability")
+    r_over_p: float = Field(default=10.0, gt=1.0, description="r / p; r is the bound on reconstruction success")
+    clusters: int = Field(default=50, ge=1, description="K: public k-means clusters")
+    secrets: str = Field(default="words", description="words | pii | FILE (one secret term per line)")
+    secret_quantile: float = Field(default=0.5, ge=0.0, le=1.0,
+                                   description="words: secrets sit around this rank quantile of the public word list")
+    secret_count: int = Field(default=200, ge=1, description="words: how many secret words")
+    secret_vocab_top: int = Field(default=50_000, ge=10, description="words: size of the public word list (wordfreq)")
+    radius: float = Field(default=1.0, gt=0.0, description="R: clipping radius of embeddings (unit vectors: 1)")
+    rho_norm: Literal["max", "paper"] = "max"
+    noise_multiplier: float | None = Field(default=None, gt=0.0,
+                                           description="fix sigma publicly instead of calibrating it on the secrets")
+    delta: float | None = Field(default=None, description="delta of the reported DP epsilon (default 1/(n ln n))")
+    n_upper_bound: int = Field(default=1_000_000, ge=3)
+    value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1)
+
+
 def _load_file(path: str) -> dict[str, Any]:
     file = Path(path)
     if not file.exists():

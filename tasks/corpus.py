@@ -82,7 +82,13 @@ def read_shard(
             f"shard {path} has no column {', '.join(map(repr, missing))}; "
             f"its columns are {table.column_names} (set --text-column / --label-column)"
         )
-    frame = table.select([text_column, label_column]).to_pandas()
+    return validate_corpus_frame(table.select([text_column, label_column]).to_pandas(), path, text_column,
+                                 label_column)
+
+
+def validate_corpus_frame(frame: pd.DataFrame, path: str, text_column: str, label_column: str) -> pd.DataFrame:
+    """Rows of shard ``path`` (columns text_column, label_column in that order) as columns ``text`` (str) and
+    ``label``, or a CorpusError naming the shard and the column. No error names a count or a row."""
     frame.columns = ["text", "label"]
     bad_text = frame["text"].isna() | (frame["text"].astype(str).str.strip() == "")
     if bad_text.any():

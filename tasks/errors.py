@@ -1,9 +1,21 @@
 """The exceptions users see. Each message names the problem (a file, a column, a parameter) and never
-contains private content: no document text, no private counts."""
+contains private content: no document text, no private counts.
+
+Whether a failure is worth retrying is a property of its class (``transient``), read by every Prefect task's
+retry condition (``retry_if_transient``) and by the work-unit retries of the data path: a deterministic error
+(bad configuration, an unreadable shard, a refused release) fails the same way again, so it is never retried.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
 
 
 class PrivseedError(Exception):
     """Base class of every error privseed raises on purpose."""
+
+    #: True when the same call may succeed if repeated (a storage hiccup, a throttled read, a busy server).
+    transient: ClassVar[bool] = False
 
 
 class ConfigError(PrivseedError, ValueError):
@@ -15,7 +27,10 @@ class CorpusError(PrivseedError):
 
 
 class StorageError(PrivseedError):
-    """Object storage failed (unreachable endpoint, refused write). The last good release is untouched."""
+    """Object storage failed (unreachable endpoint, throttled or refused request). The last good release is
+    untouched; the same request may succeed later."""
+
+    transient = True
 
 
 class LedgerMismatchError(PrivseedError):
@@ -32,19 +47,36 @@ class GateFailedError(PrivseedError):
         self.quarantine = quarantine
 
 
-# Failures that a retry cannot fix: the same input and configuration fail the same way again. Retrying them
-# only repeats work and tracebacks (a failed release gate would re-run the whole gate twice).
-DETERMINISTIC_ERRORS: tuple[type[PrivseedError], ...] = (ConfigError, CorpusError, LedgerMismatchError,
-                                                         GateFailedError)
+#: Errors of other libraries that a repeat can fix: the network and the OS saying "not now". Anything else from
+#: outside privseed (KeyError, TypeError, an HTTP 401, a worker killed for memory) is a bug or a configuration
+#: problem and fails at once.
+_TRANSIENT_FOREIGN: tuple[type[BaseException], ...] = (OSError,)
+#: ...except the OSErrors that name a path that is not there or not allowed: the same call fails again.
+_DETERMINISTIC_OS: tuple[type[BaseException], ...] = (FileNotFoundError, FileExistsError, PermissionError,
+                                                      IsADirectoryError, NotADirectoryError)
+_TRANSIENT_FOREIGN_NAMES = frozenset({
+    # by name, so this module imports none of these libraries
+    "ReadTimeout", "ConnectTimeout", "ConnectError", "RemoteProtocolError", "PoolTimeout",  # httpx
+    "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError", "ConnectTimeoutError",  # botocore
+    "ServerDisconnectedError", "ClientConnectorError",  # aiohttp (s3fs)
+    "CommClosedError",  # distributed: a connection dropped, not a worker killed
+    "RetryableCallError",  # tasks.llm.retry: 429 / 5xx after the backend's own backoff
+})
 
 
 def is_transient(exc: BaseException | None) -> bool:
-    """Worth retrying: anything but a deterministic privseed error (storage hiccups, a crashed LLM call...)."""
-    return not isinstance(exc, DETERMINISTIC_ERRORS)
+    """Worth retrying: a privseed error whose class says so, or a network/OS error of another library."""
+    if exc is None:
+        return False
+    if isinstance(exc, PrivseedError):
+        return type(exc).transient
+    if isinstance(exc, _TRANSIENT_FOREIGN):  # ConnectionError, TimeoutError, "connection reset", ...
+        return not isinstance(exc, _DETERMINISTIC_OS)
+    return any(cls.__name__ in _TRANSIENT_FOREIGN_NAMES for cls in type(exc).__mro__)
 
 
 def retry_if_transient(task: object, task_run: object, state: object) -> bool:
-    """Prefect `retry_condition_fn`: retry a failed task run unless it raised a deterministic error."""
+    """Prefect `retry_condition_fn`: retry a failed task run only when it raised a transient error."""
     exc = getattr(state, "data", None)
     if not isinstance(exc, BaseException):
         try:

@@ -130,7 +130,7 @@ def test_selection_rule_flags_reach_the_sampler():
 def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_command():
     from flows.cli import build_parser
     from flows.dpkps import flags_from_args
-    from flows.evolution import AugPeConfig, SecPeConfig
+    from tasks.config import AugPeConfig, SecPeConfig
     from tasks.mechanisms import secure_noise
 
     parser = build_parser()

@@ -43,7 +43,7 @@ def test_prefect_yaml_parses_into_deployments_for_every_method():
 def test_deployment_parameters_are_valid_configurations():
     from prefect.flows import load_flow_from_entrypoint
 
-    from flows.evolution import AugPeConfig, SecPeConfig
+    from tasks.config import AugPeConfig, SecPeConfig
     from tasks.config import DpKpsConfig
 
     models = {"dpkps_flow": DpKpsConfig, "augpe_flow": AugPeConfig, "secpe_flow": SecPeConfig}

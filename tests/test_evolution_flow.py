@@ -223,7 +223,7 @@ def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, f
 
 
 def test_augpe_config_validation(corpus_file, tmp_path):
-    from flows.evolution import AugPeConfig
+    from tasks.config import AugPeConfig
     from tasks.config import validate_config
 
     with pytest.raises(ConfigError, match="not both"):

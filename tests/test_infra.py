@@ -110,7 +110,7 @@ def deployments_copy(tmp_path):
 @pytest.mark.parametrize("mutate, expected", [
     (lambda d: d["deployments"][0]["schedules"][0].update(active=True), "is active"),
     (lambda d: d["deployments"][0]["schedules"][0].update(cron="61 * * * *"), "invalid cron"),
-    (lambda d: d["deployments"][0].update(entrypoint="flows/dpkps.py:resolve_labels"), "no @flow function"),
+    (lambda d: d["deployments"][0].update(entrypoint="flows/dpkps.py:register_cli"), "no @flow function"),
     (lambda d: d["deployments"][0].update(entrypoint="flows/nope.py:x"), "does not exist"),
     (lambda d: d["deployments"].append(dict(d["deployments"][0])), "is used twice"),
     (lambda d: d["deployments"][0].pop("work_pool"), "no work_pool.name"),
