@@ -45,9 +45,10 @@ NO_SPILL: Mapping[str, Any] = {"distributed.worker.memory.target": False, "distr
 NO_SPILL_ENV: Mapping[str, str] = {"DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "False",
                                    "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL": "False"}
 #: Packages whose versions must be the same here and on every worker: the workers unpickle this process's
-#: functions and arrays (privseed, numpy, torch, pandas, pyarrow), draw nothing but compute what the ledger
-#: noises (opendp's build pins the secure sampler), and speak distributed's protocol.
-WORKER_PACKAGES = ("privseed", "numpy", "torch", "pandas", "pyarrow", "opendp", "dask", "distributed", "cloudpickle")
+#: functions and arrays (privseed, numpy, torch, pandas, pyarrow, opendp's types) and speak distributed's
+#: protocol (dask, distributed, cloudpickle, msgpack, tornado).
+WORKER_PACKAGES = ("privseed", "numpy", "torch", "pandas", "pyarrow", "opendp", "dask", "distributed", "cloudpickle",
+                   "msgpack", "tornado")
 #: The scheduler only routes messages: what distributed itself compares on it.
 SCHEDULER_PACKAGES = ("dask", "distributed", "cloudpickle", "tornado")
 #: How long a run waits for a first worker to join an external scheduler before it gives up.
