@@ -8,8 +8,7 @@ where those tools are installed):
   DaskCluster's containers, the Dockerfile's ENTRYPOINT/CMD) exists in the installed environment: the
   executable is on PATH (the venv's bin first) and, for the CLIs with subcommands (dask, prefect, privseed),
   `CMD SUBCOMMAND --help` succeeds (run once per command, in parallel), so `dask-worker` or `dask workr` are
-  named. Commands of third-party images
-  (MinIO, mc, the Prefect server image) cannot be checked here.
+  named. Commands of third-party images (MinIO, mc, the Prefect server image) cannot be checked here.
 - infra/Dockerfile: Python 3.11, torch pinned as in pyproject.toml and installed before the project, the
   project installed with constraints.txt, the local LLM package, spilling off, sources that exist.
 - infra/compose.yaml: the required services, pinned images, depends_on targets that exist, ports bound
@@ -286,9 +285,9 @@ def _s3_inputs(deployments: Path | None) -> list[tuple[str, str]]:
 
 
 def _builds_privseed(service: dict[str, Any]) -> bool:
+    """Whether a compose service runs the image infra/Dockerfile builds."""
     build = service.get("build")
-    dockerfile = build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile"
-    return bool(build) and Path(dockerfile).name == "Dockerfile"
+    return isinstance(build, dict) and Path(str(build.get("dockerfile", ""))).as_posix().endswith("infra/Dockerfile")
 
 
 def check_compose(path: Path, env_example: Path | None = None, dockerfile: Path = DOCKERFILE,
