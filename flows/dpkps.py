@@ -22,7 +22,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks import storage
-from tasks.cluster import dask_client
+from tasks.cluster import cluster_security, dask_client
 from tasks.config import DpKpsConfig, ReleaseConfig, build_config
 from tasks.corpus import list_shards, publish_release, read_shard
 from tasks.errors import ConfigError, CorpusError, retry_if_transient
@@ -412,7 +412,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
     warn_if_insecure(cfg, logger)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run(cfg)
-    with dask_client(cfg.dask_address, cfg.n_workers):
+    with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
         corpus = load_private_corpus(cfg)
         labels = resolve_labels(cfg, corpus)
         ledger = open_ledger(cfg, corpus)

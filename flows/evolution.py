@@ -129,9 +129,9 @@ def _maybe_cluster(cfg: EvolutionConfig):
     import contextlib
 
     if cfg.llm_shards > 1 or cfg.dask_address:
-        from tasks.cluster import dask_client
+        from tasks.cluster import cluster_security, dask_client
 
-        return dask_client(cfg.dask_address, cfg.n_workers)
+        return dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg))
     return contextlib.nullcontext()
 
 

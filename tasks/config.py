@@ -70,6 +70,13 @@ class ReleaseConfig(BaseModel):
     storage_options: dict[str, Any] = Field(default_factory=dict)
     dask_address: str | None = Field(default=None, description="scheduler address; None starts a LocalCluster")
     n_workers: int = Field(default=2, ge=1, le=256)
+    # Mutual TLS to an external scheduler (tls:// dask_address): file paths, never the certificates themselves.
+    dask_tls_ca_file: str | None = Field(default=None, description="CA certificate (PEM) that signed the Dask "
+                                         "scheduler's and workers' certificates; with the two below, for a tls:// "
+                                         "--dask-address")
+    dask_tls_cert: str | None = Field(default=None, description="this client's certificate (PEM) for the Dask "
+                                      "scheduler, signed by --dask-tls-ca-file")
+    dask_tls_key: str | None = Field(default=None, description="the private key (PEM file) of --dask-tls-cert")
     gate: bool = Field(default=True, description="run the Great Expectations release gate before publishing")
     insecure_reproducible_noise: bool = Field(
         default=False,
