@@ -11,6 +11,8 @@ not read, has to be listed here with a one-line reason.
 """
 from __future__ import annotations
 
+import argparse
+import functools
 import re
 import sys
 from collections import defaultdict
@@ -112,10 +114,16 @@ def all_fields() -> list[tuple[str, str]]:
     return [(command, name) for command, model in COMMANDS.items() for name in model.model_fields]
 
 
-def _message_names_only_real_flags(message: str, command: str) -> None:
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """The real ``privseed`` command line (built once: every flow module registers its commands)."""
     from flows.cli import build_parser
 
-    known = {option for action in _subparser(build_parser(), command)._actions for option in action.option_strings}
+    return build_parser()
+
+
+def _message_names_only_real_flags(message: str, command: str) -> None:
+    known = {option for action in _subparser(_parser(), command)._actions for option in action.option_strings}
     wrong = set(re.findall(r"--[a-z][a-z0-9-]*", message)) - known
     assert not wrong, f"{command}: the error names flags that do not exist: {sorted(wrong)} in {message!r}"
 
@@ -150,9 +158,7 @@ def test_an_invalid_value_is_refused_naming_the_real_flag(command, name):
                                            "a VALIDATOR_INVALID entry, or an ACCEPTS_ANY_VALUE reason")
         return
     assert name not in ACCEPTS_ANY_VALUE, f"{name} refuses values, so it is not one that accepts any"
-    from flows.cli import build_parser
-
-    parser = build_parser()
+    parser = _parser()
     for value in values:
         base = {k: v for k, v in REQUIRED[command].items() if not (name == "labels_file" and k == "labels")}
         # the dict a deployment (or a config file) passes
