@@ -100,7 +100,7 @@ def flags_of(model: type[BaseModel], name: str) -> list[str]:
     """Every flag of field ``name`` as --help lists them: the flag, its aliases, and ``--no-x`` for a boolean ``--x``
     (a positional field has none)."""
     flags = _named_flags(model, name)
-    if _value_type(model.model_fields[name].annotation) is bool:
+    if value_type(model.model_fields[name].annotation) is bool:
         return [variant for flag in flags for variant in (flag, "--no-" + flag[2:])]
     return flags
 
@@ -144,7 +144,7 @@ def help_of(model: type[BaseModel], name: str) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # The command line, generated from a model
 # ---------------------------------------------------------------------------------------------------------
-def _value_type(annotation: Any) -> Any:
+def value_type(annotation: Any) -> Any:
     """``X`` of ``X | None``; anything else as it is."""
     if get_origin(annotation) in (Union, types.UnionType):
         kinds = [a for a in get_args(annotation) if a is not type(None)]
@@ -196,7 +196,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
         if name in exclude:
             continue
         meta = _meta(field)
-        kind = _value_type(field.annotation)
+        kind = value_type(field.annotation)
         help_text = help_of(model, name).replace("%", "%%")
         if meta.get("positional"):
             parser.add_argument(name, metavar=flag_of(model, name), help=help_text)
@@ -228,7 +228,7 @@ def flags_from_args(model: type[BaseModel], args: argparse.Namespace) -> dict[st
         value = getattr(args, name, None)
         if value is None:
             continue
-        if get_origin(_value_type(field.annotation)) is dict:
+        if get_origin(value_type(field.annotation)) is dict:
             value = storage.parse_storage_options(value)
             storage.refuse_literal_secrets(value)
         values[name] = value

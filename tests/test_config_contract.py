@@ -22,7 +22,7 @@ from typing import Any, Literal, get_origin
 import pandas as pd
 import pytest
 
-from tasks.config import (AugPeConfig, DpKpsConfig, ReleaseConfig, SecPeConfig, _value_type, config_from_args,
+from tasks.config import (AugPeConfig, DpKpsConfig, ReleaseConfig, SecPeConfig, value_type, config_from_args,
                           default_text, flag_of, flags_of, render_value, validate_config)
 from tasks.errors import ConfigError
 
@@ -82,7 +82,7 @@ def invalid_values(model: type[ReleaseConfig], name: str) -> list[Any]:
     """Values the model must refuse for ``name``: out of range, the wrong type, an unknown choice, a bad pattern
     (from the field's annotation and constraints), plus VALIDATOR_INVALID for fields a validator checks."""
     field = model.model_fields[name]
-    kind = _value_type(field.annotation)
+    kind = value_type(field.annotation)
     bounds = _bounds(field)
     values: list[Any] = list(VALIDATOR_INVALID.get(name, []))
     if get_origin(kind) is Literal:
@@ -168,7 +168,7 @@ def test_an_invalid_value_is_refused_naming_the_real_flag(command, name):
         assert re.search(re.escape(flag) + r"[ :]", message), f"{command} {name}={value!r}: {message}"
         _message_names_only_real_flags(message, command)
         # the command line (a boolean flag carries no value: --x / --no-x cannot be invalid)
-        if _value_type(model.model_fields[name].annotation) is bool or flag == name.upper():
+        if value_type(model.model_fields[name].annotation) is bool or flag == name.upper():
             continue
         argv = _command_line(command, drop=("labels",) if name == "labels_file" else (), **{name: value})
         with pytest.raises(ConfigError) as refused:
@@ -184,7 +184,7 @@ def test_reasons_name_real_fields():
     for name in ACCEPTS_ANY_VALUE:  # only free text can accept anything; a number or a choice has bounds
         for model in COMMANDS.values():
             if name in model.model_fields:
-                assert _value_type(model.model_fields[name].annotation) in (str, float), name
+                assert value_type(model.model_fields[name].annotation) in (str, float), name
 
 
 def test_errors_of_renamed_fields_name_the_flag_and_the_key():
