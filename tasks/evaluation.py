@@ -126,7 +126,7 @@ def choose_client_texts(client: pd.DataFrame, test_texts: Sequence[str], n_synth
 
 def label_names_from(path: str, label_column: str = "label") -> dict[str, str]:
     """label -> human name, from a `label_name` column when the (public) file has one; else no names."""
-    if "label_name" not in corpus.column_names(path) or label_column not in corpus.column_names(path):
+    if not {"label_name", label_column} <= set(corpus.column_names(path)):
         return {}
     raw = corpus.read_columns(path, [label_column, "label_name"])
     return {str(k): str(v) for k, v in raw.drop_duplicates(label_column).itertuples(index=False)}

@@ -289,6 +289,33 @@ def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
         only_llm_corpus("none", "x", {}, [0], 1, seed=0, cache_uri=str(tmp_path / "c2"))
 
 
+def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path, monkeypatch):
+    """Concurrency and the API key's Secret block reach the backend like every method's, from [generation]."""
+    from tasks import generation
+    from tasks.llm.base import ChatResult, LLMBackend
+
+    specs = []
+
+    class Answering(LLMBackend):
+        name, model = "openai-compatible", "answering"
+
+        def complete(self, requests, on_each=None):
+            return [ChatResult(text="A document.", tokens_in=1, tokens_out=2) for _ in requests]
+
+    monkeypatch.setattr(generation, "get_backend", lambda spec: specs.append(spec) or Answering())
+    df = only_llm_corpus("openai-compatible:http://127.0.0.1:9/v1#answering", "memo", {}, ["a"], 2, seed=0,
+                         cache_uri=str(tmp_path / "cache"), llm_concurrency=7, llm_secret="my-block")
+    assert dict(specs[0].options) == {"max_concurrency": 7, "secret_block": "my-block"}
+    assert list(df["prompt_version"]) == ["only-llm-v1+class-name"] * 2  # the packaged template, naming "a"
+    spec = grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["only-llm"],
+                                       "eps": [[1, 5]], "seeds": [0], "llm": "local",
+                                       "generation": {"llm_concurrency": 7, "llm_secret": "my-block"}})
+    assert spec.generation == {"llm_concurrency": 7, "llm_secret": "my-block"}
+    with pytest.raises(ConfigError, match=r"unknown \[generation\]"):
+        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["only-llm"],
+                                    "eps": [[1, 5]], "seeds": [0], "llm": "local", "generation": {"top_k": 3}})
+
+
 def test_deployable_entry_point_validates_its_config(prefect_harness):
     with pytest.raises(ConfigError, match="unknown evaluate setting"):
         ev.evaluate_flow({"release": "OUT", "test": "t.parquet", "colar": True})
