@@ -16,8 +16,7 @@ import json
 import logging
 import platform
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -77,30 +76,34 @@ def read_shard(
 def _read_table(path: str, columns: list[str] | None, storage_options: Mapping[str, Any] | None,
                 hint: str = "") -> pa.Table:
     """``columns`` (all when None) of one whole Parquet shard, or a CorpusError naming the shard."""
-    with _parquet_file(path, storage_options) as parquet:
-        names = parquet.schema_arrow.names
-        missing = [c for c in columns or () if c not in names]
-        if missing:
-            raise CorpusError(f"shard {path} has no column {', '.join(map(repr, missing))}; "
-                              f"its columns are {names}{hint}")
+    parquet = _parquet_file(path, storage_options)
+    names = parquet.schema_arrow.names
+    missing = [c for c in columns or () if c not in names]
+    if missing:
+        raise CorpusError(f"shard {path} has no column {', '.join(map(repr, missing))}; "
+                          f"its columns are {names}{hint}")
+    try:
         return parquet.read(columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorpusError(f"unreadable Parquet shard {path}: {exc}") from exc
 
 
 def column_names(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
-    """The columns of the first shard of ``path``, from its footer (no rows are read)."""
-    with _parquet_file(list_shards(path, storage_options)[0], storage_options) as parquet:
-        return list(parquet.schema_arrow.names)
+    """The columns of the first shard of ``path``."""
+    return list(_parquet_file(list_shards(path, storage_options)[0], storage_options).schema_arrow.names)
 
 
-@contextmanager
-def _parquet_file(path: str, storage_options: Mapping[str, Any] | None) -> Iterator[pq.ParquetFile]:
-    """One shard opened for reading; a missing or malformed shard is a CorpusError naming it."""
-    fs, inner = storage.filesystem(path, storage_options)
+def _parquet_file(path: str, storage_options: Mapping[str, Any] | None) -> pq.ParquetFile:
+    """One whole shard, fetched through ``tasks.storage`` (a dropped connection or a throttled read is retried,
+    then a transient StorageError) and opened as Parquet; a missing or malformed shard is a CorpusError naming it."""
     try:
-        with fs.open(inner, "rb") as handle:
-            yield pq.ParquetFile(handle)
-    except FileNotFoundError as exc:
+        data = storage.read_bytes(path, storage_options)
+    except (FileNotFoundError, IsADirectoryError) as exc:
         raise CorpusError(f"shard not found: {path}") from exc
+    except PermissionError as exc:
+        raise CorpusError(f"shard {path}: permission denied ({exc})") from exc
+    try:
+        return pq.ParquetFile(io.BytesIO(data))
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorpusError(f"unreadable Parquet shard {path}: {exc}") from exc
 
