@@ -26,6 +26,7 @@ from prefect import flow  # noqa: E402  (after tasks._runtime)
 
 from flows.dpkps import dpkps_flow
 from flows.evolution import augpe_flow, secpe_flow
+from tasks.baselines import only_llm_label_names
 from tasks.errors import ConfigError
 from tasks.experiment import (METHODS, CellLog, ExperimentSpec, GridCell, PreparedData, grid_cells,
                               load_experiment, method_config, method_flow, record_release_seconds,
@@ -74,7 +75,8 @@ def training_set(spec: ExperimentSpec, cell: GridCell, data: PreparedData
         return real_documents(spec, cell, data), None, float("nan")
     started = time.perf_counter()
     if cell.method == "only-llm":
-        return only_llm_documents(spec, cell, data, str(run_dir)), None, time.perf_counter() - started
+        texts = only_llm_documents(spec, cell, only_llm_label_names(cell.ds, data), str(run_dir))
+        return texts, None, time.perf_counter() - started
     if not (run_dir / "manifest.json").exists():
         METHOD_FLOWS[method_flow(cell.method)](method_config(spec, cell, data, str(run_dir)))
         record_release_seconds(run_dir, time.perf_counter() - started)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import ConfigError
-from tasks.experiment import DatasetSpec, PreparedData, balanced_sample
+from tasks.experiment import DatasetSpec, PreparedData, balanced_sample, declared_labels
 
 #: The packaged unseeded prompt template of the only-LLM baseline (tasks/llm/prompts/only_llm.yaml).
 ONLY_LLM_TEMPLATE = "only_llm"
@@ -30,7 +30,7 @@ def only_llm_label_names(ds: DatasetSpec, data: PreparedData) -> dict[str, str]:
         from tasks.llm.released import load_class_names
 
         names = load_class_names(ds.class_names)
-        names.check_labels(sorted(data.private["label"].unique().tolist()))
+        names.check_labels(declared_labels(ds))  # the declared set: configuration, never read from the data
         return names.to_dict()
     return data.label_names
 

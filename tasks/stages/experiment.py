@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from tasks import classify, metrics, storage
-from tasks.baselines import only_llm_corpus, only_llm_label_names, real_baseline
+from tasks.baselines import only_llm_corpus, real_baseline
 from tasks.errors import ConfigError
 from tasks.evaluation import (EvalOptions, build_run_report, choose_client_texts, evaluation_result,
                               generation_quality, term_lists)
@@ -82,12 +82,14 @@ def real_documents(spec: ExperimentSpec, cell: GridCell, data: PreparedData) -> 
 
 
 @public_stage("only-llm", retries=2)
-def only_llm_documents(spec: ExperimentSpec, cell: GridCell, data: PreparedData, run_dir: str) -> pd.DataFrame:
-    """The only-LLM baseline's texts (no private data); every call cached under the cell's folder, so a retry or
-    a re-run sends only the calls that never finished."""
+def only_llm_documents(spec: ExperimentSpec, cell: GridCell, label_names: dict[str, str],
+                       run_dir: str) -> pd.DataFrame:
+    """The only-LLM baseline's texts, from public values only (the declared labels and their public names,
+    ``tasks.baselines.only_llm_label_names``); every call is cached under the cell's folder, so a retry or a
+    re-run sends only the calls that never finished."""
     ds = cell.ds
-    return only_llm_corpus(cell.llm, ds.doc_type, only_llm_label_names(ds, data), declared_labels(ds),
-                           ds.synthetic_per_class, cell.seed, storage.join(run_dir, "_llm_cache"), **spec.generation)
+    return only_llm_corpus(cell.llm, ds.doc_type, label_names, declared_labels(ds), ds.synthetic_per_class,
+                           cell.seed, storage.join(run_dir, "_llm_cache"), **spec.generation)
 
 
 def score_cell(spec: ExperimentSpec, cell: GridCell, grid: GridData, train: pd.DataFrame, release: Release | None,
