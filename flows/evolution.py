@@ -35,6 +35,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks import accounting, storage
 from tasks import evolution as ev
+from tasks.evolution import OPERATOR_TIMINGS
 from tasks.config import AugPeConfig, EvolutionConfig, SecPeConfig, validate_config
 from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
@@ -227,9 +228,6 @@ def _documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
     index = {str(label): i for i, label in enumerate(labels)}
     return np.array([index[str(v)] for v in values], dtype=np.int64)
-
-
-OPERATOR_TIMINGS = "operator/round-timings.json"  # under the private state folder, never in the release
 
 
 class _RoundClock:
