@@ -234,11 +234,11 @@ class VocabularyAudit(_Mechanism):
         self.canary = _with(self.private, " ".join([VOCABULARY_CANARY_TERM] * self.cfg.first_terms), 0)
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from flows.dpkps import corpus_shards, privatize_vocabulary_stage, vocabulary_histogram
+        from tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
 
         corpus = self.canary if with_canary else self.private
         with self.ledger() as ledger:
-            counts = vocabulary_histogram.fn(corpus_shards(corpus, 1), self.cfg)
+            counts = vocabulary_histogram.fn(corpus["text"].tolist(), self.cfg)
             privatize_vocabulary_stage.fn(counts, self.cfg, ledger)
             noisy = released_counts(ledger.released["vocabulary"], self.size)
         return {f"noisy count of '{VOCABULARY_CANARY_TERM}'": float(noisy[self.canary_id])}
@@ -262,8 +262,8 @@ class KdeAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from flows.dpkps import embed_released_vocabulary, feature_specs
         from tasks.config import DpKpsConfig
+        from tasks.stages.dpkps import embed_released_vocabulary, feature_specs
         from tasks.kde import laplace_scale
 
         # V~ is taken as released (all of the audit vocabulary): the audit isolates the eps_kde of the sketches.
@@ -284,20 +284,23 @@ class KdeAudit(_Mechanism):
         self.laplace_scale = laplace_scale(self.cfg.n_features, self.cfg.eps_kde)
 
     def _exact_class0(self, corpus: pd.DataFrame) -> np.ndarray:
-        from flows.dpkps import feature_specs
+        return self._exact(corpus)[0, 0]
+
+    def _exact(self, corpus: pd.DataFrame) -> np.ndarray:
         from tasks.kde import sketch_sums_of_shard
+        from tasks.stages.dpkps import feature_specs
 
         specs = feature_specs(self.cfg, self.embeddings.shape[1])
         shard = (corpus["text"].tolist(), corpus["label"].tolist())
-        return sketch_sums_of_shard(shard, self.labels, tuple(self.terms), self.embeddings, specs, True)[0, 0]
+        return sketch_sums_of_shard(shard, self.labels, tuple(self.terms), self.embeddings, specs, True)
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from flows.dpkps import corpus_shards, sample_keyphrase_sequences, sketch_per_class
+        from tasks.stages.dpkps import privatize_sketches, sample_keyphrase_sequences
 
         corpus = self.canary if with_canary else self.private
         with self.ledger() as ledger:
-            released = sketch_per_class.fn(corpus_shards(corpus, 1), self.labels, self.terms, self.embeddings,
-                                           self.cfg, ledger)
+            released = privatize_sketches.fn(self._exact(corpus), self.labels, self.terms, self.embeddings,
+                                             self.cfg, ledger)
             sequences = sample_keyphrase_sequences.fn(released, self.labels, self.terms, self.embeddings, self.cfg)
         class0 = sequences.loc[sequences["label"] == 0, "keyphrases"]
         noise = released[0, 0] - self.exact_without  # what is left of the release once D's exact sum is known
