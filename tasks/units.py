@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import PurePath
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -89,9 +90,11 @@ class CorpusPlan:
 
 def plan_corpus(data: str, text_column: str = "text", label_column: str = "label",
                 storage_options: Mapping[str, Any] | None = None, *,
-                unit_rows: int = DEFAULT_UNIT_ROWS) -> CorpusPlan:
+                unit_rows: int | None = None) -> CorpusPlan:
     """``plan_units``, with the columns checked in every footer: a shard without the text or label column, an
-    unreadable shard and an empty corpus fail here, before any row is read, naming the shard (or the corpus)."""
+    unreadable shard and an empty corpus fail here, before any row is read, naming the shard (or the corpus).
+    ``unit_rows``: ``DEFAULT_UNIT_ROWS`` unless given."""
+    unit_rows = DEFAULT_UNIT_ROWS if unit_rows is None else unit_rows
     if unit_rows < 1:
         raise ValueError("unit_rows must be >= 1")
     shards = list_shards(data, storage_options)
@@ -188,9 +191,24 @@ def _read(action: Any, uri: str) -> Any:
         raise CorpusError(f"unreadable Parquet shard {uri}: {exc}") from exc
     except CorpusError:
         raise
-    except Exception as exc:  # OSError, botocore/aiohttp errors: the store, not the data
+    except OSError as exc:
+        if _raised_by_arrow(exc):  # Arrow's decoder on bytes it did read: a corrupt page, the same every time
+            raise CorpusError(f"unreadable Parquet shard {uri}: {exc}") from exc
+        raise StorageError(f"reading shard {uri} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # botocore/aiohttp errors: the store, not the data
         raise StorageError(f"reading shard {uri} failed: {type(exc).__name__}: {exc}") from exc
 
+
+def _raised_by_arrow(exc: OSError) -> bool:
+    """Whether Arrow itself raised ``exc`` (a plain OSError from its status check, e.g. "Couldn't deserialize
+    thrift"), rather than passing on an error the file object raised while reading from storage (which keeps its
+    own class and has the file object's frame innermost in its traceback)."""
+    if type(exc) is not OSError or exc.__traceback__ is None:
+        return False
+    innermost = exc.__traceback__
+    while innermost.tb_next is not None:
+        innermost = innermost.tb_next
+    return "pyarrow" in PurePath(innermost.tb_frame.f_code.co_filename).parts
 
 def units_rows(units: Sequence[WorkUnit]) -> int:
     """Total rows of ``units`` (from footers; for the operator's progress bars only)."""
