@@ -208,6 +208,16 @@ class PhraseMatcher:
                 pos += 1
                 need = pos + 1
                 continue
+            if longest == 1:  # the one candidate is the token itself, which is a term (most of English)
+                term_id = ids[(tokens[pos],)]
+                pos += 1
+                need = pos + 1
+                if (allowed is None or term_id in allowed) and not (distinct and term_id in seen):
+                    out.append(term_id)
+                    if len(out) == count:
+                        return out
+                    seen.add(term_id)
+                continue
             if pos + longest > known and scanned < size:
                 need = pos + longest
                 continue
