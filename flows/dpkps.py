@@ -20,6 +20,7 @@ import argparse
 from typing import Any
 
 import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger
 
@@ -31,7 +32,7 @@ from tasks.ledger import PrivacyLedger
 from tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
                                 privatize_vocabulary_stage, sample_keyphrase_sequences, term_counting)
-from tasks.stages.generation import check_local_model, dry_run, generate_release_documents
+from tasks.stages.generation import check_local_model, dry_run, generate_release_documents, with_class_names
 from tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
                                     sample_histogram_sequences)
 from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
@@ -43,7 +44,7 @@ from tasks.units import CorpusPlan
 def dpkps_flow(config: dict[str, Any]) -> dict:
     """DP-KPS end to end; ``config`` is a DpKpsConfig as a dict (JSON-able, so deployments can pass it)."""
     # Environment defaults (PRIVSEED_*) apply under the parameters, so deployments honour them like the CLI.
-    cfg = with_class_names_labels(build_config(DpKpsConfig, config))
+    cfg, class_names = with_class_names(build_config(DpKpsConfig, config))
     check_local_model(cfg.llm)  # before any private data is read or budget is spent
     warn_if_insecure(cfg, get_run_logger())
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
@@ -58,7 +59,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         del scan  # nothing private is needed past this line
         synthetic, report = ((render_without_llm(sequences), None) if cfg.llm == "none"
                              else generate_release_documents(sequences, cfg))
-        manifest = publish(cfg, synthetic, ledger, labels, prompt_class_names(cfg), report)
+        manifest = publish(cfg, synthetic, ledger, labels, class_names, report)
     epsilon, delta = ledger.total()
     get_run_logger().info("release %s: %d documents, epsilon=%g, delta=%g, at %s",
                           manifest["release_id"], manifest["rows"], epsilon, delta, cfg.out)
@@ -66,7 +67,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
     return manifest
 
 
-def privatize_keyphrase_sequences(plan: CorpusPlan, counts: Any, labels: list, cfg: DpKpsConfig,
+def privatize_keyphrase_sequences(plan: CorpusPlan, counts: np.ndarray, labels: list, cfg: DpKpsConfig,
                                   ledger: PrivacyLedger) -> pd.DataFrame:
     """privatize vocabulary -> embed V~ -> pass 2: sketch sums -> privatize sketches -> sample per class."""
     terms = privatize_vocabulary_stage(counts, cfg, ledger)
@@ -76,7 +77,7 @@ def privatize_keyphrase_sequences(plan: CorpusPlan, counts: Any, labels: list, c
     return sample_keyphrase_sequences(released, labels, terms, embeddings, cfg)
 
 
-def privatize_histogram_sequences(plan: CorpusPlan, counts: Any, labels: list, cfg: DpKpsConfig,
+def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: list, cfg: DpKpsConfig,
                                   ledger: PrivacyLedger) -> pd.DataFrame:
     """noise + top K per class (-> pass 2: pair counts -> noise) -> sample per class."""
     terms = privatize_class_histograms(counts, labels, cfg, ledger)
@@ -85,24 +86,6 @@ def privatize_histogram_sequences(plan: CorpusPlan, counts: Any, labels: list, c
         starts, pair_counts = exact_pair_counts(plan, labels, terms, cfg)
         pairs = privatize_class_pairs(starts, pair_counts, labels, terms, cfg, ledger)
     return sample_histogram_sequences(terms, pairs, labels, cfg)
-
-
-def with_class_names_labels(cfg: DpKpsConfig) -> DpKpsConfig:
-    """A class-names file with no --labels declares the label set itself (checked before any data is read)."""
-    from tasks.generation import class_names_from_config
-
-    class_names = class_names_from_config(cfg)
-    if class_names is not None and cfg.labels is None:
-        cfg = cfg.model_copy(update={"labels": class_names.labels})
-    return cfg
-
-
-def prompt_class_names(cfg: DpKpsConfig) -> dict[str, str] | None:
-    """The public class names the prompts used, for the manifest."""
-    from tasks.generation import class_names_from_config
-
-    class_names = class_names_from_config(cfg)
-    return None if class_names is None else class_names.to_dict()
 
 
 # ---------------------------------------------------------------------------------------------------

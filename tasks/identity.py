@@ -5,7 +5,9 @@ document but one (docs/privacy.md, "Threat model"). An unkeyed digest of the cor
 let them test a guess about the last document exactly, so the corpus is identified by an HMAC-SHA256 under a
 random key that is created in the owner's private state and never leaves it. The identity is used for one
 thing: refusing to reuse values drawn for one corpus as another's (resume checks), and telling which runs of
-a state folder touched overlapping data (the cumulative budget). It is never written to a release.
+a state folder touched overlapping data (the cumulative budget). It is never written to a release. It is
+combinable (``IdentityPart``): the Dask workers compute it unit by unit where the rows are, with the key, and
+the parts add up to the same identity however the corpus was split.
 
 Private state (``--state``, default ``OUT.private`` beside the release folder ``OUT``)::
 

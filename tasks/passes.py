@@ -75,7 +75,11 @@ class TermCounting:
         """The counts of these documents (additive over disjoint sets of documents); ``positions`` (each
         document's class among ``n_classes``) only for ``per_class``."""
         from tasks.histogram_seeds import class_term_counts
-        from tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
+        from tasks.vocabulary import (
+            first_terms_histogram,
+            load_vocabulary,
+            phrase_matcher,
+        )
 
         vocabulary = load_vocabulary(self.vocab, self.english_top_n)  # loaded and indexed once per process
         matcher = phrase_matcher(vocabulary)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import PurePath
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 import pandas as pd

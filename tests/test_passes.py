@@ -11,8 +11,20 @@ import pytest
 from tasks.errors import ConfigError
 from tasks.histogram_seeds import class_pair_counts, class_positions, class_term_counts
 from tasks.kde import FeatureSpec, shard_sketch_sums
-from tasks.passes import (DeclaredLabels, PairSpec, ScanPart, ScanSpec, SketchSpec, TermCounting, UnitReader,
-                          combine_pairs, combine_sums, pair_unit, scan_unit, sketch_unit)
+from tasks.passes import (
+    DeclaredLabels,
+    PairSpec,
+    ScanPart,
+    ScanSpec,
+    SketchSpec,
+    TermCounting,
+    UnitReader,
+    combine_pairs,
+    combine_sums,
+    pair_unit,
+    scan_unit,
+    sketch_unit,
+)
 from tasks.units import map_reduce_units
 from tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
 from tests.conftest import SHARED_DATA, corpus_plan

@@ -46,8 +46,9 @@ def exact_values(monkeypatch) -> dict[str, tuple[np.ndarray, dict]]:
 
 
 def _config(data: str, out, **overrides) -> dict:
-    values = dict(data=data, out=str(out), labels=LABELS, llm="none", gate=False, per_class=3, length=6,
-                  vocab_top=20_000, vocab_size=200, n_features=48, first_terms=8, seed=3, n_workers=2)
+    values = {"data": data, "out": str(out), "labels": LABELS, "llm": "none", "gate": False, "per_class": 3,
+              "length": 6, "vocab_top": 20_000, "vocab_size": 200, "n_features": 48, "first_terms": 8, "seed": 3,
+              "n_workers": 2}
     values.update(overrides)
     return values
 
@@ -93,7 +94,11 @@ def test_dpkps_flow_privatizes_exactly_the_in_memory_histogram_and_sketch_sums(p
 def test_histogram_markov_flow_privatizes_exactly_the_in_memory_counts(prefect_harness, corpus, tmp_path,
                                                                        exact_values):
     from flows.dpkps import dpkps_flow
-    from tasks.histogram_seeds import class_pair_counts, class_positions, class_term_counts
+    from tasks.histogram_seeds import (
+        class_pair_counts,
+        class_positions,
+        class_term_counts,
+    )
     from tasks.vocabulary import load_vocabulary, phrase_matcher
 
     data, frame = corpus

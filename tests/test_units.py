@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from tasks import units
 from tasks.errors import ConfigError, CorpusError, StorageError
 from tasks.identity import IdentityPart, data_identity, identity_part
-from tasks.units import map_reduce_units, plan_corpus, plan_units, read_unit, run_unit, tree_reduce
+from tasks.units import (
+    map_reduce_units,
+    plan_corpus,
+    plan_units,
+    read_unit,
+    run_unit,
+    tree_reduce,
+)
 from tests.conftest import write_shards
 
 
@@ -59,11 +66,12 @@ def test_planning_reads_footers_and_names_the_bad_shard(tmp_path):
 def test_a_corrupt_page_is_a_corpus_error_naming_the_shard_not_a_storage_error(tmp_path):
     folder = write_shards(_frame(400), tmp_path / "c", n_shards=1, row_group_rows=100)
     [unit] = plan_corpus(folder).units
-    data = bytearray(open(unit.uri, "rb").read())
+    shard = Path(unit.uri)
+    data = bytearray(shard.read_bytes())
     column = pq.ParquetFile(unit.uri).metadata.row_group(2).column(0)
     start = column.dictionary_page_offset or column.data_page_offset
     data[start:start + 32] = bytes(b ^ 0xFF for b in data[start:start + 32])  # the page header of row group 2
-    open(unit.uri, "wb").write(bytes(data))
+    shard.write_bytes(bytes(data))
     with pytest.raises(CorpusError, match=f"unreadable Parquet shard {unit.uri}"):
         list(read_unit(unit, batch_rows=50))
 

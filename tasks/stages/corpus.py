@@ -8,8 +8,9 @@ the cluster). The rows never come to the flow process. ``load_private_corpus`` /
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ from tasks.config import LABELS_HELP, ReleaseConfig
 from tasks.corpus import declared_positions, list_shards, read_shard
 from tasks.errors import ConfigError, CorpusError
 from tasks.identity import DataIdentity
-from tasks.passes import TermCounting
+from tasks.passes import TermCounting, UnitReader
 from tasks.stages import private_stage, stage_logger
 from tasks.units import CorpusPlan
 
@@ -75,10 +76,8 @@ def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
     return CorpusScan(part.identity.finish(key), part.counts)
 
 
-def unit_reader(cfg: ReleaseConfig) -> Any:
+def unit_reader(cfg: ReleaseConfig) -> UnitReader:
     """How the workers read a unit of this run's corpus."""
-    from tasks.passes import UnitReader
-
     return UnitReader(cfg.text_column, cfg.label_column, dict(cfg.storage_options))
 
 

@@ -65,7 +65,12 @@ def release_vocabulary(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLe
     The ledger stores the full noisy histogram next to the top-N ids, so the released values can be checked
     against the mechanism. The seed is not a parameter of this release: it does not influence the noise
     (except under --insecure-reproducible-noise, where the noise source names it)."""
-    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary, top_terms, vocabulary_mechanism
+    from tasks.vocabulary import (
+        DEFAULT_ENGLISH_TOP_N,
+        load_vocabulary,
+        top_terms,
+        vocabulary_mechanism,
+    )
 
     top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
     vocabulary = load_vocabulary(cfg.vocab, top_n)
@@ -160,7 +165,12 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
                                cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released sketches: per_class sequences of length L per class."""
     from tasks.ledger import public_rng
-    from tasks.sampling import SelectionRule, SketchTables, default_device, sample_sequences
+    from tasks.sampling import (
+        SelectionRule,
+        SketchTables,
+        default_device,
+        sample_sequences,
+    )
 
     device = default_device()
     rule = SelectionRule.parse(selection_rule(cfg))

@@ -20,6 +20,19 @@ def check_local_model(llm: str) -> None:
         get_backend(spec)  # resolves (and verifies) the weights; they are loaded only at the first call
 
 
+def with_class_names(cfg: DpKpsConfig) -> tuple[DpKpsConfig, dict[str, str] | None]:
+    """The owner's public class names (checked now, before any private data is read) for the prompts and the
+    manifest; a class-names file with no --labels declares the label set itself."""
+    from tasks.generation import class_names_from_config
+
+    class_names = class_names_from_config(cfg)
+    if class_names is None:
+        return cfg, None
+    if cfg.labels is None:
+        cfg = cfg.model_copy(update={"labels": class_names.labels})
+    return cfg, class_names.to_dict()
+
+
 def generate_release_documents(sequences: pd.DataFrame, cfg: DpKpsConfig) -> tuple[pd.DataFrame, dict]:
     """One document per released seed (``tasks.generation.generate_documents``, a Prefect task with the call
     cache), then the split into documents kept and seeds dropped after ``max_regenerations`` rounds; returns

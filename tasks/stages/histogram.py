@@ -109,8 +109,13 @@ def _ids_digest(ids: np.ndarray) -> str:
 def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[dict[str, np.ndarray]] | None,
                                labels: list, cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
-    from tasks.histogram_seeds import (ClassRelease, build_mechanism, noise_floor, sample_class_sequences,
-                                       stage_budgets)
+    from tasks.histogram_seeds import (
+        ClassRelease,
+        build_mechanism,
+        noise_floor,
+        sample_class_sequences,
+        stage_budgets,
+    )
     from tasks.ledger import public_rng
     from tasks.sampling import SelectionRule
     from tasks.stages.dpkps import selection_rule
