@@ -120,7 +120,8 @@ def single_term_weights(sequences: Sequence[Sequence[int]], vocab_size: int) -> 
 
 
 def single_term_sketch_sum(weights: np.ndarray, tables: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """F = sum_doc u(doc) for a one-block sketch, from ``single_term_weights``. (I,) float64."""
+    """F = sum_doc u(doc) for a one-block sketch, from ``single_term_weights``. (I,) float64; ``weights`` may
+    also be (classes, V), giving one sum per class."""
     phi = SQRT2 * np.cos(tables[0] + offset)  # (V, I)
     return weights @ phi
 
@@ -350,13 +351,13 @@ def class_sketch_sums(sequences: Sequence[Sequence[int]], class_index: Sequence[
     n_features = tables[0][0].n_features
     out = np.zeros((n_classes, len(tables), n_features), dtype=np.float64)
     for k, (features, table) in enumerate(tables):
+        if single_terms:  # phi of V~ once for all classes
+            weights = np.stack([single_term_weights(class_sequences, vocab_size) for class_sequences in per_class])
+            out[:, k] = single_term_sketch_sum(weights, table, features.offset)
+            continue
         for c, class_sequences in enumerate(per_class):
-            if single_terms:
-                out[c, k] = single_term_sketch_sum(single_term_weights(class_sequences, vocab_size), table,
-                                                   features.offset)
-            else:
-                out[c, k] = prefix_sketch_sum(prefix_matrix(class_sequences, features.blocks, short_documents),
-                                              table, features.offset)
+            out[c, k] = prefix_sketch_sum(prefix_matrix(class_sequences, features.blocks, short_documents),
+                                          table, features.offset)
     return out
 
 

@@ -135,9 +135,15 @@ class PhraseMatcher:
             first = key[0]
             if len(key) > self._max_len.get(first, 0):
                 self._max_len[first] = len(key)
+        # With one-token terms only (the English list, V~ drawn from it) greedy matching is a filter of the tokens.
+        self._one_token: dict[str, int] | None = (
+            {key[0]: term_id for key, term_id in self._ids.items()} if set(self._max_len.values()) <= {1} else None)
 
     def match_tokens(self, tokens: Sequence[str]) -> list[int]:
         """Term ids matched in reading order."""
+        if self._one_token is not None:
+            one_token = self._one_token
+            return [one_token[t] for t in tokens if t in one_token]
         ids = self._ids
         max_len = self._max_len
         out: list[int] = []
