@@ -268,20 +268,38 @@ def run_flow(cluster: Cluster, data: str, out: Path, env: dict[str, str]) -> dic
         raise RuntimeError(f"the flow failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
     driver = json.loads(completed.stdout.strip().splitlines()[-1])
     return {"flow_wall_s": time.perf_counter() - started, "driver_peak_rss_mb": driver["peak_rss_mb"],
+            "driver_rss_after_pass1_mb": driver["rss_after_pass1_mb"],
+            "driver_rss_after_pass2_mb": driver["rss_after_pass2_mb"],
             "scheduler_peak_rss_mb": cluster.scheduler_peak_rss_mb(), "scheduler_rss_before_flow_mb": before}
 
 
 def driver_main(argv: list[str]) -> None:
-    """The driver subprocess: the real CLI in-process, then its own peak RSS (stdout's last line, JSON)."""
+    """The driver subprocess: the real CLI in-process, then its own peak RSS and its RSS right after each pass
+    (where it holds what grows with N: the row identities, the counts) as stdout's last line, JSON."""
     import contextlib
 
+    import psutil
+
+    import flows.dpkps
     from flows.cli import main
 
+    after: dict[str, float] = {}
+
+    def measured(name: str, stage):  # the flow looks its stages up in flows.dpkps at call time
+        def run(*args, **kwargs):
+            result = stage(*args, **kwargs)
+            after[name] = psutil.Process().memory_info().rss / 2**20
+            return result
+        return run
+
+    flows.dpkps.scan_private_corpus = measured("pass1", flows.dpkps.scan_private_corpus)
+    flows.dpkps.exact_sketch_sums = measured("pass2", flows.dpkps.exact_sketch_sums)
     with contextlib.redirect_stdout(sys.stderr):
         code = main(argv)
     if code != 0:
         raise SystemExit(code)
-    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "rss_after_pass1_mb": after.get("pass1"), "rss_after_pass2_mb": after.get("pass2")}))
 
 
 def main() -> None:
@@ -337,12 +355,14 @@ def main() -> None:
 def report(results: list[dict], workers: int) -> None:
     main_rows = [r for r in results if r["workers"] == workers]
     print("\n| N | units | pass 1 docs/s per core | pass 2 docs/s per core | pass 1 / pass 2 wall s | driver peak RSS MB "
-          "| scheduler peak RSS MB | graph bytes | load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| driver RSS after pass 1 / 2 MB | scheduler peak RSS MB | graph bytes | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    nan = float("nan")
     for r in main_rows:
         print(f"| {r['n']:,} | {r['units']} | {r['pass1_docs_per_cpu_s']:,.0f} | {r['pass2_docs_per_cpu_s']:,.0f} | "
-              f"{r['pass1_wall_s']:.0f} / {r['pass2_wall_s']:.0f} | {r.get('driver_peak_rss_mb', float('nan')):.0f} | "
-              f"{r.get('scheduler_peak_rss_mb', float('nan')):.0f} | {r['graph_bytes']:,} | "
+              f"{r['pass1_wall_s']:.0f} / {r['pass2_wall_s']:.0f} | {r.get('driver_peak_rss_mb', nan):.0f} | "
+              f"{r.get('driver_rss_after_pass1_mb') or nan:.0f} / {r.get('driver_rss_after_pass2_mb') or nan:.0f} | "
+              f"{r.get('scheduler_peak_rss_mb', nan):.0f} | {r['graph_bytes']:,} | "
               f"{r['load_before']:.1f}-{r['load_after']:.1f} |")
     driver = [r["driver_peak_rss_mb"] for r in main_rows if "driver_peak_rss_mb" in r]
     if len(driver) > 1:
