@@ -40,7 +40,7 @@ from tasks.config import AugPeConfig, EvolutionConfig, SecPeConfig, validate_con
 from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, public_rng
-from tasks.stages.corpus import load_private_corpus, resolve_labels
+from tasks.stages.corpus import corpus_identity, load_private_corpus, resolve_labels
 from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
 from tasks.mechanisms import GaussianMechanism
 
@@ -352,10 +352,10 @@ def augpe_round_histogram(ledger: PrivacyLedger, cfg: AugPeConfig, schedule: dic
 
 def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: PrivacyLedger) -> list[str]:
     """AugPE+V~: DP-KPS's privatized vocabulary, by DP-KPS's own stages (first-S histogram over the shards, then
-    ``flows.dpkps.release_vocabulary``: discrete Laplace, scale S / eps_voc, top N), drawn once as ``vocabulary``."""
-    from flows.dpkps import corpus_shards, privatize_vocabulary_stage, vocabulary_histogram
+    ``tasks.stages.dpkps.release_vocabulary``: discrete Laplace, scale S / eps_voc, top N), drawn once as ``vocabulary``."""
+    from tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
 
-    counts = vocabulary_histogram(corpus_shards(corpus, cfg.n_workers), cfg)
+    counts = vocabulary_histogram(corpus["text"].tolist(), cfg)
     return privatize_vocabulary_stage(counts, cfg, ledger)
 
 
@@ -374,7 +374,7 @@ def _augpe(cfg: AugPeConfig) -> dict:
     warn_if_insecure(cfg, logger)
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
-    ledger = open_ledger(cfg, corpus)
+    ledger = open_ledger(cfg, corpus_identity(cfg, corpus))
     schedule = charge_augpe_schedule(ledger, cfg)
     logger.info("Aug-PE: T=%d rounds, sigma=%.4f, epsilon=%.3f, delta=%.3g", cfg.iterations, schedule["sigma"],
                 schedule["epsilon"], schedule["delta"])
@@ -575,7 +575,7 @@ def _secpe(cfg: SecPeConfig) -> dict:
     logger = get_run_logger()
     corpus = load_private_corpus(cfg)
     labels = resolve_labels(cfg, corpus)
-    ledger = open_ledger(cfg, corpus)
+    ledger = open_ledger(cfg, corpus_identity(cfg, corpus))
     incidence, _kind = detect_secrets(cfg, corpus["text"].tolist())
     secret_noise = secpe_noise(cfg, incidence)
     sigma, rho = secret_noise.sigma, secret_noise.rho

@@ -15,7 +15,7 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 one of them bounds only eps / S: a noise scale 2x too small would pass). N = |V|, so every
                 term's noisy count is released (V~ membership and order are functions of those counts and cannot
                 make a stronger test).
-    kde         DP-KPS's per-class DP-KDE (sketch_per_class, then sample_keyphrase_sequences). Canary: a class-0
+    kde         DP-KPS's per-class DP-KDE (privatize_sketches, then sample_keyphrase_sequences). Canary: a class-0
                 document whose phrases are one term far from the class's. Tests: the released sketch's score of the
                 canary term, the Laplace likelihood ratio of the released sketch (the adversary knows D's exact
                 sum), and how often the term appears in class 0's sampled sequences.
@@ -230,11 +230,11 @@ class VocabularyAudit(_Mechanism):
         self.canary = _with(self.private, " ".join([VOCABULARY_CANARY_TERM] * self.cfg.first_terms), 0)
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from flows.dpkps import corpus_shards, privatize_vocabulary_stage, vocabulary_histogram
+        from tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
 
         corpus = self.canary if with_canary else self.private
         with self.ledger() as ledger:
-            counts = vocabulary_histogram.fn(corpus_shards(corpus, 1), self.cfg)
+            counts = vocabulary_histogram.fn(corpus["text"].tolist(), self.cfg)
             privatize_vocabulary_stage.fn(counts, self.cfg, ledger)
             noisy = released_counts(ledger.released["vocabulary"], self.size)
         return {f"noisy count of '{VOCABULARY_CANARY_TERM}'": float(noisy[self.canary_id])}
@@ -258,8 +258,8 @@ class KdeAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from flows.dpkps import embed_released_vocabulary, feature_specs
         from tasks.config import DpKpsConfig
+        from tasks.stages.dpkps import embed_released_vocabulary, feature_specs
         from tasks.kde import laplace_scale
 
         # V~ is taken as released (all of the audit vocabulary): the audit isolates the eps_kde of the sketches.
@@ -280,20 +280,23 @@ class KdeAudit(_Mechanism):
         self.laplace_scale = laplace_scale(self.cfg.n_features, self.cfg.eps_kde)
 
     def _exact_class0(self, corpus: pd.DataFrame) -> np.ndarray:
-        from flows.dpkps import feature_specs
+        return self._exact(corpus)[0, 0]
+
+    def _exact(self, corpus: pd.DataFrame) -> np.ndarray:
         from tasks.kde import sketch_sums_of_shard
+        from tasks.stages.dpkps import feature_specs
 
         specs = feature_specs(self.cfg, self.embeddings.shape[1])
         shard = (corpus["text"].tolist(), corpus["label"].tolist())
-        return sketch_sums_of_shard(shard, self.labels, tuple(self.terms), self.embeddings, specs, True)[0, 0]
+        return sketch_sums_of_shard(shard, self.labels, tuple(self.terms), self.embeddings, specs, True)
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from flows.dpkps import corpus_shards, sample_keyphrase_sequences, sketch_per_class
+        from tasks.stages.dpkps import privatize_sketches, sample_keyphrase_sequences
 
         corpus = self.canary if with_canary else self.private
         with self.ledger() as ledger:
-            released = sketch_per_class.fn(corpus_shards(corpus, 1), self.labels, self.terms, self.embeddings,
-                                           self.cfg, ledger)
+            released = privatize_sketches.fn(self._exact(corpus), self.labels, self.terms, self.embeddings,
+                                             self.cfg, ledger)
             sequences = sample_keyphrase_sequences.fn(released, self.labels, self.terms, self.embeddings, self.cfg)
         class0 = sequences.loc[sequences["label"] == 0, "keyphrases"]
         noise = released[0, 0] - self.exact_without  # what is left of the release once D's exact sum is known

@@ -16,7 +16,7 @@ import json
 import logging
 import platform
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks import jsonable, storage
-from tasks.errors import CorpusError, GateFailedError, StorageError
+from tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
 
 if TYPE_CHECKING:
     from tasks.ledger import PrivacyLedger
@@ -139,6 +139,22 @@ def validate_corpus_frame(frame: pd.DataFrame, path: str, text_column: str, labe
         raise CorpusError(f"shard {path}: column {text_column!r} does not hold text")
     frame["text"] = frame["text"].astype(str)
     return frame
+
+
+def declared_positions(labels: pd.Series, declared: Sequence[Any], label_column: str = "label") -> np.ndarray:
+    """Each row's class: the position of its label among the ``declared`` labels (compared as text, so an
+    integer column matches integer labels). A row whose label is not declared stops the run before anything is
+    drawn; the error is for the operator and names neither the labels nor how many rows carry them (it is never
+    written to a release)."""
+    where = {str(label): i for i, label in enumerate(declared)}
+    positions = labels.astype(str).map(where)
+    if positions.isna().any():
+        raise ConfigError(
+            f"the corpus has rows whose label (column {label_column!r}) is not in the declared label set; "
+            "privseed never turns an undeclared label into a class. Declare every label the corpus may carry "
+            "(--labels / --labels-file / `labels` in the config file), drop those rows from the input, or check "
+            "--label-column. (Which labels and how many rows are deliberately not shown.)")
+    return positions.to_numpy(dtype=np.int64)
 
 
 def read_corpus(

@@ -32,7 +32,8 @@ Privacy (add/remove one document; a document belongs to exactly one class):
     the public ``--seed`` generator only.
 
 All noise is drawn by the mechanisms of ``tasks/mechanisms.py``; this module never creates noise itself.
-Nothing here does I/O or logs; the thin Prefect tasks are in ``flows/dpkps.py``.
+Nothing here does I/O or logs; the thin Prefect tasks are in ``tasks/stages/histogram.py``, the per-unit
+counting of the streaming passes in ``tasks/passes.py``.
 """
 
 from __future__ import annotations
@@ -113,30 +114,6 @@ def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
         if len(idx) > 1:
             pairs[c, idx[:-1], idx[1:]] += 1  # distinct terms -> distinct pairs, each counted once
     return starts, pairs
-
-
-def shard_class_term_counts(shard: tuple[Sequence[str], Sequence], class_labels: Sequence, vocab_spec: str,
-                            english_top_n: int, max_terms: int) -> np.ndarray:
-    """Map step of stage 1 (runs on a Dask worker): the class histograms of one shard of documents."""
-    from tasks.vocabulary import load_vocabulary, phrase_matcher
-
-    texts, labels = shard
-    vocabulary = load_vocabulary(vocab_spec, english_top_n)
-    matcher = phrase_matcher(vocabulary)
-    index = class_positions(class_labels, labels)
-    return class_term_counts((matcher.match(t) for t in texts), index, len(class_labels), len(vocabulary), max_terms)
-
-
-def shard_class_pair_counts(shard: tuple[Sequence[str], Sequence], class_labels: Sequence, vocab_spec: str,
-                            english_top_n: int, released_ids: Sequence[np.ndarray],
-                            max_terms: int) -> tuple[np.ndarray, np.ndarray]:
-    """Map step of stage 2 (runs on a Dask worker): start and pair counts of one shard of documents."""
-    from tasks.vocabulary import load_vocabulary, phrase_matcher
-
-    texts, labels = shard
-    matcher = phrase_matcher(load_vocabulary(vocab_spec, english_top_n))
-    index = class_positions(class_labels, labels)
-    return class_pair_counts((matcher.match(t) for t in texts), index, released_ids, max_terms)
 
 
 def class_positions(class_labels: Sequence, labels: Sequence) -> list[int]:

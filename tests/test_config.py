@@ -117,7 +117,7 @@ def test_literal_credentials_in_storage_flags_are_refused():
 
 
 def test_selection_rule_flags_reach_the_sampler():
-    from flows.dpkps import selection_rule
+    from tasks.stages.dpkps import selection_rule
 
     assert selection_rule(validate_config(DpKpsConfig, base())) == "power-2"
     assert selection_rule(validate_config(DpKpsConfig, base(method="iterative-log"))) == "top-5"

@@ -5,13 +5,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from flows.dpkps import (
-    class_term_histograms,
-    corpus_shards,
-    privatize_class_histograms,
-    privatize_class_pairs,
-    sample_histogram_sequences,
-)
 from tasks.config import DpKpsConfig
 from tasks.errors import ConfigError, LedgerMismatchError
 from tasks.histogram_seeds import (
@@ -28,7 +21,16 @@ from tasks.histogram_seeds import (
 )
 from tasks.ledger import PrivacyLedger
 from tasks.sampling import SelectionRule
+from tasks.stages.corpus import scan_private_corpus
+from tasks.stages.dpkps import term_counting
+from tasks.stages.histogram import (
+    exact_pair_counts,
+    privatize_class_histograms,
+    privatize_class_pairs,
+    sample_histogram_sequences,
+)
 from tasks.vocabulary import PhraseMatcher, Vocabulary
+from tests.conftest import corpus_plan
 
 
 # ------------------------------------------------------------------ counting
@@ -150,9 +152,10 @@ def test_markov_stages_charge_each_stage_once_in_parallel_over_classes(tmp_path,
     cfg = _config(tmp_path, method="histogram-markov", markov_term_share=0.25)
     ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
     labels = [0, 1, 2, 3]  # class 3 is declared but empty: released from pure noise like the others
-    shards = corpus_shards(tiny_corpus, n_workers=2)
-    terms = privatize_class_histograms.fn(class_term_histograms.fn(shards, labels, cfg), labels, cfg, ledger)
-    pairs = privatize_class_pairs.fn(shards, labels, terms, cfg, ledger)
+    plan = corpus_plan(tiny_corpus, tmp_path / "corpus")
+    exact = scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).counts
+    terms = privatize_class_histograms.fn(exact, labels, cfg, ledger)
+    pairs = privatize_class_pairs.fn(*exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg, ledger)
     entries = {e["name"]: e for e in ledger.entries()}
     assert sorted(entries) == sorted([f"histogram-class{c}" for c in range(4)] + [f"markov-class{c}" for c in range(4)])
     assert all(e["sensitivity"] == 4.0 and e["partition"] == e["name"].split("-")[1] for e in entries.values())
@@ -161,13 +164,12 @@ def test_markov_stages_charge_each_stage_once_in_parallel_over_classes(tmp_path,
     assert ledger.total() == (pytest.approx(4.0), 0.0)
     assert all(len(t["term_ids"]) == 40 for t in terms) and pairs[0]["noisy_pairs"].shape == (40, 40)
     # re-running re-reads every value and charges nothing
-    again = privatize_class_histograms.fn(class_term_histograms.fn(shards, labels, cfg), labels, cfg, ledger)
+    again = privatize_class_histograms.fn(exact, labels, cfg, ledger)
     assert all(np.array_equal(a["noisy_counts"], b["noisy_counts"]) for a, b in zip(again, terms))
     assert ledger.total() == (pytest.approx(4.0), 0.0)
     with pytest.raises(LedgerMismatchError):
-        privatize_class_histograms.fn(class_term_histograms.fn(shards, labels, cfg), labels,
-                                      _config(tmp_path, method="histogram-markov", markov_term_share=0.25,
-                                              hist_top_k=30), ledger)
+        privatize_class_histograms.fn(exact, labels, _config(tmp_path, method="histogram-markov",
+                                                             markov_term_share=0.25, hist_top_k=30), ledger)
     sequences = sample_histogram_sequences.fn(terms, pairs, labels, cfg)
     assert sequences.groupby("label").size().to_dict() == {0: 6, 1: 6, 2: 6, 3: 6}
     assert all(len(k) == 5 and len(set(k)) == 5 for k in sequences["keyphrases"])
@@ -177,8 +179,8 @@ def test_markov_stages_charge_each_stage_once_in_parallel_over_classes(tmp_path,
 def _noise_of_class0(tmp_path, tiny_corpus, vocab_file, epsilon):
     cfg = _config(tmp_path, vocab=str(vocab_file), hist_top_k=100_000, epsilon=epsilon)
     ledger = PrivacyLedger(str(tmp_path / f"state-{epsilon}"), "fingerprint", "run1")
-    shards = corpus_shards(tiny_corpus, n_workers=1)
-    exact = class_term_histograms.fn(shards, [0, 1, 2], cfg)
+    exact = scan_private_corpus.fn(corpus_plan(tiny_corpus, tmp_path / f"corpus-{epsilon}"), [0, 1, 2], cfg,
+                                   term_counting(cfg)).counts
     released = privatize_class_histograms.fn(exact, [0, 1, 2], cfg, ledger)[0]
     assert len(released["term_ids"]) == exact.shape[1]  # K >= |V|: every noisy count is released
     return released["noisy_counts"] - exact[0, released["term_ids"]]
