@@ -133,11 +133,12 @@ class SecretDetector:
 
 
 def unit_secret_incidence(unit: WorkUnit, spec: PrivateUnits, detector: SecretDetector
-                          ) -> tuple[sparse.csr_matrix, list[str] | None]:
-    """The unit's secret incidence, rows in the unit's row order."""
+                          ) -> list[tuple[sparse.csr_matrix, list[str] | None]]:
+    """The unit's secret incidence (rows in the unit's row order), as a list of one part: the units' lists
+    concatenate in unit order on the cluster (``map_reduce``) into what ``stack_incidence`` takes."""
     texts = [text for batch in read_unit(unit, spec.text_column, spec.label_column, spec.storage_options)
              for text in batch["text"]]
-    return detector.incidence(texts)
+    return [detector.incidence(texts)]
 
 
 def stack_incidence(parts: Sequence[tuple[sparse.csr_matrix, list[str] | None]]) -> sparse.csr_matrix:

@@ -86,7 +86,7 @@ def test_secret_incidence_merged_across_units_is_the_corpus_incidence(tmp_path, 
     units = _units(_write_shards(corpus, tmp_path / "corpus"))
     detector = (SecretDetector("pii", key=b"k" * 32) if kind == "pii"
                 else SecretDetector("words", ("goals", "glacier", "guitar", "absent")))
-    merged = stack_incidence([unit_secret_incidence(u, units, detector) for u in units.units])
+    merged = stack_incidence([part for u in units.units for part in unit_secret_incidence(u, units, detector)])
     if kind == "pii":
         whole, types = ev.pii_secret_incidence(corpus["text"].tolist())
         assert {"EMAIL_ADDRESS", "IP_ADDRESS"} <= set(types)

@@ -213,7 +213,7 @@ def detect_secrets(cfg: SecPeConfig, texts: list[str]) -> tuple[sparse.csr_matri
 @private_stage("detect-secrets-per-unit")
 def detect_unit_secrets(cfg: SecPeConfig, units: PrivateUnits) -> sparse.csr_matrix:
     """The corpus's secret incidence, each unit's rows detected on its worker, stacked here in unit order."""
-    return stack_incidence(map_shards(unit_secret_incidence, units.units, units, secret_detector(cfg)))
+    return stack_incidence(map_reduce(unit_secret_incidence, units.units, units, secret_detector(cfg)))
 
 
 def rho_per_unit(units: PrivateUnits, rho: np.ndarray) -> list[np.ndarray]:
