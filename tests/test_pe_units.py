@@ -227,3 +227,20 @@ def _assert_no_near_ties(private: np.ndarray, targets: np.ndarray, allowed: np.n
     scores = 2 * private @ targets.T - (targets ** 2).sum(axis=1)
     top2 = np.sort(np.where(allowed, scores, -np.inf), axis=1)[:, -2:]
     assert np.all(top2[:, 1] - top2[:, 0] > 1e-4)
+
+
+def test_a_resumed_run_rereads_every_round_and_votes_no_more(prefect_harness, corpus_file, tmp_path, fake_llm,
+                                                              monkeypatch):
+    """The exact votes are computed only when a round must be drawn: resuming a finished run (--run-id) re-reads
+    every round from the ledger and sends no unit to the workers and no call to the LLM."""
+    from flows.evolution import augpe_flow
+    from tasks.stages.pe_rounds import AugPeVote
+
+    votes = _Recorder(AugPeVote.exact_votes)
+    monkeypatch.setattr(AugPeVote, "exact_votes", lambda self, *a: votes(self, *a))
+    out = tmp_path / "resume"
+    first = augpe_flow(_cfg(corpus_file, out, run_id="resumed-run"))
+    assert len(votes.calls) == 2 and fake_llm.calls == 18
+    again = augpe_flow(_cfg(corpus_file, out, run_id="resumed-run"))
+    assert len(votes.calls) == 2 and fake_llm.calls == 18
+    assert again["rows"] == first["rows"]
