@@ -244,3 +244,40 @@ def test_a_resumed_run_rereads_every_round_and_votes_no_more(prefect_harness, co
     again = augpe_flow(_cfg(corpus_file, out, run_id="resumed-run"))
     assert len(votes.calls) == 2 and fake_llm.calls == 18
     assert again["rows"] == first["rows"]
+
+
+def test_a_units_transient_storage_error_retries_the_round_step_and_a_corpus_error_does_not(
+        prefect_harness, tmp_path, tiny_corpus, monkeypatch):
+    import tasks.pe_units as pe_units
+    from tasks.embedding import embed_texts
+    from tasks.errors import CorpusError, StorageError
+    from tasks.stages.pe import exact_class_votes
+
+    units = _units(_write_shards(tiny_corpus, tmp_path / "corpus"), unit_rows=12)
+    candidates = embed_texts([f"{TOPICS[i % 3]} candidate {i}" for i in range(6)])
+    voting = np.arange(6) % 3
+    real, reads = pe_units.read_unit, []
+
+    def flaky(unit, *args, **kwargs):
+        reads.append(unit)
+        if len(reads) == 2:
+            raise StorageError(f"reading shard {unit.uri} failed: throttled")
+        return real(unit, *args, **kwargs)
+
+    monkeypatch.setattr(pe_units, "read_unit", flaky)
+    try:
+        votes = exact_class_votes(units, candidates, voting)  # the Prefect task, with its retries
+        assert votes.sum() == len(tiny_corpus) and len(reads) > len(units.units)
+        pe_units.forget_run(units.run)
+        reads.clear()
+
+        def broken(unit, *args, **kwargs):
+            reads.append(unit)
+            raise CorpusError(f"unreadable Parquet shard {unit.uri}: bad footer")
+
+        monkeypatch.setattr(pe_units, "read_unit", broken)
+        with pytest.raises(CorpusError, match="part-000.parquet"):
+            exact_class_votes(units, candidates, voting)
+        assert len(reads) == 1  # deterministic: not retried
+    finally:
+        pe_units.forget_run(units.run)
