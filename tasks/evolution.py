@@ -1,7 +1,9 @@
-"""Private-evolution math: Aug-PE votes and selection, SecPE secrets, SecretNoise weights, SecretClustering.
+"""Private-evolution math: Aug-PE votes and selection, SecPE secrets, SecretNoise weights, SecretClustering, and
+the round loop's public bookkeeping (prompts, call seeds, which candidates are documents).
 
 Pure functions (numpy / torch / scipy / sklearn), no I/O, no Prefect, no logging of private values. Accounting
-(sigma calibration, blow-up) lives in tasks/accounting.py.
+(sigma calibration, blow-up) lives in tasks/accounting.py. The private statistics (votes, cluster counts and sums)
+add up over disjoint parts of the corpus, which is how the flows compute them per work unit (tasks/pe_units.py).
 
 Privacy unit: one document; adjacent corpora differ by adding or removing one document.
 

@@ -79,7 +79,7 @@ def fake_llm():
 def _cfg(corpus_file, out, **kw):
     base = {"data": corpus_file, "out": str(out), "llm": "local:fake-topics", "per_class": 2, "variations": 1,
             "iterations": 2, "epsilon": 50.0, "delta": 1e-5, "gate": False, "doc_type": "short text", "seed": 3,
-            "labels": ["0", "1", "2"]}
+            "labels": ["0", "1", "2"], "n_workers": 1}  # one worker embeds the private corpus: one model load
     base.update(kw)
     return base
 

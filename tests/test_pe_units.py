@@ -199,9 +199,9 @@ def test_per_unit_votes_equal_in_memory_votes_through_the_flows(prefect_harness,
     monkeypatch.setattr(SecPeVote, "exact_sums", lambda self, *a: sums(self, *a))
     public_texts = [f"{TOPICS[i % 3]} public {i}" for i in range(30)]
     pd.DataFrame({"text": public_texts}).to_parquet(tmp_path / "public.parquet")
-    augpe_flow(_cfg(data, tmp_path / "a"))
+    augpe_flow(_cfg(data, tmp_path / "a", n_workers=2))  # units on two workers, counts reduced across them
     secpe = _cfg(data, tmp_path / "s", public=str(tmp_path / "public.parquet"), clusters=6, p=1e-4, r_over_p=1e4,
-                 noise_multiplier=3.0, radius=0.5)
+                 noise_multiplier=3.0, radius=0.5, n_workers=2)
     secpe.pop("epsilon")
     secpe_flow(secpe)
 
