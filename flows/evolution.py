@@ -23,16 +23,14 @@ from prefect import flow
 
 from tasks import evolution as ev
 from tasks import storage
-from tasks.cluster import dask_client
-from tasks.config import AugPeConfig, SecPeConfig, build_config, validate_config
+from tasks.cluster import cluster_security, dask_client
+from tasks.config import AugPeConfig, SecPeConfig, validate_config
 from tasks.ledger import PrivacyLedger
 from tasks.stages.corpus import load_private_corpus, resolve_labels
 from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
-from tasks.stages.pe import (OPERATOR_TIMINGS, charge_augpe_schedule, charge_secpe_schedule,  # noqa: F401
-                             detect_unit_secrets, dry_run_plan, private_units, public_clusters, publish_evolution)
+from tasks.stages.pe import (charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets, dry_run_plan,
+                             private_units, public_clusters, publish_evolution)
 from tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
-
-# OPERATOR_TIMINGS is read from here by flows/evaluate.py until that import moves to tasks.stages.pe.
 
 
 @flow(name="augpe", log_prints=True)
@@ -42,7 +40,7 @@ def augpe_flow(config: dict[str, Any]) -> dict:
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
-    with dask_client(cfg.dask_address, cfg.n_workers):
+    with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
         corpus = load_private_corpus(cfg)
         labels = resolve_labels(cfg, corpus)
         ledger = open_ledger(cfg, corpus)
@@ -65,7 +63,7 @@ def secpe_flow(config: dict[str, Any]) -> dict:
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
-    with dask_client(cfg.dask_address, cfg.n_workers):
+    with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
         corpus = load_private_corpus(cfg)
         labels = resolve_labels(cfg, corpus)
         ledger = open_ledger(cfg, corpus)
@@ -110,65 +108,25 @@ def run_secpe(config: dict[str, Any]) -> str:
     return cfg.out
 
 
-def _evolution_arguments(parser: argparse.ArgumentParser) -> None:
-    from flows.dpkps import add_release_arguments
-
-    add_release_arguments(parser)
-    parser.add_argument("--population", dest="per_class", type=int, help="N: population kept per class (= --per-class)")
-    parser.add_argument("--iterations", type=int, help="T: voting rounds (default 5)")
-    parser.add_argument("--variations", type=int, help="K: variations per kept sample per round (default 2)")
-    parser.add_argument("--variation", choices=["paraphrase", "fill-blanks", "mixed"])
-    parser.add_argument("--mask-fraction", type=float)
-    parser.add_argument("--min-words", type=int,
-                        help="candidates with fewer words (or prompt residue) get no votes (default 5, the gate's bound)")
-    parser.add_argument("--embedding-model")
-    parser.add_argument("--llm-shards", type=int, help="Dask tasks per round of LLM calls (default 1: in-process)")
-    parser.add_argument("--dry-run", action="store_const", const=True,
-                        help="print the LLM-call plan and cost estimate; send, draw and charge nothing")
-    parser.add_argument("--no-progress", dest="progress", action="store_const", const=False,
-                        help="no progress bars for the LLM calls")
-    parser.add_argument("--delta", type=float)
-    parser.add_argument("--n-upper-bound", type=int, help="public upper bound on the corpus size (default delta)")
-
-
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    """``privseed augpe`` and ``privseed secpe``: every flag comes from AugPeConfig / SecPeConfig (tasks/config.py)."""
+    from tasks.config import add_config_arguments
+
     p = subparsers.add_parser("augpe", help="Aug-PE baseline (add --vocab-words for AugPE+V~)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _evolution_arguments(p)
-    p.add_argument("--epsilon", type=float, help="DP budget of the voting rounds (default 4)")
-    p.add_argument("--noise-multiplier", type=float, help="sigma, instead of --epsilon")
-    p.add_argument("--threshold", type=float, help="H: drop noisy counts below H (default 0)")
-    p.add_argument("--selection", choices=["rank", "sample"])
-    p.add_argument("--vocab-words", action="store_const", const=True, help="AugPE+V~ (costs --eps-voc)")
-    p.add_argument("--words-per-prompt", type=int)
-    p.add_argument("--vocab")
-    p.add_argument("--vocab-top", type=int)
-    p.add_argument("--eps-voc", type=float)
-    p.add_argument("--first-terms", type=int)
-    p.add_argument("--vocab-size", type=int)
+    add_config_arguments(p, AugPeConfig)
     p.set_defaults(func=lambda args: _run_cli(AugPeConfig, augpe_flow, args))
 
     s = subparsers.add_parser("secpe", help="SecPE baseline: (p, r)-secret protection with secret clustering",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _evolution_arguments(s)
-    s.add_argument("--public", required=True, help="public corpus of the same domain (Parquet, text column)")
-    s.add_argument("--public-text-column")
-    s.add_argument("--p", type=float, help="prior success probability (default 1e-4)")
-    s.add_argument("--r-over-p", type=float, help="r / p (default 10)")
-    s.add_argument("--clusters", type=int, help="K public clusters (default 50)")
-    s.add_argument("--secrets", help="words | pii | FILE")
-    s.add_argument("--secret-quantile", type=float)
-    s.add_argument("--secret-count", type=int)
-    s.add_argument("--radius", type=float)
-    s.add_argument("--rho-norm", choices=["max", "paper"])
-    s.add_argument("--noise-multiplier", type=float, help="fix sigma publicly (checked against the (p, r) budget)")
+    add_config_arguments(s, SecPeConfig)
     s.set_defaults(func=lambda args: _run_cli(SecPeConfig, secpe_flow, args))
 
 
 def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
-    from flows.dpkps import flags_from_args
+    from tasks.config import config_from_args
 
-    cfg = build_config(model, flags_from_args(args), args.config_file)
+    cfg = config_from_args(model, args)
     manifest = flow_fn(cfg.model_dump())
     if manifest.get("dry_run"):
         print("\n".join(manifest["lines"]))

@@ -35,9 +35,6 @@ from tasks.pe_units import (PrivateUnits, SampledUnit, SecretDetector, forget_ru
                             unit_class_votes, unit_cluster_sums, unit_secret_incidence)
 from tasks.stages import private_stage, public_stage, stage_logger
 
-#: Per-round timings (they grow with |D|) go here, under the private state folder, never into a release.
-OPERATOR_TIMINGS = "operator/round-timings.json"
-
 
 # ---------------------------------------------------------------------------------------------------------
 # LLM calls and public embeddings

@@ -37,8 +37,8 @@ from tasks.ledger import PrivacyLedger
 from tasks.mechanisms import GaussianMechanism
 from tasks.pe_units import PrivateUnits
 from tasks.stages import stage_logger
-from tasks.stages.pe import (OPERATOR_TIMINGS, draw_augpe_round, draw_secpe_round, embed_candidates,
-                             exact_class_votes, exact_cluster_sums, generate_candidates, rho_per_unit)
+from tasks.stages.pe import (draw_augpe_round, draw_secpe_round, embed_candidates, exact_class_votes,
+                             exact_cluster_sums, generate_candidates, rho_per_unit)
 
 
 class VoteStep(Protocol):
@@ -176,7 +176,7 @@ class RoundClock:
     ``llm_s`` (the calls that made the round's candidates), ``embed_s`` and ``histogram_s`` (votes or
     SecretClustering, noise, selection), show whether a round is bounded by the LLM or by the histogram, but the
     histogram step grows with the private corpus size |D|: they go to the operator's log and to
-    OPERATOR_TIMINGS in the private state (``save``), never to a released file."""
+    ``tasks.evolution.OPERATOR_TIMINGS`` in the private state (``save``), never to a released file."""
 
     def __init__(self) -> None:
         self.rounds: list[dict[str, int]] = []
@@ -203,5 +203,5 @@ class RoundClock:
             stage_logger().info("%s round %d timings: llm %.2f s, embed %.2f s, histogram %.2f s", method,
                                 row["round"], row["llm_s"], row["embed_s"], row["histogram_s"])
         document: dict[str, Any] = {"method": method, "rounds": self.timings}
-        storage.write_bytes(storage.join(cfg.state_uri, OPERATOR_TIMINGS),
+        storage.write_bytes(storage.join(cfg.state_uri, ev.OPERATOR_TIMINGS),
                             (json.dumps(document, indent=2) + "\n").encode(), cfg.storage_options)
