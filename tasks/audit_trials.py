@@ -312,7 +312,9 @@ class AugPeAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from flows.evolution import AugPeConfig, _documents, _per_class_index, embed_candidates, embed_private
+        from tasks.config import AugPeConfig
+        from tasks.evolution import candidate_documents as _documents, class_index as _per_class_index
+        from tasks.stages.pe import embed_candidates, embed_private
         from tasks import evolution as ev
 
         self.cfg = AugPeConfig(**self.config_values(dict(
@@ -335,7 +337,7 @@ class AugPeAudit(_Mechanism):
                                   f"{'with' if with_canary else 'without'} the canary, expected {expected}")
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from flows.evolution import augpe_round_histogram, charge_augpe_schedule
+        from tasks.stages.pe import augpe_round_histogram, charge_augpe_schedule
 
         private_emb, private_class = self.sides[with_canary]
         with self.ledger() as ledger:
@@ -350,7 +352,8 @@ class SecPeAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from flows.evolution import SecPeConfig, embed_candidates, embed_private
+        from tasks.config import SecPeConfig
+        from tasks.stages.pe import embed_candidates, embed_private
         from tasks import evolution as ev
 
         secrets = workdir / "audit-secrets.txt"
@@ -390,7 +393,8 @@ class SecPeAudit(_Mechanism):
         self.move_in_noise_units = float(np.linalg.norm(move)) / self.scale
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from flows.evolution import charge_secpe_schedule, detect_secrets, secpe_noise, secpe_round_release
+        from tasks.evolution import secpe_noise
+        from tasks.stages.pe import charge_secpe_schedule, detect_secrets, secpe_round_release
         from tasks import evolution as ev
 
         classes = self.classes[with_canary]

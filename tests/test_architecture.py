@@ -19,7 +19,6 @@ SUBFLOWS = {
 #: Imports that break the rules today and are being moved by the PE and data-path splits of issue 15 (shared
 #: DP-KPS / PE stages that still live in flows/). Each entry must disappear when its stage moves to tasks/.
 PENDING = {
-    "tasks/audit_trials.py": {"flows.evolution"},
 }
 #: The module that registers every flow's subcommand.
 CLI = "flows/cli.py"
@@ -79,7 +78,7 @@ def test_the_subflows_named_above_are_flows():
 
 
 #: Flow files whose Prefect tasks are moving to tasks/stages/ in the data-path and PE splits of issue 15.
-PENDING_TASKS = {"flows/dpkps.py", "flows/evolution.py"}
+PENDING_TASKS = {"flows/dpkps.py"}
 TASK_DECORATORS = {"task", "private_stage", "public_stage"}
 
 

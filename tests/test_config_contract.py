@@ -253,7 +253,7 @@ def test_help_shows_every_flag_with_its_true_default(command, capsys):
 
 def test_defaults_described_in_words_are_the_ones_the_code_applies():
     from tasks.stages.dpkps import DEFAULT_SELECTION, selection_rule
-    from flows.evolution import augpe_schedule
+    from tasks.stages.pe import augpe_schedule
     from tasks import accounting
     from tasks.config import HISTOGRAM_VOCAB_TOP
 

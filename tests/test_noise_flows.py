@@ -225,12 +225,14 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
 
 
 class _VoteSpy:
+    """Records the exact votes a round's draw receives (the vote step's sum over the work units)."""
+
     def __init__(self, real):
         self.real, self.calls = real, []
 
     def __call__(self, *args, **kwargs):
         votes = self.real(*args, **kwargs)
-        self.calls.append(votes.copy())
+        self.calls.append(np.array(votes, copy=True))
         return votes
 
 
@@ -239,14 +241,14 @@ def test_augpe_vote_noise_has_the_schedules_sigma(prefect_harness, tmp_path, mon
     released histogram minus the exact votes is N(0, sigma^2) with the published schedule's sigma."""
     from flows.evolution import augpe_flow
     from tasks import accounting
-    from tasks import evolution as ev
     from tasks.llm import register_backend
+    from tasks.stages.pe_rounds import AugPeVote
     from tasks.vocabulary import english_vocabulary
     from tests.test_evolution_flow import FakeBackend
 
     data, frame = _corpus(tmp_path)
-    spy = _VoteSpy(ev.class_votes)
-    monkeypatch.setattr(ev, "class_votes", spy)
+    spy = _VoteSpy(AugPeVote.exact_votes)
+    monkeypatch.setattr(AugPeVote, "exact_votes", lambda self, *a: spy(self, *a))
     register_backend("local:fake-topics", FakeBackend())
     try:
         out = tmp_path / "augpe"
