@@ -24,7 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks import storage
 from tasks.cluster import cluster_security, dask_client
 from tasks.config import DpKpsConfig, ReleaseConfig, build_config
-from tasks.corpus import list_shards, publish_release, read_shard
+from tasks.corpus import StagedRelease, list_shards, publish_release, read_shard
 from tasks.errors import ConfigError, CorpusError, retry_if_transient
 from tasks.ledger import PrivacyLedger
 from tasks.stages import stage_logger
@@ -361,24 +361,18 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
 
 @task(name="publish-release", retries=2, retry_condition_fn=retry_if_transient,
       retry_delay_seconds=[2, 10], persist_result=False, cache_policy=NO_CACHE)
-def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list,
+def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: PrivacyLedger, labels: list,
             class_names: dict[str, str] | None = None, generation_report: dict | None = None) -> dict:
-    """Gate and publish. ``generation_report`` (counts of synthetic rows and candidates from
-    tasks.generation.split_documents) goes into quality.json beside the gate's result."""
-    import json
+    """Gate and publish (a frame, or the parts the generation shards wrote). ``generation_report`` (counts of
+    synthetic rows and candidates from tasks.generation.split_documents) goes into quality.json beside the
+    gate's result."""
+    from tasks.quality import gate_from_config
 
-    from tasks.quality import DocumentRules, release_gate
-
-    gate, extra = None, {}
-    if cfg.gate:
-        check = release_gate(labels=labels, llm_used=cfg.llm != "none", rules=DocumentRules(language=cfg.language))
-        gate = (lambda df: {**check(df), "generation": generation_report}) if generation_report else check
-    elif generation_report:
-        extra["quality.json"] = json.dumps({"gate": "off", "generation": generation_report}, indent=2).encode()
     config = cfg.public_dict()
     # The manifest says whether prompts named the classes, and with which public names.
     config["prompt_class_names"] = class_names if cfg.llm != "none" else None
-    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate, extra_files=extra,
+    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate_from_config(cfg, labels),
+                           quality_extra={"generation": generation_report} if generation_report else None,
                            storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)
 
 
@@ -425,9 +419,12 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         if cfg.llm == "none":
             synthetic = render_without_llm(sequences)
         else:
-            from tasks.generation import generate_documents, split_documents
+            from tasks.generation import generate_release
+            from tasks.quality import gate_from_config
 
-            synthetic, report = split_documents(generate_documents(sequences, cfg), cfg.max_regenerations)
+            # The shards write and gate-check the release's parts; only their descriptors come back here.
+            synthetic = generate_release(sequences, cfg, gate_from_config(cfg, labels))
+            report = synthetic.generation_report
             logger.info("generation: %d documents kept, %d seeds dropped with no document after %d regeneration "
                         "rounds (%s)", report["rows_kept"], report["rows_dropped"], cfg.max_regenerations,
                         report["dropped_by_reason"] or "none")
