@@ -10,15 +10,18 @@ Three parts, following the project's stage shape:
 - ``derive_quality_columns`` (pure pandas/python): per-row facts the expectations need and GX cannot
   express directly -- the Python type of each value, word counts, a normalised text for duplicate
   detection, which prompt/template residue a text carries, and the predicate's reason (``q_document_reason``).
-- ``validate_release`` builds an ephemeral GX context, a pandas data source with a dataframe asset and a
-  whole-dataframe batch, one suite of named expectations over those columns, a ``ValidationDefinition``,
-  and returns a JSON-able result naming every expectation and whether it held.
+- ``ReleaseGate`` (made by ``release_gate``) runs the suite: ``check_part`` builds an ephemeral GX context, a
+  pandas data source with a dataframe asset and a whole-dataframe batch, one suite of named expectations over
+  those columns and a ``ValidationDefinition``, over every row of one part, and keeps a small ``PartCheck``;
+  ``combine`` turns the checks of all parts into one JSON-able result naming every expectation and whether it
+  held, by GX's own rules over the totals (so generation shards can gate their own parts on the workers and no
+  process holds every row). ``validate_release(df)`` is the whole frame as one part.
 
 The gate only reads the synthetic candidate, which is differentially private by post-processing, so the
 details it reports (counts, a few truncated example values) leak nothing about the private corpus.
 
-``release_gate`` makes the ``Callable[[DataFrame], dict]`` that ``tasks.corpus.publish_release(gate=...)``
-calls; ``validate_release_task`` is the Prefect task for flows that gate outside of publishing.
+``release_gate`` makes the ``gate=`` of ``tasks.corpus.publish_release`` (callable on a frame, or combining the
+checks of staged parts); ``validate_release_task`` is the Prefect task for flows that gate outside of publishing.
 """
 
 from __future__ import annotations

@@ -188,6 +188,18 @@ def test_answers_land_in_the_cache_as_each_batch_ends(fake, tmp_path):
     assert [o.cached for o in out] == [k not in still_open for k in keys]
 
 
+def test_an_open_batch_the_api_no_longer_knows_is_submitted_again(fake, tmp_path):
+    rs = reqs(3)
+    ids = [r.cache_key("anthropic", "claude-haiku-4-5") for r in rs]
+    folder = tmp_path / "anthropic-batches"
+    folder.mkdir()
+    (folder / "0123.open.json").write_text(json.dumps({"batch_id": "msgbatch_expired", "model": "claude-haiku-4-5",
+                                                       "n": 3, "custom_ids": ids}))
+    out = backend(fake, use_batches=True, poll_interval=0, batch_state=str(tmp_path)).complete(rs)
+    assert len(out) == 3 and len(fake.batches) == 1 and _batch_ids(fake) == [ids]
+    assert not (folder / "0123.open.json").exists()
+
+
 @pytest.mark.slow
 def test_batch_state_on_s3_goes_through_storage_retries(fake, s3_bucket, monkeypatch):
     """The batch id is written to s3:// through tasks.storage: a dropped connection is retried, and the

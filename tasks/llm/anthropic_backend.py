@@ -202,8 +202,10 @@ class AnthropicBackend(LLMBackend):
         storage.write_bytes(path, json.dumps(state).encode("utf-8"), self.storage_options)
 
     def _open_batches(self, wanted: set[str]) -> list[tuple[str, list[str], str]]:
-        """(batch id, the custom_ids of ``wanted`` it holds, its state's URI) of the batches an earlier run submitted and did not collect that hold some of
-        ``wanted`` (one listing of the state folder, then the open states only)."""
+        """(batch id, the custom_ids of ``wanted`` it holds, its state's URI) of every batch an earlier run
+        submitted and did not collect that holds some of ``wanted`` and that the API still knows (one listing of
+        the state folder, then the open states only). A batch the API no longer has (results are kept 29 days)
+        is forgotten: its requests are submitted again."""
         folder = self._states_dir()
         if folder is None:
             return []
@@ -224,7 +226,24 @@ class AnthropicBackend(LLMBackend):
             ids = [c for c in state.get("custom_ids", []) if c in wanted]
             if ids:
                 found.append((state["batch_id"], ids, uri))
-        return found
+        known = _map_bounded(lambda b: self._still_known(b[0]), found, self.max_concurrency)
+        for (batch_id, _, uri), ok in zip(found, known):
+            if not ok:
+                log.warning("Message Batch %s is no longer known to the API; its requests are submitted again",
+                            batch_id)
+                storage.remove(uri, self.storage_options)
+        return [b for b, ok in zip(found, known) if ok]
+
+    def _still_known(self, batch_id: str) -> bool:
+        import anthropic
+
+        try:
+            self._retrying(lambda: self.client.messages.batches.retrieve(batch_id), "batches.retrieve")
+        except PrivseedError as e:
+            if isinstance(e.__cause__, anthropic.NotFoundError):
+                return False
+            raise
+        return True
 
     def _complete_batched(self, requests: Sequence[ChatRequest], on_each: OnEach | None) -> list[ChatResult]:
         """Every chunk of ``requests`` is submitted at once (``max_concurrency`` submissions in flight), each

@@ -62,6 +62,13 @@ class CacheIndex:
         i = int(np.searchsorted(self._listed, np.uint64(p)))
         return i < len(self._listed) and int(self._listed[i]) == p
 
+    def contains_many(self, keys: Sequence[str]) -> np.ndarray:
+        """``[k in self for k in keys]`` as a boolean array, in one vectorised search."""
+        wanted = np.fromiter((self.prefix(k) for k in keys), dtype=np.uint64, count=len(keys))
+        known = self.prefixes()
+        at = np.minimum(np.searchsorted(known, wanted), max(0, len(known) - 1))
+        return (known[at] == wanted) if len(known) else np.zeros(len(keys), dtype=bool)
+
     def add(self, key: str) -> None:
         with self._lock:
             self._added.add(self.prefix(key))
@@ -157,12 +164,19 @@ class CallCache:
 
     def read_hits(self, keys: Sequence[str]) -> Iterator[tuple[int, ChatResult]]:
         """``(i, result)`` for every ``keys[i]`` with a stored result, in key order: the cache is listed first
-        when that is cheaper than probing (and no index is held), then only the keys it holds are read,
-        :data:`READ_THREADS` at a time."""
+        when that is cheaper than probing (and no index is held), then only the keys it holds are read
+        (:data:`READ_THREADS` at a time from an object store)."""
         if self.index is None and len(keys) >= LIST_MIN_LOOKUPS:
             self.load_index()
-        todo = [i for i, k in enumerate(keys) if self.index is None or k in self.index]
+        todo = (np.flatnonzero(self.index.contains_many(keys)) if self.index is not None
+                else np.arange(len(keys))).tolist()
         if not todo:
+            return
+        if storage.is_local_fs(self.fs):  # a local read is a page-cache copy: threads would only add overhead
+            for i in todo:
+                result = self._read(keys[i])
+                if result is not None:
+                    yield i, result
             return
         with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="llm-cache") as pool:
             for start in range(0, len(todo), _READ_CHUNK):
