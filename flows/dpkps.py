@@ -470,99 +470,20 @@ def dry_run(cfg: DpKpsConfig) -> dict:
 # ---------------------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------------------
-def add_release_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by every method that writes a release (dpkps, augpe, secpe)."""
-    parser.add_argument("data", help="private corpus: Parquet file, folder or shard prefix (local, file://, s3://)")
-    parser.add_argument("--out", required=True, help="release folder (local or s3://)")
-    parser.add_argument("--config", dest="config_file", help="TOML or YAML file with defaults for these flags")
-    parser.add_argument("--text-column")
-    parser.add_argument("--label-column")
-    parser.add_argument("--labels", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                        help="the public label set, comma separated (required, or --labels-file / the config file)")
-    parser.add_argument("--labels-file", help="a file with the label set, one label per line (# comments)")
-    parser.add_argument("--per-class", type=int, help="synthetic documents per class")
-    parser.add_argument("--llm", help="none | local[:GGUF] | anthropic[:MODEL] | openai-compatible:URL")
-    parser.add_argument("--doc-type", help="what to write, e.g. 'Wikipedia article' (never a class name)")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--run-id", help="resume this run: re-read its drawn values (default: a new random run id)")
-    parser.add_argument("--state", help="the owner's private state: identity key, drawn values, LLM cache "
-                                        "(default OUT.private beside OUT; never inside OUT, never shared)")
-    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="fsspec/s3fs option, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable)")
-    parser.add_argument("--dask-address", help="an existing Dask scheduler (default: a LocalCluster)")
-    parser.add_argument("--workers", dest="n_workers", type=int, help="LocalCluster workers (default 2)")
-    parser.add_argument("--no-gate", dest="gate", action="store_const", const=False, help="skip the release gate")
-    parser.add_argument("--insecure-reproducible-noise", action="store_const", const=True,
-                        help="research grids only: noise from --seed, bit-identical reruns; the release is NOT "
-                             "differentially private (stamped, and refused unless --allow-insecure-release)")
-    parser.add_argument("--allow-insecure-release", action="store_const", const=True,
-                        help="publish a release made with --insecure-reproducible-noise anyway")
-    parser.add_argument("--prompt-template", help="'generic' (the paper's prompt), 'coverage', or a YAML file")
-    parser.add_argument("--temperature", type=float, help="LLM sampling temperature (default 0.7)")
-    parser.add_argument("--max-tokens", type=int, help="output tokens per LLM call (default 256)")
-    parser.add_argument("--best-of", type=int, help="candidates per seed, best by seed-term coverage (default 1)")
-    parser.add_argument("--max-regenerations", type=int,
-                        help="rounds of regeneration for a seed with no document among its candidates (default 3); "
-                             "seeds still without one are dropped and counted in quality.json")
-    parser.add_argument("--steer", type=float, help="seed steering strength for local models (default 4; 0 turns it off)")
-    parser.add_argument("--repeat-penalty", type=float, help="llama.cpp repeat penalty for local models (1: off)")
-    parser.add_argument("--no-repeat-ngram", type=int, help="local models: ban repeating a token n-gram (default 4; 0: off)")
-    parser.add_argument("--language", help="the corpus's declared language for the document test "
-                                           "(en default; de, fr, es, it, pt, nl; none)")
-    parser.add_argument("--llm-concurrency", type=int, help="calls in flight for remote APIs (default 4)")
-    parser.add_argument("--llm-secret", help="Prefect Secret block with the API key (default: the environment)")
-
-
-def flags_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    values = {k: v for k, v in vars(args).items() if k not in ("func", "config_file", "storage_option", "verbose", "command", *skip)}
-    if args.storage_option:
-        values["storage_options"] = storage.parse_storage_options(args.storage_option)
-        storage.refuse_literal_secrets(values["storage_options"])
-    return values
-
-
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    """``privseed dpkps``: every flag comes from DpKpsConfig (tasks/config.py), help and defaults included."""
+    from tasks.config import add_config_arguments
+
     parser = subparsers.add_parser("dpkps", help="DP-KPS: DP keyphrase sequences seed one LLM prompt per document",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_release_arguments(parser)
-    parser.add_argument("--vocab", help="'english' or a file of terms, one per line")
-    parser.add_argument("--vocab-top", type=int, help="public frequency cut of the English list (default 50000)")
-    parser.add_argument("--eps-voc", type=float, help="epsilon of the vocabulary histogram (default 1.0)")
-    parser.add_argument("--eps-kde", type=float, help="epsilon of the DP-KDE sketches (default 10.0)")
-    parser.add_argument("--delta", type=float, help="delta, for --mechanism gaussian")
-    parser.add_argument("--mechanism", choices=["laplace", "gaussian"])
-    parser.add_argument("--method", choices=["independent", "iterative-linear", "iterative-log", "histogram",
-                                             "histogram-markov"],
-                        help="DP-KPS sampler, or privseed's per-class DP term histograms (docs/dpkps.md)")
-    parser.add_argument("--epsilon", type=float,
-                        help="total budget of the histogram methods (default eps_voc + eps_kde)")
-    parser.add_argument("--hist-top-k", type=int, help="K: noisy terms kept per class by the histogram methods")
-    parser.add_argument("--markov-pair-floor", type=float,
-                        help="histogram-markov: sample as 0 the pair counts pure noise reaches in about this many "
-                             "entries per class (default 1)")
-    parser.add_argument("--markov-term-share", type=float,
-                        help="histogram-markov: share of --epsilon for the term histogram (rest: the pairs)")
-    parser.add_argument("--length", type=int, help="keyphrases per sequence (default 10)")
-    parser.add_argument("--first-terms", type=int, help="S: terms per document in the histogram (default 10)")
-    parser.add_argument("--vocab-size", type=int, help="N: privatized vocabulary size (default 1000)")
-    parser.add_argument("--features", dest="n_features", type=int, help="I: random Fourier features (default 300)")
-    parser.add_argument("--bandwidth", type=float, help="h: kernel bandwidth (default 0.5)")
-    parser.add_argument("--selection", choices=["proportional", "greedy", "top-k", "power"],
-                        help="how the next phrase is drawn (default: power-2 for independent, top-5 for iterative)")
-    parser.add_argument("--power", type=float, help="G for --selection power (default 2)")
-    parser.add_argument("--top-k", type=int)
-    parser.add_argument("--embedding-model", help="'minilm' or a local sentence-transformers folder")
-    parser.add_argument("--few-shot", help="the recipient's few-shot examples (document + keyphrases)")
-    parser.add_argument("--class-names", metavar="FILE",
-                        help="public class names (JSON/TOML/CSV: label -> name, exactly the declared labels); "
-                             "each prompt then names its class. Only when the names are public")
-    parser.add_argument("--dry-run", action="store_const", const=True,
-                        help="print the LLM cost estimate; read no data, draw, charge and send nothing")
+    add_config_arguments(parser, DpKpsConfig)
     parser.set_defaults(func=run_from_cli)
 
 
 def run_from_cli(args: argparse.Namespace) -> int:
-    cfg = build_config(DpKpsConfig, flags_from_args(args), args.config_file)
+    from tasks.config import config_from_args
+
+    cfg = config_from_args(DpKpsConfig, args)
     manifest = dpkps_flow(cfg.model_dump())
     if manifest.get("dry_run"):
         print(f"dry run, nothing drawn, charged or sent: {manifest['estimate']}")

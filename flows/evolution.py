@@ -35,7 +35,8 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks import accounting, storage
 from tasks import evolution as ev
-from tasks.config import AugPeConfig, EvolutionConfig, SecPeConfig, build_config, validate_config
+from tasks.evolution import OPERATOR_TIMINGS
+from tasks.config import AugPeConfig, EvolutionConfig, SecPeConfig, validate_config
 from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger, public_rng
@@ -128,10 +129,11 @@ def _maybe_cluster(cfg: EvolutionConfig):
     process then loads the backend once and answers its shard of the round's calls in parallel."""
     import contextlib
 
-    if cfg.llm_shards > 1 or cfg.dask_address:
-        from tasks.cluster import cluster_security, dask_client
+    from tasks.cluster import cluster_security, dask_client
 
-        return dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg))
+    security = cluster_security(cfg)  # checked on every run: TLS files that do not exist fail before any call
+    if cfg.llm_shards > 1 or cfg.dask_address:
+        return dask_client(cfg.dask_address, cfg.n_workers, security)
     return contextlib.nullcontext()
 
 
@@ -226,9 +228,6 @@ def _documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
 def _per_class_index(labels: list, values: pd.Series) -> np.ndarray:
     index = {str(label): i for i, label in enumerate(labels)}
     return np.array([index[str(v)] for v in values], dtype=np.int64)
-
-
-OPERATOR_TIMINGS = "operator/round-timings.json"  # under the private state folder, never in the release
 
 
 class _RoundClock:
@@ -660,58 +659,18 @@ def run_secpe(config: dict[str, Any]) -> str:
     return cfg.out
 
 
-def _evolution_arguments(parser: argparse.ArgumentParser) -> None:
-    from flows.dpkps import add_release_arguments
-
-    add_release_arguments(parser)
-    parser.add_argument("--population", dest="per_class", type=int, help="N: population kept per class (= --per-class)")
-    parser.add_argument("--iterations", type=int, help="T: voting rounds (default 5)")
-    parser.add_argument("--variations", type=int, help="K: variations per kept sample per round (default 2)")
-    parser.add_argument("--variation", choices=["paraphrase", "fill-blanks", "mixed"])
-    parser.add_argument("--mask-fraction", type=float)
-    parser.add_argument("--min-words", type=int,
-                        help="candidates with fewer words (or prompt residue) get no votes (default 5, the gate's bound)")
-    parser.add_argument("--embedding-model")
-    parser.add_argument("--llm-shards", type=int, help="Dask tasks per round of LLM calls (default 1: in-process)")
-    parser.add_argument("--dry-run", action="store_const", const=True,
-                        help="print the LLM-call plan and cost estimate; send, draw and charge nothing")
-    parser.add_argument("--no-progress", dest="progress", action="store_const", const=False,
-                        help="no progress bars for the LLM calls")
-    parser.add_argument("--delta", type=float)
-    parser.add_argument("--n-upper-bound", type=int, help="public upper bound on the corpus size (default delta)")
-
-
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    """``privseed augpe`` and ``privseed secpe``: every flag comes from AugPeConfig / SecPeConfig (tasks/config.py)."""
+    from tasks.config import add_config_arguments
+
     p = subparsers.add_parser("augpe", help="Aug-PE baseline (add --vocab-words for AugPE+V~)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _evolution_arguments(p)
-    p.add_argument("--epsilon", type=float, help="DP budget of the voting rounds (default 4)")
-    p.add_argument("--noise-multiplier", type=float, help="sigma, instead of --epsilon")
-    p.add_argument("--threshold", type=float, help="H: drop noisy counts below H (default 0)")
-    p.add_argument("--selection", choices=["rank", "sample"])
-    p.add_argument("--vocab-words", action="store_const", const=True, help="AugPE+V~ (costs --eps-voc)")
-    p.add_argument("--words-per-prompt", type=int)
-    p.add_argument("--vocab")
-    p.add_argument("--vocab-top", type=int)
-    p.add_argument("--eps-voc", type=float)
-    p.add_argument("--first-terms", type=int)
-    p.add_argument("--vocab-size", type=int)
+    add_config_arguments(p, AugPeConfig)
     p.set_defaults(func=lambda args: _run_cli(AugPeConfig, augpe_flow, args))
 
     s = subparsers.add_parser("secpe", help="SecPE baseline: (p, r)-secret protection with secret clustering",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _evolution_arguments(s)
-    s.add_argument("--public", required=True, help="public corpus of the same domain (Parquet, text column)")
-    s.add_argument("--public-text-column")
-    s.add_argument("--p", type=float, help="prior success probability (default 1e-4)")
-    s.add_argument("--r-over-p", type=float, help="r / p (default 10)")
-    s.add_argument("--clusters", type=int, help="K public clusters (default 50)")
-    s.add_argument("--secrets", help="words | pii | FILE")
-    s.add_argument("--secret-quantile", type=float)
-    s.add_argument("--secret-count", type=int)
-    s.add_argument("--radius", type=float)
-    s.add_argument("--rho-norm", choices=["max", "paper"])
-    s.add_argument("--noise-multiplier", type=float, help="fix sigma publicly (checked against the (p, r) budget)")
+    add_config_arguments(s, SecPeConfig)
     s.set_defaults(func=lambda args: _run_cli(SecPeConfig, secpe_flow, args))
 
 
@@ -764,9 +723,9 @@ def dry_run_plan(cfg: EvolutionConfig) -> dict[str, Any]:
 
 
 def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
-    from flows.dpkps import flags_from_args
+    from tasks.config import config_from_args
 
-    cfg = build_config(model, flags_from_args(args), args.config_file)
+    cfg = config_from_args(model, args)
     manifest = flow_fn(cfg.model_dump())
     if manifest.get("dry_run"):
         print("\n".join(manifest["lines"]))

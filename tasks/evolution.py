@@ -29,6 +29,11 @@ from tasks.errors import ConfigError
 from tasks.mechanisms import GaussianMechanism, NoiseSource
 
 
+#: The per-round wall times of a PE run (the histogram step grows with |D|): under the operator's private state
+#: folder, never in a release.
+OPERATOR_TIMINGS = "operator/round-timings.json"
+
+
 def evolution_call_plan(classes: int, population: int, variations: int, iterations: int) -> dict[str, int]:
     """LLM calls of a private-evolution run, from public settings only: per class, RANDOM_API writes the first
     N (K + 1) candidates and each of the T - 1 later rounds asks K variations of the N kept samples.
