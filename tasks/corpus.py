@@ -251,7 +251,12 @@ def _quarantine_parts(out: str, quarantine: str, parts: Sequence[ReleasePart],
     """Move staged parts out of the release folder: a refused candidate leaves nothing beside the last good
     release."""
     def move(part: ReleasePart) -> None:
-        storage.move(storage.join(out, part.path), storage.join(quarantine, part.path), storage_options)
+        target = storage.join(quarantine, part.path)
+        try:
+            storage.move(storage.join(out, part.path), target, storage_options)
+        except FileNotFoundError:
+            if not storage.exists(target, storage_options):  # not moved by an earlier attempt of this publish
+                raise
 
     with ThreadPoolExecutor(max_workers=16, thread_name_prefix="quarantine") as pool:
         list(pool.map(move, parts))

@@ -126,6 +126,8 @@ def test_a_failed_gate_quarantines_the_staged_parts_and_keeps_the_last_release(t
     quarantine = failure.value.quarantine
     assert sorted(os.listdir(os.path.join(quarantine, "synthetic"))) == [p.path.split("/")[1] for p in staged.parts]
     assert json.load(open(os.path.join(quarantine, "quality.json")))["failed"] == ["label:every class present"]
+    with pytest.raises(GateFailedError):  # a retried publish fails the same way (the parts are already moved)
+        publish_release(out, staged, ledger=ledger(tmp_path), config={}, gate=strict)
 
 
 def test_a_crash_before_the_manifest_keeps_the_last_release_and_the_next_commit_sweeps_the_parts(
