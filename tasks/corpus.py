@@ -296,6 +296,7 @@ def publish_release(
     from tasks.mechanisms import INSECURE_STAMP
 
     staged = synthetic if isinstance(synthetic, StagedRelease) else None
+    frame = synthetic if isinstance(synthetic, pd.DataFrame) else None
     if staged is not None:
         if staged.out.rstrip("/") != out.rstrip("/"):
             raise ConfigError(f"the staged parts were written under {staged.out}, not under {out}")
@@ -303,7 +304,7 @@ def publish_release(
             raise ConfigError(f"the staged parts belong to release {staged.release_id}, not {release_id}")
         release_id = staged.release_id
     release_id = release_id or new_release_id()
-    n_rows = staged.rows if staged is not None else len(synthetic)
+    n_rows = staged.rows if staged is not None else len(frame) if frame is not None else 0
     if n_rows == 0:
         raise GateFailedError("the synthetic corpus is empty; nothing to publish")
     quarantine = storage.join(out, QUARANTINE_DIR, release_id)
@@ -313,7 +314,7 @@ def publish_release(
             _quarantine_parts(out, quarantine, staged.parts, storage_options)
         else:
             storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"),
-                                _parquet_bytes(synthetic), storage_options)
+                                _parquet_bytes(frame), storage_options)
         for name, data in documents.items():
             storage.write_bytes(storage.join(quarantine, name), data, storage_options)
 
@@ -326,15 +327,17 @@ def publish_release(
             "Pass --allow-insecure-release to publish it anyway, stamped",
             quarantine=quarantine,
         )
+    gate_result: dict[str, Any] | None
     if staged is not None and gate is not None:
-        if staged.gate != gate:
+        checks = [p.check for p in staged.parts]
+        if staged.gate is None or staged.gate != gate or any(c is None for c in checks):
             raise ConfigError("the staged parts were checked by another release gate (labels, language or bounds "
-                              "differ); check and publish with the same gate")
-        gate_result = gate.combine([p.check for p in staged.parts])
+                              "differ), or not at all; check and publish with the same gate")
+        gate_result = staged.gate.combine([c for c in checks if c is not None])
     elif staged is not None and staged.gate is not None:
         raise ConfigError("the staged parts were checked by a release gate; publish them with that gate")
     else:
-        gate_result = gate(synthetic) if gate is not None else None
+        gate_result = gate(frame) if gate is not None else None
     if gate_result is not None and quality_extra:
         gate_result = {**gate_result, **quality_extra}
 
@@ -349,9 +352,9 @@ def publish_release(
 
     if staged is not None:
         parts = list(staged.parts)
-    else:
-        n_parts = max(1, int(np.ceil(len(synthetic) / rows_per_shard)))
-        parts = [write_part(out, release_id, index, synthetic.iloc[index * rows_per_shard:(index + 1) * rows_per_shard],
+    elif frame is not None:
+        n_parts = max(1, int(np.ceil(n_rows / rows_per_shard)))
+        parts = [write_part(out, release_id, index, frame.iloc[index * rows_per_shard:(index + 1) * rows_per_shard],
                             storage_options) for index in range(n_parts)]
     files: list[dict[str, Any]] = [{"path": p.path, "rows": p.rows, "sha256": p.sha256, "kind": "synthetic"}
                                    for p in parts]

@@ -422,7 +422,7 @@ def _batched(spec: LLMSpec, n_calls: int) -> bool:
         return False
     opts = dict(spec.options)
     batched = opts.get("use_batches")
-    return bool(batched) if batched is not None else n_calls >= int(opts.get("batch_threshold", 200))
+    return bool(batched) if batched is not None else n_calls >= int(str(opts.get("batch_threshold", 200)))
 
 
 def _listed_cache(cache_uri: str | None, storage_options: dict | None) -> CacheIndex | None:

@@ -33,7 +33,7 @@ import re
 import unicodedata
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 

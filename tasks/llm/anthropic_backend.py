@@ -264,7 +264,8 @@ class AnthropicBackend(LLMBackend):
         rest = [i for i, c in enumerate(custom_ids) if c not in held]
         chunks = [rest[s:s + self.max_batch_size] for s in range(0, len(rest), self.max_batch_size)]
         submitted = self._submit_all(requests, custom_ids, chunks)
-        batches = [(bid, [by_custom[c] for c in ids], uri) for bid, ids, uri in resumed]
+        batches: list[tuple[str, list[int], str | None]] = [(bid, [by_custom[c] for c in ids], uri)
+                                                            for bid, ids, uri in resumed]
         batches += submitted
         self._poll_and_collect(requests, custom_ids, batches, results, on_each)
         return results  # type: ignore[return-value]

@@ -20,7 +20,7 @@ import json
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Literal, Sequence, overload
 
 import numpy as np
 
@@ -47,6 +47,9 @@ class CacheIndex:
     call is a miss), so a lookup never trusts the index for content, only for whether to read."""
 
     def __init__(self, prefixes: np.ndarray | None = None):
+        self._setup(prefixes)
+
+    def _setup(self, prefixes: np.ndarray | None) -> None:
         self._listed = np.unique(np.asarray(prefixes if prefixes is not None else [], dtype=np.uint64))
         self._added: set[int] = set()
         self._lock = threading.Lock()
@@ -93,7 +96,7 @@ class CacheIndex:
         return {"prefixes": self.prefixes()}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["prefixes"])
+        self._setup(state["prefixes"])
 
 
 class CallCache:
@@ -211,6 +214,18 @@ def _cause_name(exc: BaseException) -> str:
     return type(inner).__name__
 
 
+@overload
+def cached_complete(backend: LLMBackend, requests: Sequence[ChatRequest], cache: CallCache | None,
+                    on_result: Callable[[ChatResult], None] | None = None, *, on_each: OnEach | None = None,
+                    keep: Literal[True] = True) -> list[ChatResult]: ...
+
+
+@overload
+def cached_complete(backend: LLMBackend, requests: Sequence[ChatRequest], cache: CallCache | None,
+                    on_result: Callable[[ChatResult], None] | None = None, *, on_each: OnEach | None = None,
+                    keep: Literal[False]) -> None: ...
+
+
 def cached_complete(backend: LLMBackend, requests: Sequence[ChatRequest], cache: CallCache | None,
                     on_result: Callable[[ChatResult], None] | None = None, *, on_each: OnEach | None = None,
                     keep: bool = True) -> list[ChatResult] | None:
@@ -238,8 +253,8 @@ def cached_complete(backend: LLMBackend, requests: Sequence[ChatRequest], cache:
             deliver(i, res)
     # Identical requests in one batch share a key and are sent once.
     missing: dict[str, list[int]] = {}
-    for i in np.flatnonzero(~answered):
-        missing.setdefault(keys[i], []).append(int(i))
+    for i in np.flatnonzero(~answered).tolist():
+        missing.setdefault(keys[i], []).append(i)
     if not missing:
         return results  # type: ignore[return-value]
     miss_keys = list(missing)

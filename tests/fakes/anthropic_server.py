@@ -9,8 +9,9 @@ before a batch ends), ``never_end`` (ordinals of batches, in creation order, tha
 ``refuse_creates_after`` (batch creations beyond this many are refused with HTTP 400, as a crash mid-submission),
 ``hold_creates`` (each batch creation waits until this many are in progress at once, up to 10 s: a backend
 that submits one batch after another cannot get past it). ``peak_creates`` (most batch creations in progress
-at once) and ``peak_open_batches`` (most batches created and not yet collected) say what a backend did. The answer text is deterministic: it repeats the terms after "terms:" in the last
-user message, so coverage is 100 %.
+at once) and ``peak_open_batches`` (most batches created and not yet collected) say what a backend did.
+The answer text is deterministic: it repeats the terms after "terms:" in the last user message, so coverage
+is 100 %.
 
 Also usable as an OpenAI-compatible fake (POST /v1/chat/completions, GET /v1/models).
 """
@@ -153,7 +154,8 @@ class FakeAnthropic:
                         fake.peak_creates = max(fake.peak_creates, fake.creates_in_progress)
                         fake.creates_changed.notify_all()
                         fake.creates_changed.wait_for(lambda: fake.creates_in_progress >= fake.hold_creates, timeout=10)
-                        refused = fake.refuse_creates_after is not None and len(fake.batches) >= fake.refuse_creates_after
+                        limit = fake.refuse_creates_after
+                        refused = limit is not None and len(fake.batches) >= limit
                         if not refused:
                             fake.batches[bid] = {"id": bid, "requests": body["requests"], "polls": 0,
                                                  "ordinal": len(fake.batches), "collected": False}
