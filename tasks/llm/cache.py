@@ -76,10 +76,6 @@ class CacheIndex:
         with self._lock:
             self._added.add(self.prefix(key))
 
-    def merged(self, other: "CacheIndex") -> "CacheIndex":
-        """One index holding both (a shard's or a worker's additions folded back into the generation's)."""
-        return CacheIndex(np.concatenate([self.prefixes(), other.prefixes()]))
-
     def prefixes(self) -> np.ndarray:
         with self._lock:
             added = np.fromiter(self._added, dtype=np.uint64, count=len(self._added))
