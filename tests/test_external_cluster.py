@@ -253,9 +253,9 @@ def _square(x: float) -> float:
 
 
 def _release_config(**fields):
-    from tasks.config import DpKpsConfig
+    from tasks.config import DpKpsConfig, validate_config
 
-    return DpKpsConfig(data="corpus.parquet", out="release", labels=["0", "1"], **fields)
+    return validate_config(DpKpsConfig, dict(data="corpus.parquet", out="release", labels=["0", "1"], **fields))
 
 
 @pytest.mark.slow
@@ -283,7 +283,7 @@ def test_mutual_tls_to_an_external_scheduler(dask_processes, tmp_path):
 
 
 @pytest.mark.parametrize("fields, expected", [
-    ({"dask_address": "tls://10.0.0.1:8786", "dask_tls_ca_file": "ca.pem"}, "missing --dask-tls-cert, --dask-tls-key"),
+    ({"dask_address": "tls://10.0.0.1:8786", "dask_tls_ca_file": "ca.pem"}, "missing --dask-tls-cert and --dask-tls-key"),
     ({"dask_address": "tcp://10.0.0.1:8786", "dask_tls_ca_file": "a", "dask_tls_cert": "b", "dask_tls_key": "c"},
      "need a tls:// --dask-address"),
     ({"dask_tls_ca_file": "a", "dask_tls_cert": "b", "dask_tls_key": "c"}, "need a tls:// --dask-address"),
@@ -291,6 +291,8 @@ def test_mutual_tls_to_an_external_scheduler(dask_processes, tmp_path):
       "dask_tls_key": "c"}, "--dask-tls-ca-file nope.pem is not a readable file"),
 ])
 def test_tls_settings_are_checked_before_connecting(fields, expected, tmp_path, monkeypatch):
+    """Incomplete TLS settings are refused when the configuration is validated, files that do not exist when
+    the client is built: both before any connection, naming the flags."""
     from tasks.cluster import cluster_security
 
     monkeypatch.chdir(tmp_path)
