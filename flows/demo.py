@@ -13,7 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 from tasks import storage
-from tasks.config import STEER_DEFAULT, DemoConfig, DpKpsConfig, add_config_arguments, config_from_args, validate_config
+from tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, add_config_arguments, config_from_args,
+                          validate_config)
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
