@@ -508,6 +508,9 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rounds of regeneration for a seed with no document among its candidates (default 3); "
                              "seeds still without one are dropped and counted in quality.json")
     parser.add_argument("--steer", type=float, help="seed steering strength for local models (default 4; 0 turns it off)")
+    parser.add_argument("--steer-schedule", choices=["budget", "flat"],
+                        help="local models: 'budget' (default) pushes missing seed terms harder as the token budget "
+                             "runs out and does not let the answer end while one is missing; 'flat': a constant push")
     parser.add_argument("--repeat-penalty", type=float, help="llama.cpp repeat penalty for local models (1: off)")
     parser.add_argument("--no-repeat-ngram", type=int, help="local models: ban repeating a token n-gram (default 4; 0: off)")
     parser.add_argument("--language", help="the corpus's declared language for the document test "

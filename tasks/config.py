@@ -88,6 +88,9 @@ class ReleaseConfig(BaseModel):
                                    "a seed with no document among its candidates; still none: the row is dropped")
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off; tasks/llm/steering.py)")
+    steer_schedule: Literal["budget", "flat"] = Field(
+        default="budget", description="seed steering schedule (local): 'budget' pushes missing terms harder as the "
+                                      "token budget runs out and holds the end while a term is missing; 'flat'")
     repeat_penalty: float = Field(default=1.0, gt=0.0, le=5.0, description="llama.cpp repeat penalty (1: off)")
     no_repeat_ngram: int = Field(default=4, ge=0, le=64, description="ban repeating a token n-gram (local; 0: off)")
     language: str | None = Field(default="en", description="the corpus's declared language for the document test "
