@@ -23,6 +23,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 from tasks.errors import ConfigError
 from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
 
@@ -132,6 +134,17 @@ def end_of_generation_ids(llm) -> list[int]:
     return ids
 
 
+def word_continuations(llm) -> np.ndarray:
+    """One flag per token id: its text begins with a letter or digit, so after a word it would extend that word
+    (steering closes a finished seed term with it). Found once per loaded model and kept on it."""
+    flags = getattr(llm, "_privseed_continues_word", None)
+    if flags is None:
+        pieces = (llm.detokenize([t]).decode("utf-8", errors="ignore") for t in range(llm.n_vocab()))
+        flags = np.fromiter((p[:1].isalnum() for p in pieces), dtype=bool, count=llm.n_vocab())
+        llm._privseed_continues_word = flags
+    return flags
+
+
 def detokenizer(llm) -> Callable[[Sequence[int]], str]:
     """``ids -> text`` for the steering processor, which detokenizes the whole answer at every step: the same
     bytes as ``llm.detokenize`` (the concatenation of each token's piece), with each token's piece looked up
@@ -224,7 +237,7 @@ class LlamaCppBackend(LLMBackend):
                 tokenize=lambda text: llm.tokenize(text.encode("utf-8"), add_bos=False, special=False),
                 detokenize=detokenizer(llm),
                 eos_ids=end_of_generation_ids(llm), no_repeat_ngram=steering.no_repeat_ngram,
-                max_tokens=req.max_tokens, schedule=steering.schedule)
+                max_tokens=req.max_tokens, schedule=steering.schedule, continues_word=word_continuations(llm))
             kwargs["logits_processor"] = LogitsProcessorList([processor])
         return kwargs
 

@@ -21,13 +21,18 @@ Two schedules (``schedule``):
 
 - ``"flat"`` (the first version): p = s throughout, and end of text gets -s times the share of terms still
   missing. A small model still stops after two or three sentences with a third of the terms unwritten.
-- ``"budget"`` (the default): the push grows as the call's token budget runs out. With m terms missing, each
-  needing about ``gap`` tokens of prose plus its own tokens, and r tokens left of ``max_tokens``, the
-  *urgency* is u = (sum over missing terms of gap + term tokens) / r. While the budget has room (u <= 1) the
-  push is s and the gap is ``gap``, as in "flat"; behind schedule (u > 1) the push is s * u and the gap shrinks
-  to gap / u (never below ``min_gap``, so terms are not joined into a list). And the answer **cannot end while
-  a term is missing**: every end-of-generation token is banned until all terms are written (or the budget is
-  spent), so the model writes another sentence, and the push puts a missing term in it, instead of stopping.
+- ``"budget"`` (the default): the push follows a pace through the call's token budget. Of ``max_tokens``, the
+  last ``tail`` share (10 %, at least 8 tokens) is kept for finishing the last sentence; over the rest, T tokens,
+  each of the n terms gets an equal share. With m terms missing after t tokens, the *urgency* is
+  u = (m / n) / ((T - t) / T): the share of terms still missing over the share of the budget still left. On
+  pace or ahead (u <= 1) the push is s and the gap is ``gap``, as in "flat"; behind (u > 1) the push is s * u
+  and the gap shrinks to gap / u (never below ``min_gap``, so terms are not joined into a list). And the answer
+  **cannot end while a term is missing**: every end-of-generation token is banned until all terms are written
+  (or the budget is spent), so the model writes another sentence, and the push puts a missing term in it.
+  A term the answer has just finished is **closed**: right after the last token of one of its forms, tokens
+  that would glue more letters or digits onto it (``continues_word``) are banned, so "dmitri" does not become
+  "dmitrii" (no longer the term) and then get pushed again ("dmitrii, dmitrias, dmitres, ...").
+  Measured on DP seeds from the public test split (docs/generation.md, "Seed steering").
 
 Privacy: the terms are the released seed (already in the prompt); nothing else is read. Costs no privacy.
 """
@@ -55,12 +60,16 @@ class SeedSteeringProcessor:
     """``processor(input_ids, scores) -> scores`` for one generation call (it keeps that call's state).
 
     ``max_tokens``: the call's output budget (the "budget" schedule's clock; without it the push stays s).
+    ``tail``: the share of the budget kept for finishing the last sentence (at least ``min_tail`` tokens).
+    ``continues_word``: one flag per token id, whether its text begins with a letter or digit (it would extend
+    the word before it); the "budget" schedule uses it to close a finished term (none given: no closing).
     The processor remembers what it computed for the answer so far, so each step costs one detokenization
     and one coverage test, not one per earlier token."""
 
     def __init__(self, terms: Sequence[str], strength: float, tokenize: Callable[[str], list[int]],
                  detokenize: Callable[[Sequence[int]], str], eos_ids: Sequence[int] = (), no_repeat_ngram: int = 0,
-                 gap: int = 6, max_tokens: int | None = None, schedule: str = "budget", min_gap: int = 2):
+                 gap: int = 6, max_tokens: int | None = None, schedule: str = "budget", min_gap: int = 2,
+                 tail: float = 0.1, min_tail: int = 8, continues_word: np.ndarray | None = None):
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
         if no_repeat_ngram < 0:
@@ -71,21 +80,26 @@ class SeedSteeringProcessor:
             raise ValueError(f"unknown steering schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if not 0 <= tail < 1 or min_tail < 0:
+            raise ValueError(f"tail must be in [0, 1) and min_tail >= 0, got {tail}, {min_tail}")
         self.gap = int(gap)
         self.min_gap = min(int(min_gap), self.gap)
         self.schedule = schedule
         self.max_tokens = None if max_tokens is None else int(max_tokens)
+        # The paced part of the budget: all of it but the tail, and at least one token.
+        self.paced_tokens = None if max_tokens is None else \
+            max(1, int(max_tokens) - max(int(min_tail), round(tail * int(max_tokens))))
         self.terms = [t for t in dict.fromkeys(str(t) for t in terms) if t.strip()]
         self.strength = float(strength)
         self.detokenize = detokenize
         self.eos_ids = sorted({int(i) for i in eos_ids})
         self.no_repeat_ngram = int(no_repeat_ngram)
-        # Token sequences of each term's surface forms (distinct, non-empty), and the fewest tokens it takes.
+        self.continues_word = None if continues_word is None else np.flatnonzero(np.asarray(continues_word, dtype=bool))
+        # Token sequences of each term's surface forms (distinct, non-empty).
         self.forms: dict[str, list[tuple[int, ...]]] = {}
         for term in self.terms:
             seqs = {tuple(int(i) for i in tokenize(form)) for form in surface_forms(term)}
             self.forms[term] = sorted(s for s in seqs if s)
-        self.term_tokens = {t: min((len(s) for s in self.forms[t]), default=1) for t in self.terms}
         self.prompt_len: int | None = None
         # Memo of the answer seen so far: its tokens and, for each prefix length k, the terms written by then.
         self._seen: list[int] = []
@@ -128,12 +142,24 @@ class SeedSteeringProcessor:
         return self.gap + 1
 
     def urgency(self, n_generated: int, missing: Sequence[str]) -> float:
-        """Tokens the missing terms still need (``gap`` of prose plus their own tokens each) per token left of
-        the budget; 0 without a budget or under the "flat" schedule."""
-        if self.schedule != "budget" or self.max_tokens is None or not missing:
+        """The share of terms still missing over the share of the paced budget still left (> 1: behind pace);
+        0 without a budget, without missing terms, or under the "flat" schedule."""
+        if self.schedule != "budget" or self.paced_tokens is None or not missing:
             return 0.0
-        need = sum(self.gap + self.term_tokens[t] for t in missing)
-        return need / max(self.max_tokens - n_generated, 1)
+        left = max(self.paced_tokens - n_generated, 1) / self.paced_tokens
+        return (len(missing) / len(self.terms)) / left
+
+    def closed_tokens(self, generated: Sequence[int]) -> np.ndarray:
+        """Token ids banned because the answer ends with the last token of a written term (one of its surface
+        forms) and they would glue letters onto it ("budget" schedule with ``continues_word``; else none)."""
+        if self.schedule != "budget" or self.continues_word is None or self.strength <= 0:
+            return np.zeros(0, dtype=np.int64)
+        generated = [int(t) for t in generated]
+        done = self.written(generated)
+        n = len(generated)
+        if any(n >= len(seq) and tuple(generated[n - len(seq):]) == seq for term in done for seq in self.forms[term]):
+            return self.continues_word
+        return np.zeros(0, dtype=np.int64)
 
     def adjustments(self, generated: Sequence[int]) -> dict[int, float]:
         """The additive logit changes for the next token, by token id (pure in effect; -inf bans a token)."""
@@ -179,11 +205,13 @@ class SeedSteeringProcessor:
         return delta
 
     def bonus(self, generated: Sequence[int], n_vocab: int) -> np.ndarray:
-        """``adjustments`` as a dense vector over a vocabulary of ``n_vocab`` tokens."""
+        """``adjustments`` and ``closed_tokens`` as a dense vector over a vocabulary of ``n_vocab`` tokens."""
         dense = np.zeros(n_vocab, dtype=np.float32)
         for token, value in self.adjustments(generated).items():
             if 0 <= token < n_vocab:
                 dense[token] = value
+        closed = self.closed_tokens(generated)
+        dense[closed[closed < n_vocab]] = -np.inf
         return dense
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -195,4 +223,6 @@ class SeedSteeringProcessor:
         for token, value in self.adjustments(generated).items():
             if 0 <= token < n_vocab:
                 out[token] += value
+        closed = self.closed_tokens(generated)
+        out[closed[closed < n_vocab]] = -np.inf
         return out
