@@ -496,6 +496,10 @@ class DpKpsConfig(ReleaseConfig):
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)",
                          json_schema_extra=cli(group=GENERATION))
+    steer_schedule: Literal["budget", "flat"] = Field(
+        default="budget", description="seed steering schedule (local models): 'budget' pushes missing terms harder "
+        "as the token budget runs out and holds the end while a term is missing; 'flat': a constant push",
+        json_schema_extra=cli(group=GENERATION))
     repeat_penalty: float = Field(default=1.0, gt=0.0, le=5.0, description="llama.cpp repeat penalty (1: off)",
                                   json_schema_extra=cli(group=GENERATION))
     no_repeat_ngram: int = Field(default=4, ge=0, le=64,

@@ -51,6 +51,7 @@ from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedStee
 from tasks.llm.cache import CacheIndex, CallCache, cached_complete
 from tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
 from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
+from tasks.llm.steering import SCHEDULES
 from tasks.metrics import term_coverage
 from tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection
 
@@ -78,6 +79,7 @@ class GenerationParams:
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
     steer: float = 0.0
+    steer_schedule: str = "budget"  # tasks/llm/steering.py SCHEDULES
     repeat_penalty: float = 1.0
     no_repeat_ngram: int = 0
     # The corpus's declared language for the document predicate (None: no language test).
@@ -90,6 +92,8 @@ class GenerationParams:
             raise ConfigError(f"max_regenerations must be >= 0, got {self.max_regenerations}")
         if self.steer < 0:
             raise ConfigError(f"steer must be >= 0 (0 turns seed steering off), got {self.steer}")
+        if self.steer_schedule not in SCHEDULES:
+            raise ConfigError(f"steer_schedule must be one of {', '.join(SCHEDULES)}, got {self.steer_schedule!r}")
         if self.repeat_penalty <= 0:
             raise ConfigError(f"repeat_penalty must be > 0 (1 turns it off), got {self.repeat_penalty}")
         if self.no_repeat_ngram < 0:
@@ -114,7 +118,7 @@ def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str
     if backend_kind != "local" or (params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
         return None
     return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
-                        int(params.no_repeat_ngram))
+                        int(params.no_repeat_ngram), params.steer_schedule)
 
 
 def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
@@ -690,7 +694,8 @@ def params_from_config(cfg) -> GenerationParams:
     few = getattr(cfg, "few_shot", None)
     class_names = class_names_from_config(cfg)
     kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "steer",
-                                       "repeat_penalty", "no_repeat_ngram") if getattr(cfg, k, None) is not None}
+                                       "steer_schedule", "repeat_penalty", "no_repeat_ngram")
+          if getattr(cfg, k, None) is not None}
     if hasattr(cfg, "language"):
         kw["language"] = cfg.language
     template = getattr(cfg, "prompt_template", None)
