@@ -18,15 +18,14 @@ import argparse
 from typing import Any
 
 import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-import pandas as pd
 from prefect import flow
 
 from tasks import evolution as ev
 from tasks import storage
 from tasks.cluster import cluster_security, dask_client
 from tasks.config import AugPeConfig, SecPeConfig, validate_config
-from tasks.ledger import PrivacyLedger
-from tasks.stages.corpus import corpus_identity, load_private_corpus, resolve_labels
+from tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
+from tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
 from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
 from tasks.stages.pe import (charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets, dry_run_plan,
                              private_units, public_clusters, publish_evolution)
@@ -41,13 +40,16 @@ def augpe_flow(config: dict[str, Any]) -> dict:
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
     with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
-        corpus = load_private_corpus(cfg)
-        labels = resolve_labels(cfg, corpus)
-        ledger = open_ledger(cfg, corpus_identity(cfg, corpus))
+        plan = plan_private_corpus(cfg)
+        labels = declared_labels(cfg, plan.integer_labels)
+        # pass 1 on the workers: label check, keyed identity and, for AugPE+V~, the vocabulary histogram
+        scan = scan_private_corpus(plan, labels, cfg, term_counting(cfg) if cfg.vocab_words else None)
+        ledger = open_ledger(cfg, scan.identity)
         schedule = charge_augpe_schedule(ledger, cfg)
-        words = privatized_vocabulary_words(cfg, corpus, ledger) if cfg.vocab_words else None
-        del corpus  # the rounds read the private documents per unit, on the workers
-        with private_units(cfg, labels) as units:
+        # AugPE+V~: DP-KPS's own vocabulary privatization (discrete Laplace, scale S / eps_voc, top N)
+        words = privatize_vocabulary_stage(scan.counts, cfg, ledger) if cfg.vocab_words else None
+        del scan  # the rounds read the private documents per unit, on the workers
+        with private_units(cfg, labels, plan) as units:
             result = evolve(cfg, labels, AugPeVote(ledger, cfg, schedule, units), words)
         summary = {"method": "augpe+vocab" if cfg.vocab_words else "augpe", "schedule": schedule,
                    "llm_calls": result.calls, "vocabulary_words": len(words) if words else 0, "rounds": result.rounds}
@@ -64,11 +66,10 @@ def secpe_flow(config: dict[str, Any]) -> dict:
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
     with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
-        corpus = load_private_corpus(cfg)
-        labels = resolve_labels(cfg, corpus)
-        ledger = open_ledger(cfg, corpus_identity(cfg, corpus))
-        del corpus  # secrets and rounds read the private documents per unit, on the workers
-        with private_units(cfg, labels) as units:
+        plan = plan_private_corpus(cfg)
+        labels = declared_labels(cfg, plan.integer_labels)
+        ledger = open_ledger(cfg, scan_private_corpus(plan, labels, cfg).identity)  # pass 1: labels, identity
+        with private_units(cfg, labels, plan) as units:  # secrets and rounds read the units on the workers
             secret_noise = ev.secpe_noise(cfg, detect_unit_secrets(cfg, units))
             schedule, mechanism = charge_secpe_schedule(ledger, cfg, secret_noise)
             vote = SecPeVote(ledger, cfg, mechanism, public_clusters(cfg), units, secret_noise.rho, labels)
@@ -80,15 +81,6 @@ def secpe_flow(config: dict[str, Any]) -> dict:
         manifest = publish_evolution(cfg, result.final, ledger, labels, summary)
     log_cumulative_total(ledger)
     return manifest
-
-
-def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: PrivacyLedger) -> list[str]:
-    """AugPE+V~: DP-KPS's privatized vocabulary, by DP-KPS's own stages (first-S histogram over the shards, then
-    ``release_vocabulary``: discrete Laplace, scale S / eps_voc, top N), drawn once as ``vocabulary``."""
-    from tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
-
-    counts = vocabulary_histogram(corpus["text"].tolist(), cfg)
-    return privatize_vocabulary_stage(counts, cfg, ledger)
 
 
 # ---------------------------------------------------------------------------------------------------------
