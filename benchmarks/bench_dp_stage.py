@@ -33,7 +33,7 @@ from tasks.ledger import public_rng  # noqa: E402
 from tasks.mechanisms import secure_noise  # noqa: E402
 from tasks.sampling import (  # noqa: E402
     METHODS, SelectionRule, SketchTables, default_device, ensemble_blocks, fast_scores, naive_scores,
-    sample_sequences, sketch_for_step, split_budget,
+    sample_sequences, split_budget,
 )
 from tasks.vocabulary import (  # noqa: E402
     PhraseMatcher, english_vocabulary, first_terms_histogram, privatize_vocabulary, vocabulary_mechanism,

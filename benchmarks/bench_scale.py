@@ -37,10 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-import numpy as np
 
 LABELS = list(range(14))
 SHARD_ROWS = 100_000

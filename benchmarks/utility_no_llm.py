@@ -31,7 +31,6 @@ PAPER_TABLE5 = {6: 71.7, 10: 81.5, 11: 80.6, 15: 84.2}  # DBPedia-14, no LLM, be
 
 
 def accuracy(out: str, test_path: Path) -> tuple[float, float]:
-    import numpy as np
     import pandas as pd
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression

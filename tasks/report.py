@@ -172,7 +172,7 @@ def plot_accuracy_vs_epsilon(table: pd.DataFrame, paper: pd.DataFrame | None = N
             continue
         ax.errorbar(eps, mean, yerr=std, color=color, marker="o", capsize=3, lw=1.8, label=f"{method} (ours)")
     if paper is not None and len(paper):
-        for k, (label, rows) in enumerate(paper.groupby("label", sort=False)):
+        for label, rows in paper.groupby("label", sort=False):
             rows = rows.sort_values("eps_total")
             eps = rows["eps_total"].to_numpy(dtype=float)
             if np.isnan(eps).all():

@@ -99,7 +99,7 @@ def test_private_state_defaults_beside_the_release_and_never_inside_it(tmp_path)
             validate_config(DpKpsConfig, base(out=str(tmp_path / "out") if inside.startswith("/") else "out", state=inside))
     assert validate_config(DpKpsConfig, base(state="elsewhere")).state_uri == "elsewhere"
     with pytest.raises(ConfigError, match="bucket root"):
-        validate_config(DpKpsConfig, base(out="s3://bucket")).state_uri
+        validate_config(DpKpsConfig, base(out="s3://bucket"))
 
 
 def test_public_dict_redacts_storage_secrets():

@@ -98,7 +98,9 @@ def test_a_new_release_replaces_the_old_one_only_at_the_manifest(tmp_path, monke
 
 def test_failing_gate_quarantines_and_publishes_nothing(tmp_path):
     out = str(tmp_path / "out")
-    gate = lambda df: {"success": False, "expectations": [{"name": "no_template_residue", "success": False}]}
+    def gate(df):
+        return {"success": False, "expectations": [{"name": "no_template_residue", "success": False}]}
+
     with pytest.raises(GateFailedError, match="no_template_residue") as info:
         publish_release(out, _synthetic(), ledger=_ledger(tmp_path), config={}, gate=gate)
     assert not os.path.exists(os.path.join(out, "manifest.json"))

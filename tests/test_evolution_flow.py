@@ -37,7 +37,7 @@ class FakeBackend:
 
     def _answer(self, req) -> str:
         user = req.messages[-1].content
-        for label, words in TOPICS.items():
+        for words in TOPICS.values():
             if words.split()[0] in user or words.split()[1] in user:
                 return f"{words} variant {req.seed % 97}"
         topic = TOPICS[req.seed % 3]
@@ -199,7 +199,7 @@ def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_
     crashing = FakeBackend(fail_after=9)  # 12 random calls are needed: dies in the first round
     register_backend("local:fake-topics", crashing)
     try:
-        with pytest.raises(Exception):
+        with pytest.raises(RuntimeError, match="simulated crash"):
             augpe_flow(_cfg(corpus_file, out, llm_retries=0))
         assert crashing.calls == 9
         healthy = FakeBackend()

@@ -129,8 +129,8 @@ class LLMBackend(ABC):
         """Token estimate for cost previews; backends with a tokenizer override it."""
         return max(1, len(text) // 4)
 
-    def close(self) -> None:  # pragma: no cover - default no-op
-        pass
+    def close(self) -> None:  # noqa: B027 - optional, not abstract: most backends hold nothing to release
+        """Release connections or a loaded model; the default has nothing to release."""
 
     def __repr__(self) -> str:  # never includes credentials
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"
