@@ -2,7 +2,8 @@
 
 Paper scale: 14 classes x 1,000 sequences, |V~| = 1,000, L = 10, on
 shared/data/dbpedia14/train.parquet. Stages: extract (phrase matching over V), histogram (first-S counts
-+ discrete Laplace noise from OpenDP + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class sums, noise), sample.
++ discrete Laplace noise from OpenDP + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class
+sums, noise), sample.
 The pure functions run in-process here (no Prefect, no Dask), so the figures are the math itself.
 
 Naive scoring builds every zero-padded d*B query vector and projects it in full; it is timed on a slice of
@@ -40,7 +41,8 @@ from tasks.vocabulary import (  # noqa: E402
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()), REPO.parent / "shared")
+SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()),
+              REPO.parent / "shared")
 DATA = SHARED / "data" / "dbpedia14" / "train.parquet"
 DEFAULT_RULE = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5"}
 
