@@ -221,4 +221,5 @@ def format_table(rows: Sequence[AuditRow]) -> str:
               f"{r.tpr:.3f}", f"{r.fpr:.3f}", f"{r.epsilon_lower_bound:.3f}", r.verdict, r.test] for r in rows]
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*line) for line in lines)])
+    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths)),
+                      *(fmt.format(*line) for line in lines)])

@@ -305,7 +305,8 @@ class KdeAudit(_Mechanism):
                 float(released[0, 0] @ self.canary_phi) / self.cfg.n_features,
                 "class 0 sketch, Laplace likelihood ratio":
                 float(np.sum(np.abs(noise) - np.abs(noise - self.move))) / self.laplace_scale,
-                f"'{KDE_CANARY_TERM}' in class 0's sequences": float(sum(list(k).count(KDE_CANARY_TERM) for k in class0))}
+                f"'{KDE_CANARY_TERM}' in class 0's sequences":
+                float(sum(list(k).count(KDE_CANARY_TERM) for k in class0))}
 
 
 class AugPeAudit(_Mechanism):

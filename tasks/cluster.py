@@ -97,7 +97,8 @@ def cluster_security(cfg: ReleaseConfig) -> Security | None:
         return None
     if not all(paths):
         missing = [flag for flag, path in zip(TLS_FLAGS, paths) if not path]
-        raise ConfigError(f"TLS to the Dask scheduler needs {' and '.join(TLS_FLAGS)} together; missing {' and '.join(missing)}")
+        raise ConfigError(f"TLS to the Dask scheduler needs {' and '.join(TLS_FLAGS)} together; "
+                          f"missing {' and '.join(missing)}")
     if not (cfg.dask_address or "").startswith("tls://"):
         raise ConfigError(f"{' and '.join(TLS_FLAGS)} need a tls:// --dask-address (got {cfg.dask_address!r}); the "
                           "LocalCluster privseed starts on 127.0.0.1 runs without TLS")

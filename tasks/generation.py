@@ -701,7 +701,8 @@ def params_from_config(cfg) -> GenerationParams:
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template
-    return GenerationParams(doc_type=cfg.doc_type, few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
+    return GenerationParams(doc_type=cfg.doc_type,
+                            few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
                             class_names=class_names, **kw)
 
 

@@ -182,8 +182,9 @@ def llm_usage(release: pd.DataFrame) -> dict[str, float]:
         calls = float(pd.to_numeric(llm_rows[per_row], errors="coerce").fillna(1).sum())
     else:
         calls = float(len(llm_rows))
-    tokens_in = float(pd.to_numeric(llm_rows.get("tokens_in", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
-    tokens_out = float(pd.to_numeric(llm_rows.get("tokens_out", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+    tokens_in, tokens_out = (
+        float(pd.to_numeric(llm_rows.get(column, pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+        for column in ("tokens_in", "tokens_out"))
     backends = sorted({str(b) for b in llm_rows.get("backend", pd.Series(dtype=str)).dropna().unique()})
     models = sorted({str(m) for m in llm_rows.get("model", pd.Series(dtype=str)).dropna().unique()})
     return {

@@ -35,9 +35,11 @@ RUN_SECTIONS = ("summary", "scores", "figures", "corpus", "usage", "ledger", "co
 EXPERIMENT_SECTIONS = ("summary", "table", "figures", "paper", "cells", "config")
 
 _CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222}
 h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em} th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .muted{color:#666;font-size:.9em} img{max-width:100%;height:auto;border:1px solid #eee;margin:.4em 0}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.82em;max-height:32em}
@@ -335,7 +337,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     summary = (
         f"<p>Trained on <b>{_esc(result.get('n_train', '?'))}</b> synthetic documents from "
         f"<code>{_esc(result.get('synthetic', ''))}</code> and scored on <b>{_esc(result.get('n_test', '?'))}</b> "
-        f"real test documents (<code>{_esc(result.get('test', ''))}</code>; view: {_esc(result.get('test_view', 'text'))}). "
+        f"real test documents (<code>{_esc(result.get('test', ''))}</code>; "
+        f"view: {_esc(result.get('test_view', 'text'))}). "
         f"Privacy spent by the release: <b>{_esc(result.get('privacy', 'see ledger'))}</b>.</p>"
     )
     if best:
@@ -382,7 +385,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
         seed_txt = ", ".join(map(str, seed)) if seed is not None and len(seed) else "(no seed phrases)"
         extra = f" · generation seed {ex['seed']}" if ex.get("seed") is not None else ""
         ex_html.append(f"<tr><td>{_esc(ex.get('label_name', ex.get('label', '')))}</td>"
-                       f"<td><div class='seed'>[{_esc(seed_txt)}]{_esc(extra)}</div>{_esc(ex.get('text', ''))}</td></tr>")
+                       f"<td><div class='seed'>[{_esc(seed_txt)}]{_esc(extra)}</div>"
+                       f"{_esc(ex.get('text', ''))}</td></tr>")
     sections.append(_section("examples", "Example synthetic documents with their seeds",
                              "<table><thead><tr><th>class</th><th>seed keyphrases → document</th></tr></thead>"
                              f"<tbody>{''.join(ex_html)}</tbody></table>" if ex_html else "<p>(empty release)</p>"))

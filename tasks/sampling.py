@@ -204,7 +204,8 @@ def fast_scores(sketch: SketchTables, noisy_sums: torch.Tensor, prefixes: torch.
     """
     position = prefixes.shape[1]
     if position >= sketch.blocks:
-        raise ConfigError(f"prefix of length {position} leaves no block for the next term in a {sketch.blocks}-block sketch")
+        raise ConfigError(f"prefix of length {position} leaves no block for the next term in a "
+                          f"{sketch.blocks}-block sketch")
     dtype = sketch.tables.dtype
     a = sketch.prefix_phases(prefixes).to(dtype)  # (R, I), summed in float64
     f = noisy_sums.to(dtype)
@@ -214,7 +215,8 @@ def fast_scores(sketch: SketchTables, noisy_sums: torch.Tensor, prefixes: torch.
     return (left @ right.T) * (SQRT2 / sketch.tables.shape[2])
 
 
-def naive_scores(features: RffFeatures, noisy_sum: np.ndarray, embeddings: np.ndarray, prefixes: np.ndarray) -> np.ndarray:
+def naive_scores(features: RffFeatures, noisy_sum: np.ndarray, embeddings: np.ndarray,
+                 prefixes: np.ndarray) -> np.ndarray:
     """Reference scorer: builds every zero-padded d*B query vector [P; w; 0...] and projects it in full.
 
     (B, l) prefixes -> (B, V) scores. O(B * V * d * blocks * I): for tests and the benchmark only.

@@ -87,7 +87,8 @@ def _resolve_secret_reference(key: str, value: Any) -> Any:
     try:
         return Secret.load(name, _sync=True).get()
     except ValueError as exc:
-        raise ConfigError(f"storage option {key!r} names Prefect Secret block {name!r}, which cannot be loaded: {exc}") from exc
+        raise ConfigError(f"storage option {key!r} names Prefect Secret block {name!r}, which cannot be loaded: "
+                          f"{exc}") from exc
 
 
 def refuse_literal_secrets(options: Mapping[str, Any]) -> None:

@@ -63,7 +63,8 @@ class ChatRequest:
     steering: SeedSteering | None = None
 
     def params(self) -> dict:
-        params = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed, "top_p": self.top_p}
+        params = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
+                  "top_p": self.top_p}
         if self.steering is not None:  # only then: unsteered requests keep the cache keys they always had
             params["steering"] = self.steering.params()
         return params
