@@ -332,7 +332,7 @@ class PrivacyLedger:
         document then contributes to one group only. A run with no row identities (made from a plain
         identity string) is taken to overlap every other. Owner-only: whether two corpora overlap depends on
         the private data, so this figure is never written to a release."""
-        runs = []
+        runs: list[dict[str, Any]] = []
         for uri in storage.listdir(storage.join(self.state_uri, "runs"), self.storage_options):
             run_id = uri.rstrip("/").rsplit("/", 1)[-1]
             entries = (list(self._entries.values()) if run_id == self.run_id
@@ -523,7 +523,9 @@ class PrivacyLedger:
     @staticmethod
     def _npz_bytes(arrays: Mapping[str, np.ndarray], params_canonical: str, data_identity: str) -> bytes:
         buffer = io.BytesIO()
-        np.savez(buffer, __params__=np.array(params_canonical), __identity__=np.array(data_identity), **arrays)
+        # numpy's stub gives savez a typed allow_pickle keyword, so any **mapping of arrays is flagged
+        np.savez(buffer, __params__=np.array(params_canonical), __identity__=np.array(data_identity),
+                 **arrays)  # type: ignore[arg-type]
         return buffer.getvalue()
 
     @staticmethod

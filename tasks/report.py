@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: reports render on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from numpy.typing import ArrayLike  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -89,13 +90,13 @@ def plot_embedding_map(real_xy: np.ndarray, synthetic_xy: np.ndarray, *, method:
     return fig
 
 
-def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Sequence[int], *,
+def plot_length_histograms(real_lengths: ArrayLike, synthetic_lengths: ArrayLike, *,
                            real_label: str = "real test") -> Figure:
     real_lengths = np.asarray(real_lengths)
     synthetic_lengths = np.asarray(synthetic_lengths)
     hi = int(max(np.percentile(real_lengths, 99) if len(real_lengths) else 1,
                  np.percentile(synthetic_lengths, 99) if len(synthetic_lengths) else 1, 10))
-    bins = np.linspace(0, hi, min(40, hi) + 1)
+    bins = np.linspace(0, hi, min(40, hi) + 1).tolist()
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
     ax.hist(real_lengths, bins=bins, alpha=0.55, color=REAL_COLOR, density=True,
             label=f"{real_label} (median {np.median(real_lengths):.0f})")
@@ -148,7 +149,7 @@ def plot_training_curve(history: Sequence[Mapping[str, float]], *, title: str) -
         ax2.set_ylabel("accuracy")
         ax2.set_ylim(0, 1.02)
         lines = ax.get_lines() + ax2.get_lines()
-        ax.legend(lines, [ln.get_label() for ln in lines], loc="center right", fontsize=8)
+        ax.legend(lines, [str(ln.get_label()) for ln in lines], loc="center right", fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
     return fig
@@ -309,8 +310,8 @@ def insecure_stamp(*documents: Mapping[str, Any] | None) -> str | None:
     """The NOT DIFFERENTIALLY PRIVATE stamp when a ledger.json or manifest.json carries it, else None."""
     for document in documents:
         if isinstance(document, Mapping):
-            privacy = document.get("privacy") if isinstance(document.get("privacy"), Mapping) else {}
-            total = document.get("total") if isinstance(document.get("total"), Mapping) else {}
+            privacy = document["privacy"] if isinstance(document.get("privacy"), Mapping) else {}
+            total = document["total"] if isinstance(document.get("total"), Mapping) else {}
             if document.get("stamp") or privacy.get("secure") is False or total.get("secure") is False:
                 from tasks.mechanisms import INSECURE_STAMP
 

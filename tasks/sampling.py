@@ -282,7 +282,7 @@ def sample_sequences(
         # (all rows share the empty prefix at step 1, and top-K keeps early steps to few prefixes).
         keys = torch.cat([row_class[:, None], chosen], dim=1)
         distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
-        scores = fast_scores(sketches[k], sums[distinct[:, 0], k], distinct[:, 1:])
-        nxt = rule.draw(scores, rng, rows=inverse)
+        prefix_scores = fast_scores(sketches[k], sums[distinct[:, 0], k], distinct[:, 1:])
+        nxt = rule.draw(prefix_scores, rng, rows=inverse)
         chosen = torch.cat([chosen, torch.as_tensor(nxt, device=device)[:, None]], dim=1)
     return chosen.cpu().numpy().reshape(n_classes, per_class, length)
