@@ -180,7 +180,7 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         spec = ExperimentSpec(datasets=datasets, **{k: v for k, v in raw.items()})
     except TypeError as exc:
         raise ConfigError(f"bad experiment setting: {exc}") from exc
-    spec.eps = [tuple(float(x) for x in pair) for pair in spec.eps]
+    spec.eps = [tuple(float(x) for x in pair) for pair in spec.eps]  # type: ignore[misc]  # pairs: checked below
     spec.coral = [bool(c) for c in (spec.coral if isinstance(spec.coral, list) else [spec.coral])]
     unknown = [m for m in spec.methods if m not in METHODS]
     if unknown:

@@ -47,7 +47,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("text", "label", "keyphrases")
 
-DEFAULT_BOUNDS: dict[str, float | int] = {
+DEFAULT_BOUNDS: dict[str, float | int | None] = {
     # A synthetic document shorter than this many words is not a document (a failed or truncated call).
     # None: 5 words when an LLM wrote the texts, 1 in the no-LLM ablation (a text is its keyphrases).
     "min_words": None,

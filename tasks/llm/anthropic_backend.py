@@ -63,7 +63,8 @@ def resolve_api_key(env_var: str, secret_block: str | None = None) -> str:
         try:
             from prefect.blocks.system import Secret
 
-            return str(Secret.load(secret_block).get())
+            # called from synchronous code, where Prefect's dual sync/async load returns the block itself
+            return str(Secret.load(secret_block).get())  # type: ignore[union-attr]
         except Exception as e:  # noqa: BLE001 - any failure to read the block is a configuration problem
             raise ConfigError(f"could not read the Prefect Secret block {secret_block!r}: {type(e).__name__}") from e
     raise ConfigError(f"no API key: set {env_var} or name a Prefect Secret block")

@@ -11,7 +11,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 # Called as on_each(index_in_batch, result) the moment each answer arrives (possibly from a worker thread),
 # so finished calls are cached even if a later call in the batch crashes.
@@ -63,7 +63,7 @@ class ChatRequest:
     steering: SeedSteering | None = None
 
     def params(self) -> dict:
-        params = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
+        params: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
                   "top_p": self.top_p}
         if self.steering is not None:  # only then: unsteered requests keep the cache keys they always had
             params["steering"] = self.steering.params()

