@@ -23,7 +23,7 @@ from prefect import flow
 from tasks import evolution as ev
 from tasks import storage
 from tasks.cluster import cluster_security, dask_client
-from tasks.config import AugPeConfig, SecPeConfig, validate_config
+from tasks.config import AugPeConfig, SecPeConfig, build_config
 from tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
 from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
@@ -35,7 +35,8 @@ from tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 @flow(name="augpe", log_prints=True)
 def augpe_flow(config: dict[str, Any]) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
-    cfg = validate_config(AugPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
+    # Environment defaults (PRIVSEED_*) apply under the parameters, as for DP-KPS; ConfigError names the problem.
+    cfg = build_config(AugPeConfig, config)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
@@ -61,7 +62,7 @@ def augpe_flow(config: dict[str, Any]) -> dict:
 @flow(name="secpe", log_prints=True)
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
-    cfg = validate_config(SecPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
+    cfg = build_config(SecPeConfig, config)  # environment defaults under the parameters, as above
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
@@ -88,14 +89,14 @@ def secpe_flow(config: dict[str, Any]) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 def run_augpe(config: dict[str, Any]) -> str:
     """Run Aug-PE (or AugPE+V~ with ``vocab_words=True``) from a config dict; returns the release path."""
-    cfg = validate_config(AugPeConfig, config)
+    cfg = build_config(AugPeConfig, config)
     augpe_flow(cfg.model_dump())
     return cfg.out
 
 
 def run_secpe(config: dict[str, Any]) -> str:
     """Run SecPE from a config dict; returns the release path."""
-    cfg = validate_config(SecPeConfig, config)
+    cfg = build_config(SecPeConfig, config)
     secpe_flow(cfg.model_dump())
     return cfg.out
 

@@ -26,7 +26,7 @@ from scipy import sparse
 from tasks import accounting, storage
 from tasks import evolution as ev
 from tasks.cluster import current_client, map_shards
-from tasks.config import AugPeConfig, EvolutionConfig, SecPeConfig
+from tasks.config import AUGPE_DEFAULT_EPSILON, AugPeConfig, EvolutionConfig, SecPeConfig
 from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger
@@ -239,7 +239,7 @@ def augpe_schedule(cfg: AugPeConfig) -> dict:
         sigma = float(cfg.noise_multiplier)
         epsilon = accounting.augpe_epsilon(sigma, delta, cfg.iterations)
     else:
-        epsilon = 4.0 if cfg.epsilon is None else float(cfg.epsilon)
+        epsilon = AUGPE_DEFAULT_EPSILON if cfg.epsilon is None else float(cfg.epsilon)
         sigma = accounting.augpe_noise_multiplier(epsilon, delta, cfg.iterations)
     return {"mechanism": "gaussian-nn-histogram", "sigma": sigma, "epsilon": epsilon, "delta": delta,
             "iterations": cfg.iterations, "adjacency": accounting.ADJACENCY, "sensitivity_l2": 1.0,
