@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "seeds-grid"

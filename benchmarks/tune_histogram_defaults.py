@@ -85,7 +85,8 @@ def real_reference(private: pd.DataFrame, test_ids: list, test_labels: list, ter
     from sklearn.linear_model import LogisticRegression
 
     rng = np.random.default_rng(seed)
-    parts = [g.iloc[rng.choice(len(g), size=min(per_class, len(g)), replace=False)] for _, g in private.groupby("label")]
+    parts = [g.iloc[rng.choice(len(g), size=min(per_class, len(g)), replace=False)]
+             for _, g in private.groupby("label")]
     train = pd.concat(parts)
     seqs = [[terms[t] for t in matcher.match(text)] for text in train["text"]]
     vectorizer = TfidfVectorizer(sublinear_tf=True)

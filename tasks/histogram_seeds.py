@@ -75,7 +75,7 @@ def first_distinct_terms(term_ids: Iterable[int], max_terms: int, allowed: set[i
     return out
 
 
-def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int], n_classes: int,
+def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray, n_classes: int,
                       vocab_size: int, max_terms: int) -> np.ndarray:
     """Exact per-class histograms (n_classes, |V|) int64 of each document's first S distinct terms.
 
@@ -90,7 +90,7 @@ def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
     return counts
 
 
-def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int],
+def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
                       released_ids: Sequence[np.ndarray], max_terms: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact start counts (C, K) and adjacent-pair counts (C, K, K) over each class's released terms.
 

@@ -230,10 +230,12 @@ def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ign
 
 def test_histogram_methods_default_to_the_smaller_vocabulary_cut_unless_given():
     assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram").vocab_top == 20_000
-    assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram-markov", vocab_top=50_000).vocab_top == 50_000
+    markov = DpKpsConfig(data="d", out="o", labels=["a"], method="histogram-markov", vocab_top=50_000)
+    assert markov.vocab_top == 50_000
     assert DpKpsConfig(data="d", out="o", labels=["a"], method="independent").vocab_top == 50_000
     cfg = DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", eps_voc=1.0, eps_kde=5.0)
-    assert cfg.histogram_epsilon == 6.0 and DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0).histogram_epsilon == 4.0
+    assert cfg.histogram_epsilon == 6.0
+    assert DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0).histogram_epsilon == 4.0
     with pytest.raises(ValueError):
         DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", epsilon=0.0)
 
@@ -248,7 +250,8 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
 
     out = tmp_path / "out"
     argv = ["dpkps", corpus_file, "--out", str(out), "--method", "histogram-markov", "--epsilon", "3",
-            "--hist-top-k", "20", "--per-class", "4", "--length", "5", "--llm", "none", "--no-gate", "--workers", "1", "--labels", "0,1,2"]
+            "--hist-top-k", "20", "--per-class", "4", "--length", "5", "--llm", "none", "--no-gate", "--workers", "1",
+            "--labels", "0,1,2"]
     assert main(argv) == 0
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["total"]["epsilon"] == pytest.approx(3.0)

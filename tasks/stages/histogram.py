@@ -42,7 +42,7 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "terms"}
     # The ledger applies the mechanism to each class's row and keeps the whole noisy row with the top K.
     released = [ledger.draw_once(f"histogram-class{c}", mechanism=mechanism, noise=noise, params=params,
-                                 exact=lambda c=c: exact[c],
+                                 exact=lambda c=c: exact[c],  # type: ignore[misc]  # default-argument lambda
                                  postprocess=lambda noisy: top_k(np.asarray(noisy, dtype=np.float64), cfg.hist_top_k),
                                  partition=f"class{c}", stage="histogram")
                 for c in range(len(labels))]
@@ -93,7 +93,7 @@ def privatize_class_pairs(starts: np.ndarray, pairs: np.ndarray, labels: list, t
         params_c = {**params, "released_terms": _ids_digest(released_ids[c])}
         released.append(ledger.draw_once(
             f"markov-class{c}", mechanism=mechanism, noise=noise, params=params_c,
-            exact=lambda c=c, n=n: joint[c, :n + 1, :n],
+            exact=lambda c=c, n=n: joint[c, :n + 1, :n],  # type: ignore[misc]  # default-argument lambda
             postprocess=lambda noisy: {"noisy_starts": np.asarray(noisy[0], dtype=np.float64),
                                        "noisy_pairs": np.asarray(noisy[1:], dtype=np.float64)},
             partition=f"class{c}", stage="markov"))
