@@ -122,9 +122,11 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
     """Workers in this process (a cluster of threads), so the test can make the storage of one unit fail once in
     the middle of pass 1, after some of its rows were already counted: the unit is read again from the start
     and the histogram comes out exactly right (nothing counted twice)."""
+    import dask
     from distributed import LocalCluster
 
     import tasks.passes
+    from tasks.cluster import NO_SPILL
     from flows.dpkps import dpkps_flow
 
     data, frame = corpus
@@ -140,7 +142,9 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
             yield batch
 
     monkeypatch.setattr(tasks.passes, "read_unit", flaky_read)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+    # spill off, as the flow requires of any cluster it is given (tasks.cluster.check_cluster)
+    with dask.config.set(dict(NO_SPILL)), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         manifest = dpkps_flow(_config(data, tmp_path / "out", method="independent",
                                       dask_address=cluster.scheduler_address))
     assert failing["failures"] == 1 and manifest["rows"] == 14 * 3
