@@ -263,41 +263,48 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
       retry_delay_seconds=[2, 10], **PRIVATE_TASK)
 def privatize_class_pairs(shards: list[tuple[list[str], list]], labels: list, terms: list[dict[str, np.ndarray]],
                           cfg: DpKpsConfig, ledger: PrivacyLedger) -> list[dict[str, np.ndarray]]:
-    """Stage 2 of histogram-markov: start and adjacent-pair counts among each class's released K terms.
+    """Stage 2 of histogram-markov: co-occurrence counts of pairs among each class's P heaviest stage-1 terms.
 
-    Sensitivity: a document's first S distinct released terms give 1 start and at most S - 1 distinct pairs
-    -> L1 S, L2 sqrt(S) for the joint (starts, pairs) vector. Noise on every entry (K + K^2 per class);
-    classes in parallel; the released term sets it restricts to are stage-1 outputs (public)."""
+    Sensitivity: a document's first S_2 distinct candidate terms give at most S_2 (S_2 - 1) / 2 distinct pairs
+    -> L1 S_2 (S_2 - 1) / 2 (tasks/histogram_seeds.py). Noise on every pair of every class; classes in
+    parallel; the candidates are post-processing of stage 1's release (public)."""
     from tasks.cluster import map_shards
-    from tasks.histogram_seeds import build_mechanism, shard_class_pair_counts, stage_budgets
+    from tasks.histogram_seeds import pair_candidates, pair_mechanism, shard_class_pair_counts, stage_budgets
     from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
     vocabulary = load_vocabulary(cfg.vocab, top_n)
-    released_ids = [r["term_ids"] for r in terms]
-    parts = map_shards(shard_class_pair_counts, shards, list(labels), cfg.vocab, top_n, released_ids, cfg.first_terms)
-    starts = np.sum([p[0] for p in parts], axis=0)
-    pairs = np.sum([p[1] for p in parts], axis=0)
+    candidates = [pair_candidates(r, cfg.markov_pair_top) for r in _term_releases(terms, cfg)]
+    parts = map_shards(shard_class_pair_counts, shards, list(labels), cfg.vocab, top_n, candidates,
+                       cfg.markov_pair_terms)
+    counts = np.sum(parts, axis=0)
     eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
-    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2)
-    k = starts.shape[1]
+    mechanism = pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
     noise = cfg.noise("markov-noise")
-    # One class's release is the joint (starts, pairs) vector: starts in row 0, pairs below it.
-    joint = np.concatenate([starts[:, None, :], pairs], axis=1)  # (C, 1 + K, K)
-    params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "pairs", "k": k,
-              "term_share": cfg.markov_term_share}
+    params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "pairs",
+              "pair_top": cfg.markov_pair_top, "pair_terms": cfg.markov_pair_terms,
+              "term_share": cfg.markov_term_share, "contribution": "pairs of the first S_2 distinct candidate terms"}
     released = []
     for c in range(len(labels)):
-        n = len(released_ids[c])  # a class may have fewer than K terms only when |V| < K
-        params_c = {**params, "released_terms": _ids_digest(released_ids[c])}
+        n = len(candidates[c])  # fewer than P only when a class has fewer than P weighted terms
+        params_c = {**params, "released_terms": _ids_digest(candidates[c])}
         released.append(ledger.draw_once(
             f"markov-class{c}", mechanism=mechanism, noise=noise, params=params_c,
-            exact=lambda c=c, n=n: joint[c, :n + 1, :n],
-            postprocess=lambda noisy: {"noisy_starts": np.asarray(noisy[0], dtype=np.float64),
-                                       "noisy_pairs": np.asarray(noisy[1:], dtype=np.float64)},
+            exact=lambda c=c, n=n: counts[c, :n * (n - 1) // 2],
+            postprocess=lambda noisy, ids=candidates[c]: {"pair_ids": ids},
             partition=f"class{c}", stage="markov"))
-    stage_logger().info("released start and pair counts over %d terms per class", k)
+    stage_logger().info("released pair counts among %d terms per class", cfg.markov_pair_top)
     return released
+
+
+def _term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list:
+    """Post-processing of stage 1 (tasks.histogram_seeds.class_term_releases) from the stored noisy rows."""
+    from tasks.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
+
+    eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
+    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1)
+    return class_term_releases(np.stack([t["noisy"] for t in terms]), mechanism, cfg.hist_top_k,
+                               cfg.hist_candidates, cfg.hist_denoise)
 
 
 def _ids_digest(ids: np.ndarray) -> str:
@@ -310,30 +317,30 @@ def _ids_digest(ids: np.ndarray) -> str:
 def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[dict[str, np.ndarray]] | None,
                                labels: list, cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
-    from tasks.histogram_seeds import (ClassRelease, build_mechanism, noise_floor, sample_class_sequences,
-                                       stage_budgets)
+    from dataclasses import replace
+
+    from tasks.histogram_seeds import noise_floor, pair_matrix, pair_mechanism, sample_class_sequences, stage_budgets
     from tasks.ledger import public_rng
     from tasks.sampling import SelectionRule
     from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
-    pair_floor = 0.0
-    if pairs is not None:  # the count pure noise reaches in about markov_pair_floor of the K + K^2 entries
+    releases = _term_releases(terms, cfg)
+    if pairs is not None:  # pair counts that pure noise reaches in about markov_pair_floor of a class's pairs
         eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
-        k = len(terms[0]["term_ids"])
-        pair_floor = noise_floor(build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2), k * (k + 1),
-                                 cfg.markov_pair_floor)
-    releases = [ClassRelease(term_ids=t["term_ids"], noisy_counts=t["noisy_counts"],
-                             noisy_starts=None if pairs is None else pairs[c]["noisy_starts"],
-                             noisy_pairs=None if pairs is None else pairs[c]["noisy_pairs"],
-                             pair_floor=pair_floor)
-                for c, t in enumerate(terms)]
+        mechanism = pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
+        for c, released in enumerate(pairs):
+            n = len(released["pair_ids"])
+            floor = noise_floor(mechanism, n * (n - 1) // 2, cfg.markov_pair_floor)
+            releases[c] = replace(releases[c], pair_ids=released["pair_ids"],
+                                  pair_weights=pair_matrix(released["noisy"], n, floor))
     rule = SelectionRule.parse(selection_rule(cfg))
-    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"))
+    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"),
+                                 cfg.markov_pair_weight)
     rows = [(label, [vocabulary.terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
-    # The released terms of every class are what generation may mint prompt seeds from.
+    # The terms sequences can contain (every class's weighted terms) are what generation may mint prompt seeds from.
     released_terms = sorted({vocabulary.terms[int(t)] for r in releases for t in r.term_ids})
     sequences.attrs["released_vocabulary"] = released_terms
     sequences.attrs["released_vocabulary_source"] = "ledger:histogram"

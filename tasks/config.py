@@ -190,7 +190,8 @@ class DpKpsConfig(ReleaseConfig):
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
         "method", "length", "n_features", "bandwidth", "embedding_model", "text_column", "label_column",
-        "epsilon", "hist_top_k", "markov_term_share",
+        "epsilon", "hist_top_k", "markov_term_share", "hist_denoise", "hist_candidates", "markov_pair_top",
+        "markov_pair_terms",
     )
 
     vocab: str = Field(default="english", description="'english' (wordfreq) or a file of terms, one per line")
@@ -207,13 +208,36 @@ class DpKpsConfig(ReleaseConfig):
         default=None, description="total budget of --method histogram / histogram-markov (default eps_voc + eps_kde)"
     )
     hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class (histogram)")
+    hist_denoise: Literal["clip", "fdr"] = Field(
+        default="fdr",
+        description="histogram methods: how released counts become term weights. fdr: q-values against pure noise "
+                    "(candidate group / rest), weight = count x (1 - q), the noise share drawn from the pooled "
+                    "classes; clip: the K largest clipped counts (docs/dpkps.md)",
+    )
+    hist_candidates: int = Field(
+        default=1000, ge=1, le=10_000_000,
+        description="M: terms with the largest noisy counts summed over classes form the candidate group (fdr)",
+    )
     markov_pair_floor: float = Field(
         default=1.0, ge=0.0,
-        description="histogram-markov: start/pair counts that pure noise reaches in about this many of a class's "
-                    "K + K^2 entries are sampled as 0 (0 = no floor)",
+        description="histogram-markov: pair counts that pure noise reaches in about this many of a class's "
+                    "P (P - 1) / 2 entries are sampled as 0 (0 = no floor)",
     )
     markov_term_share: float = Field(
         default=0.8, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"
+    )
+    markov_pair_top: int = Field(
+        default=30, ge=2, le=2000,
+        description="histogram-markov: P, each class's heaviest stage-1 terms among which pairs are counted",
+    )
+    markov_pair_terms: int = Field(
+        default=2, ge=2, le=100,
+        description="histogram-markov: S_2, a document's first distinct candidate terms whose pairs it adds "
+                    "(sensitivity S_2 (S_2 - 1) / 2)",
+    )
+    markov_pair_weight: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="histogram-markov: probability that a step follows the released pairs of the current term",
     )
     length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence")
     n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch")
