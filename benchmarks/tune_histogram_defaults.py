@@ -54,7 +54,7 @@ def load_split(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     path, label_column, grid_test_fraction = CORPORA[name]
     frame = pd.read_parquet(DATA / path)
     frame = pd.DataFrame({"text": frame["text"].astype(str), "label": frame[label_column]})
-    if grid_test_fraction:  # drop exactly the experiment grid's test rows (flows/evaluate.py prepare_data)
+    if grid_test_fraction:  # drop exactly the experiment grid's test rows (tasks/experiment.py prepare_data)
         order = np.random.default_rng(20240601).permutation(len(frame))
         frame = frame.iloc[order[int(round(len(frame) * grid_test_fraction)):]]
     rng = np.random.default_rng(7)
@@ -70,7 +70,7 @@ def grid_splits(names: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame,
     """(private, test, synthetic_per_class) of each corpus exactly as experiments/seeds_grid.toml prepares them."""
     import tempfile
 
-    from flows.evaluate import load_experiment, prepare_data
+    from tasks.experiment import load_experiment, prepare_data
 
     spec = load_experiment(str(Path(__file__).resolve().parents[1] / "experiments" / "seeds_grid.toml"))
     out = {}

@@ -13,7 +13,7 @@ from tasks import __version__
 from tasks.errors import PrivseedError
 
 # Flow modules that add subcommands, in the order they appear in --help.
-COMMAND_MODULES = ("flows.dpkps", "flows.demo", "flows.evolution", "flows.evaluate", "flows.audit")
+COMMAND_MODULES = ("flows.dpkps", "flows.demo", "flows.evolution", "flows.evaluate", "flows.experiment", "flows.audit")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -77,31 +77,17 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"  private state:    {cfg.state_uri}  (the owner's: identity key, drawn values, LLM cache; never share it)")
     print(f"  evaluation:       {storage.join(out, 'evaluation.json')}  {_headline(evaluation)}")
     if cfg.llm != "none":
-        docs, seeds = documents_vs_seeds(out, demo_corpus_path(DEMO_TEST))
+        from tasks.corpus import read_corpus
+        from tasks.evaluation import documents_vs_seeds
+        from tasks.release_reader import read_release
+
+        docs, seeds = documents_vs_seeds(read_release(out).rows, read_corpus(demo_corpus_path(DEMO_TEST)))
         print(f"  TF-IDF + LR on the real test split: the documents {100 * docs:.1f}%, their DP seeds alone "
               f"(the keyphrase sequences, no LLM) {100 * seeds:.1f}%")
     report = storage.join(out, "report.html")
     if storage.exists(report):
         print(f"  report:           {report}")
     return 0
-
-
-def documents_vs_seeds(out: str, test_path: str) -> tuple[float, float]:
-    """Accuracy on the real test split of the same classifier (TF-IDF + LR) trained on the released documents,
-    and on the released seeds alone (each row's keyphrases joined: what `--llm none` would release). Shows what
-    the LLM step added or lost."""
-    from flows.evaluate import read_labelled, read_release
-    from tasks import classify, metrics
-
-    rows = read_release(out).rows
-    test = read_labelled(test_path)
-    seeds = [" ".join(map(str, k)) for k in rows["keyphrases"]]
-    scores = []
-    for train_texts in (rows["text"].astype(str).tolist(), seeds):
-        predicted = classify.tfidf_logreg_predict(train_texts, rows["label"].tolist(), test["text"].astype(str).tolist(),
-                                                  seed=0)
-        scores.append(metrics.classification_scores(test["label"].tolist(), predicted)["accuracy"])
-    return scores[0], scores[1]
 
 
 def _headline(evaluation: dict) -> str:

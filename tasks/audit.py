@@ -19,7 +19,7 @@ statistic and which threshold are chosen on calibration trials that are never re
 them on the evaluation trials would be a search over many tests and would void the confidence level.
 
 Nothing here knows about privseed's stages: a trial is any callable ``trial(with_canary) -> {statistic: value}``
-(flows/audit.py runs the flow's own stage functions in it). The module is pure apart from the progress callback.
+(tasks/audit_trials.py runs the flows' own stage functions in it). The module is pure apart from the progress callback.
 """
 
 from __future__ import annotations

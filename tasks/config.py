@@ -1,29 +1,44 @@
-"""One typed configuration per flow, validated up front with messages that name the problem.
+"""One typed configuration model per method, validated up front with messages that name the problem.
 
 Values come from, in increasing precedence: defaults, a TOML/YAML file (``--config``), environment
 variables ``PRIVSEED_<FIELD>`` and command-line flags. Everything here is public (docs/privacy.md, "What is
 released and what stays private"): the configuration is written into the manifest, so it must never hold
 private data or secrets. The label set is part of it, declared by the operator, never read from the data.
+
+The models are also the command line: every field knows its flag (its name with dashes, or ``flag`` in its
+metadata, :func:`cli`), its help and its default, and :func:`add_config_arguments` turns a model into argparse
+arguments whose help shows the model's real default. A bad value is reported under the flag a user types
+(:func:`flag_of`), whether it came from the command line, a config file or a deployment's dict.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tomllib
+import types
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from tasks import storage
 from tasks.errors import ConfigError
 from tasks.mechanisms import NoiseSource, noise_source
 
-LLM_BACKENDS = ("none", "local", "anthropic", "openai-compatible")
 #: English frequency cut of the histogram methods when --vocab-top is not given (docs/dpkps.md)
 HISTOGRAM_VOCAB_TOP = 20_000
+#: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
+#: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
+STEER_DEFAULT = 4.0
+#: The --help section of DP-KPS's generation options
+GENERATION = "LLM generation from the released seeds"
+#: Aug-PE's budget of the voting rounds when neither --epsilon nor --noise-multiplier is given (docs/baselines.md)
+AUGPE_DEFAULT_EPSILON = 4.0
 
 LABELS_HELP = (
     "declare the public label set with --labels a,b,c, --labels-file FILE (one label per line, # comments), or "
@@ -37,40 +52,254 @@ def read_labels_file(path: str, storage_options: dict[str, Any] | None = None) -
         raise ValueError(f"--labels-file {path} does not exist")
     text = storage.read_bytes(path, storage_options).decode("utf-8")
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
-#: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
-#: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
-STEER_DEFAULT = 4.0
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Command-line metadata of a field
+# ---------------------------------------------------------------------------------------------------------
+def cli(*, flag: str | None = None, aliases: tuple[str, ...] = (), default_text: str | None = None,
+        default_note: str | None = None, metavar: str | None = None, positional: bool = False,
+        group: str | None = None) -> dict[str, Any]:
+    """A field's command-line metadata, kept in its ``json_schema_extra`` (so it is plain data):
+
+    ``flag``: the flag's name when it is not the field's name with dashes (``n_features`` -> ``--features``);
+    ``aliases``: further names of the same flag (``--population`` for ``--per-class``);
+    ``default_text``: what an unset field (default None) means, shown as its default ("a LocalCluster");
+    ``default_note``: when another setting changes a non-None default, appended to it;
+    ``metavar``: the value's placeholder in --help; ``positional``: an argument without a flag (DATA);
+    ``group``: the --help section, when not the one of the model that declares the field (``cli_group``)."""
+    meta = {"flag": flag, "aliases": list(aliases) or None, "default_text": default_text,
+            "default_note": default_note, "metavar": metavar, "positional": positional or None, "group": group}
+    return {key: value for key, value in meta.items() if value is not None}
+
+
+def _meta(field: FieldInfo) -> dict[str, Any]:
+    return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+
+
+def _dashed(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def flag_of(model: type[BaseModel], name: str) -> str:
+    """The flag a user types for field ``name`` (``--features`` for ``n_features``, ``DATA`` for the positional
+    corpus); a name that is no field (an unknown key of a config dict) is shown as the flag it would be."""
+    field = model.model_fields.get(name)
+    meta = _meta(field) if field is not None else {}
+    if meta.get("positional"):
+        return name.upper()
+    return "--" + meta.get("flag", _dashed(name))
+
+
+def _named_flags(model: type[BaseModel], name: str) -> list[str]:
+    meta = _meta(model.model_fields[name])
+    return [] if meta.get("positional") else [flag_of(model, name), *("--" + a for a in meta.get("aliases", ()))]
+
+
+def flags_of(model: type[BaseModel], name: str) -> list[str]:
+    """Every flag of field ``name`` as --help lists them: the flag, its aliases, and ``--no-x`` for a boolean ``--x``
+    (a positional field has none)."""
+    flags = _named_flags(model, name)
+    if value_type(model.model_fields[name].annotation) is bool:
+        return [variant for flag in flags for variant in (flag, "--no-" + flag[2:])]
+    return flags
+
+
+def render_value(value: Any) -> str:
+    """A value as --help shows it: on/off, 0.0001, a,b, none."""
+    if value is None or value == {} or value == []:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def default_text(model: type[BaseModel], name: str) -> str:
+    """The default of field ``name`` as --help shows it: the model's own default (``default_note`` appended), or,
+    for an unset field, what unset means (``default_text``); "required" when there is none."""
+    field = model.model_fields[name]
+    if field.is_required():
+        return "required"
+    default = field.get_default(call_default_factory=True)
+    meta = _meta(field)
+    if default is None:
+        return meta.get("default_text", "none")
+    return render_value(default) + (f"; {meta['default_note']}" if "default_note" in meta else "")
+
+
+def help_of(model: type[BaseModel], name: str) -> str:
+    """The --help line of field ``name``: its description, then its true default."""
+    text = default_text(model, name)
+    suffix = "(required)" if text == "required" else f"(default: {text})"
+    description = model.model_fields[name].description
+    return f"{description} {suffix}" if description else suffix
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command line, generated from a model
+# ---------------------------------------------------------------------------------------------------------
+def value_type(annotation: Any) -> Any:
+    """``X`` of ``X | None``; anything else as it is."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        kinds = [a for a in get_args(annotation) if a is not type(None)]
+        if len(kinds) == 1:
+            return kinds[0]
+    return annotation
+
+
+def _lenient(kind: type) -> Any:
+    """argparse type: ``kind(raw)``, or the raw text when that fails, so the model refuses it with a message that
+    names the flag (one error path for the command line, config files and deployments alike)."""
+    def convert(raw: str) -> Any:
+        try:
+            return kind(raw)
+        except ValueError:
+            return raw
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def comma_list(raw: str) -> list[str]:
+    """``--labels a,b,c`` -> ["a", "b", "c"] (blank items dropped)."""
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _group_title(model: type[BaseModel], name: str) -> str:
+    """The --help section of a field: its ``group``, else the first class of the hierarchy that declares it
+    (``cli_group``)."""
+    if "group" in _meta(model.model_fields[name]):
+        return _meta(model.model_fields[name])["group"]
+    for cls in reversed(model.__mro__):
+        if name in getattr(cls, "__annotations__", {}) and "cli_group" in vars(cls):
+            return cls.cli_group
+    return "options"
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
+                         exclude: Iterable[str] = ()) -> None:
+    """One argument per field of ``model`` (and ``--config FILE``): types from the annotations, choices from a
+    Literal, booleans as ``--x/--no-x``, lists as ``a,b,c``, a dict as repeatable ``KEY=VALUE``, the help ending in
+    the model's true default. Every argparse default is None: an absent flag leaves the config file, the
+    environment and the model's default in charge (:func:`build_config`); values are checked by the model."""
+    parser.add_argument("--config", dest="config_file", metavar="FILE",
+                        help="TOML or YAML file with values for these options, by field name (PRIVSEED_<FIELD> "
+                             "environment variables override it, flags override both)")
+    groups: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if name in exclude:
+            continue
+        meta = _meta(field)
+        kind = value_type(field.annotation)
+        help_text = help_of(model, name).replace("%", "%%")
+        if meta.get("positional"):
+            parser.add_argument(name, metavar=flag_of(model, name), help=help_text)
+            continue
+        title = _group_title(model, name)
+        group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
+        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
+        metavar = meta.get("metavar", {int: "N", float: "X"}.get(kind, flag_of(model, name).lstrip("-").upper()))
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif get_origin(kind) is Literal:
+            kwargs["metavar"] = "{" + ",".join(map(str, get_args(kind))) + "}"
+        elif kind in (int, float):
+            kwargs.update(type=_lenient(kind), metavar=metavar)
+        elif get_origin(kind) is list:
+            kwargs.update(type=comma_list, metavar=meta.get("metavar", "A,B,..."))
+        elif get_origin(kind) is dict:
+            kwargs.update(action="append", metavar=meta.get("metavar", "KEY=VALUE"))
+        else:
+            kwargs["metavar"] = metavar
+        group.add_argument(*_named_flags(model, name), **kwargs)
+
+
+def flags_from_args(model: type[BaseModel], args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``model`` the user gave on the command line. ``KEY=VALUE`` pairs become a dict; storage
+    options holding a literal credential are refused (flow parameters are stored by the Prefect server)."""
+    values: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if get_origin(value_type(field.annotation)) is dict:
+            value = storage.parse_storage_options(value)
+            storage.refuse_literal_secrets(value)
+        values[name] = value
+    return values
+
+
+def config_from_args(model: type[ReleaseConfig], args: argparse.Namespace) -> ReleaseConfig:
+    """flags > PRIVSEED_* environment > ``--config FILE`` > defaults, validated (:func:`build_config`)."""
+    return build_config(model, flags_from_args(model, args), getattr(args, "config_file", None))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The models
+# ---------------------------------------------------------------------------------------------------------
 class ReleaseConfig(BaseModel):
     """What every method that writes a synthetic release shares."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    cli_group: ClassVar[str] = "options of every release"
     #: fields that change the privatized values (documentation of what a resumed run must keep; run ids are random)
     privacy_fields: ClassVar[tuple[str, ...]] = ()
 
-    data: str = Field(description="private corpus: Parquet file, folder or shard prefix (local, file://, s3://)")
-    out: str = Field(description="release folder (local or s3://)")
-    text_column: str = "text"
-    label_column: str = "label"
+    data: str = Field(description="private corpus: Parquet file, folder or shard prefix (local, file://, s3://)",
+                      json_schema_extra=cli(positional=True))
+    out: str = Field(description="release folder (local or s3://)", json_schema_extra=cli(metavar="OUT"))
+    text_column: str = Field(default="text", description="column of the private corpus that holds the text",
+                             json_schema_extra=cli(metavar="COLUMN"))
+    label_column: str = Field(default="label", description="column of the private corpus that holds the label",
+                              json_schema_extra=cli(metavar="COLUMN"))
     labels: list[str] | None = Field(
         default=None,
-        description="the public label set, declared (required): --labels a,b,c, --labels-file FILE or `labels` in "
-                    "the config file; never read from the private data",
+        description="the public label set, comma separated; required here, as --labels-file or as `labels` in the "
+                    "config file; never read from the private data",
+        json_schema_extra=cli(metavar="A,B,..."),
     )
-    labels_file: str | None = Field(default=None, description="a file with the label set, one label per line")
+    labels_file: str | None = Field(default=None, description="a file with the label set, one label per line "
+                                    "(# comments)", json_schema_extra=cli(metavar="FILE"))
     per_class: int = Field(default=100, ge=1, le=1_000_000, description="synthetic documents per class (public)")
-    llm: str = Field(default="none", description="none | local[:PATH] | anthropic[:MODEL] | openai-compatible:URL")
-    doc_type: str = Field(default="document", min_length=1, max_length=200)
-    seed: int = Field(default=0, ge=0)
+    llm: str = Field(default="none", description="the LLM that writes documents from the seeds: none | "
+                     "local[:MODEL_OR_PATH] | anthropic:MODEL | openai-compatible:URL[#MODEL]",
+                     json_schema_extra=cli(metavar="SPEC"))
+    doc_type: str = Field(default="document", min_length=1, max_length=200,
+                          description="what to write, e.g. 'Wikipedia article' (never a class name)",
+                          json_schema_extra=cli(metavar="TEXT"))
+    seed: int = Field(default=0, ge=0, description="public randomness (features, sampling, LLM call seeds); the "
+                      "noise never comes from it unless --insecure-reproducible-noise")
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.=-]+$",
-                               description="resume this run (re-read its drawn values); default: a new random run id")
-    state: str | None = Field(default=None, description="the owner's private state: identity key, drawn values, LLM "
-                                                         "cache (default OUT.private beside OUT; never inside OUT)")
-    storage_options: dict[str, Any] = Field(default_factory=dict)
-    dask_address: str | None = Field(default=None, description="scheduler address; None starts a LocalCluster")
-    n_workers: int = Field(default=2, ge=1, le=256)
-    gate: bool = Field(default=True, description="run the Great Expectations release gate before publishing")
+                               description="resume this run: re-read its drawn values",
+                               json_schema_extra=cli(metavar="ID", default_text="a new random run id"))
+    state: str | None = Field(default=None, description="the owner's private state: identity key, drawn values, "
+                              "LLM cache (never inside OUT, never shared)",
+                              json_schema_extra=cli(metavar="DIR", default_text="OUT.private beside OUT"))
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec/s3fs option, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable); a credential only "
+                    "as KEY=prefect-secret:BLOCK (a literal key or secret is refused)",
+        json_schema_extra=cli(flag="storage-option"))
+    dask_address: str | None = Field(default=None, description="an existing Dask scheduler, e.g. tcp://host:8786",
+                                     json_schema_extra=cli(metavar="ADDRESS", default_text="a LocalCluster"))
+    n_workers: int = Field(default=2, ge=1, le=256, description="workers of the LocalCluster",
+                           json_schema_extra=cli(flag="workers"))
+    # Mutual TLS to an external scheduler (tls:// dask_address): file paths, never the certificates themselves.
+    dask_tls_ca_file: str | None = Field(default=None, description="CA certificate (PEM) that signed the Dask "
+                                         "scheduler's and workers' certificates; with the two below, for a tls:// "
+                                         "--dask-address", json_schema_extra=cli(metavar="FILE", default_text="no TLS"))
+    dask_tls_cert: str | None = Field(default=None, description="this client's certificate (PEM) for the Dask "
+                                      "scheduler, signed by --dask-tls-ca-file",
+                                      json_schema_extra=cli(metavar="FILE", default_text="no TLS"))
+    dask_tls_key: str | None = Field(default=None, description="the private key (PEM file) of --dask-tls-cert",
+                                     json_schema_extra=cli(metavar="FILE", default_text="no TLS"))
+    gate: bool = Field(default=True, description="run the release gate (Great Expectations) before publishing")
     insecure_reproducible_noise: bool = Field(
         default=False,
         description="research grids only: draw the noise from --seed so reruns are bit-identical; the release is "
@@ -79,21 +308,15 @@ class ReleaseConfig(BaseModel):
     )
     allow_insecure_release: bool = Field(
         default=False, description="publish a release made with --insecure-reproducible-noise anyway (stamped)")
-    # LLM generation (tasks/generation.py, docs/generation.md); public settings only, never a key.
-    prompt_template: str = Field(default="generic", description="packaged prompt template name or a YAML path")
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    # The LLM calls (tasks/generation.py, docs/generation.md); public settings only, never a key.
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="LLM sampling temperature")
     max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call")
-    best_of: int = Field(default=1, ge=1, le=16, description="candidates per seed, best by seed-term coverage")
-    max_regenerations: int = Field(default=3, ge=0, le=20, description="rounds of regeneration (a new call seed) for "
-                                   "a seed with no document among its candidates; still none: the row is dropped")
-    steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
-                         description="seed steering strength for local llama.cpp models (0: off; tasks/llm/steering.py)")
-    repeat_penalty: float = Field(default=1.0, gt=0.0, le=5.0, description="llama.cpp repeat penalty (1: off)")
-    no_repeat_ngram: int = Field(default=4, ge=0, le=64, description="ban repeating a token n-gram (local; 0: off)")
-    language: str | None = Field(default="en", description="the corpus's declared language for the document test "
-                                 "(en, de, fr, es, it, pt, nl; none: no language test)")
-    llm_concurrency: int = Field(default=4, ge=1, le=256, description="calls in flight for remote APIs")
-    llm_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key")
+    language: str | None = Field(default="en", description="the corpus's declared language for the document test: "
+                                 "en, de, fr, es, it, pt, nl, or none (no language test)")
+    llm_concurrency: int = Field(default=4, ge=1, le=256, description="LLM calls in flight for remote APIs")
+    llm_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key",
+                                   json_schema_extra=cli(metavar="BLOCK", default_text="the environment "
+                                                         "(ANTHROPIC_API_KEY / OPENAI_API_KEY)"))
 
     @model_validator(mode="before")
     @classmethod
@@ -124,7 +347,7 @@ class ReleaseConfig(BaseModel):
         if value is None:
             return None
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",")]
+            value = comma_list(value) or [""]
         if not isinstance(value, (list, tuple)):
             raise ValueError("labels must be a list, e.g. --labels a,b,c or labels = [\"a\", \"b\"] in the config file")
         labels = [str(v).strip() for v in value if str(v).strip()]
@@ -144,6 +367,23 @@ class ReleaseConfig(BaseModel):
         if self.state is not None:
             check_state_outside_release(self.out, self.state)
         return self
+
+    @model_validator(mode="after")
+    def _tls_together(self) -> "ReleaseConfig":
+        # Checked here so a half-configured TLS setup fails before any data is read; that the files exist is
+        # checked when the client connects (tasks.cluster.cluster_security), where they are read.
+        paths = {"--dask-tls-ca-file": self.dask_tls_ca_file, "--dask-tls-cert": self.dask_tls_cert,
+                 "--dask-tls-key": self.dask_tls_key}
+        if any(paths.values()):
+            missing = [flag for flag, path in paths.items() if not path]
+            if missing:
+                raise ValueError(f"TLS to the Dask scheduler needs {' and '.join(paths)} together; missing "
+                                 f"{' and '.join(missing)}")
+            if not (self.dask_address or "").startswith("tls://"):
+                raise ValueError(f"{' and '.join(paths)} need a tls:// --dask-address (got {self.dask_address!r}); "
+                                 "the LocalCluster privseed starts on 127.0.0.1 runs without TLS")
+        return self
+
     @field_validator("language", mode="before")
     @classmethod
     def _known_language(cls, value: Any) -> str | None:
@@ -158,12 +398,10 @@ class ReleaseConfig(BaseModel):
     @field_validator("llm")
     @classmethod
     def _known_llm(cls, value: str) -> str:
-        backend = value.split(":", 1)[0]
-        if backend not in LLM_BACKENDS:
-            raise ValueError(f"unknown LLM backend {backend!r}; choose one of {', '.join(LLM_BACKENDS)}")
-        if backend == "openai-compatible" and ":" not in value:
-            raise ValueError("openai-compatible needs a URL: openai-compatible:http://host:port/v1")
-        return value
+        """The one --llm grammar: tasks.llm.parse_llm_spec's (its ConfigError is this field's error)."""
+        from tasks.llm import parse_llm_spec
+
+        return str(parse_llm_spec(value))
 
     def noise(self, *stream: str) -> NoiseSource:
         """The noise source of one stage: OpenDP's secure sampler, or (opted in with
@@ -187,6 +425,7 @@ class ReleaseConfig(BaseModel):
 class DpKpsConfig(ReleaseConfig):
     """DP-KPS (docs/dpkps.md, step by step). Defaults chosen on public data; see docs/dpkps.md."""
 
+    cli_group: ClassVar[str] = "DP-KPS and the histogram methods"
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
         "method", "length", "n_features", "bandwidth", "embedding_model", "text_column", "label_column",
@@ -194,66 +433,100 @@ class DpKpsConfig(ReleaseConfig):
         "markov_pair_terms",
     )
 
-    vocab: str = Field(default="english", description="'english' (wordfreq) or a file of terms, one per line")
-    vocab_top: int | None = Field(default=50_000, ge=1, description="public frequency cut of the English list")
-    eps_voc: float = Field(default=1.0, description="budget of the vocabulary histogram (Laplace)")
-    eps_kde: float = Field(default=10.0, description="budget of the DP-KDE sketches")
-    delta: float = Field(default=0.0, ge=0.0, lt=1.0, description="only for the Gaussian mechanism")
-    mechanism: Literal["laplace", "gaussian"] = "laplace"
-    first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram")
-    vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary")
-    method: Literal["independent", "iterative-linear", "iterative-log", "histogram", "histogram-markov"] = "independent"
+    vocab: str = Field(default="english", description="public vocabulary V: english (wordfreq) or a file of terms, "
+                       "one per line", json_schema_extra=cli(metavar="english|FILE"))
+    vocab_top: int | None = Field(default=50_000, ge=1, description="public frequency cut of the English list",
+                                  json_schema_extra=cli(metavar="N", default_note=f"{HISTOGRAM_VOCAB_TOP} with "
+                                                        "--method histogram or histogram-markov"))
+    eps_voc: float = Field(default=1.0, description="epsilon of the vocabulary histogram (Laplace)",
+                           json_schema_extra=cli(metavar="EPS"))
+    eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
+                           json_schema_extra=cli(metavar="EPS"))
+    delta: float = Field(default=0.0, ge=0.0, lt=1.0, description="delta, for --mechanism gaussian only")
+    mechanism: Literal["laplace", "gaussian"] = Field(default="laplace", description="noise of the sketches "
+                                                      "and of the histogram methods")
+    first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram",
+                             json_schema_extra=cli(metavar="S"))
+    vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
+                            json_schema_extra=cli(metavar="N"))
+    method: Literal["independent", "iterative-linear", "iterative-log", "histogram", "histogram-markov"] = Field(
+        default="independent",
+        description="the DP-KPS sampler, or privseed's per-class DP term histograms (docs/dpkps.md)")
     # The histogram methods (tasks/histogram_seeds.py, privseed's own comparator; docs/dpkps.md) spend one budget.
-    epsilon: float | None = Field(
-        default=None, description="total budget of --method histogram / histogram-markov (default eps_voc + eps_kde)"
-    )
-    hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class (histogram)")
+    epsilon: float | None = Field(default=None, description="total budget of --method histogram / histogram-markov",
+                                  json_schema_extra=cli(metavar="EPS", default_text="eps_voc + eps_kde"))
+    hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class by the "
+                            "histogram methods", json_schema_extra=cli(metavar="K"))
     hist_denoise: Literal["clip", "fdr"] = Field(
         default="fdr",
         description="histogram methods: how released counts become term weights. fdr: q-values against pure noise "
                     "(candidate group / rest), weight = count x (1 - q), the noise share drawn from the pooled "
                     "classes; clip: the K largest clipped counts (docs/dpkps.md)",
-    )
+        json_schema_extra=cli(metavar="RULE"))
     hist_candidates: int = Field(
         default=1000, ge=1, le=10_000_000,
-        description="M: terms with the largest noisy counts summed over classes form the candidate group (fdr)",
-    )
+        description="M: terms with the largest noisy counts summed over classes form the candidate group of "
+                    "--hist-denoise fdr", json_schema_extra=cli(metavar="M"))
     markov_pair_floor: float = Field(
         default=1.0, ge=0.0,
         description="histogram-markov: pair counts that pure noise reaches in about this many of a class's "
-                    "P (P - 1) / 2 entries are sampled as 0 (0 = no floor)",
+                    "P (P - 1) / 2 entries are sampled as 0 (0: no floor)",
     )
     markov_term_share: float = Field(
-        default=0.8, gt=0.0, lt=1.0, description="histogram-markov: share of epsilon for the term histogram stage"
-    )
+        default=0.8, gt=0.0, lt=1.0,
+        description="histogram-markov: share of --epsilon for the term histogram (the rest: the pairs)")
     markov_pair_top: int = Field(
         default=30, ge=2, le=2000,
         description="histogram-markov: P, each class's heaviest stage-1 terms among which pairs are counted",
-    )
+        json_schema_extra=cli(metavar="P"))
     markov_pair_terms: int = Field(
         default=2, ge=2, le=100,
         description="histogram-markov: S_2, a document's first distinct candidate terms whose pairs it adds "
-                    "(sensitivity S_2 (S_2 - 1) / 2)",
-    )
+                    "(sensitivity S_2 (S_2 - 1) / 2)", json_schema_extra=cli(metavar="S_2"))
     markov_pair_weight: float = Field(
         default=0.5, ge=0.0, le=1.0,
         description="histogram-markov: probability that a step follows the released pairs of the current term",
-    )
-    length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence")
-    n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch")
-    bandwidth: float = Field(default=0.5, gt=0.0, description="h: kernel exp(-||x-y||^2 / h^2)")
+        json_schema_extra=cli(metavar="MU"))
+    length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence",
+                        json_schema_extra=cli(metavar="L"))
+    n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch",
+                            json_schema_extra=cli(flag="features", metavar="I"))
+    bandwidth: float = Field(default=0.5, gt=0.0, description="h: kernel exp(-||x-y||^2 / h^2)",
+                             json_schema_extra=cli(metavar="H"))
     selection: Literal["proportional", "greedy", "top-k", "power"] | None = Field(
-        default=None, description="how the next phrase is drawn from clipped scores (default depends on the method)"
-    )
-    top_k: int = Field(default=10, ge=1)
-    power: float = Field(default=2.0, gt=0.0, description="G of the power rule: draw proportional to score^G")
-    embedding_model: str = Field(default="minilm", description="'minilm' (offline package) or a local model folder")
-    few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL)")
+        default=None, description="how the next phrase is drawn from the clipped scores",
+        json_schema_extra=cli(default_text="power-2 for independent, top-5 for iterative-linear and iterative-log, "
+                                           "power-1 for the histogram methods"))
+    top_k: int = Field(default=10, ge=1, description="k of --selection top-k", json_schema_extra=cli(metavar="K"))
+    power: float = Field(default=2.0, gt=0.0, description="G of --selection power: draw proportional to score^G",
+                         json_schema_extra=cli(metavar="G"))
+    embedding_model: str = Field(default="minilm", description="minilm (offline package) or a local "
+                                 "sentence-transformers folder", json_schema_extra=cli(metavar="MODEL"))
+    # LLM generation from the released seeds (tasks/generation.py, docs/generation.md)
+    prompt_template: str = Field(default="generic", description="prompt template: generic (the paper's prompt), "
+                                 "coverage, or a YAML file", json_schema_extra=cli(group=GENERATION, metavar="NAME"))
+    best_of: int = Field(default=1, ge=1, le=16, description="candidates per seed, best by seed-term coverage",
+                         json_schema_extra=cli(group=GENERATION))
+    max_regenerations: int = Field(default=3, ge=0, le=20, description="rounds of regeneration (a new call seed) for "
+                                   "a seed with no document among its candidates; still none: the row is dropped "
+                                   "and counted in quality.json", json_schema_extra=cli(group=GENERATION))
+    steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
+                         description="seed steering strength for local llama.cpp models (0: off)",
+                         json_schema_extra=cli(group=GENERATION))
+    repeat_penalty: float = Field(default=1.0, gt=0.0, le=5.0, description="llama.cpp repeat penalty (1: off)",
+                                  json_schema_extra=cli(group=GENERATION))
+    no_repeat_ngram: int = Field(default=4, ge=0, le=64,
+                                 description="local models: ban repeating a token n-gram of this length (0: off)",
+                                 json_schema_extra=cli(group=GENERATION))
+    few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL: "
+                                 "document + keyphrases)", json_schema_extra=cli(group=GENERATION, metavar="FILE"))
     class_names: str | None = Field(
         default=None,
         description="the owner's public class names: a JSON/TOML/CSV file mapping each declared label to a name; "
-                    "the name goes into the prompt (without it no prompt names a class)")
-    dry_run: bool = False
+                    "each prompt then names its class (only when the names are public)",
+        json_schema_extra=cli(group=GENERATION, metavar="FILE", default_text="none: no prompt names a class"))
+    dry_run: bool = Field(default=False, description="print the LLM cost estimate; read no data, draw, charge and "
+                          "send nothing")
 
     @field_validator("eps_voc", "eps_kde", "epsilon")
     @classmethod
@@ -289,27 +562,37 @@ class DpKpsConfig(ReleaseConfig):
 class EvolutionConfig(ReleaseConfig):
     """What Aug-PE and SecPE share. ``per_class`` is the population size N kept per class each round."""
 
-    llm: str = Field(default="local", description="PE needs an LLM: local[:PATH] | anthropic:MODEL | openai-compatible:URL")
-    iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds")
-    variations: int = Field(default=2, ge=1, le=100, description="K: LLM variations of each kept sample per round")
+    cli_group: ClassVar[str] = "private evolution (Aug-PE and SecPE)"
+
+    per_class: int = Field(default=100, ge=1, le=1_000_000, description="N: population kept per class each round, "
+                           "the synthetic documents per class", json_schema_extra=cli(aliases=("population",),
+                                                                                     metavar="N"))
+    llm: str = Field(default="local", description="the LLM of RANDOM_API and VARIATION_API: local[:MODEL_OR_PATH] | "
+                     "anthropic:MODEL | openai-compatible:URL[#MODEL]", json_schema_extra=cli(metavar="SPEC"))
+    iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds",
+                            json_schema_extra=cli(metavar="T"))
+    variations: int = Field(default=2, ge=1, le=100, description="K: LLM variations of each kept sample per round",
+                            json_schema_extra=cli(metavar="K"))
     variation: Literal["paraphrase", "fill-blanks", "mixed"] = Field(
         default="mixed", description="VARIATION_API prompt; mixed alternates paraphrase and fill-in-the-blanks")
     mask_fraction: float = Field(default=0.3, ge=0.0, lt=1.0, description="fill-in-the-blanks: share of words blanked")
-    max_tokens: int = Field(default=128, ge=8, le=8192)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    embedding_model: str = "minilm"
+    max_tokens: int = Field(default=128, ge=8, le=8192, description="output tokens per LLM call")
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="LLM sampling temperature")
+    embedding_model: str = Field(default="minilm", description="minilm (offline package) or a local "
+                                 "sentence-transformers folder", json_schema_extra=cli(metavar="MODEL"))
     llm_shards: int = Field(default=1, ge=1, le=1024,
                             description="split each round's LLM calls into this many Dask tasks (1: in-process)")
     llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
     progress: bool = Field(default=True, description="progress bars of the LLM calls on stderr")
-    dry_run: bool = Field(default=False, description="print the call plan and cost estimate; send and draw nothing")
+    dry_run: bool = Field(default=False, description="print the LLM-call plan and cost estimate; send, draw and "
+                          "charge nothing")
     min_words: int = Field(default=5, ge=0, le=10_000,
                            description="candidates with fewer words (or with prompt residue) are not documents: they "
                                        "get no votes and are kept only when a class has too few others")
 
     @model_validator(mode="after")
     def _needs_llm(self) -> "EvolutionConfig":
-        if self.llm.split(":", 1)[0] == "none":
+        if self.llm == "none":
             raise ValueError("private evolution needs an LLM (RANDOM_API / VARIATION_API); --llm none is DP-KPS only")
         return self
 
@@ -317,6 +600,7 @@ class EvolutionConfig(ReleaseConfig):
 class AugPeConfig(EvolutionConfig):
     """Aug-PE (Xie et al. 2024) and AugPE+V~. See docs/baselines.md."""
 
+    cli_group: ClassVar[str] = "Aug-PE and AugPE+V~"
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "epsilon", "delta", "noise_multiplier", "n_upper_bound", "iterations", "per_class", "variations",
         "variation", "threshold", "selection", "vocab_words", "vocab", "vocab_top", "eps_voc", "first_terms",
@@ -324,35 +608,47 @@ class AugPeConfig(EvolutionConfig):
         "temperature", "mask_fraction", "doc_type", "min_words",
     )
 
-    epsilon: float | None = Field(default=None, description="DP budget of the T voting rounds (default 4.0)")
-    delta: float | None = Field(default=None, description="default 1/(n ln n) with n = --n-upper-bound (public)")
-    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma; instead of --epsilon")
-    n_upper_bound: int = Field(default=1_000_000, ge=3,
-                               description="a public upper bound on the private corpus size, for the default delta")
-    threshold: float = Field(default=0.0, description="H: noisy counts below H are dropped")
-    selection: Literal["rank", "sample"] = "rank"
-    vocab_words: bool = Field(default=False, description="AugPE+V~: random words of DP-KPS's released vocabulary")
-    words_per_prompt: int = Field(default=5, ge=1, le=100)
-    vocab: str = "english"
-    vocab_top: int | None = 50_000
-    eps_voc: float = Field(default=1.0, gt=0.0)
-    first_terms: int = Field(default=10, ge=1)
-    vocab_size: int = Field(default=1000, ge=1)
+    epsilon: float | None = Field(default=None, gt=0.0, allow_inf_nan=False, description="DP budget of the T voting "
+                                  "rounds",
+                                  json_schema_extra=cli(metavar="EPS", default_text=f"{AUGPE_DEFAULT_EPSILON:g} "
+                                                        "unless --noise-multiplier"))
+    delta: float | None = Field(default=None, gt=0.0, lt=1.0, description="delta of the voting rounds",
+                                json_schema_extra=cli(default_text="1/(n ln n) with n = --n-upper-bound"))
+    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma, instead of --epsilon",
+                                           json_schema_extra=cli(metavar="SIGMA", default_text="from --epsilon"))
+    n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
+                               "size, for the default delta", json_schema_extra=cli(metavar="NMAX"))
+    threshold: float = Field(default=0.0, description="H: noisy counts below H are dropped",
+                             json_schema_extra=cli(metavar="H"))
+    selection: Literal["rank", "sample"] = Field(default="rank", description="keep the N highest noisy counts, or "
+                                                 "sample N proportional to them")
+    vocab_words: bool = Field(default=False, description="AugPE+V~: RANDOM_API prompts carry random words of DP-KPS's "
+                              "released vocabulary V~ (costs --eps-voc)")
+    words_per_prompt: int = Field(default=5, ge=1, le=100, description="AugPE+V~: words of V~ per prompt")
+    vocab: str = Field(default="english", description="AugPE+V~: public vocabulary V, english or a file of terms",
+                       json_schema_extra=cli(metavar="english|FILE"))
+    vocab_top: int | None = Field(default=50_000, ge=1, description="AugPE+V~: public frequency cut of the English "
+                                  "list", json_schema_extra=cli(metavar="N"))
+    eps_voc: float = Field(default=1.0, gt=0.0, allow_inf_nan=False,
+                           description="AugPE+V~: epsilon of the vocabulary histogram",
+                           json_schema_extra=cli(metavar="EPS"))
+    first_terms: int = Field(default=10, ge=1, le=1000, description="AugPE+V~: S, terms per document in the "
+                             "histogram",
+                             json_schema_extra=cli(metavar="S"))
+    vocab_size: int = Field(default=1000, ge=1, description="AugPE+V~: N, size of the privatized vocabulary",
+                            json_schema_extra=cli(metavar="N"))
 
     @model_validator(mode="after")
     def _budget(self) -> "AugPeConfig":
         if self.epsilon is not None and self.noise_multiplier is not None:
             raise ValueError("give --epsilon or --noise-multiplier, not both")
-        if self.epsilon is not None and not (self.epsilon > 0 and self.epsilon < float("inf")):
-            raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon}")
-        if self.delta is not None and not 0.0 < self.delta < 1.0:
-            raise ValueError(f"delta must lie in (0, 1), got {self.delta}")
         return self
 
 
 class SecPeConfig(EvolutionConfig):
     """SecPE (Wang et al.): (p, r)-secret protection with secret clustering. See docs/baselines.md."""
 
+    cli_group: ClassVar[str] = "SecPE"
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "public", "p", "r_over_p", "clusters", "secrets", "secret_quantile", "secret_count", "radius",
         "secret_vocab_top",
@@ -361,23 +657,32 @@ class SecPeConfig(EvolutionConfig):
         "temperature", "mask_fraction", "doc_type", "value_discretization", "min_words",
     )
 
-    public: str = Field(description="a public corpus of the same domain (Parquet; only its text column is read)")
-    public_text_column: str = "text"
+    public: str = Field(description="a public corpus of the same domain (Parquet; only its text column is read)",
+                        json_schema_extra=cli(metavar="PUB"))
+    public_text_column: str = Field(default="text", description="text column of --public",
+                                    json_schema_extra=cli(metavar="COLUMN"))
     p: float = Field(default=1e-4, gt=0.0, lt=1.0, description="the adversary's prior success probability")
-    r_over_p: float = Field(default=10.0, gt=1.0, description="r / p; r is the bound on reconstruction success")
-    clusters: int = Field(default=50, ge=1, description="K: public k-means clusters")
-    secrets: str = Field(default="words", description="words | pii | FILE (one secret term per line)")
+    r_over_p: float = Field(default=10.0, gt=1.0, description="r / p; r bounds the reconstruction success")
+    clusters: int = Field(default=50, ge=1, description="K: public k-means clusters", json_schema_extra=cli(metavar="K"))
+    secrets: str = Field(default="words", description="what the secrets are: words | pii | FILE (one secret term per "
+                         "line)", json_schema_extra=cli(metavar="words|pii|FILE"))
     secret_quantile: float = Field(default=0.5, ge=0.0, le=1.0,
                                    description="words: secrets sit around this rank quantile of the public word list")
     secret_count: int = Field(default=200, ge=1, description="words: how many secret words")
     secret_vocab_top: int = Field(default=50_000, ge=10, description="words: size of the public word list (wordfreq)")
     radius: float = Field(default=1.0, gt=0.0, description="R: clipping radius of embeddings (unit vectors: 1)")
-    rho_norm: Literal["max", "paper"] = "max"
-    noise_multiplier: float | None = Field(default=None, gt=0.0,
-                                           description="fix sigma publicly instead of calibrating it on the secrets")
-    delta: float | None = Field(default=None, description="delta of the reported DP epsilon (default 1/(n ln n))")
-    n_upper_bound: int = Field(default=1_000_000, ge=3)
-    value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1)
+    rho_norm: Literal["max", "paper"] = Field(default="max", description="how the LP weights become sampling "
+                                              "probabilities rho: max (w / max w) or paper (Algorithm 1 as printed)")
+    noise_multiplier: float | None = Field(default=None, gt=0.0, description="fix sigma publicly (checked against "
+                                           "the (p, r) budget)",
+                                           json_schema_extra=cli(metavar="SIGMA",
+                                                                 default_text="calibrated on the secrets"))
+    delta: float | None = Field(default=None, description="delta of the reported DP epsilon",
+                                json_schema_extra=cli(default_text="1/(n ln n) with n = --n-upper-bound"))
+    n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
+                               "size, for the default delta", json_schema_extra=cli(metavar="NMAX"))
+    value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1, description="value discretization interval "
+                                        "of the PLD accountant that calibrates sigma")
 
 
 def _load_file(path: str) -> dict[str, Any]:
@@ -422,12 +727,26 @@ def build_config(model: type[ReleaseConfig], flags: dict[str, Any], config_file:
 
 
 def validate_config(model: type[ReleaseConfig], values: dict[str, Any]) -> ReleaseConfig:
+    """``values`` (flags, a config file, a deployment's dict) as a ``model``; ConfigError names every bad field by
+    the flag a user types (:func:`describe_error`)."""
     try:
         return model.model_validate(values)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            where = ".".join(str(p) for p in error["loc"])
-            message = error["msg"].removeprefix("Value error, ")
-            problems.append(f"--{where.replace('_', '-')}: {message}" if where else message)
+        problems = [describe_error(model, error) for error in exc.errors()]
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def describe_error(model: type[BaseModel], error: Any) -> str:
+    """One pydantic error as ``--flag: problem``; the field's key follows in parentheses when it is spelled
+    otherwise (``--features (n_features)``), for config files and deployments."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not error["loc"]:
+        return message
+    name = str(error["loc"][0])
+    flag = flag_of(model, name)
+    if error["type"] == "extra_forbidden":
+        message = f"unknown option ({model.__name__} has no field {name!r})"
+    if message.startswith((flag + " ", flag + ":")):  # the message names its flag already (tasks.llm)
+        return message
+    spelled_otherwise = name in model.model_fields and flag != "--" + _dashed(name) and flag != name.upper()
+    return f"{flag} ({name}): {message}" if spelled_otherwise else f"{flag}: {message}"

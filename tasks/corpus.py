@@ -16,7 +16,7 @@ import json
 import logging
 import platform
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +25,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks import storage
-from tasks.errors import CorpusError, GateFailedError, StorageError
+from tasks import jsonable, storage
+from tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
 
 if TYPE_CHECKING:
     from tasks.ledger import PrivacyLedger
@@ -68,22 +68,59 @@ def read_shard(
     storage_options: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """One shard as a DataFrame with exactly the columns ``text`` and ``label``."""
-    fs, inner = storage.filesystem(path, storage_options)
+    table = _read_table(path, [text_column, label_column], storage_options,
+                        hint=" (set --text-column / --label-column)")
+    return validate_corpus_frame(table.to_pandas(), path, text_column, label_column)
+
+
+def _read_table(path: str, columns: list[str] | None, storage_options: Mapping[str, Any] | None,
+                hint: str = "") -> pa.Table:
+    """``columns`` (all when None) of one whole Parquet shard, or a CorpusError naming the shard."""
+    parquet = _parquet_file(path, storage_options)
+    names = parquet.schema_arrow.names
+    missing = [c for c in columns or () if c not in names]
+    if missing:
+        raise CorpusError(f"shard {path} has no column {', '.join(map(repr, missing))}; "
+                          f"its columns are {names}{hint}")
     try:
-        with fs.open(inner, "rb") as handle:
-            table = pq.read_table(handle)
-    except FileNotFoundError as exc:
-        raise CorpusError(f"shard not found: {path}") from exc
+        return parquet.read(columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorpusError(f"unreadable Parquet shard {path}: {exc}") from exc
-    missing = [c for c in (text_column, label_column) if c not in table.column_names]
-    if missing:
-        raise CorpusError(
-            f"shard {path} has no column {', '.join(map(repr, missing))}; "
-            f"its columns are {table.column_names} (set --text-column / --label-column)"
-        )
-    return validate_corpus_frame(table.select([text_column, label_column]).to_pandas(), path, text_column,
-                                 label_column)
+
+
+def column_names(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The columns of the first shard of ``path``."""
+    return list(_parquet_file(list_shards(path, storage_options)[0], storage_options).schema_arrow.names)
+
+
+def _parquet_file(path: str, storage_options: Mapping[str, Any] | None) -> pq.ParquetFile:
+    """One whole shard, fetched through ``tasks.storage`` (a dropped connection or a throttled read is retried,
+    then a transient StorageError) and opened as Parquet; a missing or malformed shard is a CorpusError naming it."""
+    try:
+        data = storage.read_bytes(path, storage_options)
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        raise CorpusError(f"shard not found: {path}") from exc
+    except PermissionError as exc:
+        raise CorpusError(f"shard {path}: permission denied ({exc})") from exc
+    try:
+        return pq.ParquetFile(io.BytesIO(data))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorpusError(f"unreadable Parquet shard {path}: {exc}") from exc
+
+
+def read_columns(path: str, columns: list[str] | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Every shard of a small public file (a test split, a client's unlabelled documents, a benchmark file an
+    experiment splits), ``columns`` only (all when None), as one DataFrame. Nothing is validated beyond the
+    columns' presence; the private corpus is read through ``read_shard`` / ``tasks.units.read_unit``."""
+    frames = [_read_table(uri, columns, storage_options).to_pandas() for uri in list_shards(path, storage_options)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_parquet(uri: str, frame: pd.DataFrame, storage_options: Mapping[str, Any] | None = None) -> str:
+    """Write ``frame`` as one Parquet file, atomically (``tasks.storage.write_bytes``); returns ``uri``."""
+    storage.write_bytes(uri, _parquet_bytes(frame), storage_options)
+    return uri
 
 
 def validate_corpus_frame(frame: pd.DataFrame, path: str, text_column: str, label_column: str) -> pd.DataFrame:
@@ -104,13 +141,30 @@ def validate_corpus_frame(frame: pd.DataFrame, path: str, text_column: str, labe
     return frame
 
 
+def declared_positions(labels: pd.Series, declared: Sequence[Any], label_column: str = "label") -> np.ndarray:
+    """Each row's class: the position of its label among the ``declared`` labels (compared as text, so an
+    integer column matches integer labels). A row whose label is not declared stops the run before anything is
+    drawn; the error is for the operator and names neither the labels nor how many rows carry them (it is never
+    written to a release)."""
+    where = {str(label): i for i, label in enumerate(declared)}
+    positions = labels.astype(str).map(where)
+    if positions.isna().any():
+        raise ConfigError(
+            f"the corpus has rows whose label (column {label_column!r}) is not in the declared label set; "
+            "privseed never turns an undeclared label into a class. Declare every label the corpus may carry "
+            "(--labels / --labels-file / `labels` in the config file), drop those rows from the input, or check "
+            "--label-column. (Which labels and how many rows are deliberately not shown.)")
+    return positions.to_numpy(dtype=np.int64)
+
+
 def read_corpus(
     path: str,
     text_column: str = "text",
     label_column: str = "label",
     storage_options: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """The whole private corpus as one DataFrame (columns ``text``, ``label``), validated."""
+    """A whole labelled corpus as one DataFrame (columns ``text``, ``label``), validated: a small one (a test
+    split); a private corpus of any size is streamed by work units (tasks/units.py)."""
     shards = list_shards(path, storage_options)
     frames = [read_shard(s, text_column, label_column, storage_options) for s in shards]
     corpus = pd.concat(frames, ignore_index=True)
@@ -137,17 +191,7 @@ def _parquet_bytes(df: pd.DataFrame) -> bytes:
 
 
 def _json_bytes(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (dt.datetime, dt.date)):
-        return value.isoformat()
-    return str(value)
+    return (jsonable.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
 def new_release_id() -> str:

@@ -1,7 +1,9 @@
-"""Private-evolution math: Aug-PE votes and selection, SecPE secrets, SecretNoise weights, SecretClustering.
+"""Private-evolution math: Aug-PE votes and selection, SecPE secrets, SecretNoise weights, SecretClustering, and
+the round loop's public bookkeeping (prompts, call seeds, which candidates are documents).
 
 Pure functions (numpy / torch / scipy / sklearn), no I/O, no Prefect, no logging of private values. Accounting
-(sigma calibration, blow-up) lives in tasks/accounting.py.
+(sigma calibration, blow-up) lives in tasks/accounting.py. The private statistics (votes, cluster counts and sums)
+add up over disjoint parts of the corpus, which is how the flows compute them per work unit (tasks/pe_units.py).
 
 Privacy unit: one document; adjacent corpora differ by adding or removing one document.
 
@@ -17,16 +19,31 @@ the documents that hold it) and the noise sigma is calibrated to (p, r)-secret p
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import sparse
 
+from tasks import accounting
 from tasks.errors import ConfigError
+from tasks.ledger import public_rng
 from tasks.mechanisms import GaussianMechanism, NoiseSource
+
+if TYPE_CHECKING:
+    from tasks.config import EvolutionConfig, SecPeConfig
+
+#: One LLM call: (system message or None, user message, call seed).
+Prompt = tuple[str | None, str, int]
+
+
+#: The per-round wall times of a PE run (the histogram step grows with |D|): under the operator's private state
+#: folder, never in a release.
+OPERATOR_TIMINGS = "operator/round-timings.json"
 
 
 def evolution_call_plan(classes: int, population: int, variations: int, iterations: int) -> dict[str, int]:
@@ -129,6 +146,12 @@ def class_votes(private_emb: np.ndarray, private_labels: np.ndarray, synthetic_e
         votes[syn_idx] += nearest_neighbour_votes(private_emb[priv_idx], synthetic_emb[syn_idx],
                                                   chunk_rows=chunk_rows, device=device)
     return votes
+
+
+def voting_classes(candidate_class: np.ndarray, documents: np.ndarray) -> np.ndarray:
+    """The class each candidate is voted for in (``class_votes``' synthetic labels): its own, or -1 for a
+    candidate that is not a document, so that it takes no vote and the histogram keeps its shape."""
+    return np.where(np.asarray(documents, dtype=bool), np.asarray(candidate_class), -1)
 
 
 def vote_mechanism(sigma: float, epsilon: float, delta: float) -> GaussianMechanism:
@@ -238,34 +261,43 @@ def word_secret_incidence(texts: Sequence[str], secrets: Sequence[str]) -> spars
 PII_ENTITIES = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "IBAN_CODE", "US_SSN", "URL")
 
 
-def pii_secret_incidence(texts: Sequence[str], entities: Sequence[str] = PII_ENTITIES,
-                         score_threshold: float = 0.4) -> tuple[sparse.csr_matrix, list[str]]:
-    """PII secrets with Presidio's pattern recognizers (offline, no NLP model).
-
-    Each distinct detected PII *value* is one secret (the value itself is what must not be reconstructed).
-    Returns the (documents x secrets) incidence and the secret *types* (never the values: they are private).
-    """
+def pii_secret_keys(texts: Sequence[str], entities: Sequence[str] = PII_ENTITIES,
+                    score_threshold: float = 0.4) -> list[list[str]]:
+    """PII secrets with Presidio's pattern recognizers (offline, no NLP model): per document, the keys
+    ``TYPE\x00value`` of the PII values it holds, in the order found. Each distinct value is one secret (the value
+    itself is what must not be reconstructed). Private: the keys hold the values."""
     recognizers = _presidio_pattern_recognizers(entities)
-    secret_ids: dict[str, int] = {}
-    secret_types: list[str] = []
-    rows: list[int] = []
-    cols: list[int] = []
-    for i, text in enumerate(texts):
-        found: set[int] = set()
+    out: list[list[str]] = []
+    for text in texts:
+        found: dict[str, None] = {}
         for rec in recognizers:
             for res in rec.analyze(text, entities=list(rec.supported_entities), nlp_artifacts=None) or []:
-                if res.score < score_threshold:
-                    continue
-                value = text[res.start:res.end].strip().lower()
-                key = f"{res.entity_type}\x00{value}"
-                if key not in secret_ids:
-                    secret_ids[key] = len(secret_types)
-                    secret_types.append(res.entity_type)
-                found.add(secret_ids[key])
-        rows.extend([i] * len(found))
-        cols.extend(found)
+                if res.score >= score_threshold:
+                    found.setdefault(f"{res.entity_type}\x00{text[res.start:res.end].strip().lower()}")
+        out.append(list(found))
+    return out
+
+
+def incidence_from_keys(keys: Sequence[Sequence[Any]]) -> tuple[sparse.csr_matrix, list[Any]]:
+    """(documents x secrets) incidence of per-document secret keys, a column per distinct key in the order the
+    keys first appear; returns the matrix and the column keys."""
+    columns: dict[Any, int] = {}
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, held in enumerate(keys):
+        for key in held:
+            rows.append(i)
+            cols.append(columns.setdefault(key, len(columns)))
     data = np.ones(len(rows), dtype=np.float64)
-    return sparse.csr_matrix((data, (rows, cols)), shape=(len(texts), len(secret_types))), secret_types
+    return sparse.csr_matrix((data, (rows, cols)), shape=(len(keys), len(columns))), list(columns)
+
+
+def pii_secret_incidence(texts: Sequence[str], entities: Sequence[str] = PII_ENTITIES,
+                         score_threshold: float = 0.4) -> tuple[sparse.csr_matrix, list[str]]:
+    """The (documents x secrets) incidence of ``pii_secret_keys`` and the secret *types* (never the values:
+    they are private)."""
+    incidence, keys = incidence_from_keys(pii_secret_keys(texts, entities, score_threshold))
+    return incidence, [key.split("\x00", 1)[0] for key in keys]
 
 
 def _presidio_pattern_recognizers(entities: Sequence[str]):
@@ -380,6 +412,57 @@ def holder_probabilities(incidence: sparse.spmatrix, rho: np.ndarray) -> list[np
     return [rho[csc.indices[csc.indptr[j]:csc.indptr[j + 1]]] for j in range(csc.shape[1])]
 
 
+@dataclass(frozen=True)
+class SecPeNoise:
+    """SecretNoise's outcome. ``rho`` and ``worst_blow_up`` are functions of the private secret incidence: they
+    stay in memory (neither is logged or written). ``protection`` holds only values of the public configuration
+    and is what the ledger and evolution.json publish. ``sigma`` is public when fixed by --noise-multiplier;
+    calibrated, it depends on the incidence too (SecPE's Algorithm 1), and the ledger shows it
+    (docs/baselines.md)."""
+
+    sigma: float
+    rho: np.ndarray
+    worst_blow_up: float
+    protection: dict
+
+
+def secpe_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> SecPeNoise:
+    """SecretNoise: LP weights -> rho -> sigma, calibrated on the blow-up of the round's joint (sizes, centres)
+    mechanism (one Bernoulli draw drives both: a sampled holder shifts it by sqrt(2)) composed T times."""
+    r = min(1.0, cfg.p * cfg.r_over_p)
+    if r < 1.0:
+        eta: float | None = accounting.gdp_mu_for_secret(cfg.p, r)
+        weights = secret_weights_lp(incidence, eta)
+    else:
+        # r = 1 asks for no protection: no capacity constraint, every document weighs 1. (The capacity is not
+        # replaced by a number such as |D|: nothing released may depend on the corpus size.)
+        eta = None
+        weights = np.ones(incidence.shape[0])
+    rho = sampling_probabilities(weights, cfg.rho_norm)
+    holders = holder_probabilities(incidence, rho)
+    if cfg.noise_multiplier is not None:
+        sigma = float(cfg.noise_multiplier)
+        worst = max((accounting.secret_blow_up(sigma, h, cfg.p, cfg.iterations, cfg.value_discretization)
+                     for h in holders), default=cfg.p)
+        if worst > r:
+            # The exact bound is a function of the private secret incidence: it is not put in the message.
+            raise ConfigError(f"--noise-multiplier {sigma:g} gives a reconstruction bound above r = {r:.3g} for at "
+                              "least one detected secret; raise it, or leave it out to calibrate sigma")
+    else:
+        cal = accounting.calibrate_secret_sigma(holders, cfg.p, r, cfg.iterations, cfg.value_discretization)
+        sigma, worst = cal.sigma, float(cal.blow_ups.max(initial=cfg.p))
+    protection = {
+        "p": cfg.p, "r": r, "eta": eta if eta is not None else "none (r = 1: no capacity constraint)",
+        "rounds": cfg.iterations, "holder_shift_l2": accounting.SECPE_HOLDER_SHIFT,
+        "adjacency": accounting.SECPE_ADJACENCY,
+        "calibration": "B(p) <= r for every detected secret, B the blow-up of sum_k P(S=k) N(sqrt(2) k, sigma^2) vs "
+                       "N(0, sigma^2) composed T times (dp-accounting PLD, pessimistic, value_discretization_interval "
+                       f"{cfg.value_discretization:g})",
+        "sigma_source": "config (public)" if cfg.noise_multiplier is not None
+        else "calibrated on the private secret incidence"}
+    return SecPeNoise(float(sigma), rho, float(worst), protection)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # SecPE: SecretClustering (Algorithm 2) and cluster votes (Algorithm 3)
 # ----------------------------------------------------------------------------------------------------------
@@ -425,24 +508,55 @@ def centre_noise_scales(clusters: PublicClusters, radius: float) -> np.ndarray:
     return (radius + np.maximum(radius, norms)) / clusters.sizes.astype(np.float64)
 
 
+@dataclass(frozen=True)
+class ClusterSums:
+    """SecretClustering's private input, per class and public cluster: how many sampled private points joined the
+    cluster (``counts``, (C, K)) and the sum of their clipped embeddings (``sums``, (C, K, d)). The parts of
+    disjoint slices of the corpus add up (``+``): that is how the work units' parts are reduced before the noise.
+    Private: only the round mechanism may release what is made of it."""
+
+    counts: np.ndarray
+    sums: np.ndarray
+
+    def __add__(self, other: ClusterSums) -> ClusterSums:
+        return ClusterSums(self.counts + other.counts, self.sums + other.sums)
+
+
+def cluster_sums(clusters: PublicClusters, private_emb: np.ndarray, private_class: np.ndarray, sampled: np.ndarray,
+                 *, radius: float, classes: int) -> ClusterSums:
+    """The sampled private points, clipped to R, each joined to its nearest public centre and summed per (class,
+    cluster); ``private_class`` holds class indices 0..classes-1."""
+    private_emb = np.asarray(private_emb)
+    sampled = np.asarray(sampled, dtype=bool)
+    if sampled.shape != (private_emb.shape[0],):
+        raise ConfigError(f"sampling mask has shape {sampled.shape}, expected ({private_emb.shape[0]},)")
+    k, d = clusters.centres.shape
+    chosen = clip_rows(private_emb[sampled], radius) if sampled.any() else np.zeros((0, d))
+    counts = np.zeros(classes * k, dtype=np.int64)
+    sums = np.zeros((classes * k, d), dtype=np.float64)
+    if chosen.shape[0]:
+        cell = np.asarray(private_class, dtype=np.int64)[sampled] * k + nearest_synthetic(chosen, clusters.centres)
+        counts = np.bincount(cell, minlength=classes * k).astype(np.int64)
+        members = sparse.csr_matrix((np.ones(cell.size), (cell, np.arange(cell.size))), shape=(classes * k, cell.size))
+        sums = np.asarray(members @ chosen)
+    return ClusterSums(counts.reshape(classes, k), sums.reshape(classes, k, d))
+
+
+def clustering_from_sums(clusters: PublicClusters, counts: np.ndarray, sums: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """One class's (centres (K, d), sizes (K,)) once its sampled points joined the public clusters: centre k is
+    (n_k e_k + the sum of its m_k points) / (n_k + m_k), size k is n_k + m_k."""
+    sizes = (clusters.sizes + np.asarray(counts)).astype(np.float64)
+    return (clusters.centres * clusters.sizes[:, None] + np.asarray(sums)) / sizes[:, None], sizes
+
+
 def secret_clustering_exact(clusters: PublicClusters, private_emb: np.ndarray, sampled: np.ndarray, *,
                             radius: float) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 2 before noise: (centres (K, d), sizes (K,)) after the sampled private points, clipped to R, join
     their nearest public centre. Private: only ``secret_clustering`` (which adds the noise) may release it."""
-    private_emb = clip_rows(private_emb, radius)
-    sampled = np.asarray(sampled, dtype=bool)
-    if sampled.shape != (private_emb.shape[0],):
-        raise ConfigError(f"sampling mask has shape {sampled.shape}, expected ({private_emb.shape[0]},)")
-    k = clusters.centres.shape[0]
-    chosen = private_emb[sampled]
-    sums = clusters.centres * clusters.sizes[:, None]
-    m = np.zeros(k, dtype=np.int64)
-    if chosen.shape[0]:
-        nearest = nearest_synthetic(chosen, clusters.centres)
-        np.add.at(sums, nearest, chosen)
-        m = np.bincount(nearest, minlength=k).astype(np.int64)
-    sizes = (clusters.sizes + m).astype(np.float64)
-    return sums / sizes[:, None], sizes
+    one_class = np.zeros(np.asarray(private_emb).shape[0], dtype=np.int64)
+    part = cluster_sums(clusters, private_emb, one_class, sampled, radius=radius, classes=1)
+    return clustering_from_sums(clusters, part.counts[0], part.sums[0])
 
 
 def joint_statistics(centres: np.ndarray, sizes: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -502,6 +616,98 @@ def cluster_votes(noisy_centres: np.ndarray, noisy_sizes: np.ndarray, synthetic_
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Candidates: which class, which are documents, and the prompts that write them (public text only)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def class_index(labels: Sequence[Any], values: Iterable[Any]) -> np.ndarray:
+    """Index in ``labels`` (the declared label set) of every value, compared as text."""
+    index = {str(label): i for i, label in enumerate(labels)}
+    try:
+        return np.array([index[str(v)] for v in values], dtype=np.int64)
+    except KeyError:
+        # Which label, and how many rows carry it, is deliberately not said (docs/privacy.md).
+        raise ConfigError("a row carries a label that is not in the declared label set") from None
+
+
+def candidate_documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
+    """Which candidates are documents (tasks.quality.is_document): a failed or degenerate LLM answer ("Lullaby.",
+    a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
+    from tasks.quality import DocumentRules, is_document
+
+    rules = DocumentRules(min_words=cfg.min_words, language=cfg.language)
+    return np.array([is_document(t, rules=rules) for t in candidates["text"]], dtype=bool)
+
+
+def candidate_digest(candidates: pd.DataFrame) -> str:
+    """sha256 of the candidates' (label, text) pairs: what a round's histogram was drawn over."""
+    h = hashlib.sha256()
+    for text, label in zip(candidates["text"], candidates["label"]):
+        h.update(f"{label!r}\x1f{text}\x1e".encode())
+    return h.hexdigest()
+
+
+def call_seed(seed: int, *names: str) -> int:
+    """The seed of one LLM call, from the public ``--seed`` and the call's place in the run."""
+    return int(public_rng(seed, "llm-call", *names).integers(0, 2**31 - 1))
+
+
+def random_prompts(cfg: EvolutionConfig, labels: Sequence[Any], per_class: int, words: Sequence[str] | None = None,
+                   words_per_prompt: int = 0) -> tuple[list[Prompt], pd.DataFrame]:
+    """RANDOM_API: ``per_class`` unconditional prompts per class (with ``words_per_prompt`` random words of the
+    released vocabulary V~ each, for AugPE+V~), and a row of metadata per prompt (label, seed, version, origin).
+    Every class gets the same prompt text; only the call seeds differ."""
+    template = load_pe_template("pe_random_words" if words else "pe_random")
+    prompts, rows = [], []
+    for ci, label in enumerate(labels):
+        for i in range(per_class):
+            seed = call_seed(cfg.seed, "random", str(ci), str(i))
+            values = {"doc_type": cfg.doc_type}
+            if words:
+                pick = public_rng(cfg.seed, "pe-words", str(ci), str(i)).choice(
+                    len(words), size=min(words_per_prompt, len(words)), replace=False)
+                values["words"] = ", ".join(words[j] for j in pick)
+            system, user = template.render(**values)
+            prompts.append((system, user, seed))
+            rows.append({"label": label, "seed": seed, "prompt_version": template.version, "origin": "random"})
+    return prompts, pd.DataFrame(rows)
+
+
+def variation_prompts(cfg: EvolutionConfig, kept: pd.DataFrame, round_index: int
+                      ) -> tuple[list[Prompt], pd.DataFrame]:
+    """VARIATION_API: K paraphrase or fill-in-the-blanks prompts per kept (synthetic) sample, and their metadata."""
+    paraphrase, fill = load_pe_template("pe_paraphrase"), load_pe_template("pe_fill_blanks")
+    prompts, rows = [], []
+    for slot, (text, label) in enumerate(zip(kept["text"], kept["label"])):
+        for k in range(cfg.variations):
+            use_fill = cfg.variation == "fill-blanks" or (cfg.variation == "mixed" and k % 2 == 1)
+            seed = call_seed(cfg.seed, "variation", str(round_index), str(slot), str(k))
+            if use_fill:
+                masked = mask_words(text, cfg.mask_fraction,
+                                    public_rng(cfg.seed, "mask", str(round_index), str(slot), str(k)))
+                system, user = fill.render(doc_type=cfg.doc_type, text=masked)
+                version = fill.version
+            else:
+                system, user = paraphrase.render(doc_type=cfg.doc_type, text=text)
+                version = paraphrase.version
+            prompts.append((system, user, seed))
+            rows.append({"label": label, "seed": seed, "prompt_version": version, "origin": f"variation-{round_index}"})
+    return prompts, pd.DataFrame(rows)
+
+
+def select_per_class(scores: np.ndarray, candidate_class: np.ndarray, documents: np.ndarray, classes: int, n: int,
+                     mode: str, seed: int, *stream: str) -> np.ndarray:
+    """``select_population`` within each class's candidates (public randomness ``stream`` + class index);
+    returns the kept candidates' indices, class by class."""
+    keep: list[int] = []
+    for ci in range(classes):
+        idx = np.flatnonzero(candidate_class == ci)
+        chosen = select_population(scores[idx], n, mode, public_rng(seed, *stream, str(ci)), documents[idx])
+        keep.extend(idx[chosen].tolist())
+    return np.asarray(keep, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # RANDOM_API / VARIATION_API prompt templates (tasks/llm/prompts/pe_*.txt)
 # ----------------------------------------------------------------------------------------------------------
 
@@ -526,8 +732,6 @@ class PeTemplate:
 
 
 def load_pe_template(name: str) -> PeTemplate:
-    import hashlib
-
     path = PROMPT_DIR / f"{name}.txt"
     if not path.exists():
         raise ConfigError(f"no prompt template {name!r} in {PROMPT_DIR}")

@@ -23,6 +23,10 @@ All of this reads only released seeds and synthetic text, so it costs no privacy
 sum over all its candidates (what the run actually spent).
 
 Seed steering (``steer``, local llama.cpp only): see tasks/llm/steering.py.
+
+Unseeded prompts (``generate_unseeded``, the only-LLM baseline of ``privseed experiment``) take the same path to
+the backend (``llm_spec``: concurrency, the API key's Secret block, batch state; the call cache; the progress
+bar), from a template without seed terms.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from tasks.errors import ConfigError
 from tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
 from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, SeedSteering
 from tasks.llm.cache import CallCache, cached_complete
-from tasks.llm.prompting import PromptTemplate, build_request
+from tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
 from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
 from tasks.metrics import term_coverage
 from tasks.quality import DEFAULT_RULES, DocumentRules, document_rejection
@@ -423,6 +427,42 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     return pd.concat(frames, ignore_index=True)
 
 
+def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, params: GenerationParams,
+                      cache_uri: str | None, call_seeds: Sequence[int], storage_options: dict | None = None,
+                      progress: bool = True) -> pd.DataFrame:
+    """``per_class`` documents per label from an unseeded template (``params.template``, e.g. ``only_llm``): the
+    prompt holds the document type and, with ``params.class_names``, the class's public name; nothing of any
+    private corpus. One call per document, ``call_seeds[i]`` for row i (labels in order, ``per_class`` each),
+    through the same backends, call cache and progress bar as seeded generation: a re-run sends only the calls
+    that never finished. No best-of and no regeneration: the text is the model's answer as it came."""
+    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
+    if spec.kind == "none":
+        raise ConfigError("unseeded prompts need an LLM (--llm local or anthropic:MODEL)")
+    template = PromptTemplate.load(params.template)
+    row_labels = [label for label in labels for _ in range(per_class)]
+    if len(call_seeds) != len(row_labels):
+        raise ConfigError(f"{len(row_labels)} documents but {len(call_seeds)} call seeds")
+    requests = [build_unseeded_request(template, label, params.doc_type, max_tokens=params.max_tokens,
+                                       temperature=params.temperature, top_p=params.top_p, call_seed=int(seed),
+                                       class_names=params.class_names)
+                for label, seed in zip(row_labels, call_seeds)]
+    backend = get_backend(spec)
+    cache = CallCache(cache_uri, storage_options) if cache_uri else None
+    bar = CallProgress(len(requests), call_prices(spec, len(requests)), f"generate {spec.kind}", progress)
+    try:
+        results = cached_complete(backend, requests, cache, on_result=bar)
+    finally:
+        bar.close()
+        close_backend(spec)
+    return pd.DataFrame({
+        "text": [r.text for r in results], "label": row_labels, "keyphrases": [[] for _ in results],
+        "backend": backend.name, "model": backend.model,
+        "prompt_version": template.version_for(params.class_names is not None), "seed": [q.seed for q in requests],
+        "tokens_in": [r.tokens_in for r in results], "tokens_out": [r.tokens_out for r in results],
+        "finish_reason": [r.finish_reason for r in results],
+    })
+
+
 def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | None, run_seed: int,
                          source: str = "released vocabulary") -> list[ReleasedSeed]:
     """Mint prompt seeds from the sampler's output (columns ``label``, ``keyphrases``). ``vocabulary`` is the
@@ -472,17 +512,24 @@ def params_from_config(cfg) -> GenerationParams:
                             class_names=class_names, **kw)
 
 
-def spec_from_config(cfg) -> LLMSpec:
-    spec = parse_llm_spec(cfg.llm)
-    opts = {}
+def llm_spec(llm: str, *, state_uri: str | None, storage_options: dict | None = None,
+             llm_concurrency: int | None = None, llm_secret: str | None = None) -> LLMSpec:
+    """The backend of ``--llm`` with the run's options: remote APIs get the calls in flight and the Prefect
+    Secret block of their key, Anthropic's Message Batches their state folder (``state_uri``)."""
+    spec = parse_llm_spec(llm)
+    opts: dict = {}
     if spec.kind == "anthropic":
-        opts["batch_state"] = cfg.state_uri
-        opts["storage_options"] = cfg.storage_options or None
-    for name in ("llm_concurrency", "llm_secret"):
-        value = getattr(cfg, name, None)
-        if value is not None and spec.kind in ("anthropic", "openai-compatible"):
-            opts["max_concurrency" if name == "llm_concurrency" else "secret_block"] = value
+        opts["batch_state"] = state_uri
+        opts["storage_options"] = storage_options or None
+    if spec.kind in ("anthropic", "openai-compatible"):
+        opts["max_concurrency"] = llm_concurrency
+        opts["secret_block"] = llm_secret
     return spec.with_options(**opts)
+
+
+def spec_from_config(cfg) -> LLMSpec:
+    return llm_spec(cfg.llm, state_uri=cfg.state_uri, storage_options=cfg.storage_options,
+                    llm_concurrency=getattr(cfg, "llm_concurrency", None), llm_secret=getattr(cfg, "llm_secret", None))
 
 
 def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> CostEstimate:

@@ -41,7 +41,8 @@ Privacy (add/remove one document; a document belongs to exactly one class):
     uses the public ``--seed`` generator only.
 
 All noise is drawn by the mechanisms of ``tasks/mechanisms.py``; this module never creates noise itself.
-Nothing here does I/O or logs; the thin Prefect tasks are in ``flows/dpkps.py``.
+Nothing here does I/O or logs; the thin Prefect tasks are in ``tasks/stages/histogram.py``, the per-unit
+counting of the streaming passes in ``tasks/passes.py``.
 """
 
 from __future__ import annotations
@@ -127,29 +128,6 @@ def pair_columns(p: int) -> np.ndarray:
     rows, cols = np.triu_indices(p, 1)
     columns[rows, cols] = columns[cols, rows] = np.arange(len(rows))
     return columns
-
-
-def shard_class_term_counts(shard: tuple[Sequence[str], Sequence], class_labels: Sequence, vocab_spec: str,
-                            english_top_n: int, max_terms: int) -> np.ndarray:
-    """Map step of stage 1 (runs on a Dask worker): the class histograms of one shard of documents."""
-    from tasks.vocabulary import load_vocabulary, phrase_matcher
-
-    texts, labels = shard
-    vocabulary = load_vocabulary(vocab_spec, english_top_n)
-    matcher = phrase_matcher(vocabulary)
-    index = class_positions(class_labels, labels)
-    return class_term_counts((matcher.match(t) for t in texts), index, len(class_labels), len(vocabulary), max_terms)
-
-
-def shard_class_pair_counts(shard: tuple[Sequence[str], Sequence], class_labels: Sequence, vocab_spec: str,
-                            english_top_n: int, candidate_ids: Sequence[np.ndarray], pair_terms: int) -> np.ndarray:
-    """Map step of stage 2 (runs on a Dask worker): pair co-occurrence counts of one shard of documents."""
-    from tasks.vocabulary import load_vocabulary, phrase_matcher
-
-    texts, labels = shard
-    matcher = phrase_matcher(load_vocabulary(vocab_spec, english_top_n))
-    index = class_positions(class_labels, labels)
-    return class_pair_counts((matcher.match(t) for t in texts), index, candidate_ids, pair_terms)
 
 
 def class_positions(class_labels: Sequence, labels: Sequence) -> list[int]:

@@ -5,7 +5,9 @@ document but one (docs/privacy.md, "Threat model"). An unkeyed digest of the cor
 let them test a guess about the last document exactly, so the corpus is identified by an HMAC-SHA256 under a
 random key that is created in the owner's private state and never leaves it. The identity is used for one
 thing: refusing to reuse values drawn for one corpus as another's (resume checks), and telling which runs of
-a state folder touched overlapping data (the cumulative budget). It is never written to a release.
+a state folder touched overlapping data (the cumulative budget). It is never written to a release. It is
+combinable (``IdentityPart``): the Dask workers compute it unit by unit where the rows are, with the key, and
+the parts add up to the same identity however the corpus was split.
 
 Private state (``--state``, default ``OUT.private`` beside the release folder ``OUT``)::
 
@@ -20,10 +22,11 @@ Private state (``--state``, default ``OUT.private`` beside the release folder ``
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,18 +105,60 @@ def load_or_create_key(state_uri: str, storage_options: Mapping[str, Any] | None
     return key
 
 
+#: Version tag of the combinable data identity (2: a keyed sum over rows, so units combine in any order).
+_IDENTITY_TAG = b"privseed-data-identity/2"
+_SUM_MODULUS = 1 << 256
+
+
+@dataclass(frozen=True)
+class IdentityPart:
+    """The identity of a part of the corpus (one work unit, or several combined), computed where the rows are.
+
+    ``total`` is the sum modulo 2^256 of every row's HMAC-SHA256 under the key (a multiset hash: independent of
+    row order and of how the rows were split into units; a duplicated row counts twice); ``rows`` the sorted
+    distinct keyed 64-bit row identities. Parts combine by adding totals and merging rows, so the driver never
+    needs the rows themselves. Everything in it is keyed: without the key it tests no guess."""
+
+    total: int = field(repr=False)
+    rows: np.ndarray = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "IdentityPart(<keyed>)"
+
+    __str__ = __repr__
+
+    @staticmethod
+    def combine(parts: Sequence[IdentityPart]) -> IdentityPart:
+        total = sum(p.total for p in parts) % _SUM_MODULUS
+        return IdentityPart(total, functools.reduce(np.union1d, [p.rows for p in parts],
+                                                    np.zeros(0, dtype=np.uint64)).astype(np.uint64))
+
+    def finish(self, key: bytes) -> DataIdentity:
+        """The corpus's identity from the combination of all its parts."""
+        digest = hmac.new(key, _IDENTITY_TAG + self.total.to_bytes(32, "little"), hashlib.sha256).hexdigest()
+        return DataIdentity(digest, self.rows)
+
+
+def identity_part(texts: Iterable[str], labels: Iterable[Any], key: bytes) -> IdentityPart:
+    """The identity part of these (text, label) rows. A row is HMAC-SHA256(key, SHA-256(repr(label) US text)): its
+    first 8 bytes are the row's 64-bit identity (the same as before the identity became combinable, so overlap
+    checks against older runs of a state folder still hold), the whole of it goes into the keyed sum."""
+    total = 0
+    row_ids = []
+    for text, label in zip(texts, labels, strict=True):
+        if isinstance(label, np.generic):  # numpy scalars print as np.int64(3); pandas hands out Python ones
+            label = label.item()
+        mac = hmac.digest(key, hashlib.sha256(f"{label!r}\x1f{text}".encode()).digest(), "sha256")
+        total += int.from_bytes(mac, "little")
+        row_ids.append(int.from_bytes(mac[:8], "little"))
+    return IdentityPart(total % _SUM_MODULUS, np.unique(np.array(row_ids, dtype=np.uint64)))
+
+
 def data_identity(corpus: pd.DataFrame, key: bytes) -> DataIdentity:
-    """HMAC-SHA256 under ``key`` of the multiset of (label, text) rows: independent of row order and sharding,
-    so one corpus always has one identity in one state folder."""
-    row_digests = sorted(hashlib.sha256(f"{label!r}\x1f{text}".encode()).digest()
-                         for text, label in zip(corpus["text"], corpus["label"]))
-    mac = hmac.new(key, b"privseed-data-identity/1", hashlib.sha256)
-    for digest in row_digests:
-        mac.update(digest)
-    rows = np.unique(np.array(
-        [int.from_bytes(hmac.new(key, d, hashlib.sha256).digest()[:8], "little") for d in row_digests],
-        dtype=np.uint64))
-    return DataIdentity(mac.hexdigest(), rows)
+    """The keyed identity of the multiset of (label, text) rows of a corpus in memory: independent of row order
+    and sharding, so one corpus always has one identity in one state folder, whether it was read whole or
+    streamed unit by unit (``IdentityPart``)."""
+    return identity_part(corpus["text"], corpus["label"], key).finish(key)
 
 
 def new_run_id() -> str:

@@ -120,7 +120,8 @@ def single_term_weights(sequences: Sequence[Sequence[int]], vocab_size: int) -> 
 
 
 def single_term_sketch_sum(weights: np.ndarray, tables: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """F = sum_doc u(doc) for a one-block sketch, from ``single_term_weights``. (I,) float64."""
+    """F = sum_doc u(doc) for a one-block sketch, from ``single_term_weights``. (I,) float64; ``weights`` may
+    also be (classes, V), giving one sum per class."""
     phi = SQRT2 * np.cos(tables[0] + offset)  # (V, I)
     return weights @ phi
 
@@ -262,7 +263,7 @@ def exact_kde_sum(points: np.ndarray, queries: np.ndarray, bandwidth: float) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-# Map step over shards (Dask): exact per-class partial sums; noise is added once after the reduce
+# Exact per-class sums of a set of documents (additive: the streaming pass sums them over units); noise once after
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -306,36 +307,62 @@ def shard_sketch_sums(
 ) -> np.ndarray:
     """Exact per-class sums of per-document feature vectors for one shard: (classes, sketches, I) float64.
 
-    Documents are represented by their sequences of V~ terms (looked up, never re-embedded).
-    ``single_terms``: the independent sampler's sketch (each document's mean of phi over all its phrases);
-    otherwise sketch k sums phi of each document's length-``blocks`` prefix (one point per document).
-    Additive over shards. A class with no documents in the shard gets zeros: no error path depends on it.
+    Documents are represented by their sequences of V~ terms (looked up, never re-embedded), then summed by
+    ``class_sketch_sums``. The in-memory reference of the streaming pass (tasks/passes.py), which computes the
+    same sums unit by unit.
     """
     from tasks.vocabulary import phrase_matcher, released_vocabulary
 
     matcher = phrase_matcher(released_vocabulary(tuple(released_terms)))
     index = {label: i for i, label in enumerate(class_labels)}
-    per_class: list[list[list[int]]] = [[] for _ in class_labels]
-    for text, label in zip(texts, labels):
+    positions = []
+    for label in labels:
         if label not in index:
             raise ConfigError("a document's label is not in the declared label set")
-        per_class[index[label]].append(matcher.match(text))
-    vocab_size = len(released_terms)
-    out = np.zeros((len(class_labels), len(specs), specs[0].n_features), dtype=np.float64)
-    for k, spec in enumerate(specs):
+        positions.append(index[label])
+    sequences = [matcher.match(text) for text in texts]
+    return class_sketch_sums(sequences, positions, len(class_labels), len(released_terms),
+                             sketch_tables(specs, embeddings), single_terms, short_documents)
+
+
+def sketch_tables(specs: Sequence[FeatureSpec], embeddings: np.ndarray) -> list[tuple[RffFeatures, np.ndarray]]:
+    """Each sketch's public features and its per-block phase tables over V~ (``block_phase_tables``): what the
+    sums need from the features, computed once per unit of documents rather than once per batch."""
+    out = []
+    for spec in specs:
         features = spec.draw()
-        tables = features.block_phase_tables(embeddings)
-        for c, sequences in enumerate(per_class):
-            if single_terms:
-                out[c, k] = single_term_sketch_sum(single_term_weights(sequences, vocab_size), tables, features.offset)
-            else:
-                out[c, k] = prefix_sketch_sum(prefix_matrix(sequences, spec.blocks, short_documents), tables,
-                                              features.offset)
+        out.append((features, features.block_phase_tables(embeddings)))
+    return out
+
+
+def class_sketch_sums(sequences: Sequence[Sequence[int]], class_index: Sequence[int], n_classes: int,
+                      vocab_size: int, tables: Sequence[tuple[RffFeatures, np.ndarray]], single_terms: bool,
+                      short_documents: str = "pad") -> np.ndarray:
+    """Exact per-class sums of per-document feature vectors: (classes, sketches, I) float64.
+
+    ``sequences[d]`` are document d's V~ term ids in reading order (all of them for ``single_terms``; the first
+    max(blocks) suffice otherwise), ``class_index[d]`` its class. ``single_terms``: the independent sampler's
+    sketch (each document's mean of phi over all its phrases); otherwise sketch k sums phi of each document's
+    length-``blocks`` prefix (one point per document). Additive over disjoint sets of documents. A class with
+    no documents gets zeros: no error path depends on it."""
+    per_class: list[list[Sequence[int]]] = [[] for _ in range(n_classes)]
+    for seq, c in zip(sequences, class_index, strict=True):
+        per_class[int(c)].append(seq)
+    n_features = tables[0][0].n_features
+    out = np.zeros((n_classes, len(tables), n_features), dtype=np.float64)
+    for k, (features, table) in enumerate(tables):
+        if single_terms:  # phi of V~ once for all classes
+            weights = np.stack([single_term_weights(class_sequences, vocab_size) for class_sequences in per_class])
+            out[:, k] = single_term_sketch_sum(weights, table, features.offset)
+            continue
+        for c, class_sequences in enumerate(per_class):
+            out[c, k] = prefix_sketch_sum(prefix_matrix(class_sequences, features.blocks, short_documents),
+                                          table, features.offset)
     return out
 
 
 def sketch_sums_of_shard(shard: tuple[Sequence[str], Sequence], class_labels: Sequence, released_terms: tuple[str, ...],
                          embeddings: np.ndarray, specs: Sequence[FeatureSpec], single_terms: bool) -> np.ndarray:
-    """``shard_sketch_sums`` for a (texts, labels) pair: the function the flow maps over shards."""
+    """``shard_sketch_sums`` for a (texts, labels) pair held in memory (the flow streams units: tasks/passes.py)."""
     texts, labels = shard
     return shard_sketch_sums(texts, labels, class_labels, released_terms, embeddings, specs, single_terms)

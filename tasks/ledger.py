@@ -47,6 +47,7 @@ import numpy as np
 from tasks import storage
 from tasks.errors import LedgerMismatchError, PrivseedError
 from tasks.identity import DataIdentity
+from tasks.jsonable import to_jsonable
 from tasks.mechanisms import INSECURE_STAMP, Mechanism, NoiseSource, as_noise_source
 
 log = logging.getLogger(__name__)
@@ -68,17 +69,7 @@ def public_rng(seed: int, *names: str) -> np.random.Generator:
 
 
 def canonical_params(params: Mapping[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=_jsonable)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    return str(value)
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=to_jsonable)
 
 
 class PrivacyLedger:
@@ -393,7 +384,7 @@ class PrivacyLedger:
         entries = [{k: v for k, v in e.items() if k not in _OWNER_ONLY}
                    for e in sorted(self._entries.values(), key=lambda e: e["name"])]
         document = {"format": LEDGER_FORMAT, "run_id": self.run_id, "entries": entries, **self._totals()}
-        return json.dumps(document, indent=2, sort_keys=True, default=_jsonable) + "\n"
+        return json.dumps(document, indent=2, sort_keys=True, default=to_jsonable) + "\n"
 
     def _totals(self) -> dict[str, Any]:
         """The run's total and noise report (with the NOT DIFFERENTIALLY PRIVATE stamp when it applies)."""
@@ -412,7 +403,7 @@ class PrivacyLedger:
         and the cumulative total of the state folder. Stays in the private state."""
         document = {**self.state_dict(), **self._totals()}
         document["cumulative"] = self.cumulative_total()
-        return json.dumps(document, indent=2, sort_keys=True, default=_jsonable) + "\n"
+        return json.dumps(document, indent=2, sort_keys=True, default=to_jsonable) + "\n"
 
     def write_owner_ledger(self) -> str:
         """Write :meth:`owner_json` to ``runs/<run_id>/ledger.json`` in the private state; returns its URI."""
@@ -458,7 +449,7 @@ class PrivacyLedger:
 
     @staticmethod
     def _noise_fields(description: Mapping[str, Any], *, accounted_in: str | None, releases: int) -> dict[str, Any]:
-        return {"guarantee": json.loads(json.dumps(description, default=_jsonable)),
+        return {"guarantee": json.loads(json.dumps(description, default=to_jsonable)),
                 "scale": float(description["scale"]), "noise_source": str(description["noise_source"]),
                 "secure": bool(description["secure"]), "accounted_in": accounted_in,
                 "charged": accounted_in is None, "releases": releases}

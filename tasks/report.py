@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from tasks import jsonable  # noqa: E402
 
 REAL_COLOR = "#1f77b4"
 SYNTHETIC_COLOR = "#d62728"
@@ -286,7 +287,7 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
     for e in entries or []:
         if isinstance(e, Mapping):
             rows.append({k: e[k] for k in keep if k in e} | (
-                {"params": json.dumps(e["params"], sort_keys=True)[:160]} if "params" in e else {}))
+                {"params": jsonable.dumps(e["params"], sort_keys=True)[:160]} if "params" in e else {}))
     total = ""
     if isinstance(ledger, Mapping):
         t = ledger.get("total", ledger.get("totals"))
@@ -372,9 +373,9 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
                              (f"<p>Composed total: <b>{_esc(total)}</b></p>" if total else "")
                              + html_table(rows)
                              + "<details><summary>raw ledger.json</summary><pre>"
-                             + _esc(json.dumps(ledger, indent=2, sort_keys=True, default=str)) + "</pre></details>"))
+                             + _esc(jsonable.dumps(ledger, indent=2, sort_keys=True)) + "</pre></details>"))
     sections.append(_section("config", "Configuration (manifest.json)",
-                             "<pre>" + _esc(json.dumps(manifest, indent=2, sort_keys=True, default=str)) + "</pre>"))
+                             "<pre>" + _esc(jsonable.dumps(manifest, indent=2, sort_keys=True)) + "</pre>"))
     ex_html = []
     for ex in examples:
         seed = ex.get("keyphrases")
@@ -403,6 +404,6 @@ def render_experiment_report(*, title: str, table_markdown: str, table_rows: Seq
         _section("paper", "The paper's numbers used here (with their table and row)", html_table(paper_rows)),
         _section("cells", "Every run of the grid", html_table(cells)),
         _section("config", "Experiment configuration",
-                 "<pre>" + _esc(json.dumps(config, indent=2, sort_keys=True, default=str)) + "</pre>"),
+                 "<pre>" + _esc(jsonable.dumps(config, indent=2, sort_keys=True)) + "</pre>"),
     ]
     return _page(title, "privseed experiment report", sections)

@@ -6,14 +6,23 @@ streams it in record batches, so no private row passes through the driver or the
 of both stays flat in the corpus size. The same unit is re-read by every pass that needs it (storage is the
 source of truth, not worker memory), which is also what makes a retried unit safe.
 
-Planning reads Parquet footers only (row-group sizes), never rows.
+Planning reads Parquet footers only (row-group sizes and the schema), never rows.
+
+A pass over the corpus is ``map_reduce_units``: one task per unit on the workers, each streaming its unit into a
+small partial result (a histogram, a sketch sum), the partials combined in a fixed tree on the cluster, and
+only the final combination brought to the caller. A unit that fails with a transient error (a throttled or
+dropped storage read) is read again from the start, up to ``UNIT_ATTEMPTS`` times; a deterministic error fails
+the pass at once, naming the shard.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import PurePath
+from typing import Any, TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -21,13 +30,22 @@ import pyarrow.parquet as pq
 
 from tasks import storage
 from tasks.corpus import list_shards, validate_corpus_frame
-from tasks.errors import CorpusError, StorageError
+from tasks.errors import CorpusError, StorageError, is_transient
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Rows per unit the planner aims at: large enough that per-task overhead is negligible, small enough that a
 #: retried unit repeats little work and that many workers all get work.
 DEFAULT_UNIT_ROWS = 50_000
 #: Rows per record batch a unit is streamed in (bounds a worker's memory per unit).
 DEFAULT_BATCH_ROWS = 8_192
+#: Reads of a unit before a transient failure fails the pass (the first read and two retries), and the pauses
+#: between them.
+UNIT_ATTEMPTS = 3
+UNIT_RETRY_DELAYS_S = (1.0, 4.0)
+#: Partials combined by one task of the reduction tree.
+REDUCE_FAN_IN = 8
 
 
 @dataclass(frozen=True)
@@ -47,20 +65,67 @@ class WorkUnit:
 def plan_units(data: str, storage_options: Mapping[str, Any] | None = None, *,
                unit_rows: int = DEFAULT_UNIT_ROWS) -> list[WorkUnit]:
     """The units of the corpus at ``data`` (file, folder or shard prefix): each shard's row groups, grouped in
-    order into runs of about ``unit_rows`` rows (a row group is never split). Stable for a given corpus."""
+    order into runs of about ``unit_rows`` rows (a row group is never split; row groups without rows make no
+    unit). Stable for a given corpus."""
     if unit_rows < 1:
         raise ValueError("unit_rows must be >= 1")
     units: list[WorkUnit] = []
     for uri in list_shards(data, storage_options):
-        sizes = row_group_sizes(uri, storage_options)
-        start, acc = 0, 0
-        for i, n in enumerate(sizes):
-            acc += n
-            if acc >= unit_rows:
-                units.append(WorkUnit(uri, tuple(range(start, i + 1)), acc))
-                start, acc = i + 1, 0
-        if start < len(sizes):
-            units.append(WorkUnit(uri, tuple(range(start, len(sizes))), acc))
+        units += _shard_units(uri, row_group_sizes(uri, storage_options), unit_rows)
+    return units
+
+
+@dataclass(frozen=True)
+class CorpusPlan:
+    """The work units of a corpus and what its footers say about it: whether every shard stores the label
+    column as integers (the declared labels are then integers too, as the recipient's test split is)."""
+
+    data: str
+    units: tuple[WorkUnit, ...]
+    integer_labels: bool
+
+    def __repr__(self) -> str:
+        return f"CorpusPlan({self.data!r}, {len(self.units)} unit(s))"
+
+
+def plan_corpus(data: str, text_column: str = "text", label_column: str = "label",
+                storage_options: Mapping[str, Any] | None = None, *,
+                unit_rows: int | None = None) -> CorpusPlan:
+    """``plan_units``, with the columns checked in every footer: a shard without the text or label column, an
+    unreadable shard and an empty corpus fail here, before any row is read, naming the shard (or the corpus).
+    ``unit_rows``: ``DEFAULT_UNIT_ROWS`` unless given."""
+    unit_rows = DEFAULT_UNIT_ROWS if unit_rows is None else unit_rows
+    if unit_rows < 1:
+        raise ValueError("unit_rows must be >= 1")
+    shards = list_shards(data, storage_options)
+    units: list[WorkUnit] = []
+    integer = True
+    for uri in shards:
+        metadata = _metadata(uri, storage_options)
+        schema = _read(metadata.schema.to_arrow_schema, uri)
+        missing = [c for c in (text_column, label_column) if c not in schema.names]
+        if missing:
+            raise CorpusError(f"shard {uri} has no column {', '.join(map(repr, missing))}; its columns are "
+                              f"{schema.names} (set --text-column / --label-column)")
+        integer = integer and pa.types.is_integer(schema.field(label_column).type)
+        units += _shard_units(uri, [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
+                              unit_rows)
+    if not units:
+        raise CorpusError(f"the corpus at {data!r} is empty (no rows in {len(shards)} shard(s))")
+    return CorpusPlan(data, tuple(units), integer)
+
+
+def _shard_units(uri: str, sizes: Sequence[int], unit_rows: int) -> list[WorkUnit]:
+    """One shard's row groups grouped in order into runs of about ``unit_rows`` rows; empty runs are dropped."""
+    units: list[WorkUnit] = []
+    start, acc = 0, 0
+    for i, n in enumerate(sizes):
+        acc += n
+        if acc >= unit_rows:
+            units.append(WorkUnit(uri, tuple(range(start, i + 1)), acc))
+            start, acc = i + 1, 0
+    if start < len(sizes) and acc > 0:
+        units.append(WorkUnit(uri, tuple(range(start, len(sizes))), acc))
     return units
 
 
@@ -126,10 +191,116 @@ def _read(action: Any, uri: str) -> Any:
         raise CorpusError(f"unreadable Parquet shard {uri}: {exc}") from exc
     except CorpusError:
         raise
-    except Exception as exc:  # OSError, botocore/aiohttp errors: the store, not the data
+    except OSError as exc:
+        if _raised_by_arrow(exc):  # Arrow's decoder on bytes it did read: a corrupt page, the same every time
+            raise CorpusError(f"unreadable Parquet shard {uri}: {exc}") from exc
+        raise StorageError(f"reading shard {uri} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # botocore/aiohttp errors: the store, not the data
         raise StorageError(f"reading shard {uri} failed: {type(exc).__name__}: {exc}") from exc
 
+
+def _raised_by_arrow(exc: OSError) -> bool:
+    """Whether Arrow itself raised ``exc`` (a plain OSError from its status check, e.g. "Couldn't deserialize
+    thrift"), rather than passing on an error the file object raised while reading from storage (which keeps its
+    own class and has the file object's frame innermost in its traceback)."""
+    if type(exc) is not OSError or exc.__traceback__ is None:
+        return False
+    innermost = exc.__traceback__
+    while innermost.tb_next is not None:
+        innermost = innermost.tb_next
+    return "pyarrow" in PurePath(innermost.tb_frame.f_code.co_filename).parts
 
 def units_rows(units: Sequence[WorkUnit]) -> int:
     """Total rows of ``units`` (from footers; for the operator's progress bars only)."""
     return sum(u.rows for u in units)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A pass over the units: map on the workers, reduce in a tree on the cluster
+# ---------------------------------------------------------------------------------------------------
+
+def run_unit(fn: Callable[..., T], unit: WorkUnit, *args: Any) -> T:
+    """``fn(unit, *args)``, read again from the start after a transient failure, up to ``UNIT_ATTEMPTS`` reads
+    (``fn`` keeps nothing between attempts: a unit's partial result is built from scratch by each read)."""
+    for attempt in range(1, UNIT_ATTEMPTS + 1):
+        try:
+            return fn(unit, *args)
+        except Exception as exc:
+            if attempt == UNIT_ATTEMPTS or not is_transient(exc):
+                raise
+            # The unit (a shard URI and row groups) and the error's class are public; the message may be long.
+            log.warning("%r: %s, reading the unit again (attempt %d of %d)", unit, type(exc).__name__, attempt + 1,
+                        UNIT_ATTEMPTS)
+            time.sleep(UNIT_RETRY_DELAYS_S[min(attempt, len(UNIT_RETRY_DELAYS_S)) - 1])
+    raise AssertionError("unreachable")
+
+
+def tree_reduce(items: Iterable[T], combine: Callable[[list[T]], T], fan_in: int = REDUCE_FAN_IN) -> T:
+    """Combine ``items`` in a tree fixed by their order: groups of ``fan_in`` consecutive items, then groups of
+    those results, and so on. Items are consumed as they come (at most ``fan_in`` per level are held), and the
+    same items always meet in the same groups, so a float sum comes out bit for bit the same whether the tree
+    runs in-process or as futures on a cluster."""
+    if fan_in < 2:
+        raise ValueError("fan_in must be >= 2")
+    levels: list[list[T]] = []
+
+    def push(depth: int, item: T) -> None:
+        while len(levels) <= depth:
+            levels.append([])
+        levels[depth].append(item)
+        if len(levels[depth]) == fan_in:
+            group, levels[depth] = levels[depth], []
+            push(depth + 1, combine(group))
+
+    for item in items:
+        push(0, item)
+    depth = 0
+    while depth < len(levels):
+        group, levels[depth] = levels[depth], []
+        if group:
+            if depth == len(levels) - 1 and len(group) == 1:
+                return group[0]
+            push(depth + 1, group[0] if len(group) == 1 else combine(group))
+        depth += 1
+    raise ValueError("nothing to reduce: no work units")
+
+
+def map_reduce_units(fn: Callable[..., T], units: Sequence[WorkUnit], combine: Callable[[list[T]], T], *args: Any,
+                     on_done: Callable[[int, int], None] | None = None) -> T:
+    """``combine`` over ``fn(unit, *args)`` for every unit (``tree_reduce``), each unit run by ``run_unit``.
+
+    On the cluster of the running flow (``tasks.cluster.current_client``): the arguments are scattered once to
+    every worker (the graph holds the units and a reference to them, never data), one task per unit, the
+    reduction tree as tasks on the partials where they lie, and only the root comes back. Without a cluster,
+    in-process in the same tree. ``on_done(done, total)`` is called as units finish (for the operator's
+    progress: unit counts only)."""
+    from tasks.cluster import current_client
+
+    if not units:
+        raise ValueError("nothing to reduce: no work units")
+    client = current_client()
+    if client is None:
+        def mapped() -> Iterator[T]:
+            for done, unit in enumerate(units, start=1):
+                part = run_unit(fn, unit, *args)
+                if on_done is not None:
+                    on_done(done, len(units))
+                yield part
+
+        return tree_reduce(mapped(), combine)
+
+    from distributed import as_completed
+
+    shared = [client.scatter(a, broadcast=True, hash=False) for a in args]
+    leaves = client.map(run_unit, [fn] * len(units), list(units), *[[a] * len(units) for a in shared], pure=False)
+    root = tree_reduce(leaves, lambda group: client.submit(combine, group, pure=False))
+    try:
+        for done, future in enumerate(as_completed(leaves), start=1):
+            if future.status == "error":
+                future.result()  # raises the unit's own error (a CorpusError naming its shard, ...)
+            if on_done is not None:
+                on_done(done, len(units))
+        return root.result()
+    finally:
+        client.cancel([*leaves, root])
+        del leaves, root, shared

@@ -59,6 +59,26 @@ def corpus_file(tmp_path, tiny_corpus) -> str:
     return str(path)
 
 
+def write_shards(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group_rows: int = 4) -> str:
+    """``frame`` as ``n_shards`` Parquet shards of row groups of ``row_group_rows`` rows under ``folder``: a corpus
+    that plans into several work units (tasks/units.py) even when it is tiny."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, rows in enumerate(np.array_split(np.arange(len(frame)), n_shards)):
+        table = pa.Table.from_pandas(frame.iloc[rows], preserve_index=False)
+        pq.write_table(table, folder / f"part-{index:05d}.parquet", row_group_size=row_group_rows)
+    return str(folder)
+
+
+def corpus_plan(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group_rows: int = 4, unit_rows: int = 8):
+    """The work units of ``frame`` written by ``write_shards`` (several units per shard)."""
+    from tasks.units import plan_corpus
+
+    return plan_corpus(write_shards(frame, folder, n_shards, row_group_rows), unit_rows=unit_rows)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)

@@ -115,13 +115,12 @@ def _audit(tmp_path, *flags):
 def test_audit_catches_a_vocabulary_mechanism_whose_noise_is_4x_too_small(tmp_path, monkeypatch):
     """Issue 13, item 5: a mechanism that understates its sensitivity (S / 4) adds 4x too little noise while its
     ledger still claims eps_voc. The canary moves one count by S, so the audit measures about 4 x eps_voc."""
-    from flows import audit
-    from tasks import vocabulary
+    from tasks import audit_trials, vocabulary
     from tasks.mechanisms import LaplaceMechanism
 
     monkeypatch.setattr(vocabulary, "vocabulary_mechanism",
                         lambda epsilon, max_terms_per_doc: LaplaceMechanism(max(1, max_terms_per_doc // 4), epsilon))
-    [row] = audit.run_audit(["vocabulary"], audit.PROFILES["quick"], workdir=tmp_path, progress=False)
+    [row] = audit_trials.run_audit(["vocabulary"], audit_trials.PROFILES["quick"], workdir=tmp_path, progress=False)
     assert row.noise == "secure" and row.claimed_epsilon == 1.0
     assert row.exceeds_claim and row.verdict == "VIOLATED", row
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tasks.cluster import current_client, dask_client, map_shards
+from tasks.cluster import check_cluster, current_client, dask_client, map_shards, spills_to_disk
 
 
 def _sum_with(shard, offset, big):
@@ -24,6 +24,10 @@ def test_map_shards_on_a_local_cluster_scatters_large_arguments():
     with dask_client(n_workers=2) as client:
         assert current_client() is client
         assert len(client.scheduler_info()["workers"]) == 2
+        # private record batches stay in the workers' memory: no spill buffer, nothing written to their disks
+        assert list(client.run(spills_to_disk).values()) == [False, False]
+        # the same cluster as an external one: same packages, spilling off, so it passes check_cluster
+        check_cluster(client, client.scheduler.address)
         results = map_shards(_sum_with, shards, 0.5, big)
         seen = {}
         assert map_shards(_sum_with, shards, 0.5, big, on_done=seen.__setitem__) == results

@@ -117,7 +117,7 @@ def test_literal_credentials_in_storage_flags_are_refused():
 
 
 def test_selection_rule_flags_reach_the_sampler():
-    from flows.dpkps import selection_rule
+    from tasks.stages.dpkps import selection_rule
 
     assert selection_rule(validate_config(DpKpsConfig, base())) == "power-2"
     assert selection_rule(validate_config(DpKpsConfig, base(method="iterative-log"))) == "top-5"
@@ -129,20 +129,18 @@ def test_selection_rule_flags_reach_the_sampler():
 
 def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_command():
     from flows.cli import build_parser
-    from flows.dpkps import flags_from_args
-    from tasks.config import AugPeConfig, SecPeConfig
+    from tasks.config import AugPeConfig, SecPeConfig, config_from_args
     from tasks.mechanisms import secure_noise
 
     parser = build_parser()
-    cfg = build_config(DpKpsConfig, flags_from_args(parser.parse_args(["dpkps", "d.parquet", "--out", "o",
-                                                                      "--labels", "a,b"])))
+    cfg = config_from_args(DpKpsConfig, parser.parse_args(["dpkps", "d.parquet", "--out", "o", "--labels", "a,b"]))
     assert not cfg.insecure_reproducible_noise and not cfg.allow_insecure_release
     assert cfg.noise("vocabulary") is secure_noise()  # the default never derives noise from --seed
     for command, model, extra in (("dpkps", DpKpsConfig, []), ("augpe", AugPeConfig, []),
                                   ("secpe", SecPeConfig, ["--public", "p.parquet"])):
         args = parser.parse_args([command, "d.parquet", "--out", "o", "--seed", "4", *extra, "--labels", "a,b",
                                   "--insecure-reproducible-noise", "--allow-insecure-release"])
-        cfg = build_config(model, flags_from_args(args))
+        cfg = config_from_args(model, args)
         assert cfg.insecure_reproducible_noise and cfg.allow_insecure_release
         noise = cfg.noise("vocabulary")
         assert noise.secure is False and "seed=4" in noise.name and "vocabulary" in noise.name

@@ -114,3 +114,18 @@ def test_tampered_part_is_detected(tmp_path):
     _synthetic(2).to_parquet(part)
     with pytest.raises(CorpusError, match="checksum"):
         read_release(out)
+
+
+def test_public_files_are_read_by_column_and_written_atomically(tmp_path, tiny_corpus):
+    from tasks.corpus import column_names, read_columns, write_parquet
+
+    folder = tmp_path / "public"
+    write_parquet(str(folder / "part-0.parquet"), tiny_corpus.iloc[:10].assign(label_name="x"))
+    write_parquet(str(folder / "part-1.parquet"), tiny_corpus.iloc[10:].assign(label_name="y"))
+    assert sorted(p.name for p in folder.iterdir()) == ["part-0.parquet", "part-1.parquet"]  # no temporary left
+    frame = read_columns(str(folder), ["label_name"])
+    assert list(frame.columns) == ["label_name"] and len(frame) == len(tiny_corpus)
+    assert list(read_columns(str(folder)).columns) == ["text", "label", "label_name"]
+    assert column_names(str(folder)) == ["text", "label", "label_name"]
+    with pytest.raises(CorpusError, match="no column 'topic'"):
+        read_columns(str(folder), ["text", "topic"])

@@ -26,7 +26,7 @@ def test_prefect_yaml_parses_into_deployments_for_every_method():
     specs = serve.load_deployment_specs()
     entrypoints = {spec["entrypoint"] for spec in specs}
     assert {"flows/dpkps.py:dpkps_flow", "flows/evolution.py:augpe_flow", "flows/evolution.py:secpe_flow",
-            "flows/evaluate.py:evaluate", "flows/evaluate.py:experiment"} <= entrypoints
+            "flows/evaluate.py:evaluate", "flows/experiment.py:experiment"} <= entrypoints
     document = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())
     assert document["prefect-version"] == "3.8.8"
     for spec in specs:

@@ -1,18 +1,22 @@
-"""The DP-KPS privatization stages called directly (no Prefect server, no cluster): budget split, ledger
-entries, draw-once noise, refusals, and a declared class with no documents."""
+"""The DP-KPS privatization stages called directly (no Prefect server, no cluster; the passes run in-process over
+the work units of a multi-shard corpus): budget split, ledger entries, draw-once noise, refusals, and a declared
+class with no documents."""
 
 import numpy as np
 import pytest
 
-from flows.dpkps import (
-    corpus_shards,
+from tasks.config import DpKpsConfig
+from tasks.stages.corpus import scan_private_corpus
+from tasks.stages.dpkps import (
     embed_released_vocabulary,
+    exact_sketch_sums,
+    privatize_sketches,
     privatize_vocabulary_stage,
     sample_keyphrase_sequences,
-    sketch_per_class,
+    term_counting,
     vocabulary_histogram,
 )
-from tasks.config import DpKpsConfig
+from tests.conftest import corpus_plan
 from tasks.errors import CorpusError, LedgerMismatchError
 from tasks.ledger import PrivacyLedger
 
@@ -30,12 +34,15 @@ def test_stages_split_the_budget_and_draw_once(tmp_path, tiny_corpus, method, sk
     cfg = _config(tmp_path, method=method)
     ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
     labels = [0, 1, 2, 3]  # class 3 is declared but has no documents: sampled from noise, no special path
-    shards = corpus_shards(tiny_corpus, n_workers=2)
-    assert sum(len(texts) for texts, _ in shards) == len(tiny_corpus)
-    terms = privatize_vocabulary_stage.fn(vocabulary_histogram.fn(shards, cfg), cfg, ledger)
+    plan = corpus_plan(tiny_corpus, tmp_path / "corpus")
+    assert len(plan.units) > 2 and sum(u.rows for u in plan.units) == len(tiny_corpus)
+    counts = scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).counts
+    np.testing.assert_array_equal(counts, vocabulary_histogram.fn(tiny_corpus["text"].tolist(), cfg))
+    terms = privatize_vocabulary_stage.fn(counts, cfg, ledger)
     assert len(terms) == 30
     embeddings = embed_released_vocabulary.fn(terms, cfg)
-    released = sketch_per_class.fn(shards, labels, terms, embeddings, cfg, ledger)
+    exact = exact_sketch_sums.fn(plan, labels, terms, embeddings, cfg)
+    released = privatize_sketches.fn(exact, labels, terms, embeddings, cfg, ledger)
     assert released.shape == (4, sketches, 32)
 
     entries = {e["name"]: e for e in ledger.entries()}
@@ -48,7 +55,7 @@ def test_stages_split_the_budget_and_draw_once(tmp_path, tiny_corpus, method, sk
     assert ledger.total() == (pytest.approx(11.0), 0.0)  # eps_voc + eps_kde: classes compose in parallel
 
     # a retry re-reads the noise instead of drawing it again, and charges nothing more
-    again = sketch_per_class.fn(shards, labels, terms, embeddings, cfg, ledger)
+    again = privatize_sketches.fn(exact, labels, terms, embeddings, cfg, ledger)
     np.testing.assert_array_equal(again, released)
     assert ledger.total() == (pytest.approx(11.0), 0.0)
 
@@ -58,7 +65,7 @@ def test_stages_split_the_budget_and_draw_once(tmp_path, tiny_corpus, method, sk
 
     # the same release names under other parameters are refused, never silently redrawn
     with pytest.raises(LedgerMismatchError):
-        sketch_per_class.fn(shards, labels, terms, embeddings, _config(tmp_path, method=method, bandwidth=0.9), ledger)
+        privatize_sketches.fn(exact, labels, terms, embeddings, _config(tmp_path, method=method, bandwidth=0.9), ledger)
 
 
 def test_corpus_without_vocabulary_terms_fails_before_any_noise(tmp_path):
@@ -67,4 +74,6 @@ def test_corpus_without_vocabulary_terms_fails_before_any_noise(tmp_path):
     cfg = _config(tmp_path)
     corpus = pd.DataFrame({"text": ["zzqx wvvk", "qqzx kkwv"], "label": [0, 1]})
     with pytest.raises(CorpusError, match="vocabulary"):
-        vocabulary_histogram.fn(corpus_shards(corpus, 1), cfg)
+        vocabulary_histogram.fn(corpus["text"].tolist(), cfg)
+    with pytest.raises(CorpusError, match="vocabulary"):
+        scan_private_corpus.fn(corpus_plan(corpus, tmp_path / "corpus"), [0, 1], cfg, term_counting(cfg))

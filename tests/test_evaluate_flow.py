@@ -5,7 +5,13 @@ import pandas as pd
 import pytest
 
 from flows import evaluate as ev
-from tasks import classify
+from flows import experiment as ex
+from tasks import classify, evaluation, experiment_table, report
+from tasks import experiment as grid
+from tasks.baselines import only_llm_corpus
+from tasks.corpus import read_corpus
+from tasks.release_reader import read_release
+from tasks.stages.evaluation import score_corpus
 from tasks.corpus import publish_release
 from tasks.errors import ConfigError
 from tasks.ledger import PrivacyLedger
@@ -54,7 +60,7 @@ def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_an
     assert result["n_client"] == 15  # half the synthetic corpus, never more than the client has
     assert result["usage"]["llm_calls"] == 30 and result["usage"]["tokens_out"] == 900
     html_text = open(f"{out}/report.html").read()
-    for section in ev.report.RUN_SECTIONS:
+    for section in report.RUN_SECTIONS:
         assert f"<section id='{section}'>" in html_text
     assert "Athlete" in html_text  # label names from the test file's label_name column
 
@@ -64,7 +70,7 @@ def test_evaluator_never_reads_test_labels_during_training(prefect_harness, rele
     out, test, client = release_and_data
     finished_trainings: list[str] = []
     label_reads: list[int] = []
-    real_train = ev.train_and_predict
+    real_train = evaluation.train_and_predict
 
     def recording_train(kind, *args, **kwargs):
         result = real_train(kind, *args, **kwargs)
@@ -77,7 +83,7 @@ def test_evaluator_never_reads_test_labels_during_training(prefect_harness, rele
         label_reads.append(len(finished_trainings))
         return real_read(self)
 
-    monkeypatch.setattr(ev, "train_and_predict", recording_train)
+    monkeypatch.setattr(evaluation, "train_and_predict", recording_train)
     monkeypatch.setattr(classify.HeldOutTestSet, "labels_for_scoring", recording_read)
     ev.evaluate(out, test, client=client, coral=True, max_epochs=20, progress=False,
                 report_path=str(tmp_path / "r.html"))
@@ -85,12 +91,12 @@ def test_evaluator_never_reads_test_labels_during_training(prefect_harness, rele
     assert label_reads == [2]  # read once, after both classifiers were trained
 
     # and the labels cannot influence training: permuting them leaves every prediction unchanged
-    release = ev.read_release(out)
-    test_df = ev.read_labelled(test)
-    opts = ev.EvalOptions(train=classify.TrainConfig(max_epochs=15, progress=False), coral=False)
+    release = read_release(out)
+    test_df = read_corpus(test)
+    opts = evaluation.EvalOptions(train=classify.TrainConfig(max_epochs=15, progress=False), coral=False)
     texts, labels = test_df["text"].tolist(), test_df["label"].to_numpy()
-    a = ev.score_corpus(release.rows, classify.HeldOutTestSet(texts, labels), client_texts=None, opts=opts)
-    b = ev.score_corpus(release.rows, classify.HeldOutTestSet(texts, np.random.default_rng(0).permutation(labels)),
+    a = score_corpus(release.rows, classify.HeldOutTestSet(texts, labels), client_texts=None, opts=opts)
+    b = score_corpus(release.rows, classify.HeldOutTestSet(texts, np.random.default_rng(0).permutation(labels)),
                         client_texts=None, opts=opts)
     for name in a["runs"]:
         assert a["runs"][name]["predictions"] == b["runs"][name]["predictions"]
@@ -99,9 +105,9 @@ def test_evaluator_never_reads_test_labels_during_training(prefect_harness, rele
 def test_client_documents_are_disjoint_from_test_and_half_the_synthetic_size():
     client = pd.DataFrame({"text": [f"doc {i}" for i in range(50)]})
     test_texts = [f"doc {i}" for i in range(10)]
-    chosen = ev.choose_client_texts(client, test_texts, n_synthetic=40, seed=0)
+    chosen = evaluation.choose_client_texts(client, test_texts, n_synthetic=40, seed=0)
     assert len(chosen) == 20 and not set(chosen) & set(test_texts)
-    assert chosen == ev.choose_client_texts(client, test_texts, n_synthetic=40, seed=0)
+    assert chosen == evaluation.choose_client_texts(client, test_texts, n_synthetic=40, seed=0)
 
 
 def test_cli_registers_evaluate_and_experiment():
@@ -120,27 +126,27 @@ def test_experiment_configs_in_the_repo_load(monkeypatch, tmp_path):
     from pathlib import Path
 
     try:
-        ev.data_root()
+        grid.data_root()
     except ConfigError:  # a checkout with no shared/data beside it: loading only resolves {data}, reads nothing
         monkeypatch.setenv("PRIVSEED_DATA_ROOT", str(tmp_path))
-    for path in sorted(Path(ev.REPO / "experiments").glob("*.toml")):
-        spec = ev.load_experiment(str(path))
+    for path in sorted(Path(grid.REPO / "experiments").glob("*.toml")):
+        spec = grid.load_experiment(str(path))
         assert spec.datasets and spec.methods and len(spec.seeds) >= 3, path
-        assert "{data}" not in json.dumps(ev._spec_dict(spec)), path  # every path resolved
+        assert "{data}" not in json.dumps(grid.spec_dict(spec)), path  # every path resolved
     with pytest.raises(ConfigError, match="unknown method"):
-        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["magic"], "eps": [[1, 5]],
+        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["magic"], "eps": [[1, 5]],
                                   "seeds": [0]})
 
 
 def test_paper_lookup_cites_table_and_row():
-    paper = pd.read_csv(ev.PAPER_NUMBERS)
-    value, source = ev._paper_lookup(paper, group="dbpedia14", method="independent", llm="none", coral=False,
+    paper = pd.read_csv(grid.PAPER_NUMBERS)
+    value, source = experiment_table.paper_lookup(paper, group="dbpedia14", method="independent", llm="none", coral=False,
                                      eps=(1.0, 10.0))
     assert value == 80.6 and source.startswith("Table 5")
-    value, source = ev._paper_lookup(paper, group="dbpedia14", method="iterative-log", llm="local", coral=True,
+    value, source = experiment_table.paper_lookup(paper, group="dbpedia14", method="iterative-log", llm="local", coral=True,
                                      eps=(5.0, 10.0))
     assert value == 85.1 and source.startswith("Table 2")
-    value, _ = ev._paper_lookup(paper, group="dbpedia14", method="real", llm="none", coral=False, eps=None)
+    value, _ = experiment_table.paper_lookup(paper, group="dbpedia14", method="real", llm="none", coral=False, eps=None)
     assert value == 85.2
 
 
@@ -155,24 +161,24 @@ def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tm
                  "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"), "labels": [0, 1, 2],
                              "test": str(tmp_path / "test.parquet"), "private_per_class": 10,
                              "synthetic_per_class": 8}}
-    result = ev.experiment(overrides=overrides, progress=False)
+    result = ex.experiment(overrides=overrides, progress=False)
     table = pd.read_csv(result["table"])
     assert set(table["classifier"]) == {"MLP on MiniLM", "TF-IDF + LR"} and set(table["coral"]) == {False, True}
     assert (table["seeds"] == 2).all() and (table["accuracy_mean"] > 0.6).all()
     md = open(result["markdown"]).read()
     assert "± " in md and "| tiny | real |" in md
     html_text = open(result["report"]).read()
-    for section in ev.report.EXPERIMENT_SECTIONS:
+    for section in report.EXPERIMENT_SECTIONS:
         assert f"<section id='{section}'>" in html_text
     n_cells = len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines())
-    ev.experiment(overrides=overrides, progress=False)  # a re-run resumes: nothing is recomputed
+    ex.experiment(overrides=overrides, progress=False)  # a re-run resumes: nothing is recomputed
     assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells == 2 * 2 * 2
     # --report-only tabulates finished cells and starts none, but its side-by-side plot still knows chance (1/3)
     chances = []
-    plot = ev.report.plot_method_comparison
-    monkeypatch.setattr(ev.report, "plot_method_comparison",
+    plot = report.plot_method_comparison
+    monkeypatch.setattr(report, "plot_method_comparison",
                         lambda rows, **kw: chances.append(kw.get("chance")) or plot(rows, **kw))
-    ev.experiment(overrides=overrides, progress=False, report_only=True)
+    ex.experiment(overrides=overrides, progress=False, report_only=True)
     assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells
     assert chances and all(c == pytest.approx(1 / 3) for c in chances)
 
@@ -197,12 +203,12 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
                  "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"), "labels": [0, 1, 2],
                              "test": str(tmp_path / "test.parquet"), "private_per_class": 12,
                              "synthetic_per_class": 2, "public_size": 20}}
-    spec = ev.load_experiment(None, overrides)
-    assert ev.calls_per_text(spec) == 3 and ev.dpkps_best_of(spec) == 3
+    spec = grid.load_experiment(None, overrides)
+    assert grid.calls_per_text(spec) == 3 and grid.dpkps_best_of(spec) == 3
     backend = FakeBackend()
     register_backend("local:fake-topics", backend)
     try:
-        result = ev.experiment(overrides=overrides, progress=False, cell_reports=False)
+        result = ex.experiment(overrides=overrides, progress=False, cell_reports=False)
     finally:
         register_backend("local:fake-topics", None)
     cells = pd.read_csv(tmp_path / "results" / "pe" / "cells.csv")
@@ -226,24 +232,24 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
 def test_experiment_refuses_a_dataset_without_declared_labels():
     base = {"eps": [[1, 5]], "seeds": [0], "methods": ["independent"]}
     with pytest.raises(ConfigError, match="declares no labels"):
-        ev.load_experiment(None, {**base, "dataset": {"name": "x", "train": "t"}})
-    spec = ev.load_experiment(None, {**base, "dataset": {"name": "x", "train": "t", "positive_column": "c",
+        grid.load_experiment(None, {**base, "dataset": {"name": "x", "train": "t"}})
+    spec = grid.load_experiment(None, {**base, "dataset": {"name": "x", "train": "t", "positive_column": "c",
                                                         "positive_value": 1}})
-    assert ev.declared_labels(spec.datasets[0]) == [0, 1]  # a binary stand-in declares [0, 1] by construction
+    assert grid.declared_labels(spec.datasets[0]) == [0, 1]  # a binary stand-in declares [0, 1] by construction
 
 
 def test_experiment_refuses_bad_pe_sections():
     base = {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "eps": [[1, 5]], "seeds": [0], "llm": "local"}
     with pytest.raises(ConfigError, match="prompt an LLM"):
-        ev.load_experiment(None, {**base, "methods": ["augpe"], "llm": "none"})
+        grid.load_experiment(None, {**base, "methods": ["augpe"], "llm": "none"})
     with pytest.raises(ConfigError, match=r"unknown \[pe\]"):
-        ev.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"iteratons": 2}})
+        grid.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"iteratons": 2}})
     with pytest.raises(ConfigError, match="may not set"):
-        ev.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"epsilon": 3}})
-    spec = ev.load_experiment(None, {**base, "methods": ["independent", "augpe"], "pe": {"iterations": 3, "variations": 2},
+        grid.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"epsilon": 3}})
+    spec = grid.load_experiment(None, {**base, "methods": ["independent", "augpe"], "pe": {"iterations": 3, "variations": 2},
                                      "dpkps": {"best_of": 2}})
     with pytest.raises(ConfigError, match="match_calls needs 7"):
-        ev.dpkps_best_of(spec)
+        grid.dpkps_best_of(spec)
 
 
 def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
@@ -270,17 +276,44 @@ def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
     register_backend(spec, backend)
     try:
         names = {"0": "Athlete", "1": "Album"}
-        df = ev.only_llm_corpus(spec, "Wikipedia article", names, [0, 1], 3, seed=0,
+        df = only_llm_corpus(spec, "Wikipedia article", names, [0, 1], 3, seed=0,
                                 cache_uri=str(tmp_path / "cache"))
         assert list(df["label"]) == [0, 0, 0, 1, 1, 1] and (df["tokens_out"] == 7).all()
         assert sum("Athlete" in p for p in backend.prompts) == 3 and len(set(df["seed"])) == 6
-        again = ev.only_llm_corpus(spec, "Wikipedia article", names, [0, 1], 3, seed=0,
+        again = only_llm_corpus(spec, "Wikipedia article", names, [0, 1], 3, seed=0,
                                    cache_uri=str(tmp_path / "cache"))
         assert len(backend.prompts) == 6 and list(again["text"]) == list(df["text"])  # served from the cache
     finally:
         register_backend(spec, None)
     with pytest.raises(ConfigError):
-        ev.only_llm_corpus("none", "x", {}, [0], 1, seed=0, cache_uri=str(tmp_path / "c2"))
+        only_llm_corpus("none", "x", {}, [0], 1, seed=0, cache_uri=str(tmp_path / "c2"))
+
+
+def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path, monkeypatch):
+    """Concurrency and the API key's Secret block reach the backend like every method's, from [generation]."""
+    from tasks import generation
+    from tasks.llm.base import ChatResult, LLMBackend
+
+    specs = []
+
+    class Answering(LLMBackend):
+        name, model = "openai-compatible", "answering"
+
+        def complete(self, requests, on_each=None):
+            return [ChatResult(text="A document.", tokens_in=1, tokens_out=2) for _ in requests]
+
+    monkeypatch.setattr(generation, "get_backend", lambda spec: specs.append(spec) or Answering())
+    df = only_llm_corpus("openai-compatible:http://127.0.0.1:9/v1#answering", "memo", {}, ["a"], 2, seed=0,
+                         cache_uri=str(tmp_path / "cache"), llm_concurrency=7, llm_secret="my-block")
+    assert dict(specs[0].options) == {"max_concurrency": 7, "secret_block": "my-block"}
+    assert list(df["prompt_version"]) == ["only-llm-v1+class-name"] * 2  # the packaged template, naming "a"
+    spec = grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["only-llm"],
+                                       "eps": [[1, 5]], "seeds": [0], "llm": "local",
+                                       "generation": {"llm_concurrency": 7, "llm_secret": "my-block"}})
+    assert spec.generation == {"llm_concurrency": 7, "llm_secret": "my-block"}
+    with pytest.raises(ConfigError, match=r"unknown \[generation\]"):
+        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["only-llm"],
+                                    "eps": [[1, 5]], "seeds": [0], "llm": "local", "generation": {"top_k": 3}})
 
 
 def test_deployable_entry_point_validates_its_config(prefect_harness):
@@ -308,15 +341,15 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
         '[dpkps]\nvocab_size = 50\nn_features = 50\n'
         f'[dataset]\nname = "tiny"\ntrain = "{tmp_path / "train.parquet"}"\ntest = "{tmp_path / "test.parquet"}"\n'
         'private_per_class = 12\nsynthetic_per_class = 2\nclass_names = "names.toml"\nlabels = [0, 1, 2]\n')
-    spec = ev.load_experiment(str(tmp_path / "grid.toml"))
+    spec = grid.load_experiment(str(tmp_path / "grid.toml"))
     assert spec.datasets[0].class_names == str(tmp_path / "names.toml")  # relative to the experiment file
-    assert [c.id for c in ev.grid_cells(spec)] == [
+    assert [c.id for c in grid.grid_cells(spec)] == [
         "tiny/independent/none/eps1+5/seed0", "tiny/independent/local_fake-grid/eps1+5/seed0",
         "tiny/independent+names/local_fake-grid/eps1+5/seed0", "tiny/only-llm/local_fake-grid/noeps/seed0"]
     backend = FakeBackend()
     register_backend("local:fake-grid", backend)
     try:
-        result = ev.experiment(config_path=str(tmp_path / "grid.toml"), progress=False, cell_reports=True)
+        result = ex.experiment(config_path=str(tmp_path / "grid.toml"), progress=False, cell_reports=True)
     finally:
         register_backend("local:fake-grid", None)
     named = [p for p in backend.prompts if 'category "' in p]
@@ -339,5 +372,5 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
     md = open(result["markdown"]).read()
     assert "class names in prompt" in md and "| tiny | independent | local:fake-grid | yes |" in md
     with pytest.raises(ConfigError, match="needs a class_names file"):
-        ev.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["independent"], "eps": [[1, 5]],
+        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["independent"], "eps": [[1, 5]],
                                   "seeds": [0], "llm": "local", "class_names": [True]})

@@ -79,7 +79,7 @@ def fake_llm():
 def _cfg(corpus_file, out, **kw):
     base = {"data": corpus_file, "out": str(out), "llm": "local:fake-topics", "per_class": 2, "variations": 1,
             "iterations": 2, "epsilon": 50.0, "delta": 1e-5, "gate": False, "doc_type": "short text", "seed": 3,
-            "labels": ["0", "1", "2"]}
+            "labels": ["0", "1", "2"], "n_workers": 1}  # one worker embeds the private corpus: one model load
     base.update(kw)
     return base
 
@@ -115,7 +115,7 @@ def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path,
     assert not any(p in private for p in fake_llm.prompts)
     assert not any(str(lbl) in p for p in fake_llm.prompts[:12] for lbl in ("Athlete", "label"))
     # with little noise, selection pulls each class's population towards its private documents
-    from flows.evolution import _call_seed
+    from tasks.evolution import call_seed as _call_seed
 
     topic_of = {0: "football", 1: "river", 2: "album"}
     # precondition: with seed 3 every class's initial candidates include one of its own topic
@@ -166,7 +166,9 @@ def test_non_documents_are_kept_out_of_the_release(prefect_harness, corpus_file,
 
 
 def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file, tmp_path, fake_llm):
-    from flows.evolution import AugPeConfig, _check_schedule, augpe_flow, augpe_schedule
+    from flows.evolution import augpe_flow
+    from tasks.config import AugPeConfig
+    from tasks.stages.pe import augpe_schedule, check_schedule
     from tasks.corpus import read_corpus
     from tasks.identity import data_identity, load_or_create_key
     from tasks.ledger import PrivacyLedger
@@ -179,14 +181,14 @@ def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file
     state = f"{out}.private"
     ledger = PrivacyLedger(state, data_identity(read_corpus(corpus_file), load_or_create_key(state)), "fixed-run")
     same = augpe_schedule(AugPeConfig.model_validate(_cfg(corpus_file, out, iterations=1)))
-    _check_schedule(ledger, "augpe.schedule", same)  # the original schedule resumes
+    check_schedule(ledger, "augpe.schedule", same)  # the original schedule resumes
     sigma = same["sigma"]
     for change, field in [({"epsilon": None, "noise_multiplier": sigma * 0.9}, "sigma"), ({"seed": 8}, "seed"),
                           ({"epsilon": None, "noise_multiplier": sigma, "delta": 1e-6}, "delta"),
                           ({"selection": "sample"}, "selection"), ({"per_class": 3}, "per_class")]:
         other = augpe_schedule(AugPeConfig.model_validate(_cfg(corpus_file, out, iterations=1, **change)))
         with pytest.raises(LedgerMismatchError, match=field):
-            _check_schedule(ledger, "augpe.schedule", other)
+            check_schedule(ledger, "augpe.schedule", other)
 
 
 def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_file, tmp_path):
@@ -209,7 +211,8 @@ def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_
 
 
 def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, fake_llm):
-    from flows.evolution import AugPeConfig, llm_calls
+    from tasks.config import AugPeConfig
+    from tasks.stages.pe import llm_calls
 
     cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, llm_shards=3))
     prompts = [("sys", f"Write a short text. river {i}" if i % 2 else f"Write a short text. {i}", 100 + i)
@@ -233,7 +236,8 @@ def test_augpe_config_validation(corpus_file, tmp_path):
 
 
 def test_augpe_default_delta_uses_public_bound(corpus_file, tmp_path):
-    from flows.evolution import AugPeConfig, augpe_schedule
+    from tasks.config import AugPeConfig
+    from tasks.stages.pe import augpe_schedule
     from tasks import accounting
 
     cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, delta=None, n_upper_bound=10_000, epsilon=2.0))
@@ -380,7 +384,8 @@ def test_pe_methods_refuse_undeclared_labels(prefect_harness, corpus_file, tmp_p
 def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     from scipy import sparse
 
-    from flows.evolution import SecPeConfig, secpe_noise
+    from tasks.config import SecPeConfig
+    from tasks.evolution import secpe_noise
 
     incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
     base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
@@ -401,7 +406,8 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
     same for a corpus and for one with 1,000 more documents (with r >= 1 the capacity was |D| before)."""
     from scipy import sparse
 
-    from flows.evolution import SecPeConfig, secpe_noise
+    from tasks.config import SecPeConfig
+    from tasks.evolution import secpe_noise
 
     cfg = SecPeConfig.model_validate({"data": "d", "out": str(tmp_path), "public": "p", "llm": "local",
                                       "iterations": 2, "p": 1e-4, "r_over_p": r_over_p,

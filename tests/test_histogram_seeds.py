@@ -6,13 +6,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from flows.dpkps import (
-    class_term_histograms,
-    corpus_shards,
-    privatize_class_histograms,
-    privatize_class_pairs,
-    sample_histogram_sequences,
-)
 from tasks.config import DpKpsConfig
 from tasks.errors import ConfigError, LedgerMismatchError
 from tasks.histogram_seeds import (
@@ -40,7 +33,16 @@ from tasks.histogram_seeds import (
 )
 from tasks.ledger import PrivacyLedger
 from tasks.sampling import SelectionRule
+from tasks.stages.corpus import scan_private_corpus
+from tasks.stages.dpkps import term_counting
+from tasks.stages.histogram import (
+    exact_pair_counts,
+    privatize_class_histograms,
+    privatize_class_pairs,
+    sample_histogram_sequences,
+)
 from tasks.vocabulary import PhraseMatcher, Vocabulary
+from tests.conftest import corpus_plan
 
 
 # ------------------------------------------------------------------ counting
@@ -258,9 +260,10 @@ def test_markov_stages_charge_each_stage_once_in_parallel_over_classes(tmp_path,
     cfg = _config(tmp_path, method="histogram-markov", markov_term_share=0.25, markov_pair_top=8)
     ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
     labels = [0, 1, 2, 3]  # class 3 is declared but empty: released from pure noise like the others
-    shards = corpus_shards(tiny_corpus, n_workers=2)
-    terms = privatize_class_histograms.fn(class_term_histograms.fn(shards, labels, cfg), labels, cfg, ledger)
-    pairs = privatize_class_pairs.fn(shards, labels, terms, cfg, ledger)
+    plan = corpus_plan(tiny_corpus, tmp_path / "corpus")
+    exact = scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).counts
+    terms = privatize_class_histograms.fn(exact, labels, cfg, ledger)
+    pairs = privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg, ledger)
     entries = {e["name"]: e for e in ledger.entries()}
     assert sorted(entries) == sorted([f"histogram-class{c}" for c in range(4)] + [f"markov-class{c}" for c in range(4)])
     assert all(e["partition"] == e["name"].split("-")[1] for e in entries.values())
@@ -272,19 +275,19 @@ def test_markov_stages_charge_each_stage_once_in_parallel_over_classes(tmp_path,
     assert all(len(t["term_ids"]) == 40 for t in terms)
     assert all(p["noisy"].shape == (28,) and len(p["pair_ids"]) == 8 for p in pairs)  # 8 * 7 / 2 pairs
     # re-running re-reads every value and charges nothing
-    again = privatize_class_histograms.fn(class_term_histograms.fn(shards, labels, cfg), labels, cfg, ledger)
+    again = privatize_class_histograms.fn(exact, labels, cfg, ledger)
     assert all(np.array_equal(a["noisy"], b["noisy"]) for a, b in zip(again, terms))
     assert all(np.array_equal(a["noisy"], b["noisy"]) for a, b in
-               zip(privatize_class_pairs.fn(shards, labels, terms, cfg, ledger), pairs))
+               zip(privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg,
+                                            ledger), pairs))
     assert ledger.total() == (pytest.approx(4.0), 0.0)
     with pytest.raises(LedgerMismatchError):
-        privatize_class_histograms.fn(class_term_histograms.fn(shards, labels, cfg), labels,
-                                      _config(tmp_path, method="histogram-markov", markov_term_share=0.25,
-                                              hist_top_k=30), ledger)
+        privatize_class_histograms.fn(exact, labels, _config(tmp_path, method="histogram-markov",
+                                                             markov_term_share=0.25, hist_top_k=30), ledger)
+    other = _config(tmp_path, method="histogram-markov", markov_term_share=0.25, markov_pair_top=8,
+                    markov_pair_terms=3)
     with pytest.raises(LedgerMismatchError):  # another S_2 changes the pair release's sensitivity
-        privatize_class_pairs.fn(shards, labels, terms, _config(tmp_path, method="histogram-markov",
-                                                                markov_term_share=0.25, markov_pair_top=8,
-                                                                markov_pair_terms=3), ledger)
+        privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, other), labels, terms, other, ledger)
     sequences = sample_histogram_sequences.fn(terms, pairs, labels, cfg)
     assert sequences.groupby("label").size().to_dict() == {0: 6, 1: 6, 2: 6, 3: 6}
     assert all(len(k) == 5 for k in sequences["keyphrases"])
@@ -298,9 +301,10 @@ def test_released_pair_noise_is_laplace_of_the_pair_sensitivity(tmp_path, tiny_c
                   markov_pair_terms=3, epsilon=6.0)  # eps_2 = 3, sensitivity 3: scale 1
     labels = [0, 1, 2]
     ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
-    shards = corpus_shards(tiny_corpus, n_workers=1)
-    terms = privatize_class_histograms.fn(class_term_histograms.fn(shards, labels, cfg), labels, cfg, ledger)
-    pairs = privatize_class_pairs.fn(shards, labels, terms, cfg, ledger)
+    plan = corpus_plan(tiny_corpus, tmp_path / "corpus")
+    terms = privatize_class_histograms.fn(scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).counts,
+                                          labels, cfg, ledger)
+    pairs = privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg, ledger)
     matcher = PhraseMatcher(_vocabulary(cfg))
     ids = [matcher.match(t) for t in tiny_corpus["text"]]
     exact = class_pair_counts(ids, tiny_corpus["label"].tolist(), [p["pair_ids"] for p in pairs], 3)
@@ -325,8 +329,8 @@ def _vocabulary(cfg):
 def _noise_of_class0(tmp_path, tiny_corpus, vocab_file, epsilon):
     cfg = _config(tmp_path, vocab=str(vocab_file), hist_top_k=100_000, epsilon=epsilon)
     ledger = PrivacyLedger(str(tmp_path / f"state-{epsilon}"), "fingerprint", "run1")
-    shards = corpus_shards(tiny_corpus, n_workers=1)
-    exact = class_term_histograms.fn(shards, [0, 1, 2], cfg)
+    exact = scan_private_corpus.fn(corpus_plan(tiny_corpus, tmp_path / f"corpus-{epsilon}"), [0, 1, 2], cfg,
+                                   term_counting(cfg)).counts
     released = privatize_class_histograms.fn(exact, [0, 1, 2], cfg, ledger)[0]
     assert len(released["term_ids"]) == exact.shape[1]  # K >= |V|: every noisy count is released
     return released["noisy_counts"] - exact[0, released["term_ids"]]

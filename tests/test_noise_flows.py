@@ -114,7 +114,7 @@ def test_vocabulary_noise_is_discrete_laplace_of_scale_s_over_eps(dpkps_runs):
 
 
 def test_one_sketch_noise_is_laplace_of_scale_sqrt2_I_over_eps(dpkps_runs):
-    from flows.dpkps import feature_specs
+    from tasks.stages.dpkps import feature_specs
     from tasks.config import DpKpsConfig
     from tasks.embedding import embed_texts
     from tasks.vocabulary import english_vocabulary
@@ -190,7 +190,7 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
     the sensitivity: a term is then released at most e^(eps / S) times as often as without the canary (fewer
     when the other canary terms compete for the same slots). Without noise every canary term is released; at
     half the scale the ratio reaches e^(2 eps / S) and the test fails."""
-    from flows.dpkps import corpus_shards, release_vocabulary, vocabulary_histogram
+    from tasks.stages.dpkps import release_vocabulary, vocabulary_histogram
     from tasks.config import DpKpsConfig
     from tasks.ledger import PrivacyLedger
 
@@ -208,7 +208,7 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
     canary_ids = set(range(popular, popular + S))
     rates = {}
     for name, corpus in (("with", with_canary), ("without", base)):
-        counts = vocabulary_histogram.fn(corpus_shards(corpus, 1), cfg)
+        counts = vocabulary_histogram.fn(corpus["text"].tolist(), cfg)
         hits = 0
         for trial in range(trials):  # a fresh run each time: the flow's own draw-once release, new noise
             ledger = PrivacyLedger(str(tmp_path / "state" / name), "fp", f"trial{trial}")
@@ -225,12 +225,14 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
 
 
 class _VoteSpy:
+    """Records the exact votes a round's draw receives (the vote step's sum over the work units)."""
+
     def __init__(self, real):
         self.real, self.calls = real, []
 
     def __call__(self, *args, **kwargs):
         votes = self.real(*args, **kwargs)
-        self.calls.append(votes.copy())
+        self.calls.append(np.array(votes, copy=True))
         return votes
 
 
@@ -239,14 +241,14 @@ def test_augpe_vote_noise_has_the_schedules_sigma(prefect_harness, tmp_path, mon
     released histogram minus the exact votes is N(0, sigma^2) with the published schedule's sigma."""
     from flows.evolution import augpe_flow
     from tasks import accounting
-    from tasks import evolution as ev
     from tasks.llm import register_backend
+    from tasks.stages.pe_rounds import AugPeVote
     from tasks.vocabulary import english_vocabulary
     from tests.test_evolution_flow import FakeBackend
 
     data, frame = _corpus(tmp_path)
-    spy = _VoteSpy(ev.class_votes)
-    monkeypatch.setattr(ev, "class_votes", spy)
+    spy = _VoteSpy(AugPeVote.exact_votes)
+    monkeypatch.setattr(AugPeVote, "exact_votes", lambda self, *a: spy(self, *a))
     register_backend("local:fake-topics", FakeBackend())
     try:
         out = tmp_path / "augpe"

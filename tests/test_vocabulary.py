@@ -133,3 +133,48 @@ def test_privatize_rejects_bad_budget_and_public_randomness():
     with pytest.raises(TypeError, match="public randomness"):
         privatize_vocabulary(np.zeros(3, dtype=np.int64), mechanism=vocabulary_mechanism(1.0, 10),
                              noise=np.random.default_rng(0), top_n=2)
+
+
+# ------------------------------------------------------------------ early-stopping extraction
+def _first_agrees(matcher: PhraseMatcher, texts, counts=(1, 3, 10, 40)) -> None:
+    """``first_matches`` finds exactly the ids the full extraction's first ones are, in every mode."""
+    from tasks.histogram_seeds import first_distinct_terms
+
+    for text in texts:
+        full = matcher.match(text)
+        allowed = set(full[::3])  # an arbitrary subset of the document's own terms
+        for count in counts:
+            assert matcher.first_matches(text, count) == full[:count], text[:80]
+            assert matcher.first_matches(text, count, distinct=True) == first_distinct_terms(full, count)
+            assert (matcher.first_matches(text, count, distinct=True, allowed=allowed)
+                    == first_distinct_terms(full, count, allowed))
+
+
+def test_first_matches_agree_with_the_full_extraction_across_chunk_cuts():
+    v = _vocab("new", "new york", "new york city", "york", "city hall", "hall", "a b c d e f g h")
+    m = PhraseMatcher(v)
+    filler = "x" * 250  # the first chunk (256 characters) ends inside or between the words that follow
+    texts = [f"{filler} new york city hall", f"{filler}ab new york city", f"{filler}abcd new york",
+             f"{filler[:-3]} new york city hall", "new " * 200 + "york", "y" * 3000 + " new york city",
+             "a b c d e f g h " * 40, " ".join(["a b c d e f g"] * 60) + " h", "NEW YORK" + "İ" * 300 + " hall",
+             "", "   ", "new"]
+    _first_agrees(m, texts, counts=(1, 2, 5, 100))
+    with pytest.raises(ConfigError):
+        m.first_matches("new york", 0)
+
+
+@pytest.mark.parametrize("corpus,vocab", [("dbpedia14/train.parquet", "english"),
+                                          ("ohsumed23/train.parquet", "vocab/medical_terms.txt")])
+def test_first_matches_agree_with_the_full_extraction_on_real_documents(corpus, vocab):
+    """Real documents of the shared data: English words on DBPedia-14, and multi-word medical terms (up to 22
+    tokens, so a candidate often reaches past a chunk cut) on OHSUMED abstracts."""
+    import pandas as pd
+
+    from tasks.vocabulary import load_vocabulary
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / corpus).exists():
+        pytest.skip("the shared data is not beside this checkout")
+    texts = pd.read_parquet(SHARED_DATA / corpus, columns=["text"])["text"].tolist()[:1500]
+    vocabulary = load_vocabulary("english" if vocab == "english" else str(SHARED_DATA / vocab))
+    _first_agrees(PhraseMatcher(vocabulary), texts)

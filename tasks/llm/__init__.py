@@ -47,25 +47,31 @@ class LLMSpec:
         return self.kind + (f":{self.model}" if self.model else "")
 
 
+#: The --llm grammar, as errors and --help state it.
+LLM_GRAMMAR = "none | local[:MODEL_OR_PATH] | anthropic:MODEL | openai-compatible:URL[#MODEL]"
+
+
 def parse_llm_spec(value: str) -> LLMSpec:
+    """The one parser of ``--llm`` values (the configuration models validate ``llm`` with it)."""
     value = (value or "").strip()
     kind, _, rest = value.partition(":")
     if kind not in KINDS:
-        raise ConfigError(f"--llm {value!r}: expected one of local[:MODEL_OR_PATH], anthropic:MODEL, "
-                          "openai-compatible:URL[#MODEL], none")
+        raise ConfigError(f"--llm {value!r}: unknown LLM backend {kind!r}; expected {LLM_GRAMMAR}")
     if kind == "none":
         if rest:
-            raise ConfigError("--llm none takes no model")
+            raise ConfigError(f"--llm {value!r}: none takes no model")
         return LLMSpec("none")
     if kind == "local":
         return LLMSpec("local", rest or None)
     if kind == "anthropic":
         if not rest:
-            raise ConfigError("--llm anthropic needs a model: anthropic:MODEL (e.g. anthropic:claude-haiku-4-5)")
+            raise ConfigError(f"--llm {value!r}: anthropic needs a model, anthropic:MODEL (e.g. "
+                              "anthropic:claude-haiku-4-5)")
         return LLMSpec("anthropic", rest)
     url, _, model = rest.partition("#")
     if not url:
-        raise ConfigError("--llm openai-compatible needs a URL: openai-compatible:http://HOST:PORT/v1[#MODEL]")
+        raise ConfigError(f"--llm {value!r}: openai-compatible needs a URL, openai-compatible:http://HOST:PORT/v1"
+                          "[#MODEL]")
     return LLMSpec("openai-compatible", model or None, url)
 
 

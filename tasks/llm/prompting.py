@@ -10,6 +10,11 @@ only place ``{class_name}`` is allowed. It is used when, and only when, the data
 names; its rows carry the version ``<version>+class-name``. Without declared names no prompt can name a
 class (the paper's setting, where class topics are private).
 
+Unseeded templates (``seeded: false``, e.g. ``only_llm``, the only-LLM baseline of ``privseed experiment``) carry
+no ``{terms}``: their prompts hold public configuration only (the document type, and in ``class_name_user`` a
+public class name). They are built by ``build_unseeded_request`` and refused by ``build_messages``, so a seed is
+never silently dropped from a DP-KPS prompt.
+
 Few-shot prompting (Appendix C.2.5) is rendered as prior chat turns: for each recipient example the user
 turn is the same instruction filled with the example's keyphrases and the assistant turn is the example
 document. The chat template that turns messages into model text comes from the model (GGUF metadata for
@@ -48,6 +53,7 @@ class PromptTemplate:
     system: str | None = None
     terms_separator: str = ", "
     class_name_user: str | None = None  # the user prompt when the owner declared public class names
+    seeded: bool = True  # False: a prompt without seed terms (see the module docstring)
 
     def __post_init__(self) -> None:
         for part in (self.user, self.system or ""):
@@ -57,14 +63,19 @@ class PromptTemplate:
                         if CLASS_NAME_FIELD in extra else "")
                 raise ConfigError(f"prompt template {self.name!r} uses unknown placeholders {sorted(extra)}; "
                                   f"allowed: {sorted(ALLOWED_FIELDS)}{hint}")
-        if "{terms}" not in self.user:
+        if self.seeded and "{terms}" not in self.user:
             raise ConfigError(f"prompt template {self.name!r}: the user prompt must contain {{terms}}")
+        if not self.seeded and any("terms" in _fields(part) for part in (self.user, self.system or "",
+                                                                          self.class_name_user or "")):
+            raise ConfigError(f"prompt template {self.name!r} is unseeded (seeded: false) and may not use {{terms}}")
         if self.class_name_user is not None:
             fields = _fields(self.class_name_user)
             extra = fields - ALLOWED_FIELDS - {CLASS_NAME_FIELD}
-            if extra or not {"terms", CLASS_NAME_FIELD} <= fields:
-                raise ConfigError(f"prompt template {self.name!r}: class_name_user must contain {{terms}} and "
-                                  f"{{class_name}} and no other placeholder than {{doc_type}}")
+            needed = {"terms", CLASS_NAME_FIELD} if self.seeded else {CLASS_NAME_FIELD}
+            if extra or not needed <= fields:
+                raise ConfigError(f"prompt template {self.name!r}: class_name_user must contain "
+                                  f"{' and '.join('{' + f + '}' for f in sorted(needed, reverse=True))} "
+                                  "and no other placeholder than {doc_type}")
         if not self.version:
             raise ConfigError(f"prompt template {self.name!r} has no version")
 
@@ -84,7 +95,7 @@ class PromptTemplate:
             named = d.get("class_name_user")
             return cls(name=str(d["name"]), version=str(d["version"]), user=str(d["user"]),
                        system=d.get("system"), terms_separator=str(d.get("terms_separator", ", ")),
-                       class_name_user=None if named is None else str(named))
+                       class_name_user=None if named is None else str(named), seeded=bool(d.get("seeded", True)))
         except (KeyError, TypeError, yaml.YAMLError) as e:
             raise ConfigError(f"prompt template {name_or_path!r} is malformed: {type(e).__name__}: {e}") from e
 
@@ -118,6 +129,9 @@ def build_messages(template: PromptTemplate, seed: ReleasedSeed, doc_type: str,
     (few-shot turns carry no label, so they keep the plain prompt)."""
     if not isinstance(seed, ReleasedSeed):
         raise UnreleasedValueError("build_messages takes a ReleasedSeed, not raw text")
+    if not template.seeded:
+        raise ConfigError(f"prompt template {template.name!r} is unseeded: it would drop the seed's terms "
+                          "(choose a seeded template, e.g. generic or coverage)")
     if class_names is not None and not isinstance(class_names, PublicClassNames):
         raise UnreleasedValueError("class names must be PublicClassNames from a configuration file (load_class_names)")
     if not isinstance(doc_type, str) or not doc_type.strip():
@@ -149,3 +163,28 @@ def build_request(template: PromptTemplate, seed: ReleasedSeed, doc_type: str, *
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
     return ChatRequest(build_messages(template, seed, doc_type, few_shot, class_names), int(max_tokens),
                        float(temperature), int(call_seed), float(top_p), steering)
+
+
+def build_unseeded_request(template: PromptTemplate, label: object, doc_type: str, *, max_tokens: int,
+                           temperature: float, call_seed: int, class_names: PublicClassNames | None = None,
+                           top_p: float = 1.0) -> ChatRequest:
+    """One request of an unseeded template for a document of class ``label``: public configuration only (the
+    document type and, with the owner's declared class names, the class's public name)."""
+    if template.seeded:
+        raise ConfigError(f"prompt template {template.name!r} needs seed terms; unseeded prompts use a template "
+                          "with seeded: false (e.g. only_llm)")
+    if class_names is not None and not isinstance(class_names, PublicClassNames):
+        raise UnreleasedValueError("class names must be PublicClassNames from a configuration file (load_class_names)")
+    if not isinstance(doc_type, str) or not doc_type.strip():
+        raise ConfigError("doc_type must be a non-empty string, e.g. 'summary of a Wikipedia-style article'")
+    if max_tokens <= 0:
+        raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
+    if temperature < 0:
+        raise ConfigError(f"temperature must be >= 0, got {temperature}")
+    msgs: list[ChatMessage] = []
+    system = template.render_system(doc_type)
+    if system:
+        msgs.append(ChatMessage("system", system))
+    class_name = None if class_names is None else class_names.name_of(label)
+    msgs.append(ChatMessage("user", template.render_user(doc_type, (), class_name)))
+    return ChatRequest(tuple(msgs), int(max_tokens), float(temperature), int(call_seed), float(top_p))

@@ -112,18 +112,15 @@ class RecipientExample:
 def load_few_shot(path: str, storage_options: dict | None = None) -> list[RecipientExample]:
     """Read recipient few-shot examples: JSON list, JSONL or Parquet with columns ``text`` (or ``document``)
     and ``keyphrases`` (a list of strings, or one comma-separated string)."""
-    import io
-
-    import pandas as pd
-
     from tasks import storage
+    from tasks.corpus import read_columns
+    from tasks.errors import CorpusError
 
     try:
-        data = storage.read_bytes(path, storage_options)  # the run's storage options, with retries
         if path.endswith(".parquet"):
-            records = pd.read_parquet(io.BytesIO(data)).to_dict("records")
+            records = read_columns(path, None, storage_options).to_dict("records")
         else:
-            raw = data.decode("utf-8")
+            raw = storage.read_bytes(path, storage_options).decode("utf-8")  # the run's options, with retries
             stripped = raw.lstrip()
             if stripped.startswith("["):
                 records = json.loads(raw)
@@ -131,6 +128,8 @@ def load_few_shot(path: str, storage_options: dict | None = None) -> list[Recipi
                 records = [json.loads(line) for line in raw.splitlines() if line.strip()]
     except FileNotFoundError as e:
         raise ConfigError(f"few-shot file not found: {path}") from e
+    except CorpusError as e:
+        raise ConfigError(f"few-shot file {path}: {e}") from e
     except (ValueError, OSError) as e:
         raise ConfigError(f"few-shot file {path} is not JSON, JSONL or Parquet: {type(e).__name__}") from e
     examples = []

@@ -1,17 +1,99 @@
-"""Stages that read the private corpus and check it against the declared configuration."""
+"""Stages that read the private corpus and check it against the declared configuration.
+
+The streaming path (DP-KPS): ``plan_private_corpus`` (work units from the Parquet footers), ``declared_labels``,
+then ``scan_private_corpus`` (pass 1 on the workers: label check, keyed identity, term counts, tree-reduced on
+the cluster). The rows never come to the flow process. ``load_private_corpus`` / ``resolve_labels`` /
+``corpus_identity`` hold the whole corpus in the flow process: Aug-PE and SecPE use them until they stream units.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tasks.config import LABELS_HELP, ReleaseConfig
-from tasks.corpus import list_shards, read_shard
+from tasks.corpus import declared_positions, list_shards, read_shard
 from tasks.errors import ConfigError, CorpusError
+from tasks.identity import DataIdentity
+from tasks.passes import TermCounting, UnitReader
 from tasks.stages import private_stage, stage_logger
+from tasks.units import CorpusPlan
 
 
+# -- the streaming path ---------------------------------------------------------------------------------------
+@private_stage("plan-private-corpus")
+def plan_private_corpus(cfg: ReleaseConfig) -> CorpusPlan:
+    """The work units of the private corpus, from its Parquet footers (no row is read). A missing column, an
+    unreadable shard or an empty corpus fails here, naming the shard."""
+    from tasks.units import plan_corpus
+
+    plan = plan_corpus(cfg.data, cfg.text_column, cfg.label_column, cfg.storage_options)
+    stage_logger().info("private corpus: %d work unit(s) in %d shard(s)", len(plan.units),
+                        len({u.uri for u in plan.units}))
+    return plan
+
+
+def declared_labels(cfg: ReleaseConfig, integer: bool) -> list:
+    """The declared label set, in the type of the label column (``integer``: the corpus stores integers).
+    Declared labels are the only classes: a declared class with no documents is sampled from its noisy release
+    like any other (no error, no special path, so emptiness is never revealed); a row whose label is not
+    declared stops the run before anything is drawn (``tasks.corpus.declared_positions``, on the workers)."""
+    if cfg.labels is None:
+        raise ConfigError("no label set declared; " + LABELS_HELP)
+    return [as_label_type(label, integer, cfg.label_column) for label in cfg.labels]
+
+
+@dataclass(frozen=True)
+class CorpusScan:
+    """What pass 1 brings back to the flow process: the corpus's keyed identity (for the ledger) and the exact
+    term counts (private; |V| or classes x |V| integers), or None when no counting was asked for."""
+
+    identity: DataIdentity
+    counts: np.ndarray | None = field(default=None, repr=False)
+
+
+@private_stage("scan-private-corpus", retries=0)  # a unit retries its own transient failures (tasks/units.py)
+def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
+                        counting: TermCounting | None = None) -> CorpusScan:
+    """Pass 1 over every work unit on the cluster: the label check, the keyed data identity and (``counting``)
+    the term counts, combined in a tree on the cluster; the identity key is loaded from the private state here.
+    A corpus in which no document contains a term of V fails before any noise is drawn."""
+    from tasks.identity import load_or_create_key
+    from tasks.passes import DeclaredLabels, ScanPart, ScanSpec, scan_unit
+    from tasks.units import map_reduce_units
+
+    key = load_or_create_key(cfg.state_uri, cfg.storage_options)
+    spec = ScanSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), key, counting)
+    part = map_reduce_units(scan_unit, plan.units, ScanPart.combine, spec, on_done=unit_progress("pass 1"))
+    if counting is not None:
+        from tasks.vocabulary import require_vocabulary_hits
+
+        require_vocabulary_hits(part.counts, counting.vocab)
+    return CorpusScan(part.identity.finish(key), part.counts)
+
+
+def unit_reader(cfg: ReleaseConfig) -> UnitReader:
+    """How the workers read a unit of this run's corpus."""
+    return UnitReader(cfg.text_column, cfg.label_column, dict(cfg.storage_options))
+
+
+def unit_progress(name: str) -> Callable[[int, int], None]:
+    """Operator progress of a pass: units done out of units planned (about 20 lines a pass; never a row count)."""
+    logger = stage_logger()
+
+    def report(done: int, total: int) -> None:
+        step = max(1, total // 20)
+        if done == total or done % step == 0:
+            logger.info("%s: %d of %d work unit(s) done", name, done, total)
+
+    return report
+
+
+# -- the whole corpus in the flow process (Aug-PE, SecPE) ------------------------------------------------------
 @private_stage("load-private-corpus")
 def load_private_corpus(cfg: ReleaseConfig) -> pd.DataFrame:
     """All shards of the private corpus, read in parallel on the cluster."""
@@ -27,23 +109,17 @@ def load_private_corpus(cfg: ReleaseConfig) -> pd.DataFrame:
 
 
 def resolve_labels(cfg: ReleaseConfig, corpus: pd.DataFrame) -> list:
-    """The declared label set, in the type of the label column (int or str). Declared labels are the only
-    classes: a declared class with no documents is sampled from its noisy sketch like any other (no error, no
-    special path, so emptiness is never revealed), and a row whose label is not declared stops the run before
-    anything is drawn. That error is for the operator and names neither the labels nor how many rows carry
-    them; it is never written to a release."""
-    if cfg.labels is None:
-        raise ConfigError("no label set declared; " + LABELS_HELP)
-    integer = pd.api.types.is_integer_dtype(corpus["label"].dtype)
-    declared = [as_label_type(label, integer, cfg.label_column) for label in cfg.labels]
-    undeclared = ~corpus["label"].astype(str).isin({str(label) for label in declared})
-    if undeclared.any():
-        raise ConfigError(
-            f"the corpus has rows whose label (column {cfg.label_column!r}) is not in the declared label set; "
-            "privseed never turns an undeclared label into a class. Declare every label the corpus may carry "
-            "(--labels / --labels-file / `labels` in the config file), drop those rows from the input, or check "
-            "--label-column. (Which labels and how many rows are deliberately not shown.)")
+    """``declared_labels`` for a corpus in memory, every row checked against them."""
+    declared = declared_labels(cfg, pd.api.types.is_integer_dtype(corpus["label"].dtype))
+    declared_positions(corpus["label"], declared, cfg.label_column)
     return declared
+
+
+def corpus_identity(cfg: ReleaseConfig, corpus: pd.DataFrame) -> DataIdentity:
+    """The keyed identity of a corpus in memory (the same value ``scan_private_corpus`` computes unit by unit)."""
+    from tasks.identity import data_identity, load_or_create_key
+
+    return data_identity(corpus, load_or_create_key(cfg.state_uri, cfg.storage_options))
 
 
 def as_label_type(label: str, integer: bool, column: str) -> Any:

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-
 from tasks.config import ReleaseConfig
+from tasks.identity import DataIdentity
 from tasks.ledger import PrivacyLedger
 from tasks.stages import public_stage, stage_logger
 
 
 @public_stage("open-ledger")
-def open_ledger(cfg: ReleaseConfig, corpus: pd.DataFrame) -> PrivacyLedger:
-    """The run's ledger in the owner's private state. The corpus is identified by a keyed HMAC (the key lives
-    in the state folder only) and the run id is random unless ``--run-id`` resumes a run: nothing about the
-    data goes into a name or a release."""
-    from tasks.identity import data_identity, load_or_create_key, new_run_id
+def open_ledger(cfg: ReleaseConfig, identity: DataIdentity) -> PrivacyLedger:
+    """The run's ledger in the owner's private state. The corpus is identified by its keyed identity
+    (``scan_private_corpus`` or ``corpus_identity``, tasks/stages/corpus.py; the key lives in the state folder)
+    and the run id is random unless ``--run-id`` resumes a run: nothing about the data goes into a name or a
+    release."""
+    from tasks.identity import new_run_id
 
-    identity = data_identity(corpus, load_or_create_key(cfg.state_uri, cfg.storage_options))
     run_id = cfg.run_id or new_run_id()
     ledger = PrivacyLedger(cfg.state_uri, identity, run_id, cfg.storage_options)
     stage_logger().info("privacy ledger: run %s in the private state %s (%d release(s) already drawn); to resume "

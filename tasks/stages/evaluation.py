@@ -1,0 +1,97 @@
+"""Stages of the recipient's evaluation (tasks/evaluation.py holds what they compute).
+
+Everything here handles a release, the recipient's own test set and its unlabelled documents: public stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks import classify, corpus, evaluation, jsonable, storage
+from tasks.errors import CorpusError
+from tasks.evaluation import EvalOptions
+from tasks.release_reader import Release, read_release
+from tasks.stages import public_stage
+
+
+@public_stage("read-release", retries=2)
+def load_release(out: str) -> Release:
+    """The release at ``out``, read through its manifest."""
+    return read_release(out)
+
+
+@public_stage("read-labelled-corpus", retries=2)
+def load_test_set(path: str, text_column: str = "text", label_column: str = "label") -> pd.DataFrame:
+    """The recipient's real labelled test set (columns text, label)."""
+    return corpus.read_corpus(path, text_column=text_column, label_column=label_column)
+
+
+@public_stage("read-client-texts", retries=2)
+def load_client_texts(path: str, text_column: str = "text") -> pd.DataFrame:
+    """Unlabelled client documents: only the text column is read (labels, if any, are never used)."""
+    frame = corpus.read_columns(path, [text_column]).rename(columns={text_column: "text"})
+    if frame.empty:
+        raise CorpusError(f"client corpus {path} is empty")
+    return frame
+
+
+@public_stage("embed", retries=1)
+def embed(texts: list[str], model: str, cache_dir: str) -> np.ndarray:
+    return evaluation.embed_cached(texts, model, Path(cache_dir))
+
+
+@public_stage("phrase-view")
+def phrase_view(texts: list[str], vocabulary: dict[str, Any]) -> list[str]:
+    return evaluation.phrase_view(texts, vocabulary)
+
+
+@public_stage("train-and-predict")
+def train_and_predict(kind: str, train_texts: list[str], train_labels: list[Any], train_x: np.ndarray | None,
+                      predict_texts: list[str], predict_x: np.ndarray | None, client_texts: list[str] | None,
+                      client_x: np.ndarray | None, cfg: classify.TrainConfig, embed_model: str,
+                      device: str | None) -> dict[str, Any]:
+    return evaluation.train_and_predict(kind, train_texts, train_labels, train_x, predict_texts, predict_x,
+                                        client_texts, client_x, cfg, embed_model, device)
+
+
+def score_corpus(train: pd.DataFrame, test: classify.HeldOutTestSet, *, client_texts: Sequence[str] | None,
+                 opts: EvalOptions) -> dict[str, Any]:
+    """Train every requested classifier on `train` (text, label) and score it on `test`: embed, train each
+    classifier (a stage each), and only then read the test labels, once.
+
+    Returns scores per classifier, predictions, embeddings (for the report) and training histories.
+    """
+    cache = str(evaluation.embedding_cache_dir(opts))
+    train_texts = train["text"].astype(str).tolist()
+    train_labels = train["label"].tolist()
+    needs_vectors = opts.classifier == "mlp"
+    train_x = embed(train_texts, opts.embed_model, cache)
+    test_x = embed(test.texts, opts.embed_model, cache)
+    client_x = None
+    coral_client = list(client_texts) if (opts.coral and client_texts) else None
+    if coral_client:
+        client_x = embed(coral_client, opts.embed_model, cache)
+    runs: dict[str, dict[str, Any]] = {}
+    for kind in opts.classifiers():
+        neural = kind != "tfidf"
+        runs[evaluation.classifier_label(kind, opts.coral)] = train_and_predict(
+            kind, train_texts, train_labels, train_x if needs_vectors else None, test.texts,
+            test_x if needs_vectors else None, coral_client if neural else None, client_x if neural else None,
+            opts.train, opts.embed_model, opts.device)
+    # ---- all training is done: only now are the test labels read
+    y_true = test.labels_for_scoring()
+    return {"scores": evaluation.score_runs(y_true, runs, len(train_texts)), "runs": runs, "y_true": y_true,
+            "train_x": train_x, "test_x": test_x}
+
+
+@public_stage("write-evaluation", retries=2)
+def write_evaluation(result: dict[str, Any], html: str, report_path: str, json_path: str | None) -> None:
+    """The report (and the result as JSON when asked), each written atomically."""
+    storage.write_bytes(report_path, html.encode("utf-8"))
+    if json_path:
+        storage.write_bytes(json_path, jsonable.dumps(result, indent=2).encode("utf-8"))

@@ -1,0 +1,41 @@
+"""Stages that turn released seeds into the synthetic corpus without an LLM, and publish the release."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from tasks.config import DpKpsConfig
+from tasks.ledger import PrivacyLedger
+from tasks.stages import public_stage
+
+
+@public_stage("render-without-llm")
+def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
+    """The paper's no-LLM ablation: the released keyphrases joined by single spaces are the document."""
+    synthetic = sequences.copy()
+    synthetic["text"] = synthetic["keyphrases"].map(lambda phrases: " ".join(phrases))
+    return synthetic[["text", "label", "keyphrases", *[c for c in synthetic.columns if c not in ("text", "label", "keyphrases")]]]
+
+
+@public_stage("publish-release", retries=2)
+def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list,
+            class_names: dict[str, str] | None = None, generation_report: dict | None = None) -> dict:
+    """Gate and publish (``tasks.corpus.publish_release``: atomically, the manifest last). ``generation_report``
+    (counts of synthetic rows and candidates from tasks.generation.split_documents) goes into quality.json
+    beside the gate's result."""
+    from tasks.corpus import publish_release
+    from tasks.quality import DocumentRules, release_gate
+
+    gate, extra = None, {}
+    if cfg.gate:
+        check = release_gate(labels=labels, llm_used=cfg.llm != "none", rules=DocumentRules(language=cfg.language))
+        gate = (lambda df: {**check(df), "generation": generation_report}) if generation_report else check
+    elif generation_report:
+        extra["quality.json"] = json.dumps({"gate": "off", "generation": generation_report}, indent=2).encode()
+    config = cfg.public_dict()
+    # The manifest says whether prompts named the classes, and with which public names.
+    config["prompt_class_names"] = class_names if cfg.llm != "none" else None
+    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate, extra_files=extra,
+                           storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)

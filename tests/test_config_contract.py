@@ -1,0 +1,416 @@
+"""The configuration contract, generated from the models in tasks/config.py, for every method and every field:
+
+(a) an invalid value (derived from the field's type and constraints) is refused with a ConfigError that names the
+    flag a user types, through the command line and through the dict a deployment passes;
+(b) ``--help`` shows every field's flags and its true default (the value a run gets when the flag is absent);
+(c) every flow honours every field: small real runs record which fields each flow reads, and a field no flow
+    reads fails here unless it is listed below with its reason.
+
+A new field gets all three checks without editing this file; a field that accepts any value, or that a flow does
+not read, has to be listed here with a one-line reason.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Literal, get_origin
+
+import pandas as pd
+import pytest
+
+from tasks.config import (AugPeConfig, DpKpsConfig, ReleaseConfig, SecPeConfig, value_type, config_from_args,
+                          default_text, flag_of, flags_of, render_value, validate_config)
+from tasks.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Each command and its model; the command line is built by flows.cli.build_parser().
+COMMANDS: dict[str, type[ReleaseConfig]] = {"dpkps": DpKpsConfig, "augpe": AugPeConfig, "secpe": SecPeConfig}
+
+#: The fields a run cannot be without, as a deployment passes them and as a command line gives them.
+REQUIRED: dict[str, dict[str, Any]] = {
+    "dpkps": {"data": "d.parquet", "out": "o", "labels": ["a", "b"]},
+    "augpe": {"data": "d.parquet", "out": "o", "labels": ["a", "b"]},
+    "secpe": {"data": "d.parquet", "out": "o", "labels": ["a", "b"], "public": "p.parquet"},
+}
+
+#: Fields whose every value of their type is valid when the configuration is checked, and why.
+ACCEPTS_ANY_VALUE = {
+    "data": "a path or URI; a missing corpus is a CorpusError when the run lists its shards",
+    "out": "a path or URI; written at the end of the run",
+    "text_column": "a column name; a missing column is a CorpusError naming it when the corpus is read",
+    "label_column": "a column name; a missing column is a CorpusError naming it when the corpus is read",
+    "prompt_template": "a packaged name or a YAML path (local or s3://), loaded when generation starts",
+    "dask_address": "any scheduler address; a wrong one fails when the client connects",
+    "llm_secret": "a Prefect Secret block name, looked up when a remote backend is built",
+    "vocab": "english or a file of terms (local or s3://), loaded by the vocabulary stage",
+    "embedding_model": "minilm or a model folder, loaded by the embedding stage",
+    "few_shot": "a file (local or s3://), read when generation starts",
+    "class_names": "a file (local or s3://); read at validation only when it declares the labels",
+    "secrets": "words, pii or a file of terms (local or s3://), read by secret detection",
+    "public": "a path or URI; a missing corpus fails when SecPE lists its shards",
+    "public_text_column": "a column name, checked when the public corpus is read",
+}
+
+#: Invalid values of fields checked by a validator rather than by their type (the rest are derived below).
+VALIDATOR_INVALID: dict[str, list[Any]] = {
+    "llm": ["gpt", "anthropic", "openai-compatible:"],
+    "language": ["klingon"],
+    "labels": [[], ["a", "a"]],
+    "labels_file": ["no/such/labels.txt"],
+    "state": ["o/inside"],  # inside the release folder REQUIRED's out = "o"
+    "eps_voc": [0.0, float("inf")],
+    "eps_kde": [0.0, float("nan")],
+    "storage_options": ["endpoint_url"],  # not KEY=VALUE
+    # one TLS file without the other two (and without a tls:// address) is refused before anything runs
+    "dask_tls_ca_file": ["ca.pem"],
+    "dask_tls_cert": ["cert.pem"],
+    "dask_tls_key": ["key.pem"],
+}
+
+
+def _bounds(field) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for item in field.metadata:
+        for name in ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern"):
+            if getattr(item, name, None) is not None:
+                found[name] = getattr(item, name)
+    return found
+
+
+def invalid_values(model: type[ReleaseConfig], name: str) -> list[Any]:
+    """Values the model must refuse for ``name``: out of range, the wrong type, an unknown choice, a bad pattern
+    (from the field's annotation and constraints), plus VALIDATOR_INVALID for fields a validator checks."""
+    field = model.model_fields[name]
+    kind = value_type(field.annotation)
+    bounds = _bounds(field)
+    values: list[Any] = list(VALIDATOR_INVALID.get(name, []))
+    if get_origin(kind) is Literal:
+        values.append("no-such-choice")
+    elif kind is bool:
+        values.append("maybe")
+    elif kind in (int, float):
+        values.append("abc")
+        step = 1 if kind is int else 0.5
+        if "ge" in bounds:
+            values.append(bounds["ge"] - step)
+        if "gt" in bounds:
+            values.append(bounds["gt"])
+        if "le" in bounds:
+            values.append(bounds["le"] + step)
+        if "lt" in bounds:
+            values.append(bounds["lt"])
+    elif kind is str:
+        if "min_length" in bounds:
+            values.append("x" * (bounds["min_length"] - 1))
+        if "max_length" in bounds:
+            values.append("x" * (bounds["max_length"] + 1))
+        if "pattern" in bounds:
+            values.append("not allowed!")
+    return values
+
+
+def all_fields() -> list[tuple[str, str]]:
+    return [(command, name) for command, model in COMMANDS.items() for name in model.model_fields]
+
+
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """The real ``privseed`` command line (built once: every flow module registers its commands)."""
+    from flows.cli import build_parser
+
+    return build_parser()
+
+
+def _message_names_only_real_flags(message: str, command: str) -> None:
+    known = {option for action in _subparser(_parser(), command)._actions for option in action.option_strings}
+    wrong = set(re.findall(r"--[a-z][a-z0-9-]*", message)) - known
+    assert not wrong, f"{command}: the error names flags that do not exist: {sorted(wrong)} in {message!r}"
+
+
+def _subparser(parser, command: str):
+    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return action.choices[command]
+
+
+def _as_argv(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _command_line(command: str, drop: tuple[str, ...] = (), **extra: Any) -> list[str]:
+    required = {k: v for k, v in dict(REQUIRED[command], **extra).items() if k not in drop}
+    argv = [command, required.pop("data")]
+    for name, value in required.items():
+        argv += [flag_of(COMMANDS[command], name), _as_argv(value)]
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (a) an invalid value names the real flag
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command,name", all_fields())
+def test_an_invalid_value_is_refused_naming_the_real_flag(command, name):
+    model = COMMANDS[command]
+    flag = flag_of(model, name)
+    values = invalid_values(model, name)
+    if not values:
+        assert name in ACCEPTS_ANY_VALUE, (f"{command}: no invalid value of {name} is known; give it a constraint, "
+                                           "a VALIDATOR_INVALID entry, or an ACCEPTS_ANY_VALUE reason")
+        return
+    assert name not in ACCEPTS_ANY_VALUE, f"{name} refuses values, so it is not one that accepts any"
+    parser = _parser()
+    for value in values:
+        base = {k: v for k, v in REQUIRED[command].items() if not (name == "labels_file" and k == "labels")}
+        # the dict a deployment (or a config file) passes
+        with pytest.raises(ConfigError) as refused:
+            validate_config(model, {**base, name: value})
+        message = str(refused.value)
+        assert re.search(re.escape(flag) + r"[ :]", message), f"{command} {name}={value!r}: {message}"
+        _message_names_only_real_flags(message, command)
+        # the command line (a boolean flag carries no value: --x / --no-x cannot be invalid)
+        if value_type(model.model_fields[name].annotation) is bool or flag == name.upper():
+            continue
+        argv = _command_line(command, drop=("labels",) if name == "labels_file" else (), **{name: value})
+        with pytest.raises(ConfigError) as refused:
+            config_from_args(model, parser.parse_args(argv))
+        message = str(refused.value)
+        assert re.search(re.escape(flag) + r"[ :]", message), f"{' '.join(argv)}: {message}"
+        _message_names_only_real_flags(message, command)
+
+
+def test_reasons_name_real_fields():
+    fields = {name for model in COMMANDS.values() for name in model.model_fields}
+    assert set(ACCEPTS_ANY_VALUE) <= fields and set(VALIDATOR_INVALID) <= fields
+    for name in ACCEPTS_ANY_VALUE:  # only free text can accept anything; a number or a choice has bounds
+        for model in COMMANDS.values():
+            if name in model.model_fields:
+                assert value_type(model.model_fields[name].annotation) in (str, float), name
+
+
+def test_errors_of_renamed_fields_name_the_flag_and_the_key():
+    with pytest.raises(ConfigError, match=r"--features \(n_features\): .*greater than or equal to 1"):
+        validate_config(DpKpsConfig, {**REQUIRED["dpkps"], "n_features": 0})
+    with pytest.raises(ConfigError, match=r"--workers \(n_workers\): "):
+        validate_config(AugPeConfig, {**REQUIRED["augpe"], "n_workers": 0})
+    with pytest.raises(ConfigError) as refused:
+        validate_config(SecPeConfig, {**REQUIRED["secpe"], "n_workers": "two", "n_features": 3})
+    assert "--n-workers" not in str(refused.value)
+    assert "--n-features: unknown option (SecPeConfig has no field 'n_features')" in str(refused.value)
+
+
+def test_one_llm_grammar_one_message():
+    from tasks.llm import parse_llm_spec
+
+    for bad in ("gpt", "anthropic", "openai-compatible:", "none:x"):
+        with pytest.raises(ConfigError) as direct:
+            parse_llm_spec(bad)
+        with pytest.raises(ConfigError) as configured:
+            validate_config(DpKpsConfig, {**REQUIRED["dpkps"], "llm": bad})
+        assert str(configured.value) == f"invalid configuration: {direct.value}"
+    assert validate_config(DpKpsConfig, {**REQUIRED["dpkps"], "llm": " local:model.gguf "}).llm == "local:model.gguf"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (b) --help shows every flag with its true default
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_every_flag_with_its_true_default(command, capsys):
+    from flows.cli import build_parser
+
+    model = COMMANDS[command]
+    parser = _subparser(build_parser(), command)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    shown = re.sub(r"\s+", "", capsys.readouterr().out)
+    actions = {action.dest: action for action in parser._actions}
+    # every option of the command is a field of its model (or --help / --config): nothing written by hand
+    assert set(actions) - set(model.model_fields) == {"help", "config_file"}
+    # what a run gets when the flag is absent
+    unset = config_from_args(model, parser.parse_args(_command_line(command)[1:]))
+    for name, field in model.model_fields.items():
+        action = actions[name]
+        assert action.option_strings == flags_of(model, name)
+        for flag in action.option_strings:
+            assert flag in shown, f"{command} --help does not show {flag}"
+        assert field.description and not re.search(r"\(default|default:? ?[-+.\d]", field.description), (
+            f"{name}: a description states no default value; the generator appends the true one")
+        text = default_text(model, name)
+        suffix = "(required)" if text == "required" else f"(default: {text})"
+        assert action.help.replace("%%", "%").endswith(suffix)
+        assert re.sub(r"\s+", "", action.help.replace("%%", "%")) in shown
+        if field.is_required() or name in REQUIRED[command]:
+            continue
+        if field.get_default(call_default_factory=True) is None:
+            assert getattr(unset, name) is None, f"{name}: unset, yet the run gets {getattr(unset, name)!r}"
+        else:
+            assert text.split(";")[0] == render_value(getattr(unset, name)), (
+                f"{command} --help says {name} defaults to {text!r}, a run gets {getattr(unset, name)!r}")
+
+
+def test_defaults_described_in_words_are_the_ones_the_code_applies():
+    from tasks.stages.dpkps import DEFAULT_SELECTION, selection_rule
+    from tasks.stages.pe import augpe_schedule
+    from tasks import accounting
+    from tasks.config import HISTOGRAM_VOCAB_TOP
+
+    base = REQUIRED["dpkps"]
+    for method, rule in DEFAULT_SELECTION.items():
+        assert selection_rule(validate_config(DpKpsConfig, {**base, "method": method})) == rule
+        assert rule in default_text(DpKpsConfig, "selection")
+    histogram = validate_config(DpKpsConfig, {**base, "method": "histogram"})
+    assert histogram.vocab_top == HISTOGRAM_VOCAB_TOP and str(HISTOGRAM_VOCAB_TOP) in default_text(DpKpsConfig,
+                                                                                                   "vocab_top")
+    assert histogram.histogram_epsilon == histogram.eps_voc + histogram.eps_kde
+    assert default_text(DpKpsConfig, "epsilon") == "eps_voc + eps_kde"
+    schedule = augpe_schedule(validate_config(AugPeConfig, REQUIRED["augpe"]))
+    assert default_text(AugPeConfig, "epsilon").startswith(f"{schedule['epsilon']:g} ")
+    assert schedule["delta"] == accounting.default_delta(AugPeConfig.model_fields["n_upper_bound"].default)
+
+
+def test_the_fixed_drift_stays_fixed(capsys):
+    """augpe --help once showed DP-KPS's 256 tokens and temperature 0.7 (its real defaults are 128 and 1.0)."""
+    from flows.cli import build_parser
+
+    actions = {a.dest: a for a in _subparser(build_parser(), "augpe")._actions}
+    assert actions["max_tokens"].help.endswith("(default: 128)")
+    assert actions["temperature"].help.endswith("(default: 1)")
+    assert actions["n_workers"].option_strings == ["--workers"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (c) every flow honours every field
+# ---------------------------------------------------------------------------------------------------------
+#: Fields a flow does not read, with the reason. The aim is an empty list.
+NOT_READ: dict[str, dict[str, str]] = {
+    "dpkps": {
+        "labels_file": "input only: the model reads the file into labels and clears it",
+    },
+    "augpe": {
+        "labels_file": "input only: the model reads the file into labels and clears it",
+    },
+    "secpe": {
+        "labels_file": "input only: the model reads the file into labels and clears it",
+    },
+}
+
+
+class FieldReads:
+    """Records which configuration fields privseed's code reads (tasks/, flows/), per model class. Reads by the
+    models' own validators and by the manifest's dump are not a flow honouring a field, so they are skipped."""
+
+    def __init__(self) -> None:
+        self.reads: dict[type, set[str]] = defaultdict(set)
+        self._fields = {model: frozenset(model.model_fields) for model in COMMANDS.values()}
+        self._roots = (str(REPO / "tasks") + "/", str(REPO / "flows") + "/")
+        skip = {ReleaseConfig.public_dict.__code__}
+        for model in COMMANDS.values():
+            decorators = model.__pydantic_decorators__
+            for decorator in [*decorators.model_validators.values(), *decorators.field_validators.values()]:
+                function = decorator.func
+                skip.add(getattr(function, "__func__", function).__code__)
+        self._skip = skip
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        reads, fields, roots, skip = self.reads, self._fields, self._roots, self._skip
+
+        def recording(obj: Any, name: str) -> Any:
+            value = object.__getattribute__(obj, name)
+            known = fields.get(type(obj))
+            if known is not None and name in known:
+                caller = sys._getframe(1).f_code
+                if caller not in skip and caller.co_filename.startswith(roots):
+                    reads[type(obj)].add(name)
+            return value
+
+        monkeypatch.setattr(ReleaseConfig, "__getattribute__", recording, raising=False)
+
+
+def _answer(request) -> str:
+    """A fake LLM: a plausible document per call seed, in one of three topics."""
+    topics = ["football club player scored goals league season striker", "river valley mountain lake forest village",
+              "album band song released records guitar singer"]
+    return f"The {topics[request.seed % 3]} story number {request.seed % 1000} goes on for a while."
+
+
+@pytest.fixture(scope="module")
+def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
+    """Small real runs of every flow, recording the fields each reads: dpkps without an LLM (CLI, gate on), with a
+    fake LLM (histogram-markov, few-shot, class names) and as a dry run; augpe and AugPE+V~ and secpe with a fake
+    LLM, and their dry runs."""
+    from flows.cli import main
+    from flows.dpkps import dpkps_flow
+    from flows.evolution import augpe_flow, secpe_flow
+    from tasks.llm import register_backend
+    from tests.fakes.recording import RecordingBackend
+
+    tmp = tmp_path_factory.mktemp("contract")
+    topics = {0: "football club player scored goals league season", 1: "river valley mountain lake forest village",
+              2: "album band song released records guitar"}
+    corpus = tmp / "corpus.parquet"
+    pd.DataFrame([(f"{'the ' if i % 2 else ''}{text} {i}", label) for label, text in topics.items() for i in range(6)],
+                 columns=["text", "label"]).to_parquet(corpus)
+    public = tmp / "public.parquet"
+    pd.DataFrame({"text": [f"{topics[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    few_shot = tmp / "few.jsonl"
+    few_shot.write_text('{"document": "A club won the league.", "keyphrases": ["club", "league"]}\n')
+    class_names = tmp / "names.json"
+    class_names.write_text('{"0": "Sport", "1": "Landscape", "2": "Music"}')
+    secrets = tmp / "secrets.txt"
+    secrets.write_text("goals\nglacier\nguitar\n")
+
+    recorder = FieldReads()
+    backend = RecordingBackend(model="fake", answer=_answer)
+    register_backend("local:fake", backend)
+    with pytest.MonkeyPatch.context() as patch:
+        recorder.install(patch)
+        try:
+            small = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "32", "--per-class", "2", "--length",
+                     "4", "--workers", "1", "--labels", "0,1,2"]
+            assert main(["dpkps", str(corpus), "--out", str(tmp / "none"), "--llm", "none", "--selection", "top-k",
+                         *small]) == 0
+            dpkps = {"data": str(corpus), "labels": ["0", "1", "2"], "vocab_size": 40, "n_features": 32,
+                     "per_class": 2, "length": 4, "n_workers": 1, "llm": "local:fake", "gate": False}
+            dpkps_flow({**dpkps, "out": str(tmp / "fake"), "method": "histogram-markov", "selection": "power",
+                        "few_shot": str(few_shot), "class_names": str(class_names), "hist_top_k": 20})
+            dpkps_flow({**dpkps, "out": str(tmp / "dry"), "dry_run": True})
+            pe = {"data": str(corpus), "labels": ["0", "1", "2"], "llm": "local:fake", "per_class": 2,
+                  "variations": 1, "iterations": 2, "gate": False, "progress": False}
+            augpe_flow({**pe, "out": str(tmp / "augpe"), "epsilon": 8.0, "vocab_words": True, "vocab_top": 5000,
+                        "vocab_size": 20})
+            augpe_flow({**pe, "out": str(tmp / "augpe-dry"), "noise_multiplier": 2.0, "variation": "fill-blanks",
+                        "dry_run": True})
+            secpe = {**pe, "public": str(public), "clusters": 4}
+            with pytest.MonkeyPatch.context() as in_process:
+                # --llm-shards 2 starts a LocalCluster of --workers; its workers are threads of this process here,
+                # where the fake LLM is registered
+                import distributed
+
+                cluster = distributed.LocalCluster
+                in_process.setattr(distributed, "LocalCluster", lambda **kw: cluster(
+                    **{**kw, "processes": False, "protocol": "tcp://"}))
+                # secret words: the list's most frequent ("the", "and", "for"); half the private documents hold "the"
+                secpe_flow({**secpe, "out": str(tmp / "secpe"), "secrets": "words", "secret_vocab_top": 10,
+                            "secret_quantile": 0.0, "secret_count": 3, "llm_shards": 2, "n_workers": 1})
+            secpe_flow({**secpe, "out": str(tmp / "secpe-dry"), "secrets": str(secrets), "variation": "fill-blanks",
+                        "dry_run": True})
+        finally:
+            register_backend("local:fake", None)
+    return {command: recorder.reads[model] for command, model in COMMANDS.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flow_honours_every_field(field_reads, command):
+    model = COMMANDS[command]
+    read = field_reads[command]
+    exempt = NOT_READ[command]
+    unread = sorted(set(model.model_fields) - read - set(exempt))
+    assert not unread, (f"{command} never reads {unread}: make the flow honour them, drop them from "
+                        f"{model.__name__}, or list them in NOT_READ with the reason")
+    stale = sorted(set(exempt) & read)
+    assert not stale, f"{command} reads {stale} after all: remove them from NOT_READ"
+    assert set(exempt) <= set(model.model_fields)
