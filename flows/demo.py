@@ -13,7 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 from tasks import storage
-from tasks.config import STEER_DEFAULT
+from tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, add_config_arguments, config_from_args,
+                          validate_config)
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
@@ -53,21 +54,25 @@ def demo_config(out: str, llm: str) -> dict:
     }
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    from flows.dpkps import dpkps_flow
-    from tasks.config import DpKpsConfig, validate_config
+def run_from_cli(args: argparse.Namespace) -> int:
+    return run_demo(config_from_args(DemoConfig, args))
 
-    out = str(Path(args.out).resolve()) if "://" not in args.out else args.out
-    cfg = validate_config(DpKpsConfig, demo_config(out, args.llm))
+
+def run_demo(demo: DemoConfig) -> int:
+    """DP-KPS on the bundled corpus with the demo's settings, then the recipient's evaluation of the release."""
+    from flows.dpkps import dpkps_flow
+
+    out = str(Path(demo.out).resolve()) if "://" not in demo.out else demo.out
+    cfg = validate_config(DpKpsConfig, demo_config(out, demo.llm))
     print(f"privseed demo: DP-KPS on {cfg.data} (7,000 documents, 14 classes), LLM: {cfg.llm}")
     started = time.perf_counter()
     manifest = dpkps_flow(cfg.model_dump())
     # The data recipient's side: train on the synthetic corpus only, score on the bundled real test split.
     from flows.evaluate import evaluate
 
-    evaluation = evaluate(out, demo_corpus_path(DEMO_TEST), classifier="mlp",
-                          json_path=storage.join(out, "evaluation.json"),
-                          report_path=storage.join(out, "report.html"), seed=0)
+    evaluation = evaluate({"synthetic": out, "test": demo_corpus_path(DEMO_TEST),
+                           "json_path": storage.join(out, "evaluation.json"),
+                           "report_path": storage.join(out, "report.html")})
     elapsed = time.perf_counter() - started
     print(f"\nDone in {elapsed:.0f} s: {manifest['rows']} synthetic documents, "
           f"epsilon = {manifest['privacy']['epsilon']:g} (eps_voc {cfg.eps_voc:g} + eps_kde {cfg.eps_kde:g})")
@@ -96,7 +101,8 @@ def _headline(evaluation: dict) -> str:
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="run DP-KPS on the bundled demo corpus with embedded defaults")
-    parser.add_argument("--out", default="demo-out", help="release folder (default ./demo-out)")
-    parser.add_argument("--llm", default="local", help="local (default, offline) | none | anthropic[:MODEL]")
-    parser.set_defaults(func=run_demo)
+    """``privseed demo``: its flags come from DemoConfig (tasks/config.py), help and defaults included."""
+    parser = subparsers.add_parser("demo", help="run DP-KPS on the bundled demo corpus with embedded defaults",
+                                   description=__doc__)
+    add_config_arguments(parser, DemoConfig)
+    parser.set_defaults(func=run_from_cli)

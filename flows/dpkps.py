@@ -58,7 +58,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         sequences = privatize(plan, scan.counts, labels, cfg, ledger)  # pass 2 and every noisy release
         del scan  # nothing private is needed past this line
         synthetic, report = ((render_without_llm(sequences), None) if cfg.llm == "none"
-                             else generate_release_documents(sequences, cfg))
+                             else generate_release_documents(sequences, cfg, labels))
         manifest = publish(cfg, synthetic, ledger, labels, class_names, report)
     epsilon, delta = ledger.total()
     get_run_logger().info("release %s: %d documents, epsilon=%g, delta=%g, at %s",

@@ -27,8 +27,9 @@ from prefect import flow  # noqa: E402  (after tasks._runtime)
 from flows.dpkps import dpkps_flow
 from flows.evolution import augpe_flow, secpe_flow
 from tasks.baselines import only_llm_label_names
+from tasks.config import ExperimentConfig, add_config_arguments, build_config, config_from_args
 from tasks.errors import ConfigError
-from tasks.experiment import (METHODS, CellLog, ExperimentSpec, GridCell, PreparedData, grid_cells,
+from tasks.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides, grid_cells,
                               load_experiment, method_config, method_flow, record_release_seconds,
                               recorded_release_seconds)
 from tasks.release_reader import Release
@@ -41,28 +42,30 @@ METHOD_FLOWS = {"dpkps": dpkps_flow, "augpe": augpe_flow, "secpe": secpe_flow}
 
 # The flow that deployments/prefect.yaml names (flows/experiment.py:experiment).
 @flow(name="experiment", log_prints=True)
-def experiment(config_path: str | None = None, overrides: dict[str, Any] | None = None,
-               cell_reports: bool = True, progress: bool = True, report_only: bool = False) -> dict[str, Any]:
+def experiment(config: dict[str, Any], grid: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
 
-    Resumable: a finished cell's scores are kept in cells.jsonl and its release in runs/<cell>/ (whose
+    ``config`` is an ExperimentConfig as a dict (tasks/config.py: the experiment file and what the command line
+    replaces in it); ``grid`` holds the file's settings inline (datasets, methods, sections), for callers without
+    a file. Resumable: a finished cell's scores are kept in cells.jsonl and its release in runs/<cell>/ (whose
     ledger re-reads every drawn value), so a re-run only does the missing cells.
     """
     from tqdm.auto import tqdm
 
-    spec = load_experiment(config_path, overrides)
-    log, grid = CellLog(spec.out_dir), GridData(spec)
+    cfg = build_config(ExperimentConfig, config)
+    spec = load_experiment(cfg.config_path, {**(grid or {}), **experiment_overrides(cfg)})
+    log, shared = CellLog(spec.out_dir), GridData(spec)
     finished = log.finished()
-    bar = tqdm(grid_cells(spec), desc=f"experiment {spec.name}", unit="run", disable=not progress)
+    bar = tqdm(grid_cells(spec), desc=f"experiment {spec.name}", unit="run", disable=not cfg.progress)
     for cell in bar:
         bar.set_postfix_str(cell.id)
-        if cell.id in finished or report_only:  # report_only: tabulate finished runs, start none
+        if cell.id in finished or cfg.report_only:  # report_only: tabulate finished runs, start none
             continue
-        data = grid.prepared(cell.ds)
+        data = shared.prepared(cell.ds)
         started = time.perf_counter()
         train, release, release_s = training_set(spec, cell, data)
-        log.append(score_cell(spec, cell, grid, train, release, release_s, started, cell_reports))
-    return tabulate(spec, log, grid)
+        log.append(score_cell(spec, cell, shared, train, release, release_s, started, cfg.cell_reports))
+    return tabulate(spec, log, shared)
 
 
 def training_set(spec: ExperimentSpec, cell: GridCell, data: PreparedData
@@ -86,55 +89,18 @@ def training_set(spec: ExperimentSpec, cell: GridCell, data: PreparedData
 
 # ================================================================ CLI
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    ex = subparsers.add_parser("experiment", help="a grid of methods x epsilon x seeds, one table beside the paper")
-    ex.add_argument("--config", dest="experiment_config", metavar="FILE", help="experiments/*.toml")
-    ex.add_argument("--name")
-    ex.add_argument("--methods", type=_csv, help="comma separated, of: " + ",".join(METHODS))
-    ex.add_argument("--eps", type=_eps_pairs, help="eps_voc+eps_kde pairs, e.g. 1+5,5+5,1+10,5+10")
-    ex.add_argument("--seeds", type=lambda s: [int(x) for x in _csv(s)], help="e.g. 0,1,2")
-    ex.add_argument("--llm", type=_csv,
-                    help="none | local | local:qwen2.5-coder-0.5b | anthropic:MODEL, or several, comma separated")
-    ex.add_argument("--class-names", dest="class_names", choices=["no", "yes", "both"],
-                    help="DP-KPS prompts without, with, or both without and with the dataset's public class names")
-    ex.add_argument("--classifier", choices=["mlp", "finetune"])
-    ex.add_argument("--coral", choices=["no", "yes", "both"], help="Deep CORAL: without, with, or both (Table 4)")
-    ex.add_argument("--synthetic-per-class", type=int, metavar="N",
-                    help="texts per class of every release (overrides [dataset]; give the grid another --name)")
-    ex.add_argument("--out", help="results folder (default experiments/results)")
-    ex.add_argument("--no-cell-reports", dest="cell_reports", action="store_false",
-                    help="skip the per-run report.html files")
-    ex.add_argument("--insecure-reproducible-noise", action="store_const", const=True,
-                    help="research grids only: every method's noise from the cell's seed (bit-identical reruns); "
-                         "releases are NOT differentially private and refused unless --allow-insecure-release")
-    ex.add_argument("--allow-insecure-release", action="store_const", const=True,
-                    help="publish the cells' releases made with --insecure-reproducible-noise anyway (stamped)")
-    ex.add_argument("--report-only", action="store_true",
-                    help="only tabulate the runs already finished (start none); missing runs show fewer seeds")
-    ex.set_defaults(func=_experiment_from_cli)
+    """``privseed experiment``: every flag comes from ExperimentConfig (tasks/config.py), help and defaults
+    included."""
+    parser = subparsers.add_parser("experiment", description=__doc__,
+                                   help="a grid of methods x epsilon x seeds, one table beside the paper",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser, ExperimentConfig)
+    parser.set_defaults(func=run_from_cli)
 
 
-def _csv(value: str) -> list[str]:
-    return [x.strip() for x in value.split(",") if x.strip()]
-
-
-def _eps_pairs(value: str) -> list[list[float]]:
-    try:
-        return [[float(a), float(b)] for a, b in (p.split("+") for p in _csv(value))]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--eps wants pairs like 1+5,5+10, got {value!r}") from exc
-
-
-def _experiment_from_cli(args: argparse.Namespace) -> int:
-    coral = {"no": [False], "yes": [True], "both": [False, True]}.get(args.coral) if args.coral else None
-    names = {"no": [False], "yes": [True], "both": [False, True]}.get(args.class_names) if args.class_names else None
-    llm = args.llm[0] if args.llm and len(args.llm) == 1 else args.llm
-    overrides = {"name": args.name, "methods": args.methods, "eps": args.eps, "seeds": args.seeds, "llm": llm,
-                 "classifier": args.classifier, "coral": coral, "class_names": names, "out": args.out,
-                 "synthetic_per_class": args.synthetic_per_class,
-                 "insecure_reproducible_noise": args.insecure_reproducible_noise,
-                 "allow_insecure_release": args.allow_insecure_release}
-    if not args.experiment_config and not args.methods:
-        raise ConfigError("give --config experiments/X.toml (or at least --methods and a dataset in a config)")
-    experiment(config_path=args.experiment_config, overrides=overrides, cell_reports=args.cell_reports,
-               report_only=args.report_only)
+def run_from_cli(args: argparse.Namespace) -> int:
+    cfg = config_from_args(ExperimentConfig, args)
+    if cfg.config_path is None:  # refused before a Prefect run starts: a command line has no inline grid
+        raise ConfigError("--config: give the experiment file, e.g. --config experiments/dbpedia14_nollm.toml")
+    experiment(cfg.model_dump())
     return 0

@@ -59,12 +59,13 @@ import pandas as pd
 
 from tasks import audit as stats
 from tasks import jsonable, storage
+from tasks.config import AUDIT_MECHANISMS, AUDIT_PROFILES
 from tasks.errors import ConfigError
 from tasks.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
-MECHANISMS = ("vocabulary", "kde", "markov", "augpe", "secpe")
+MECHANISMS = AUDIT_MECHANISMS
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Profile:
 
 # quick: in the test suite (1-2 minutes on two shared cores). full: the figures of docs/privacy.md; with 500
 # evaluation trials per side a perfect test bounds epsilon by about 4.9, above every claim audited here.
-PROFILES = {"quick": Profile(calibration=40, evaluation=100), "full": Profile(calibration=250, evaluation=500)}
+PROFILES = {name: Profile(*counts) for name, counts in AUDIT_PROFILES.items()}
 
 # ---------------------------------------------------------------------------------------------------------
 # The public audit corpus. Everything here is public by construction: the audit never reads private data.

@@ -1,7 +1,7 @@
-"""One typed configuration model per method, validated up front with messages that name the problem.
+"""One typed configuration model per command, validated up front with messages that name the problem.
 
-Values come from, in increasing precedence: defaults, a TOML/YAML file (``--config``), environment
-variables ``PRIVSEED_<FIELD>`` and command-line flags. Everything here is public (docs/privacy.md, "What is
+Values come from, in increasing precedence: defaults, a TOML/YAML file (``--config``; ``privseed experiment``
+keeps that flag for its experiment file), environment variables ``PRIVSEED_<FIELD>`` and command-line flags. Everything here is public (docs/privacy.md, "What is
 released and what stays private"): the configuration is written into the manifest, so it must never hold
 private data or secrets. The label set is part of it, declared by the operator, never read from the data.
 
@@ -20,7 +20,7 @@ import tomllib
 import types
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -187,10 +187,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
     """One argument per field of ``model`` (and ``--config FILE``): types from the annotations, choices from a
     Literal, booleans as ``--x/--no-x``, lists as ``a,b,c``, a dict as repeatable ``KEY=VALUE``, the help ending in
     the model's true default. Every argparse default is None: an absent flag leaves the config file, the
-    environment and the model's default in charge (:func:`build_config`); values are checked by the model."""
-    parser.add_argument("--config", dest="config_file", metavar="FILE",
-                        help="TOML or YAML file with values for these options, by field name (PRIVSEED_<FIELD> "
-                             "environment variables override it, flags override both)")
+    environment and the model's default in charge (:func:`build_config`); values are checked by the model.
+    ``--config`` is left to a field that claims it (the experiment file of ``privseed experiment``)."""
+    if not any(flag_of(model, name) == "--config" for name in model.model_fields):
+        parser.add_argument("--config", dest="config_file", metavar="FILE",
+                            help="TOML or YAML file with values for these options, by field name (PRIVSEED_<FIELD> "
+                                 "environment variables override it, flags override both)")
     groups: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         if name in exclude:
@@ -235,7 +237,11 @@ def flags_from_args(model: type[BaseModel], args: argparse.Namespace) -> dict[st
     return values
 
 
-def config_from_args(model: type[ReleaseConfig], args: argparse.Namespace) -> ReleaseConfig:
+#: A configuration model (a command's)
+Config = TypeVar("Config", bound=BaseModel)
+
+
+def config_from_args(model: type[Config], args: argparse.Namespace) -> Config:
     """flags > PRIVSEED_* environment > ``--config FILE`` > defaults, validated (:func:`build_config`)."""
     return build_config(model, flags_from_args(model, args), getattr(args, "config_file", None))
 
@@ -513,6 +519,10 @@ class DpKpsConfig(ReleaseConfig):
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)",
                          json_schema_extra=cli(group=GENERATION))
+    steer_schedule: Literal["budget", "flat"] = Field(
+        default="budget", description="seed steering schedule (local models): 'budget' pushes missing terms harder "
+        "as the token budget runs out and holds the end while a term is missing; 'flat': a constant push",
+        json_schema_extra=cli(group=GENERATION))
     repeat_penalty: float = Field(default=1.0, gt=0.0, le=5.0, description="llama.cpp repeat penalty (1: off)",
                                   json_schema_extra=cli(group=GENERATION))
     no_repeat_ngram: int = Field(default=4, ge=0, le=64,
@@ -716,7 +726,7 @@ def _from_env(model: type[BaseModel]) -> dict[str, Any]:
     return values
 
 
-def build_config(model: type[ReleaseConfig], flags: dict[str, Any], config_file: str | None = None) -> ReleaseConfig:
+def build_config(model: type[Config], flags: dict[str, Any], config_file: str | None = None) -> Config:
     """Merge file < environment < flags and validate. Raises ConfigError naming every bad field."""
     merged: dict[str, Any] = {}
     if config_file:
@@ -726,7 +736,7 @@ def build_config(model: type[ReleaseConfig], flags: dict[str, Any], config_file:
     return validate_config(model, merged)
 
 
-def validate_config(model: type[ReleaseConfig], values: dict[str, Any]) -> ReleaseConfig:
+def validate_config(model: type[Config], values: dict[str, Any]) -> Config:
     """``values`` (flags, a config file, a deployment's dict) as a ``model``; ConfigError names every bad field by
     the flag a user types (:func:`describe_error`)."""
     try:
@@ -750,3 +760,247 @@ def describe_error(model: type[BaseModel], error: Any) -> str:
         return message
     spelled_otherwise = name in model.model_fields and flag != "--" + _dashed(name) and flag != name.upper()
     return f"{flag} ({name}): {message}" if spelled_otherwise else f"{flag}: {message}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The commands around the releases: the recipient's evaluation, the experiment grid, the audit and the demo
+# ---------------------------------------------------------------------------------------------------------
+#: The neural classifiers of the recipient's evaluation; TF-IDF + LR is reported beside either
+NeuralClassifier = Literal["mlp", "finetune"]
+#: How the recipient's test documents reach the classifiers (phrases: the no-LLM ablation, docs/evaluation.md)
+TestView = Literal["auto", "text", "phrases"]
+#: A setting an experiment grid runs without, with, or both without and with
+Switch = Literal["no", "yes", "both"]
+#: What each Switch runs
+SWITCH_VALUES: dict[str, list[bool]] = {"no": [False], "yes": [True], "both": [False, True]}
+#: The experiment grid's methods besides DP-KPS's samplers (DpKpsConfig.method): the two baselines (real
+#: documents, only-LLM texts) and private evolution (Aug-PE, AugPE+V~, SecPE); tasks/experiment.py runs them.
+BASELINE_METHODS = ("real", "only-llm")
+PE_METHODS = ("augpe", "augpe+v", "secpe")
+EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["method"].annotation), *BASELINE_METHODS,
+                                       *PE_METHODS)
+#: Where an experiment writes its results when neither its file nor --out says
+EXPERIMENT_OUT = "experiments/results"
+#: The mechanisms `privseed audit` can audit (tasks/audit_trials.py)
+AUDIT_MECHANISMS = ("vocabulary", "kde", "markov", "augpe", "secpe")
+#: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
+#: figures of docs/privacy.md (500 evaluation trials per side bound epsilon by about 4.9 at most)
+AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}
+
+
+def _llm_spec(value: str) -> str:
+    """The one --llm grammar (tasks.llm.parse_llm_spec), normalised; its ConfigError is the field's error."""
+    from tasks.llm import parse_llm_spec
+
+    return str(parse_llm_spec(value))
+
+
+class EvaluationOptions(BaseModel):
+    """What the data recipient trains on a synthetic corpus and how (docs/evaluation.md): the options of
+    `privseed evaluate`, and of every cell of an experiment grid (which sets them from its file)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    cli_group: ClassVar[str] = "what to train and how"
+
+    classifier: NeuralClassifier = Field(default="mlp", description="mlp: a 3-layer MLP over frozen MiniLM "
+                                         "embeddings (CPU); finetune: MiniLM fine-tuned end to end (GPU)")
+    tfidf: bool = Field(default=True, description="also train TF-IDF + logistic regression (scikit-learn), an "
+                        "evaluator that is not privseed's")
+    coral: bool = Field(default=False, description="Deep CORAL domain adaptation against unlabelled client "
+                        "documents")
+    test_view: TestView = Field(default="auto", description="phrases: test documents become phrase sequences of "
+                                "the release's vocabulary (the no-LLM ablation); auto: phrases for a release "
+                                "written with --llm none, else text")
+    seed: int = Field(default=0, ge=0, description="seeds the classifiers' training and the sample of client "
+                      "documents")
+    max_epochs: int = Field(default=60, ge=1, le=10_000, description="maximum epochs (early stopping on a split of "
+                            "the synthetic data)", json_schema_extra=cli(flag="epochs"))
+    device: str | None = Field(default=None, pattern=r"^(cpu|cuda(:\d+)?|mps)$", description="torch device: cpu, "
+                               "cuda, cuda:N or mps",
+                               json_schema_extra=cli(metavar="DEVICE", default_text="cuda when available, else cpu"))
+    embedding_model: str = Field(default="minilm", description="the evaluator's sentence embeddings: minilm "
+                                 "(offline package) or a local sentence-transformers folder",
+                                 json_schema_extra=cli(metavar="MODEL"))
+    map_method: Literal["tsne", "pca"] = Field(default="tsne", description="the report's 2-D map of real and "
+                                               "synthetic embeddings", json_schema_extra=cli(flag="map"))
+    progress: bool = Field(default=True, description="progress bars of the training on stderr")
+
+
+class EvaluateConfig(EvaluationOptions):
+    """`privseed evaluate`: train on a release only, score on the recipient's real test set (docs/evaluation.md)."""
+
+    cli_group: ClassVar[str] = "the release and the recipient's documents"
+
+    synthetic: str = Field(description="the release folder (local or s3://), read through its manifest.json",
+                           json_schema_extra=cli(metavar="OUT"))
+    test: str = Field(description="the recipient's real labelled test set (Parquet)",
+                      json_schema_extra=cli(metavar="PATH"))
+    client: str | None = Field(default=None, description="unlabelled client documents for --coral (Parquet; only "
+                               "the text column is read; texts also in --test are dropped)",
+                               json_schema_extra=cli(metavar="PATH"))
+    json_path: str | None = Field(default=None, description="write the scores and metrics as JSON here",
+                                  json_schema_extra=cli(flag="json", metavar="FILE", default_text="no JSON"))
+    report_path: str | None = Field(default=None, description="where report.html goes",
+                                    json_schema_extra=cli(flag="report", metavar="FILE",
+                                                          default_text="OUT/report.html"))
+    text_column: str = Field(default="text", description="column of --test and --client that holds the text",
+                             json_schema_extra=cli(metavar="COLUMN"))
+    label_column: str = Field(default="label", description="column of --test that holds the label",
+                              json_schema_extra=cli(metavar="COLUMN"))
+
+    @model_validator(mode="after")
+    def _coral_needs_client(self) -> "EvaluateConfig":
+        if self.coral and not self.client:
+            raise ValueError("--coral needs --client PATH (unlabelled client documents, disjoint from the test set)")
+        return self
+
+    @property
+    def report_uri(self) -> str:
+        """Where report.html goes: --report, else beside the release."""
+        return self.report_path or storage.join(self.synthetic, "report.html")
+
+
+def _eps_pair(item: Any) -> Any:
+    """``1+5`` -> (1.0, 5.0); anything but text is left to the field's type."""
+    if not isinstance(item, str):
+        return item
+    parts = item.split("+")
+    try:
+        if len(parts) == 2:
+            return float(parts[0]), float(parts[1])
+    except ValueError:
+        pass
+    raise ValueError(f"wants eps_voc+eps_kde pairs like 1+5,5+10, got {item!r}")
+
+
+class ExperimentConfig(BaseModel):
+    """`privseed experiment`: the experiment file and what the command line overrides in it. The file's own
+    schema (datasets, [dpkps], [pe], [generation], ...) is tasks/experiment.py's; each field here replaces the
+    file's setting of the same name."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    cli_group: ClassVar[str] = "the grid (each option replaces the experiment file's setting)"
+
+    config_path: str | None = Field(default=None, description="the experiment file, experiments/*.toml: datasets, "
+                                    "methods, budgets, seeds and each method's settings",
+                                    json_schema_extra=cli(flag="config", metavar="FILE",
+                                                          default_text="none (the grid inline, from Python)"))
+    name: str | None = Field(default=None, description="the grid's name; its results go to OUT/NAME (give another "
+                             "name when an option changes what a cell computes)",
+                             json_schema_extra=cli(metavar="NAME", default_text="the file's, else its stem"))
+    methods: list[Literal[EXPERIMENT_METHODS]] | None = Field(  # type: ignore[valid-type]
+        default=None, min_length=1, description="comma separated, of: " + ",".join(EXPERIMENT_METHODS),
+        json_schema_extra=cli(metavar="M,...", default_text="the file's"))
+    eps: list[tuple[float, float]] | None = Field(
+        default=None, min_length=1, description="eps_voc+eps_kde pairs, comma separated, e.g. 1+5,5+5,1+10,5+10",
+        json_schema_extra=cli(metavar="V+K,...", default_text="the file's"))
+    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1, description="comma "
+                                                            "separated, e.g. 0,1,2",
+                                                            json_schema_extra=cli(metavar="S,...",
+                                                                                  default_text="the file's"))
+    llm: list[str] | None = Field(default=None, min_length=1, description="one LLM or several, comma separated, "
+                                  "each none | local[:MODEL_OR_PATH] | anthropic:MODEL | "
+                                  "openai-compatible:URL[#MODEL]; the grid runs every method with each",
+                                  json_schema_extra=cli(metavar="SPEC,...", default_text="the file's, else none"))
+    class_names: Switch | None = Field(default=None, description="DP-KPS prompts without, with, or both without "
+                                       "and with the dataset's public class names",
+                                       json_schema_extra=cli(default_text="the file's, else no"))
+    classifier: NeuralClassifier | None = Field(
+        default=None, description="the neural classifier of every cell (TF-IDF + LR beside it)",
+        json_schema_extra=cli(default_text=f"the file's, else {EvaluationOptions.model_fields['classifier'].default}"))
+    coral: Switch | None = Field(default=None, description="Deep CORAL: without, with, or both (the paper's "
+                                 "Table 4)", json_schema_extra=cli(default_text="the file's, else no"))
+    synthetic_per_class: int | None = Field(default=None, ge=1, le=1_000_000, description="texts per class of "
+                                            "every release, in every dataset (give the grid another --name)",
+                                            json_schema_extra=cli(metavar="N", default_text="each dataset's"))
+    out: str | None = Field(default=None, description="results folder",
+                            json_schema_extra=cli(metavar="DIR", default_text=f"the file's, else {EXPERIMENT_OUT}"))
+    cell_reports: bool = Field(default=True, description="a report.html beside every run's release")
+    insecure_reproducible_noise: bool | None = Field(
+        default=None, description="research grids only: every method's noise from the cell's seed (bit-identical "
+                                  "reruns); the releases are NOT differentially private and refused unless "
+                                  "--allow-insecure-release",
+        json_schema_extra=cli(default_text="the file's, else off"))
+    allow_insecure_release: bool | None = Field(
+        default=None, description="publish the cells' releases made with --insecure-reproducible-noise anyway "
+                                  "(stamped)", json_schema_extra=cli(default_text="the file's, else off"))
+    report_only: bool = Field(default=False, description="only tabulate the runs already finished (start none); "
+                              "missing runs show fewer seeds")
+    progress: bool = Field(default=True, description="a progress bar over the runs on stderr")
+
+    @field_validator("methods", "seeds", "llm", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        return comma_list(value) if isinstance(value, str) else value
+
+    @field_validator("eps", mode="before")
+    @classmethod
+    def _eps_pairs(cls, value: Any) -> Any:
+        """``1+5,5+10`` (the command line) or [[1, 5], [5, 10]] (a file, a deployment)."""
+        items = comma_list(value) if isinstance(value, str) else value
+        return [_eps_pair(item) for item in items] if isinstance(items, (list, tuple)) else items
+
+    @field_validator("eps")
+    @classmethod
+    def _positive_budgets(cls, value: list[tuple[float, float]] | None) -> list[tuple[float, float]] | None:
+        for pair in value or []:
+            if not all(0 < eps < float("inf") for eps in pair):
+                raise ValueError(f"every epsilon must be a finite number > 0, got {pair[0]:g}+{pair[1]:g}")
+        return value
+
+    @field_validator("llm")
+    @classmethod
+    def _known_llms(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [_llm_spec(spec) for spec in value]
+
+
+class AuditConfig(BaseModel):
+    """`privseed audit`: an empirical privacy audit of each mechanism (docs/privacy.md)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    cli_group: ClassVar[str] = "the audit"
+
+    profile: Literal[tuple(AUDIT_PROFILES)] = Field(  # type: ignore[valid-type]
+        default="quick", description="; ".join(f"{name}: {counts[1]} evaluation trials per corpus"
+                                                for name, counts in AUDIT_PROFILES.items()))
+    mechanisms: list[Literal[AUDIT_MECHANISMS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(AUDIT_MECHANISMS), min_length=1,
+        description="comma separated subset of " + ",".join(AUDIT_MECHANISMS), json_schema_extra=cli(metavar="M,..."))
+    trials: int | None = Field(default=None, ge=10, le=1_000_000, description="evaluation trials per corpus "
+                               "(calibration: half as many, at least 10)",
+                               json_schema_extra=cli(default_text="the profile's"))
+    insecure_reproducible_noise: bool = Field(default=False, description="audit the opt-in reproducible noise (the "
+                                              "same seed every trial): every claim must come out VIOLATED")
+    out: str = Field(default="audit-out", description="folder for audit.json and audit.png",
+                     json_schema_extra=cli(metavar="DIR"))
+    progress: bool = Field(default=True, description="progress bars of the trials on stderr")
+
+    @field_validator("mechanisms", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        return comma_list(value) if isinstance(value, str) else value
+
+    def trial_counts(self) -> tuple[int, int]:
+        """Trials per corpus, (calibration, evaluation): the profile's, or --trials and half as many."""
+        if self.trials is None:
+            return AUDIT_PROFILES[self.profile]
+        return max(10, self.trials // 2), self.trials
+
+
+class DemoConfig(BaseModel):
+    """`privseed demo`: DP-KPS on the bundled DBpedia-14 sample, then the recipient's evaluation. The demo's
+    DP-KPS settings are fixed (flows/demo.py); these are the two a user chooses."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    cli_group: ClassVar[str] = "the demo"
+
+    out: str = Field(default="demo-out", description="release folder (local or s3://)",
+                     json_schema_extra=cli(metavar="DIR"))
+    llm: str = Field(default="local", description="the LLM that writes the documents: local (the packaged offline "
+                     "model) | none (the DP seeds alone) | anthropic:MODEL | openai-compatible:URL[#MODEL]",
+                     json_schema_extra=cli(metavar="SPEC"))
+
+    @field_validator("llm")
+    @classmethod
+    def _known_llm(cls, value: str) -> str:
+        return _llm_spec(value)

@@ -5,6 +5,11 @@ Output: a release folder whose ``manifest.json`` is written **last**. The manife
 release with its row count and sha256; a release is complete exactly when the manifest names it. Parts
 carry the release id in their names, so publishing a new release never overwrites the files of the last
 good one before the new manifest is in place.
+
+Parts are written either by ``publish_release`` from a frame, or earlier and in parallel by whoever holds the
+rows (generation shards on Dask workers, ``write_part``): then the flow holds a :class:`StagedRelease`, the
+parts' small descriptors (path, rows, sha256, rows per label, the release gate's check of the part), and
+``publish_release`` combines the checks, writes the documents and commits the manifest without reading a row.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import logging
 import platform
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +37,7 @@ from tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
 
 if TYPE_CHECKING:
     from tasks.ledger import PrivacyLedger
+    from tasks.quality import PartCheck, ReleaseGate
 
 log = logging.getLogger(__name__)
 
@@ -199,14 +207,86 @@ def new_release_id() -> str:
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
 
 
+@dataclass(frozen=True, eq=False)
+class ReleasePart:
+    """One written part of a candidate release: its path relative to the release folder, rows, sha256, rows per
+    label (synthetic counts: the per-class sizes come from the configuration), columns, and the release gate's
+    check of its rows (None without a gate)."""
+
+    path: str
+    rows: int
+    sha256: str
+    rows_per_label: dict[str, int]
+    columns: tuple[str, ...]
+    check: PartCheck | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class StagedRelease:
+    """A candidate release whose parts are written under ``out`` and named by no manifest yet: what a flow holds
+    between generation and ``publish_release`` instead of the synthetic rows. ``gate`` is the gate that checked
+    the parts (publish_release refuses to combine them under another); ``generation_report`` the counts for
+    quality.json (tasks.generation.split_documents, summed over parts)."""
+
+    out: str
+    release_id: str
+    parts: tuple[ReleasePart, ...]
+    gate: ReleaseGate | None
+    generation_report: dict | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+
+def part_path(release_id: str, index: int) -> str:
+    """A part's path relative to the release folder: the release id in the name keeps it apart from the parts
+    of every other release until a manifest names it."""
+    return f"{SYNTHETIC_DIR}/part-{index:05d}-{release_id}.parquet"
+
+
+def _rows_per_label(labels: Sequence[Any]) -> dict[str, int]:
+    return {str(k): int(v) for k, v in pd.Series(list(labels), dtype=object).value_counts().sort_index().items()}
+
+
+def write_part(out: str, release_id: str, index: int, rows: pd.DataFrame,
+               storage_options: Mapping[str, Any] | None = None, gate: ReleaseGate | None = None) -> ReleasePart:
+    """Write part ``index`` of release ``release_id`` under ``out`` and describe it; ``gate`` checks its rows
+    here, where they are (a Dask worker), so nobody has to gather them. Nothing names the part until the
+    release's manifest does; ``publish_release`` moves it to quarantine if the gate fails, and a later commit
+    removes it if the run dies first."""
+    data = _parquet_bytes(rows)
+    relative = part_path(release_id, index)
+    storage.write_bytes(storage.join(out, relative), data, storage_options)
+    return ReleasePart(relative, len(rows), hashlib.sha256(data).hexdigest(), _rows_per_label(rows["label"]),
+                       tuple(str(c) for c in rows.columns), gate.check_part(rows) if gate is not None else None)
+
+
+def _quarantine_parts(out: str, quarantine: str, parts: Sequence[ReleasePart],
+                      storage_options: Mapping[str, Any] | None) -> None:
+    """Move staged parts out of the release folder: a refused candidate leaves nothing beside the last good
+    release."""
+    def move(part: ReleasePart) -> None:
+        target = storage.join(quarantine, part.path)
+        try:
+            storage.move(storage.join(out, part.path), target, storage_options)
+        except FileNotFoundError:
+            if not storage.exists(target, storage_options):  # not moved by an earlier attempt of this publish
+                raise
+
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="quarantine") as pool:
+        list(pool.map(move, parts))
+
+
 def publish_release(
     out: str,
-    synthetic: pd.DataFrame,
+    synthetic: pd.DataFrame | StagedRelease,
     *,
     ledger: PrivacyLedger,
     config: Mapping[str, Any],
     extra_files: Mapping[str, bytes] | None = None,
-    gate: Callable[[pd.DataFrame], dict] | None = None,
+    gate: Callable[[pd.DataFrame], dict] | ReleaseGate | None = None,
+    quality_extra: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     rows_per_shard: int = 5000,
     release_id: str | None = None,
@@ -214,39 +294,71 @@ def publish_release(
 ) -> dict:
     """Gate, then publish ``synthetic`` under ``out`` atomically; return the manifest.
 
-    Order of writes: the gate result; every part under a new name; the release's ledger (the recipient's
-    view), quality result and extra files under ``_releases/<id>/`` and as top-level copies; the owner's full
-    ledger into the private state; then ``manifest.json`` (the commit point); then the parts of older
-    releases are removed. Everything under ``out`` is meant for the recipient; nothing of the private state
-    (identity key, drawn values, data identity, LLM cache) is written there. A crash or a storage failure before the
-    manifest leaves the previous manifest, and every file it names, untouched.
-    A failing gate writes the candidate under ``_quarantine/<id>/`` and raises GateFailedError.
+    ``synthetic`` is the candidate frame, or a :class:`StagedRelease` whose parts the generation shards already
+    wrote (and the gate, a :class:`tasks.quality.ReleaseGate`, already checked part by part: here the checks are
+    combined, no row is read). Order of writes: the parts under new names (a frame's, here); the release's
+    ledger (the recipient's view), quality result and extra files under ``_releases/<id>/`` and as top-level
+    copies; the owner's full ledger into the private state; then ``manifest.json`` (the commit point); then the
+    parts of older releases (and of runs that died before their commit) are removed. Everything under ``out``
+    is meant for the recipient; nothing of the private state (identity key, drawn values, data identity, LLM
+    cache) is written there. A crash or a storage failure before the manifest leaves the previous manifest, and
+    every file it names, untouched. A failing gate puts the candidate under ``_quarantine/<id>/`` (staged parts
+    are moved there) and raises GateFailedError. ``quality_extra`` (e.g. the generation report) is added to
+    quality.json; with no gate, quality.json says ``"gate": "off"`` beside it.
 
     A ledger with any release drawn from reproducible noise (``--insecure-reproducible-noise``) is refused the
     same way, whether or not a gate runs, unless ``allow_insecure``; when allowed, manifest.json and
     ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp."""
     from tasks.mechanisms import INSECURE_STAMP
 
+    staged = synthetic if isinstance(synthetic, StagedRelease) else None
+    frame = synthetic if isinstance(synthetic, pd.DataFrame) else None
+    if staged is not None:
+        if staged.out.rstrip("/") != out.rstrip("/"):
+            raise ConfigError(f"the staged parts were written under {staged.out}, not under {out}")
+        if release_id is not None and release_id != staged.release_id:
+            raise ConfigError(f"the staged parts belong to release {staged.release_id}, not {release_id}")
+        release_id = staged.release_id
     release_id = release_id or new_release_id()
-    if synthetic.empty:
+    n_rows = staged.rows if staged is not None else len(frame) if frame is not None else 0
+    if n_rows == 0:
         raise GateFailedError("the synthetic corpus is empty; nothing to publish")
+    quarantine = storage.join(out, QUARANTINE_DIR, release_id)
+
+    def quarantine_candidate(documents: Mapping[str, bytes]) -> None:
+        if staged is not None:
+            _quarantine_parts(out, quarantine, staged.parts, storage_options)
+        else:
+            storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"),
+                                _parquet_bytes(frame), storage_options)
+        for name, data in documents.items():
+            storage.write_bytes(storage.join(quarantine, name), data, storage_options)
+
     noise = ledger.noise_report()
     if not noise["secure"] and not allow_insecure:
-        quarantine = storage.join(out, QUARANTINE_DIR, release_id)
-        storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"), _parquet_bytes(synthetic), storage_options)
-        storage.write_bytes(storage.join(quarantine, "ledger.json"), ledger.to_json().encode(), storage_options)
+        quarantine_candidate({"ledger.json": ledger.to_json().encode()})
         raise GateFailedError(
             f"{INSECURE_STAMP}: {len(noise['insecure_entries'])} release(s) of this run were drawn from reproducible "
             f"noise (--insecure-reproducible-noise), so the release is refused; candidate kept at {quarantine}. "
             "Pass --allow-insecure-release to publish it anyway, stamped",
             quarantine=quarantine,
         )
-    gate_result = gate(synthetic) if gate is not None else None
+    gate_result: dict[str, Any] | None
+    if staged is not None and gate is not None:
+        checks = [p.check for p in staged.parts]
+        if staged.gate is None or staged.gate != gate or any(c is None for c in checks):
+            raise ConfigError("the staged parts were checked by another release gate (labels, language or bounds "
+                              "differ), or not at all; check and publish with the same gate")
+        gate_result = staged.gate.combine([c for c in checks if c is not None])
+    elif staged is not None and staged.gate is not None:
+        raise ConfigError("the staged parts were checked by a release gate; publish them with that gate")
+    else:
+        gate_result = gate(frame) if gate is not None else None
+    if gate_result is not None and quality_extra:
+        gate_result = {**gate_result, **quality_extra}
 
     if gate_result is not None and not gate_result.get("success", False):
-        quarantine = storage.join(out, QUARANTINE_DIR, release_id)
-        storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"), _parquet_bytes(synthetic), storage_options)
-        storage.write_bytes(storage.join(quarantine, "quality.json"), _json_bytes(gate_result), storage_options)
+        quarantine_candidate({"quality.json": _json_bytes(gate_result)})
         failed = [e.get("name", "?") for e in gate_result.get("expectations", []) if not e.get("success", True)]
         raise GateFailedError(
             f"release gate failed ({', '.join(failed) or 'see quality.json'}); candidate kept at {quarantine}",
@@ -254,18 +366,24 @@ def publish_release(
             quarantine=quarantine,
         )
 
-    files: list[dict[str, Any]] = []
-    n_shards = max(1, int(np.ceil(len(synthetic) / rows_per_shard)))
-    for index in range(n_shards):
-        part = synthetic.iloc[index * rows_per_shard : (index + 1) * rows_per_shard]
-        data = _parquet_bytes(part)
-        relative = f"{SYNTHETIC_DIR}/part-{index:05d}-{release_id}.parquet"
-        storage.write_bytes(storage.join(out, relative), data, storage_options)
-        files.append({"path": relative, "rows": len(part), "sha256": hashlib.sha256(data).hexdigest(), "kind": "synthetic"})
+    if staged is not None:
+        parts = list(staged.parts)
+    elif frame is not None:
+        n_parts = max(1, int(np.ceil(n_rows / rows_per_shard)))
+        parts = [write_part(out, release_id, index, frame.iloc[index * rows_per_shard:(index + 1) * rows_per_shard],
+                            storage_options) for index in range(n_parts)]
+    files: list[dict[str, Any]] = [{"path": p.path, "rows": p.rows, "sha256": p.sha256, "kind": "synthetic"}
+                                   for p in parts]
+    rows_per_label: dict[str, int] = {}
+    for part in parts:
+        for label, count in part.rows_per_label.items():
+            rows_per_label[label] = rows_per_label.get(label, 0) + count
 
     documents: dict[str, bytes] = {"ledger.json": ledger.to_json().encode()}
     if gate_result is not None:
         documents["quality.json"] = _json_bytes(gate_result)
+    elif quality_extra:
+        documents["quality.json"] = _json_bytes({"gate": "off", **quality_extra})
     documents.update(extra_files or {})
     for name, data in documents.items():
         relative = f"{RELEASES_DIR}/{release_id}/{name}"
@@ -275,15 +393,14 @@ def publish_release(
 
     ledger.write_owner_ledger()
     epsilon, delta = ledger.total()
-    labels = synthetic["label"].tolist()
     manifest = {
         "format": MANIFEST_FORMAT,
         "release_id": release_id,
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "rows": len(synthetic),
+        "rows": n_rows,
         # Synthetic per-class counts come from the configuration, so they are public.
-        "rows_per_label": {str(k): int(v) for k, v in pd.Series(labels).value_counts().sort_index().items()},
-        "columns": list(synthetic.columns),
+        "rows_per_label": dict(sorted(rows_per_label.items())),
+        "columns": list(parts[0].columns),
         "files": files,
         # The run id is random (or the operator's --run-id); the data identity stays in the private state.
         "privacy": {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
@@ -297,7 +414,7 @@ def publish_release(
         log.warning("publishing a release stamped %s (--allow-insecure-release)", INSECURE_STAMP)
     storage.write_bytes(storage.join(out, MANIFEST), _json_bytes(manifest), storage_options)
     _remove_stale_parts(out, {f["path"] for f in files}, storage_options)
-    log.info("published release %s: %d synthetic rows in %d part(s) at %s", release_id, len(synthetic), n_shards, out)
+    log.info("published release %s: %d synthetic rows in %d part(s) at %s", release_id, n_rows, len(parts), out)
     return manifest
 
 

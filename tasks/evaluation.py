@@ -14,49 +14,34 @@ import io
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
 
 from tasks import classify, corpus, metrics, report, storage
+from tasks.config import EvaluationOptions, NeuralClassifier
 from tasks.errors import ConfigError
 
-#: The neural classifiers a run may choose; TF-IDF + LR is reported beside either.
-NEURAL_CLASSIFIERS = ("mlp", "finetune")
-CLASSIFIERS = NEURAL_CLASSIFIERS + ("tfidf",)
-TEST_VIEWS = ("auto", "text", "phrases")
+#: Every classifier an evaluation may train: the neural ones of --classifier, and TF-IDF + LR beside them.
+CLASSIFIERS = (*get_args(NeuralClassifier), "tfidf")
 
 
-@dataclass
-class EvalOptions:
-    """What to train and how. `classifier` is the neural model; TF-IDF is always reported beside it."""
-
-    classifier: str = "mlp"  # mlp | finetune
-    tfidf: bool = True
-    coral: bool = False
-    test_view: str = "auto"  # auto | text | phrases (no-LLM ablation: test documents as phrase sequences)
-    train: classify.TrainConfig = field(default_factory=classify.TrainConfig)
-    embed_model: str = "minilm"
-    device: str | None = None
-    map_method: str = "tsne"  # tsne | pca (report's 2-D map)
-    cache_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.classifier not in NEURAL_CLASSIFIERS:
-            raise ConfigError(f"--classifier must be mlp or finetune, not {self.classifier!r}")
-        if self.test_view not in TEST_VIEWS:
-            raise ConfigError(f"--test-view must be one of {', '.join(TEST_VIEWS)}, not {self.test_view!r}")
-
-    def classifiers(self) -> list[str]:
-        return [self.classifier] + (["tfidf"] if self.tfidf else [])
+def classifier_kinds(opts: EvaluationOptions) -> list[str]:
+    """The classifiers an evaluation trains: ``--classifier``, and TF-IDF + LR beside it unless ``--no-tfidf``."""
+    return [opts.classifier] + (["tfidf"] if opts.tfidf else [])
 
 
-def embedding_cache_dir(opts: EvalOptions) -> Path:
-    """Where sentence embeddings are cached: ``cache_dir``, else $PRIVSEED_CACHE_DIR, else ~/.cache/privseed."""
-    root = opts.cache_dir or os.environ.get("PRIVSEED_CACHE_DIR") or str(Path.home() / ".cache" / "privseed")
+def train_config(opts: EvaluationOptions) -> classify.TrainConfig:
+    """The neural classifiers' training settings: the classifier's own, with the evaluation's seed, epochs and
+    progress bars."""
+    return classify.TrainConfig(seed=opts.seed, max_epochs=opts.max_epochs, progress=opts.progress)
+
+
+def embedding_cache_dir() -> Path:
+    """Where sentence embeddings are cached: $PRIVSEED_CACHE_DIR, else ~/.cache/privseed."""
+    root = os.environ.get("PRIVSEED_CACHE_DIR") or str(Path.home() / ".cache" / "privseed")
     path = Path(root) / "embeddings"
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -220,7 +205,7 @@ def privacy_summary(ledger: Mapping[str, Any] | None) -> str:
 def evaluation_result(*, title: str, synthetic: str, test: str, client: str | None, test_view: str,
                       rows: pd.DataFrame, test_texts: Sequence[str], client_texts: Sequence[str] | None,
                       scored: Mapping[str, Any], ledger: Mapping[str, Any] | None,
-                      opts: EvalOptions) -> dict[str, Any]:
+                      opts: EvaluationOptions) -> dict[str, Any]:
     """The JSON-able result of one evaluation: scores, FID, corpus statistics, LLM usage and the guarantee."""
     return {
         "title": title, "synthetic": synthetic, "test": test, "client": client if opts.coral else None,
@@ -234,8 +219,8 @@ def evaluation_result(*, title: str, synthetic: str, test: str, client: str | No
         },
         "usage": metrics.llm_usage(rows),
         "privacy": privacy_summary(ledger),
-        "options": {"classifier": opts.classifier, "coral": opts.coral, "seed": opts.train.seed,
-                    "train": opts.train.to_dict()},
+        "options": {"classifier": opts.classifier, "coral": opts.coral, "seed": opts.seed,
+                    "train": train_config(opts).to_dict()},
     }
 
 
@@ -251,14 +236,14 @@ def _as_list(value: Any) -> list[Any]:
 
 def build_run_report(result: Mapping[str, Any], scored: Mapping[str, Any], release_rows: pd.DataFrame,
                      test_texts: Sequence[str], label_names: Mapping[str, str], *,
-                     manifest: Mapping[str, Any] | None, ledger: Mapping[str, Any] | None, opts: EvalOptions,
+                     manifest: Mapping[str, Any] | None, ledger: Mapping[str, Any] | None, opts: EvaluationOptions,
                      n_examples: int = 2) -> str:
     """All figures + HTML for one evaluation (post-processing of released data and aggregate scores)."""
     name = _label_display(label_names)
     figures: dict[str, str] = {}
     main_label = next(iter(scored["runs"]))
     real_xy, syn_xy = report.project_2d(scored["test_x"], scored["train_x"], method=opts.map_method,
-                                        seed=opts.train.seed)
+                                        seed=opts.seed)
     figures["2-D map of real test vs synthetic embeddings (as the paper's Figure 5)"] = report.figure_to_data_uri(
         report.plot_embedding_map(real_xy, syn_xy, method=opts.map_method))
     figures["Document lengths in words"] = report.figure_to_data_uri(report.plot_length_histograms(

@@ -14,12 +14,14 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
 
 from tasks import corpus, jsonable, storage
+from tasks.config import (BASELINE_METHODS, EXPERIMENT_METHODS, EXPERIMENT_OUT, PE_METHODS, SWITCH_VALUES,
+                          DpKpsConfig, EvaluationOptions, ExperimentConfig, validate_config)
 from tasks.errors import ConfigError
 from tasks.release_reader import Release
 
@@ -27,13 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 # The histogram methods (tasks/histogram_seeds.py) are privseed's own comparator on the same pipeline; they spend
 # one budget, the cell's eps_voc + eps_kde, and the paper has no numbers for them.
 HISTOGRAM_METHODS = ("histogram", "histogram-markov")
-DPKPS_METHODS = ("independent", "iterative-linear", "iterative-log") + HISTOGRAM_METHODS
-BASELINE_METHODS = ("real", "only-llm")
-# Private evolution (Aug-PE, AugPE+V~, SecPE). Aug-PE spends the cell's eps_voc + eps_kde on its voting rounds;
-# AugPE+V~ spends eps_voc on the vocabulary V~ and eps_kde on the rounds (the same split as DP-KPS, Table 2);
-# SecPE is run at the grid's (p, r), a different guarantee, so it is one cell per seed, not one per epsilon.
-PE_METHODS = ("augpe", "augpe+v", "secpe")
-METHODS = DPKPS_METHODS + BASELINE_METHODS + PE_METHODS
+DPKPS_METHODS: tuple[str, ...] = get_args(DpKpsConfig.model_fields["method"].annotation)
+# Private evolution (PE_METHODS: Aug-PE, AugPE+V~, SecPE). Aug-PE spends the cell's eps_voc + eps_kde on its voting
+# rounds; AugPE+V~ spends eps_voc on the vocabulary V~ and eps_kde on the rounds (the same split as DP-KPS,
+# Table 2); SecPE is run at the grid's (p, r), a different guarantee, so it is one cell per seed, not one per
+# epsilon. The baselines (BASELINE_METHODS) train on real documents or on only-LLM texts.
+METHODS = EXPERIMENT_METHODS
 NO_EPSILON_METHODS = BASELINE_METHODS + ("secpe",)
 LLM_METHODS = ("only-llm",) + PE_METHODS
 PAPER_NUMBERS = REPO / "experiments" / "paper_numbers.csv"
@@ -88,10 +89,11 @@ class ExperimentSpec:
     eps: list[tuple[float, float]]
     seeds: list[int]
     llm: str | list[str] = "none"  # one backend, or a list: the grid runs every method with each
-    classifier: str = "mlp"
-    tfidf: bool = True
-    coral: list[bool] = field(default_factory=lambda: [False])
-    max_epochs: int = 60
+    # What every cell trains (EvaluationOptions, the options of `privseed evaluate`, whose defaults these are)
+    classifier: str = EvaluationOptions.model_fields["classifier"].default
+    tfidf: bool = EvaluationOptions.model_fields["tfidf"].default
+    coral: list[bool] = field(default_factory=lambda: [EvaluationOptions.model_fields["coral"].default])
+    max_epochs: int = EvaluationOptions.model_fields["max_epochs"].default
     dpkps: dict[str, Any] = field(default_factory=dict)  # passed to DpKpsConfig (vocab, length, bandwidth, ...)
     # LLM settings shared by every method that prompts (DP-KPS with an LLM, only-llm, the PE family), so the
     # methods compare on the same model, output length and temperature.
@@ -112,7 +114,7 @@ class ExperimentSpec:
     # Named variants of DP-KPS generation, each a dict {"dpkps": {DpKpsConfig fields}, "llms": [...] (optional:
     # the backends it applies to)}; every DP-KPS cell with an LLM also runs once per variant.
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
-    out: str = "experiments/results"
+    out: str = EXPERIMENT_OUT
 
     @property
     def out_dir(self) -> Path:
@@ -123,8 +125,23 @@ class ExperimentSpec:
         return [self.llm] if isinstance(self.llm, str) else list(self.llm)
 
 
+def experiment_overrides(cfg: ExperimentConfig) -> dict[str, Any]:
+    """What the command line (an ExperimentConfig) replaces in the experiment file, as the file's settings; a
+    field left unset replaces nothing."""
+    llms = cfg.llm[0] if cfg.llm and len(cfg.llm) == 1 else cfg.llm
+    overrides = {"name": cfg.name, "methods": cfg.methods, "seeds": cfg.seeds, "llm": llms,
+                 "eps": [list(pair) for pair in cfg.eps] if cfg.eps else None, "classifier": cfg.classifier,
+                 "coral": SWITCH_VALUES[cfg.coral] if cfg.coral else None,
+                 "class_names": SWITCH_VALUES[cfg.class_names] if cfg.class_names else None, "out": cfg.out,
+                 "synthetic_per_class": cfg.synthetic_per_class,
+                 "insecure_reproducible_noise": cfg.insecure_reproducible_noise,
+                 "allow_insecure_release": cfg.allow_insecure_release}
+    return {key: value for key, value in overrides.items() if value is not None}
+
+
 def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
-    """Read an experiment TOML (see experiments/*.toml) and apply CLI overrides; validate up front."""
+    """Read an experiment TOML (see experiments/*.toml) and apply overrides (the file's settings inline, and
+    :func:`experiment_overrides`); validate up front."""
     import tomllib
 
     raw: dict[str, Any] = {}
@@ -144,7 +161,7 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         raw = _substitute_data_root(raw, str(data_root()))
     datasets_raw = raw.pop("dataset", raw.pop("datasets", None))
     if datasets_raw is None:
-        raise ConfigError("the experiment names no [dataset]")
+        raise ConfigError("the experiment names no [dataset]: give --config experiments/X.toml")
     if isinstance(datasets_raw, dict):
         datasets_raw = [datasets_raw]
     datasets = []
@@ -196,8 +213,9 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         raise ConfigError("eps must be a list of [eps_voc, eps_kde] pairs, each > 0")
     if not spec.seeds:
         raise ConfigError("give at least one seed")
-    if spec.classifier not in ("mlp", "finetune"):
-        raise ConfigError(f"classifier must be mlp or finetune, not {spec.classifier!r}")
+    # what every cell trains, checked as `privseed evaluate` checks it
+    validate_config(EvaluationOptions, {"classifier": spec.classifier, "tfidf": spec.tfidf,
+                                        "max_epochs": spec.max_epochs})
     return spec
 
 

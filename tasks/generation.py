@@ -1,9 +1,14 @@
 """DP-KPS step 7: one LLM prompt per released keyphrase sequence (post-processing, no privacy cost).
 
-Pure parts (no I/O): ``candidate_seed``, ``build_generation_requests``, ``select_best``, ``assemble_rows``,
-``no_llm_rows``, ``estimate_cost``. I/O part: ``generate_shard`` (backend + call cache + progress bar) runs
-on Dask workers over shards of seeds (``generate_seeds``; each worker process loads the local model once, see
-tasks.llm.get_backend); the Prefect task ``generate_documents(sequences, cfg)`` is what flows call.
+Pure parts (no I/O): ``candidate_seed``, ``build_generation_requests``, ``candidate_rounds`` (best-of-k and
+regeneration, the calls left to a ``send`` function), ``select_best``, ``assemble_rows``, ``no_llm_rows``,
+``split_documents``, ``merge_generation_reports``, ``estimate_cost``. I/O part: ``generate_shard`` (backend +
+call cache + progress bar) runs on Dask workers over shards of seeds (each worker process loads the local model
+once, see tasks.llm.get_backend). A release is written by the shards themselves (``generate_release_parts``:
+each shard writes and gate-checks one part, the flow gathers descriptors only; the Prefect task
+``generate_release(sequences, cfg, gate)``); ``generate_seeds`` / the task ``generate_documents(sequences,
+cfg)`` return the rows as a frame for callers that keep them in memory. Either way the call cache is listed
+once per generation and a batching Anthropic run submits all its Message Batches at once (``fill_cache``).
 
 Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabulary V~, sampled from released
 DP-KDEs), recipient few-shot examples and public configuration. Nothing here reads the private corpus, and
@@ -35,18 +40,20 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 
+from tasks.corpus import ReleasePart, StagedRelease, new_release_id, write_part
 from tasks.errors import ConfigError
 from tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, SeedSteering
-from tasks.llm.cache import CallCache, cached_complete
+from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
+from tasks.llm.cache import CacheIndex, CallCache, cached_complete
 from tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
 from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
+from tasks.llm.steering import SCHEDULES
 from tasks.metrics import term_coverage
-from tasks.quality import DEFAULT_RULES, DocumentRules, document_rejection
+from tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection
 
 log = logging.getLogger("privseed.generation")
 
@@ -72,6 +79,7 @@ class GenerationParams:
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
     steer: float = 0.0
+    steer_schedule: str = "budget"  # tasks/llm/steering.py SCHEDULES
     repeat_penalty: float = 1.0
     no_repeat_ngram: int = 0
     # The corpus's declared language for the document predicate (None: no language test).
@@ -84,6 +92,8 @@ class GenerationParams:
             raise ConfigError(f"max_regenerations must be >= 0, got {self.max_regenerations}")
         if self.steer < 0:
             raise ConfigError(f"steer must be >= 0 (0 turns seed steering off), got {self.steer}")
+        if self.steer_schedule not in SCHEDULES:
+            raise ConfigError(f"steer_schedule must be one of {', '.join(SCHEDULES)}, got {self.steer_schedule!r}")
         if self.repeat_penalty <= 0:
             raise ConfigError(f"repeat_penalty must be > 0 (1 turns it off), got {self.repeat_penalty}")
         if self.no_repeat_ngram < 0:
@@ -108,7 +118,7 @@ def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str
     if backend_kind != "local" or (params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
         return None
     return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
-                        int(params.no_repeat_ngram))
+                        int(params.no_repeat_ngram), params.steer_schedule)
 
 
 def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
@@ -178,8 +188,39 @@ def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
     return best, covs[best]
 
 
-def _has_document(seed: ReleasedSeed, candidates: Sequence[ChatResult], rules: DocumentRules) -> bool:
-    return any(rejection(seed, _cleaned(c), rules) is None for c in candidates)
+#: ``send(requests, owners, on_each)``: answer every request (a candidate of seed ``owners[j]``), calling
+#: ``on_each(j, result)`` as each answer arrives.
+SendCandidates = Callable[[list[ChatRequest], list[int], OnEach], None]
+
+
+def candidate_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
+                     backend_kind: str, send: SendCandidates, rules: DocumentRules) -> None:
+    """Best-of-k, then regeneration (the control flow only; ``send`` makes the calls). Round 0 asks for
+    candidates 0..k-1 of every seed; each later round asks for one more candidate (the next index) of every seed
+    none of whose candidates so far is a document (``rejection`` of the cleaned text), for at most
+    ``params.max_regenerations`` rounds. Deterministic in the answers: run twice over the same cache, it asks
+    for the same calls."""
+    has_document = [False] * len(seeds)
+    n_candidates = [params.best_of] * len(seeds)
+
+    def judge(owners: list[int]) -> OnEach:
+        def on_each(j: int, result: ChatResult) -> None:
+            i = owners[j]
+            if not has_document[i] and rejection(seeds[i], _cleaned(result), rules) is None:
+                has_document[i] = True
+        return on_each
+
+    first = [r for per_seed in build_generation_requests(seeds, template, params, backend_kind) for r in per_seed]
+    owners = [i for i in range(len(seeds)) for _ in range(params.best_of)]
+    send(first, owners, judge(owners))
+    for _ in range(params.max_regenerations):
+        bad = [i for i, ok in enumerate(has_document) if not ok]
+        if not bad:
+            break
+        extra = [candidate_request(template, seeds[i], params, n_candidates[i], backend_kind) for i in bad]
+        for i in bad:
+            n_candidates[i] += 1
+        send(extra, bad, judge(bad))
 
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
@@ -292,7 +333,8 @@ def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCac
 
     model_id = backend.model if backend is not None else (spec.model or "")
     kind = backend.name if backend is not None else spec.kind
-    cached = [cache is not None and cache.get(r.cache_key(kind, model_id)) is not None for r in requests]
+    found = cache.get_many([r.cache_key(kind, model_id) for r in requests]) if cache is not None else []
+    cached = [cache is not None and found[i] is not None for i in range(len(requests))]
     todo = [r for r, c in zip(requests, cached) if not c]
     t_in = sum(n_in(r) for r in todo)
     t_out = sum(r.max_tokens for r in todo)
@@ -334,31 +376,30 @@ class CallProgress:
 
 def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
                    cache_uri: str | None, storage_options: dict | None = None, progress: bool = True,
-                   shard: int = 0) -> pd.DataFrame:
+                   shard: int = 0, cache_index: CacheIndex | None = None) -> pd.DataFrame:
     """Write one document per seed. Every call goes through the call cache, so re-running a crashed shard
-    sends only the calls that never finished."""
+    sends only the calls that never finished. ``cache_index``: the generation's listing of the cache (then
+    only its hits are read); None lists the cache here when that is cheaper than probing."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
     if spec.kind == "none":
         return no_llm_rows(seeds)
     template = PromptTemplate.load(params.template)
-    requests = build_generation_requests(seeds, template, params, spec.kind)
-    flat = [r for per_seed in requests for r in per_seed]
     backend = get_backend(spec)
-    cache = CallCache(cache_uri, storage_options) if cache_uri else None
-    bar = CallProgress(len(flat), call_prices(spec, len(flat)), f"generate[{shard}] {spec.kind}", progress)
+    cache = CallCache(cache_uri, storage_options, index=cache_index) if cache_uri else None
+    n_first = len(seeds) * params.best_of
+    bar = CallProgress(n_first, call_prices(spec, n_first), f"generate[{shard}] {spec.kind}", progress)
     k = params.best_of
     rules = document_rules(params)
+    per_seed: list[list[ChatResult]] = [[] for _ in seeds]
+
+    def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
+        if any(per_seed):
+            bar.bar.total += len(requests)
+        for i, result in zip(owners, cached_complete(backend, requests, cache, on_result=bar, on_each=on_each)):
+            per_seed[i].append(result)
+
     try:
-        results = cached_complete(backend, flat, cache, on_result=bar)
-        per_seed = [list(results[i * k:(i + 1) * k]) for i in range(len(seeds))]
-        for _ in range(params.max_regenerations):
-            bad = [i for i, (sd, cands) in enumerate(zip(seeds, per_seed)) if not _has_document(sd, cands, rules)]
-            if not bad:
-                break
-            extra = [candidate_request(template, seeds[i], params, len(per_seed[i]), spec.kind) for i in bad]
-            bar.bar.total += len(extra)
-            for i, r in zip(bad, cached_complete(backend, extra, cache, on_result=bar)):
-                per_seed[i].append(r)
+        candidate_rounds(seeds, template, params, spec.kind, send, rules)
     finally:
         bar.close()
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
@@ -379,52 +420,203 @@ def shard_seeds(seeds: Sequence[ReleasedSeed], shard_size: int) -> list[list[Rel
     return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
 
 
+def _batched(spec: LLMSpec, n_calls: int) -> bool:
+    """Whether an Anthropic run of ``n_calls`` goes through Message Batches (its backend's own rule)."""
+    if spec.kind != "anthropic":
+        return False
+    opts = dict(spec.options)
+    batched = opts.get("use_batches")
+    return bool(batched) if batched is not None else n_calls >= int(str(opts.get("batch_threshold", 200)))
+
+
+def _listed_cache(cache_uri: str | None, storage_options: dict | None) -> CacheIndex | None:
+    """The generation's one listing of the call cache (None without a cache)."""
+    return CallCache(cache_uri, storage_options).list_index() if cache_uri else None
+
+
 def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
                    cache_uri: str | None, storage_options: dict | None = None, shard_size: int = 16,
                    progress: bool = True) -> pd.DataFrame:
-    """One document per seed. With a Dask client (the flow's), shards of ``shard_size`` seeds run on the workers,
-    each worker process keeping its model loaded, and one progress bar here advances per finished shard; without
-    one, everything runs in this process with a per-call bar. Rows come back in seed order.
-    A batching Anthropic run is one shard: Message Batches want one big submission."""
+    """One document per seed, as a frame (callers that keep the documents in memory: evaluation baselines,
+    benchmarks; a release is written by :func:`generate_release_parts`). With a Dask client (the flow's),
+    shards of ``shard_size`` seeds run on the workers, each worker process keeping its model loaded, and one
+    progress bar here advances per finished shard; without one, everything runs in this process with a
+    per-call bar. Rows come back in seed order. The call cache is listed once, here, and every shard reads only
+    its hits. A batching Anthropic run is one shard: Message Batches want one big submission."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
     if spec.kind == "none":
         return no_llm_rows(seeds)
     if not seeds:
         return pd.DataFrame(columns=ROW_COLUMNS)
     n_calls = len(seeds) * params.best_of
-    if spec.kind == "anthropic":
-        opts = dict(spec.options)
-        batched = opts.get("use_batches")
-        if batched or (batched is None and n_calls >= int(opts.get("batch_threshold", 200))):
-            shard_size = len(seeds)
+    if _batched(spec, n_calls):
+        shard_size = len(seeds)
     from tasks.cluster import current_client
 
     client = current_client()
     shards = shard_seeds(seeds, shard_size)
+    index = _listed_cache(cache_uri, storage_options)
     if client is None or len(shards) == 1:
         try:
-            frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i)
+            frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i, index)
                       for i, sh in enumerate(shards)]
         finally:
             # Generation is over in this process: free a local model now rather than at interpreter
             # teardown (workers keep theirs for their next shard and free them when they exit).
             close_backend(spec)
         return pd.concat(frames, ignore_index=True)
-    from distributed import as_completed
+    from tasks.cluster import map_shards
 
     bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
-    futures = {client.submit(generate_shard, sh, spec, params, cache_uri, storage_options, False, i, pure=False): i
-               for i, sh in enumerate(shards)}
-    frames: list[pd.DataFrame | None] = [None] * len(shards)
+
+    def advance(_: int, df: pd.DataFrame) -> None:
+        bar.add(int(df["candidates"].sum()), int(df["tokens_in"].sum()), int(df["tokens_out"].sum()))
+
     try:
-        for fut in as_completed(futures):
-            df = fut.result()
-            frames[futures[fut]] = df
-            for row in df.itertuples():
-                bar.add(int(row.candidates), int(row.tokens_in), int(row.tokens_out))
+        frames = map_shards(_numbered_shard, list(enumerate(shards)), spec, params, cache_uri, storage_options,
+                            index, on_done=advance)
     finally:
         bar.close()
     return pd.concat(frames, ignore_index=True)
+
+
+def _numbered_shard(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, params: GenerationParams,
+                    cache_uri: str | None, storage_options: dict | None,
+                    cache_index: CacheIndex | None) -> pd.DataFrame:
+    number, seeds = shard
+    return generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index)
+
+
+# -- a release written by the shards -------------------------------------------------------------------------
+#: Most rows in one part of a release written by generation shards.
+MAX_PART_ROWS = 5000
+
+
+def part_size(n_seeds: int, n_threads: int, shard_size: int = 16) -> int:
+    """Seeds per generation shard when each shard writes one part: about four shards per worker thread (load
+    balance and a moving progress bar), at least ``shard_size`` seeds, at most :data:`MAX_PART_ROWS`."""
+    return max(1, min(MAX_PART_ROWS, max(shard_size, -(-n_seeds // (4 * max(1, n_threads))))))
+
+
+@dataclass(frozen=True, eq=False)
+class GeneratedPart:
+    """What a generation shard sends back instead of its rows: the part it wrote (None when every row was
+    dropped), its generation report (counts of synthetic rows and candidates) and what its calls spent."""
+
+    part: ReleasePart | None
+    report: dict
+    calls: int
+    tokens_in: int
+    tokens_out: int
+
+
+def generate_part(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, params: GenerationParams,
+                  cache_uri: str | None, storage_options: dict | None, cache_index: CacheIndex | None, out: str,
+                  release_id: str, gate: ReleaseGate | None) -> GeneratedPart:
+    """One generation shard, on a Dask worker: its documents (``generate_shard``), the non-documents dropped
+    (``split_documents``), the rest written as part ``shard[0]`` of the release and checked by the gate there
+    (``tasks.corpus.write_part``). Only the small descriptor leaves the worker."""
+    number, seeds = shard
+    rows = generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index)
+    kept, report = split_documents(rows, params.max_regenerations)
+    part = write_part(out, release_id, number, kept, storage_options, gate) if len(kept) else None
+    return GeneratedPart(part, report, int(rows["candidates"].sum()), int(rows["tokens_in"].sum()),
+                         int(rows["tokens_out"].sum()))
+
+
+def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams, cache_uri: str,
+               storage_options: dict | None, cache_index: CacheIndex | None, progress: bool = False) -> CacheIndex:
+    """Every call of a batching run, sent at once (the backend submits all Message Batches together) with the
+    regeneration rounds of ``candidate_rounds``; answers go to the call cache only (and are judged as they
+    arrive), so the shards that write the parts afterwards find every call there. Returns the cache index with
+    the new entries (the shards read it instead of listing the cache again)."""
+    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
+    template = PromptTemplate.load(params.template)
+    backend = get_backend(spec)
+    cache = CallCache(cache_uri, storage_options, index=cache_index)
+    cache.load_index()
+    n_first = len(seeds) * params.best_of
+    bar = CallProgress(n_first, call_prices(spec, n_first), f"generate {spec.kind} (batches)", progress)
+    sent: list[int] = []
+
+    def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
+        if sent:
+            bar.bar.total += len(requests)
+        sent.append(len(requests))
+        cached_complete(backend, requests, cache, on_result=bar, on_each=on_each, keep=False)
+
+    try:
+        candidate_rounds(seeds, template, params, spec.kind, send, document_rules(params))
+    finally:
+        bar.close()
+    log.info("batched calls: %d requests in %d round(s), %d served from the cache", sum(sent), len(sent), bar.cached)
+    return cache.index  # type: ignore[return-value]
+
+
+def merge_generation_reports(reports: Sequence[dict]) -> dict:
+    """``split_documents``' report of a whole generation from its shards' reports: counts add up (pure)."""
+    merged: dict = {}
+    for report in reports:
+        for key, value in report.items():
+            if isinstance(value, dict):
+                into = merged.setdefault(key, {})
+                for k, v in value.items():
+                    into[k] = into.get(k, 0) + v
+            elif isinstance(value, int) and not isinstance(value, bool) and key != "max_regenerations":
+                merged[key] = merged.get(key, 0) + value
+            else:
+                merged.setdefault(key, value)
+    return {k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in merged.items()}
+
+
+def generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
+                           cache_uri: str | None, storage_options: dict | None, *, out: str,
+                           gate: ReleaseGate | None, release_id: str | None = None, shard_size: int | None = None,
+                           progress: bool = True) -> StagedRelease:
+    """One document per seed, written straight into a release: each generation shard (a Dask task, or a loop
+    here without a cluster) writes its documents as one part of release ``release_id`` under ``out`` and checks
+    it with ``gate``; this process gathers the parts' descriptors only, never the rows, and hands them to
+    ``tasks.corpus.publish_release``, which combines the checks and commits the manifest. Until then no manifest
+    names the parts, so the last good release is untouched whatever happens here.
+
+    The call cache is listed once, here; a batching Anthropic run first sends all its calls at once
+    (``fill_cache``, on a worker when there is a cluster), then the shards read their answers from the cache."""
+    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
+    if spec.kind == "none":
+        raise ConfigError("--llm none writes no documents; its release is the keyphrase sequences themselves")
+    from tasks.cluster import current_client, map_shards
+
+    release_id = release_id or new_release_id()
+    client = current_client()
+    threads = sum(client.nthreads().values()) if client is not None else 1
+    shards = shard_seeds(seeds, shard_size or part_size(len(seeds), threads))
+    index = _listed_cache(cache_uri, storage_options)
+    n_calls = len(seeds) * params.best_of
+    try:
+        if cache_uri and _batched(spec, n_calls):
+            if client is None:
+                index = fill_cache(seeds, spec, params, cache_uri, storage_options, index, progress)
+            else:
+                index = client.submit(fill_cache, list(seeds), spec, params, cache_uri, storage_options, index,
+                                      pure=False).result()
+        bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
+
+        def advance(_: int, done: GeneratedPart) -> None:
+            bar.add(done.calls, done.tokens_in, done.tokens_out)
+
+        try:
+            generated = map_shards(generate_part, list(enumerate(shards)), spec, params, cache_uri, storage_options,
+                                   index, out, release_id, gate, on_done=advance)
+        finally:
+            bar.close()
+    finally:
+        if client is None or len(shards) <= 1:
+            close_backend(spec)  # generation ran in this process: free a local model now (see generate_seeds)
+    report = merge_generation_reports([g.report for g in generated])
+    parts = tuple(g.part for g in generated if g.part is not None)
+    log.info("generation wrote %d part(s) of release %s: %d rows kept of %d", len(parts), release_id,
+             report.get("rows_kept", 0), report.get("rows_generated", 0))
+    return StagedRelease(out, release_id, parts, gate, report)
 
 
 def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, params: GenerationParams,
@@ -502,7 +694,8 @@ def params_from_config(cfg) -> GenerationParams:
     few = getattr(cfg, "few_shot", None)
     class_names = class_names_from_config(cfg)
     kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "steer",
-                                       "repeat_penalty", "no_repeat_ngram") if getattr(cfg, k, None) is not None}
+                                       "steer_schedule", "repeat_penalty", "no_repeat_ngram")
+          if getattr(cfg, k, None) is not None}
     if hasattr(cfg, "language"):
         kw["language"] = cfg.language
     template = getattr(cfg, "prompt_template", None)
@@ -559,14 +752,25 @@ def _generate_documents(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] 
     return generate_seeds(seeds, spec, params, _cache_uri(cfg), cfg.storage_options or None)
 
 
-def _task():
+def _generate_release(sequences: pd.DataFrame, cfg, gate: ReleaseGate | None,
+                      vocabulary: Sequence[str] | None = None) -> StagedRelease:
+    seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
+    spec, params = spec_from_config(cfg), params_from_config(cfg)
+    return generate_release_parts(seeds, spec, params, _cache_uri(cfg), cfg.storage_options or None, out=cfg.out,
+                                  gate=gate)
+
+
+def _task(fn, name: str):
     from prefect import task
     from prefect.cache_policies import NO_CACHE
 
-    # The call cache makes this idempotent: a retry re-sends only calls that never finished.
-    return task(_generate_documents, name="generate-documents", retries=2, retry_delay_seconds=[5, 30],
-                persist_result=False, cache_policy=NO_CACHE)
+    # The call cache makes these idempotent: a retry re-sends only calls that never finished (a retried
+    # release generation writes its parts under a new release id; the first attempt's go at the next commit).
+    return task(fn, name=name, retries=2, retry_delay_seconds=[5, 30], persist_result=False, cache_policy=NO_CACHE)
 
 
 #: Prefect task: ``generate_documents(sequences, cfg)`` -> synthetic rows (ROW_COLUMNS), in sequence order.
-generate_documents = _task()
+generate_documents = _task(_generate_documents, "generate-documents")
+#: Prefect task: ``generate_release(sequences, cfg, gate)`` -> the release's parts, written and checked by the
+#: generation shards (a StagedRelease for ``tasks.corpus.publish_release``); non-documents already dropped.
+generate_release = _task(_generate_release, "generate-release")

@@ -121,15 +121,23 @@ def duplicate_rate(texts: Iterable[str]) -> float:
     return float(repeats / len(normalized))
 
 
+def terms_present(text: str, terms: Sequence[str]) -> list[bool]:
+    """For each term, whether it occurs in ``text`` as whole words (case-insensitive; a multi-word term must
+    appear contiguously; a term with no word in it never occurs). The test behind ``term_coverage``, and the one
+    seed steering uses to know which terms an answer has written (tasks/llm/steering.py)."""
+    padded = " " + " ".join(tokenize(text)) + " "
+    phrases = (" ".join(tokenize(str(t))) for t in terms)
+    return [bool(p) and " " + p + " " in padded for p in phrases]
+
+
 def term_coverage(text: str, terms: Sequence[str]) -> float:
-    """Share of a seed's distinct terms that occur in ``text`` as whole words (case-insensitive; a multi-word
-    term must appear contiguously). THE coverage measure: best-of-k ranks candidates by it, rows carry it, and
-    the report and the experiment tables average it (``seed_term_coverage``)."""
+    """Share of a seed's distinct terms that occur in ``text`` as whole words (``terms_present``). THE coverage
+    measure: best-of-k ranks candidates by it, rows carry it, and the report and the experiment tables average
+    it (``seed_term_coverage``)."""
     distinct = [p for p in dict.fromkeys(" ".join(tokenize(str(t))) for t in terms) if p]
     if not distinct:
         return 0.0
-    padded = " " + " ".join(tokenize(text)) + " "
-    return sum(1 for p in distinct if " " + p + " " in padded) / len(distinct)
+    return sum(terms_present(text, distinct)) / len(distinct)
 
 
 def seed_term_coverage(texts: Sequence[str], keyphrases: Sequence[Sequence[str]]) -> float:

@@ -10,15 +10,18 @@ Three parts, following the project's stage shape:
 - ``derive_quality_columns`` (pure pandas/python): per-row facts the expectations need and GX cannot
   express directly -- the Python type of each value, word counts, a normalised text for duplicate
   detection, which prompt/template residue a text carries, and the predicate's reason (``q_document_reason``).
-- ``validate_release`` builds an ephemeral GX context, a pandas data source with a dataframe asset and a
-  whole-dataframe batch, one suite of named expectations over those columns, a ``ValidationDefinition``,
-  and returns a JSON-able result naming every expectation and whether it held.
+- ``ReleaseGate`` (made by ``release_gate``) runs the suite: ``check_part`` builds an ephemeral GX context, a
+  pandas data source with a dataframe asset and a whole-dataframe batch, one suite of named expectations over
+  those columns and a ``ValidationDefinition``, over every row of one part, and keeps a small ``PartCheck``;
+  ``combine`` turns the checks of all parts into one JSON-able result naming every expectation and whether it
+  held, by GX's own rules over the totals (so generation shards can gate their own parts on the workers and no
+  process holds every row). ``validate_release(df)`` is the whole frame as one part.
 
 The gate only reads the synthetic candidate, which is differentially private by post-processing, so the
 details it reports (counts, a few truncated example values) leak nothing about the private corpus.
 
-``release_gate`` makes the ``Callable[[DataFrame], dict]`` that ``tasks.corpus.publish_release(gate=...)``
-calls; ``validate_release_task`` is the Prefect task for flows that gate outside of publishing.
+``release_gate`` makes the ``gate=`` of ``tasks.corpus.publish_release`` (callable on a frame, or combining the
+checks of staged parts); ``validate_release_task`` is the Prefect task for flows that gate outside of publishing.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import re
 import unicodedata
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -570,32 +573,6 @@ def build_expectations(labels: Sequence[Any], llm_used: bool, bounds: dict[str, 
     return expectations
 
 
-def _details(result: Any) -> dict[str, Any]:
-    """A compact JSON-able summary of one GX expectation result (counts and a few truncated examples)."""
-    raw = result.result or {}
-    details: dict[str, Any] = {}
-    if result.expectation_config.type == "expect_table_columns_to_match_set":
-        # Derived q_* columns are expected extras; report only the required columns that are missing.
-        mismatched = (raw.get("details") or {}).get("mismatched") or {}
-        return {"missing_columns": sorted(str(c) for c in mismatched.get("missing", []))}
-    for key in ("observed_value", "element_count", "unexpected_count", "unexpected_percent", "missing_count"):
-        if key in raw and raw[key] is not None:
-            value = raw[key]
-            if isinstance(value, (list, tuple, set)):
-                value = [_jsonable(v) for v in list(value)[:20]]
-            details[key] = _jsonable(value)
-    if raw.get("partial_unexpected_list"):
-        details["examples"] = [_truncate(v) for v in raw["partial_unexpected_list"][:3]]
-    if raw.get("partial_missing_list"):
-        details["missing"] = [_jsonable(v) for v in raw["partial_missing_list"][:20]]
-    if raw.get("details"):
-        details["gx_details"] = _jsonable(raw["details"])
-    exception = (result.exception_info or {}) if hasattr(result, "exception_info") else {}
-    if exception.get("raised_exception"):
-        details["exception"] = str(exception.get("exception_message", ""))[:300]
-    return details
-
-
 def _truncate(value: Any, limit: int = 80) -> Any:
     text = _jsonable(value)
     if isinstance(text, str) and len(text) > limit:
@@ -630,25 +607,8 @@ def _gx_context() -> Any:
     return context
 
 
-def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool, rules: DocumentRules | None = None,
-                     **bounds: Any) -> dict[str, Any]:
-    """Run the release gate over a candidate synthetic corpus.
-
-    ``labels`` is the declared (public) label set: every row's label must be in it and every class must
-    appear. ``llm_used`` says whether an LLM was asked to write the texts (then a text equal to its
-    keyphrase list is a failure; in the no-LLM ablation it is the expected output). ``bounds`` override
-    ``DEFAULT_BOUNDS``. Returns ``{"success", "expectations": [{"name", "success", "details"}],
-    "failed", "n_rows", "bounds", "llm_used", "labels"}``, all JSON-able.
-    """
-    if not labels:
-        raise ConfigError("the release gate needs the declared label set (labels=[...]); got an empty list")
-    limits = _bounds(bounds, llm_used)
-    frame = derive_quality_columns(df, rules_from_bounds(limits, rules))
-    # Labels compare as strings so an int label set and labels read back as strings (or numpy ints) agree.
-    frame["q_label_value"] = [None if t in ("NoneType", "missing") else str(_jsonable(v))
-                              for v, t in zip(frame["label"] if "label" in frame else [None] * len(frame),
-                                              frame["q_label_type"])]
-
+def _run_suite(frame: pd.DataFrame, labels: Sequence[Any], llm_used: bool, limits: dict[str, Any]) -> list[Any]:
+    """The GX suite over a frame of derived columns (every row): GX's expectation results, in suite order."""
     import great_expectations as gx
 
     context = _gx_context()
@@ -665,38 +625,207 @@ def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool,
     try:
         run = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
     finally:
-        # Keep the process-wide context small when many releases are gated in one process.
+        # Keep the process-wide context small when many releases (or parts) are gated in one process.
         context.validation_definitions.delete(definition.name)
         context.suites.delete(suite.name)
         context.data_sources.delete(source.name)
+    return list(run.results)
 
-    expectations = []
-    for result in run.results:
-        config = result.expectation_config
-        name = (config.meta or {}).get("name", config.type)
-        expectations.append({
-            "name": name,
-            "expectation": config.type,
-            "success": bool(result.success),
-            "details": _details(result),
-        })
-    failed = [e["name"] for e in expectations if not e["success"]]
-    return {
-        "success": not failed,
-        "failed": failed,
-        "expectations": expectations,
-        "n_rows": int(len(df)),
-        "labels": [_jsonable(v) for v in labels],
-        "llm_used": bool(llm_used),
-        "bounds": {k: _jsonable(v) for k, v in limits.items()},
+
+# GX expectation types by how their findings add up over parts (see ReleaseGate.combine).
+_MAP_IGNORING_NULLS = ("expect_column_values_to_be_in_set", "expect_column_values_to_be_between",
+                       "expect_column_values_to_not_be_in_set")
+_MAP_OVER_ALL_ROWS = ("expect_column_values_to_be_null", "expect_column_values_to_not_be_null")
+_EXAMPLES = 3
+
+
+@dataclass(frozen=True, eq=False)
+class PartCheck:
+    """The release gate's findings on one part of a candidate corpus, in a form that adds up over parts.
+
+    GX has checked every row of the part; what is kept is small: per expectation its counts (rows, unexpected,
+    missing), a few truncated examples and its thresholds; the declared labels the part holds; and a 64-bit
+    digest of each distinct normalised text (8 bytes a row) for the corpus-wide duplicate rate. Everything is
+    read from the synthetic candidate only (post-processing of released values)."""
+
+    rows: int
+    expectations: tuple[dict[str, Any], ...]
+    labels_present: frozenset[str]
+    text_digests: np.ndarray
+    texts_nonnull: int
+
+
+def _text_digests(texts: Sequence[str]) -> np.ndarray:
+    """Sorted distinct 64-bit digests. Two different texts share one with probability 2^-64 per pair (under
+    3e-8 for a million rows); it could only count a text as a duplicate, never hide one."""
+    import hashlib
+
+    return np.unique(np.fromiter(
+        (int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little") for t in texts),
+        dtype=np.uint64, count=len(texts)))
+
+
+def _part_record(result: Any) -> dict[str, Any]:
+    """What one GX expectation result contributes to the combined verdict."""
+    config = result.expectation_config
+    raw = result.result or {}
+    kwargs = config.kwargs or {}
+    record: dict[str, Any] = {
+        "name": (config.meta or {}).get("name", config.type), "expectation": config.type,
+        "success": bool(result.success),
+        "mostly": kwargs.get("mostly", 1.0), "min_value": kwargs.get("min_value"),
+        "max_value": kwargs.get("max_value"),
     }
+    for key in ("element_count", "unexpected_count", "missing_count", "observed_value"):
+        if raw.get(key) is not None:
+            record[key] = _jsonable(raw[key])
+    record["examples"] = [_truncate(v) for v in (raw.get("partial_unexpected_list") or [])[:_EXAMPLES]]
+    if config.type == "expect_table_columns_to_match_set":
+        mismatched = (raw.get("details") or {}).get("mismatched") or {}
+        record["missing_columns"] = sorted(str(c) for c in mismatched.get("missing", []))
+    exception = (result.exception_info or {}) if hasattr(result, "exception_info") else {}
+    if exception.get("raised_exception"):
+        record["exception"] = str(exception.get("exception_message", ""))[:300]
+    return record
+
+
+def _combined_expectation(records: Sequence[dict[str, Any]], checks: Sequence[PartCheck],
+                          labels: Sequence[Any]) -> dict[str, Any]:
+    """One expectation's verdict over all parts, by GX's own rule for its type (expectation.py
+    ``_mostly_success``, the null expectations' row-count ratio, ``column.unique_proportion``)."""
+    first = records[0]
+    kind = first["expectation"]
+    details: dict[str, Any] = {}
+    if kind == "expect_table_columns_to_match_set":
+        missing = sorted({c for r in records for c in r.get("missing_columns", [])})
+        success, details = all(r["success"] for r in records), {"missing_columns": missing}
+    elif kind == "expect_table_row_count_to_be_between":
+        rows = sum(c.rows for c in checks)
+        success, details = rows >= (first["min_value"] or 0), {"observed_value": rows}
+    elif kind in _MAP_IGNORING_NULLS or kind in _MAP_OVER_ALL_ROWS:
+        element = sum(r.get("element_count", 0) for r in records)
+        unexpected = sum(r.get("unexpected_count", 0) for r in records)
+        missing = sum(r.get("missing_count", 0) for r in records)
+        considered = element - missing if kind in _MAP_IGNORING_NULLS else element
+        success = considered == 0 or (considered - unexpected) / considered >= float(first["mostly"])
+        details = {"element_count": element, "unexpected_count": unexpected}
+        if considered:
+            details["unexpected_percent"] = 100.0 * unexpected / considered
+        if kind in _MAP_IGNORING_NULLS:
+            details["missing_count"] = missing
+        examples = [e for r in records for e in r["examples"]][:_EXAMPLES]
+        if examples:
+            details["examples"] = examples
+    elif kind == "expect_column_distinct_values_to_contain_set":
+        present = frozenset().union(*(c.labels_present for c in checks))
+        missing_labels = [str(_jsonable(v)) for v in labels if str(_jsonable(v)) not in present]
+        success, details = not missing_labels, {"missing_count": len(missing_labels)}
+        if missing_labels:
+            details["missing"] = missing_labels[:20]
+    elif kind == "expect_column_proportion_of_unique_values_to_be_between":
+        nonnull = sum(c.texts_nonnull for c in checks)
+        distinct = len(np.unique(np.concatenate([c.text_digests for c in checks]))) if checks else 0
+        observed = distinct / nonnull if nonnull else 0.0  # GX's column.unique_proportion: 0 with no values
+        low, high = first["min_value"], first["max_value"]
+        success = (low is None or observed >= low) and (high is None or observed <= high)
+        details = {"observed_value": observed}
+    else:  # an expectation added to the suite without a combination rule must not pass silently
+        raise ConfigError(f"the release gate cannot combine {kind} over parts")
+    errors = [r["exception"] for r in records if r.get("exception")]
+    if errors:
+        success, details["exception"] = False, errors[0]
+    return {"name": first["name"], "expectation": kind, "success": bool(success), "details": details}
+
+
+@dataclass(frozen=True)
+class ReleaseGate:
+    """The release gate: GX over every row of a candidate synthetic corpus, whole or in parts.
+
+    ``labels`` is the declared (public) label set: every row's label must be in it and every class must
+    appear. ``llm_used`` says whether an LLM was asked to write the texts (then a text equal to its
+    keyphrase list is a failure; in the no-LLM ablation it is the expected output). ``bounds`` override
+    ``DEFAULT_BOUNDS`` (as sorted (name, value) pairs, so a gate is hashable and compares by value).
+
+    ``check_part(part)`` runs the suite over one part (on a Dask worker, beside the generation that wrote the
+    part) and keeps a :class:`PartCheck`; ``combine(checks)`` gives the verdict over all parts: row-wise
+    expectations add their counts and apply GX's thresholds to the totals, "every class present" takes the
+    union of the parts' labels, the duplicate rate counts distinct text digests over all parts. So a corpus
+    cut into parts gets the same verdict as the whole (tests/test_quality.py), and no process holds all rows.
+    ``gate(frame)`` is ``combine([check_part(frame)])``: the ``gate=`` callable of ``publish_release``."""
+
+    labels: tuple[Any, ...]
+    llm_used: bool
+    rules: DocumentRules | None = None
+    bounds: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            raise ConfigError("the release gate needs the declared label set (labels=[...]); got an empty list")
+        self.limits()  # fail on a bad bound when the flow is wired, not after generation
+
+    def limits(self) -> dict[str, Any]:
+        return _bounds(dict(self.bounds), self.llm_used)
+
+    def check_part(self, df: pd.DataFrame) -> PartCheck:
+        limits = self.limits()
+        frame = derive_quality_columns(df, rules_from_bounds(limits, self.rules))
+        # Labels compare as strings so an int label set and labels read back as strings (or numpy ints) agree.
+        frame["q_label_value"] = [None if t in ("NoneType", "missing") else str(_jsonable(v))
+                                  for v, t in zip(frame["label"] if "label" in frame else [None] * len(frame),
+                                                  frame["q_label_type"])]
+        records = tuple(_part_record(r) for r in _run_suite(frame, self.labels, self.llm_used, limits))
+        declared = {str(_jsonable(v)) for v in self.labels}
+        texts = [t for t in frame["q_text_normalised"] if isinstance(t, str)]
+        return PartCheck(rows=int(len(df)), expectations=records,
+                         labels_present=frozenset(v for v in frame["q_label_value"] if v in declared),
+                         text_digests=_text_digests(texts), texts_nonnull=len(texts))
+
+    def combine(self, checks: Sequence[PartCheck]) -> dict[str, Any]:
+        """The gate result over all parts: ``{"success", "expectations": [{"name", "success", "details"}],
+        "failed", "n_rows", "bounds", "llm_used", "labels", "parts"}``, all JSON-able."""
+        if not checks:
+            raise ConfigError("the release gate needs at least one part to combine")
+        names = [[r["name"] for r in c.expectations] for c in checks]
+        if any(n != names[0] for n in names):
+            raise ConfigError("parts were checked with different release-gate suites; gate them with one gate")
+        expectations = [_combined_expectation([c.expectations[j] for c in checks], checks, self.labels)
+                        for j in range(len(names[0]))]
+        failed = [e["name"] for e in expectations if not e["success"]]
+        return {
+            "success": not failed,
+            "failed": failed,
+            "expectations": expectations,
+            "n_rows": int(sum(c.rows for c in checks)),
+            "parts": len(checks),
+            "labels": [_jsonable(v) for v in self.labels],
+            "llm_used": bool(self.llm_used),
+            "bounds": {k: _jsonable(v) for k, v in self.limits().items()},
+        }
+
+    def __call__(self, df: pd.DataFrame) -> dict[str, Any]:
+        return self.combine([self.check_part(df)])
+
+
+def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool, rules: DocumentRules | None = None,
+                     **bounds: Any) -> dict[str, Any]:
+    """Run the release gate over a whole candidate synthetic corpus (see :class:`ReleaseGate`). Returns
+    ``{"success", "expectations": [{"name", "success", "details"}], "failed", "n_rows", "bounds", "llm_used",
+    "labels", "parts"}``, all JSON-able."""
+    return release_gate(labels=labels, llm_used=llm_used, rules=rules, **bounds)(df)
 
 
 def release_gate(*, labels: Sequence[Any], llm_used: bool, rules: DocumentRules | None = None,
-                 **bounds: Any) -> Callable[[pd.DataFrame], dict[str, Any]]:
-    """The ``gate=`` callable for ``tasks.corpus.publish_release``: candidate frame -> gate result."""
-    _bounds(bounds, llm_used)  # fail on a bad bound when the flow is wired, not after generation
-    return functools.partial(validate_release, labels=list(labels), llm_used=llm_used, rules=rules, **bounds)
+                 **bounds: Any) -> ReleaseGate:
+    """The ``gate=`` of ``tasks.corpus.publish_release``: a :class:`ReleaseGate` (call it on a candidate frame,
+    or check parts and combine them)."""
+    return ReleaseGate(tuple(labels), bool(llm_used), rules, tuple(sorted(bounds.items())))
+
+
+def gate_from_config(cfg: Any, labels: Sequence[Any]) -> ReleaseGate | None:
+    """The release gate a flow's config asks for (``--no-gate``: None), for the declared ``labels``."""
+    if not getattr(cfg, "gate", True):
+        return None
+    return release_gate(labels=labels, llm_used=cfg.llm != "none", rules=DocumentRules(language=cfg.language))
 
 
 def _make_task() -> Any:

@@ -271,6 +271,19 @@ def remove(uri: str, options: Mapping[str, Any] | None = None, recursive: bool =
     with_retries(_rm, what=f"removing {uri}")
 
 
+def move(src: str, dst: str, options: Mapping[str, Any] | None = None) -> None:
+    """Move one object (a rename on local disk; a server-side copy and a delete on S3), with retries."""
+    fs, src_path = filesystem(src, options)
+    _, dst_path = filesystem(dst, options)
+
+    def _mv() -> None:
+        if is_local_fs(fs):
+            os.makedirs(os.path.dirname(dst_path), exist_ok=True)
+        fs.mv(src_path, dst_path)
+
+    with_retries(_mv, what=f"moving {src} to {dst}")
+
+
 def _unstrip(uri: str, path: str, name: str) -> str:
     """fsspec lists paths without the protocol; put it back so callers keep full URIs."""
     if "://" in uri:

@@ -17,25 +17,33 @@ import re
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import pandas as pd
 import pytest
+from pydantic import BaseModel
 
-from tasks.config import (AugPeConfig, DpKpsConfig, ReleaseConfig, SecPeConfig, value_type, config_from_args,
-                          default_text, flag_of, flags_of, render_value, validate_config)
+from tasks.config import (AugPeConfig, AuditConfig, DemoConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig,
+                          ReleaseConfig, SecPeConfig, value_type, config_from_args, default_text, flag_of, flags_of,
+                          render_value, validate_config)
 from tasks.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
 #: Each command and its model; the command line is built by flows.cli.build_parser().
-COMMANDS: dict[str, type[ReleaseConfig]] = {"dpkps": DpKpsConfig, "augpe": AugPeConfig, "secpe": SecPeConfig}
+COMMANDS: dict[str, type[BaseModel]] = {"dpkps": DpKpsConfig, "augpe": AugPeConfig, "secpe": SecPeConfig,
+                                        "evaluate": EvaluateConfig, "experiment": ExperimentConfig,
+                                        "audit": AuditConfig, "demo": DemoConfig}
 
 #: The fields a run cannot be without, as a deployment passes them and as a command line gives them.
 REQUIRED: dict[str, dict[str, Any]] = {
     "dpkps": {"data": "d.parquet", "out": "o", "labels": ["a", "b"]},
     "augpe": {"data": "d.parquet", "out": "o", "labels": ["a", "b"]},
     "secpe": {"data": "d.parquet", "out": "o", "labels": ["a", "b"], "public": "p.parquet"},
+    "evaluate": {"synthetic": "o", "test": "t.parquet"},
+    "experiment": {},
+    "audit": {},
+    "demo": {},
 }
 
 #: Fields whose every value of their type is valid when the configuration is checked, and why.
@@ -54,6 +62,13 @@ ACCEPTS_ANY_VALUE = {
     "secrets": "words, pii or a file of terms (local or s3://), read by secret detection",
     "public": "a path or URI; a missing corpus fails when SecPE lists its shards",
     "public_text_column": "a column name, checked when the public corpus is read",
+    "synthetic": "a path or URI; a folder without a manifest is refused when the release is read",
+    "test": "a path or URI; a missing file or column is a CorpusError when the test set is read",
+    "client": "a path or URI; a missing file or column is a CorpusError when the client documents are read",
+    "json_path": "a path or URI, written at the end of the evaluation",
+    "report_path": "a path or URI, written at the end of the evaluation",
+    "config_path": "the experiment file; a missing or malformed one is a ConfigError when the flow loads it",
+    "name": "a grid's name, the folder of its results under --out",
 }
 
 #: Invalid values of fields checked by a validator rather than by their type (the rest are derived below).
@@ -70,25 +85,27 @@ VALIDATOR_INVALID: dict[str, list[Any]] = {
     "dask_tls_ca_file": ["ca.pem"],
     "dask_tls_cert": ["cert.pem"],
     "dask_tls_key": ["key.pem"],
+    "eps": ["1", "a+b", "1+5+1", "0+5", "1+inf"],
+    "coral": [True],  # evaluate: Deep CORAL needs --client (a bool elsewhere; experiment's is no|yes|both)
 }
 
 
-def _bounds(field) -> dict[str, Any]:
+def _bounds(metadata: list[Any]) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    for item in field.metadata:
+    for item in metadata:
         for name in ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern"):
             if getattr(item, name, None) is not None:
                 found[name] = getattr(item, name)
+        found.update(_bounds(getattr(item, "metadata", [])))  # Annotated[int, Field(ge=0)] of a list's items
     return found
 
 
-def invalid_values(model: type[ReleaseConfig], name: str) -> list[Any]:
-    """Values the model must refuse for ``name``: out of range, the wrong type, an unknown choice, a bad pattern
-    (from the field's annotation and constraints), plus VALIDATOR_INVALID for fields a validator checks."""
-    field = model.model_fields[name]
-    kind = value_type(field.annotation)
-    bounds = _bounds(field)
-    values: list[Any] = list(VALIDATOR_INVALID.get(name, []))
+def _invalid_of_type(kind: Any, bounds: dict[str, Any]) -> list[Any]:
+    """Values of the wrong type or out of ``bounds`` for a value of type ``kind``."""
+    if get_origin(kind) is Annotated:
+        kind, *metadata = get_args(kind)
+        bounds = _bounds(metadata)
+    values: list[Any] = []
     if get_origin(kind) is Literal:
         values.append("no-such-choice")
     elif kind is bool:
@@ -111,7 +128,25 @@ def invalid_values(model: type[ReleaseConfig], name: str) -> list[Any]:
             values.append("x" * (bounds["max_length"] + 1))
         if "pattern" in bounds:
             values.append("not allowed!")
+    elif get_origin(kind) is list:
+        if "min_length" in bounds:
+            values.append([])
+        values += [[item] for item in _invalid_of_type(get_args(kind)[0], {})]  # a list with one bad item
     return values
+
+
+def invalid_values(model: type[BaseModel], name: str) -> list[Any]:
+    """Values the model must refuse for ``name``: out of range, the wrong type, an unknown choice, a bad pattern
+    (from the field's annotation and constraints, a list's items included), plus VALIDATOR_INVALID for fields a
+    validator checks."""
+    field = model.model_fields[name]
+    return list(VALIDATOR_INVALID.get(name, [])) + _invalid_of_type(value_type(field.annotation),
+                                                                      _bounds(field.metadata))
+
+
+def _free_text(model: type[BaseModel], name: str) -> bool:
+    """Only free text can accept any value (ACCEPTS_ANY_VALUE); a number or a choice of the same name has bounds."""
+    return value_type(model.model_fields[name].annotation) in (str, float)
 
 
 def all_fields() -> list[tuple[str, str]]:
@@ -142,10 +177,11 @@ def _as_argv(value: Any) -> str:
 
 
 def _command_line(command: str, drop: tuple[str, ...] = (), **extra: Any) -> list[str]:
-    required = {k: v for k, v in dict(REQUIRED[command], **extra).items() if k not in drop}
-    argv = [command, required.pop("data")]
-    for name, value in required.items():
-        argv += [flag_of(COMMANDS[command], name), _as_argv(value)]
+    values = {k: v for k, v in dict(REQUIRED[command], **extra).items() if k not in drop}
+    argv = [command]
+    for name, value in values.items():
+        flag = flag_of(COMMANDS[command], name)
+        argv += [_as_argv(value)] if flag == name.upper() else [flag, _as_argv(value)]  # DATA is positional
     return argv
 
 
@@ -157,11 +193,12 @@ def test_an_invalid_value_is_refused_naming_the_real_flag(command, name):
     model = COMMANDS[command]
     flag = flag_of(model, name)
     values = invalid_values(model, name)
+    accepts_any = name in ACCEPTS_ANY_VALUE and _free_text(model, name)
     if not values:
-        assert name in ACCEPTS_ANY_VALUE, (f"{command}: no invalid value of {name} is known; give it a constraint, "
-                                           "a VALIDATOR_INVALID entry, or an ACCEPTS_ANY_VALUE reason")
+        assert accepts_any, (f"{command}: no invalid value of {name} is known; give it a constraint, "
+                             "a VALIDATOR_INVALID entry, or an ACCEPTS_ANY_VALUE reason")
         return
-    assert name not in ACCEPTS_ANY_VALUE, f"{name} refuses values, so it is not one that accepts any"
+    assert not accepts_any, f"{name} refuses values, so it is not one that accepts any"
     parser = _parser()
     for value in values:
         base = {k: v for k, v in REQUIRED[command].items() if not (name == "labels_file" and k == "labels")}
@@ -186,9 +223,7 @@ def test_reasons_name_real_fields():
     fields = {name for model in COMMANDS.values() for name in model.model_fields}
     assert set(ACCEPTS_ANY_VALUE) <= fields and set(VALIDATOR_INVALID) <= fields
     for name in ACCEPTS_ANY_VALUE:  # only free text can accept anything; a number or a choice has bounds
-        for model in COMMANDS.values():
-            if name in model.model_fields:
-                assert value_type(model.model_fields[name].annotation) in (str, float), name
+        assert any(_free_text(model, name) for model in COMMANDS.values() if name in model.model_fields), name
 
 
 def test_errors_of_renamed_fields_name_the_flag_and_the_key():
@@ -227,8 +262,10 @@ def test_help_shows_every_flag_with_its_true_default(command, capsys):
         parser.parse_args(["--help"])
     shown = re.sub(r"\s+", "", capsys.readouterr().out)
     actions = {action.dest: action for action in parser._actions}
-    # every option of the command is a field of its model (or --help / --config): nothing written by hand
-    assert set(actions) - set(model.model_fields) == {"help", "config_file"}
+    # every option of the command is a field of its model (or --help / --config FILE, unless a field is --config):
+    # nothing written by hand
+    config_field = any(flag_of(model, name) == "--config" for name in model.model_fields)
+    assert set(actions) - set(model.model_fields) == {"help"} | (set() if config_field else {"config_file"})
     # what a run gets when the flag is absent
     unset = config_from_args(model, parser.parse_args(_command_line(command)[1:]))
     for name, field in model.model_fields.items():
@@ -271,6 +308,32 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
     assert schedule["delta"] == accounting.default_delta(AugPeConfig.model_fields["n_upper_bound"].default)
 
 
+def test_defaults_of_the_other_commands_described_in_words_are_the_ones_the_code_applies(tmp_path):
+    from tasks.config import AUDIT_PROFILES, SWITCH_VALUES
+    from tasks.experiment import load_experiment
+
+    # experiment: an option left unset leaves the file's setting, and a file without it gets the stated default
+    spec = load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["real"],
+                                  "eps": [[1, 5]], "seeds": [0]})
+    switch = {tuple(values): name for name, values in SWITCH_VALUES.items()}
+    applied = {"llm": spec.llm, "classifier": spec.classifier, "out": spec.out, "coral": switch[tuple(spec.coral)],
+               "class_names": switch[tuple(spec.class_names)],
+               "insecure_reproducible_noise": spec.insecure_reproducible_noise,
+               "allow_insecure_release": spec.allow_insecure_release}
+    for name, value in applied.items():
+        assert default_text(ExperimentConfig, name) == f"the file's, else {render_value(value)}", name
+    unnamed = tmp_path / "my-grid.toml"
+    unnamed.write_text('methods = ["real"]\neps = [[1, 5]]\nseeds = [0]\n[dataset]\nname = "x"\ntrain = "t"\n'
+                       'labels = [0, 1]\n')
+    assert load_experiment(str(unnamed)).name == "my-grid"
+    # audit: the profile's trials; evaluate: the report beside the release
+    for profile, counts in AUDIT_PROFILES.items():
+        assert validate_config(AuditConfig, {"profile": profile}).trial_counts() == counts
+        assert f"{profile}: {counts[1]} evaluation trials" in AuditConfig.model_fields["profile"].description
+    assert default_text(EvaluateConfig, "report_path") == "OUT/report.html"
+    assert validate_config(EvaluateConfig, REQUIRED["evaluate"]).report_uri == "o/report.html"
+
+
 def test_the_fixed_drift_stays_fixed(capsys):
     """augpe --help once showed DP-KPS's 256 tokens and temperature 0.7 (its real defaults are 128 and 1.0)."""
     from flows.cli import build_parser
@@ -295,6 +358,10 @@ NOT_READ: dict[str, dict[str, str]] = {
     "secpe": {
         "labels_file": "input only: the model reads the file into labels and clears it",
     },
+    "evaluate": {},
+    "experiment": {},
+    "audit": {},
+    "demo": {},
 }
 
 
@@ -326,7 +393,8 @@ class FieldReads:
                     reads[type(obj)].add(name)
             return value
 
-        monkeypatch.setattr(ReleaseConfig, "__getattribute__", recording, raising=False)
+        for model in COMMANDS.values():
+            monkeypatch.setattr(model, "__getattribute__", recording, raising=False)
 
 
 def _answer(request) -> str:
@@ -340,7 +408,8 @@ def _answer(request) -> str:
 def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
     """Small real runs of every flow, recording the fields each reads: dpkps without an LLM (CLI, gate on), with a
     fake LLM (histogram-markov, few-shot, class names) and as a dry run; augpe and AugPE+V~ and secpe with a fake
-    LLM, and their dry runs."""
+    LLM, and their dry runs; then, from the command line, evaluate, a one-cell experiment, a one-mechanism audit
+    and the demo without an LLM."""
     from flows.cli import main
     from flows.dpkps import dpkps_flow
     from flows.evolution import augpe_flow, secpe_flow
@@ -397,9 +466,52 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
                             "secret_quantile": 0.0, "secret_count": 3, "llm_shards": 2, "n_workers": 1})
             secpe_flow({**secpe, "out": str(tmp / "secpe-dry"), "secrets": str(secrets), "variation": "fill-blanks",
                         "dry_run": True})
+            # the recipient's evaluation of the no-LLM release, every option given (CORAL against public texts)
+            assert main(["evaluate", "--synthetic", str(tmp / "none"), "--test", str(corpus), "--client", str(public),
+                         "--coral", "--classifier", "mlp", "--no-tfidf", "--test-view", "text", "--seed", "1",
+                         "--epochs", "2", "--device", "cpu", "--embedding-model", "minilm", "--map", "pca",
+                         "--no-progress", "--json", str(tmp / "evaluation.json"), "--report", str(tmp / "eval.html"),
+                         "--text-column", "text", "--label-column", "label"]) == 0
+            assert (tmp / "evaluation.json").exists() and (tmp / "eval.html").exists()
+            # a one-cell grid without an LLM (the `real` baseline: no release to write), every option given; then
+            # its table again with --report-only
+            grid = ["experiment", "--config", str(_experiment_file(tmp, corpus)), "--name", "contract", "--methods",
+                    "real", "--eps", "1+5", "--seeds", "0", "--llm", "none", "--class-names", "no", "--classifier",
+                    "mlp", "--coral", "no", "--synthetic-per-class", "2", "--out", str(tmp / "grid"),
+                    "--no-cell-reports", "--no-insecure-reproducible-noise", "--no-allow-insecure-release",
+                    "--no-progress"]
+            assert main([*grid, "--no-report-only"]) == 0 and main([*grid, "--report-only"]) == 0
+            cells = pd.read_csv(tmp / "grid" / "contract" / "cells.csv")  # the flags replaced the file's settings
+            assert set(cells["method"]) == {"real"} and set(cells["seed"]) == {0} and set(cells["n_train"]) == {6}
+            # the audit of one mechanism with the fewest trials (10 per side cannot bound epsilon above 1: exit 0)
+            assert main(["audit", "--profile", "quick", "--mechanisms", "vocabulary", "--trials", "10",
+                         "--no-insecure-reproducible-noise", "--out", str(tmp / "audit"), "--no-progress"]) == 0
+            assert (tmp / "audit" / "audit.json").exists()
+            # the demo without an LLM, its bundled corpus (7,000 documents: minutes) swapped for the small one
+            demo_files = {"dbpedia14_demo_train.parquet": corpus, "dbpedia14_demo_test.parquet": corpus,
+                          "dbpedia14_labels.txt": _labels_file(tmp), "few_shot_wikipedia.jsonl": few_shot}
+            patch.setattr("flows.demo.demo_corpus_path", lambda name="dbpedia14_demo_train.parquet":
+                          str(demo_files[name]))
+            assert main(["demo", "--llm", "none", "--out", str(tmp / "demo")]) == 0
+            assert (tmp / "demo" / "manifest.json").exists() and (tmp / "demo" / "evaluation.json").exists()
         finally:
             register_backend("local:fake", None)
     return {command: recorder.reads[model] for command, model in COMMANDS.items()}
+
+
+def _experiment_file(tmp: Path, corpus: Path) -> Path:
+    """A one-dataset experiment file on the contract's small corpus (its test split: the same documents)."""
+    path = tmp / "grid.toml"
+    path.write_text(f'methods = ["independent"]\neps = [[1, 10]]\nseeds = [0, 1]\nmax_epochs = 2\n'
+                    f'[dpkps]\nvocab_top = 20000\n[dataset]\nname = "small"\ntrain = "{corpus}"\n'
+                    f'test = "{corpus}"\nlabels = [0, 1, 2]\nprivate_per_class = 4\nsynthetic_per_class = 3\n')
+    return path
+
+
+def _labels_file(tmp: Path) -> Path:
+    path = tmp / "labels.txt"
+    path.write_text("0\n1\n2\n")
+    return path
 
 
 @pytest.mark.slow

@@ -43,16 +43,15 @@ def test_prefect_yaml_parses_into_deployments_for_every_method():
 def test_deployment_parameters_are_valid_configurations():
     from prefect.flows import load_flow_from_entrypoint
 
-    from tasks.config import AugPeConfig, SecPeConfig
-    from tasks.config import DpKpsConfig
+    from tasks.config import AugPeConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig, SecPeConfig, validate_config
 
-    models = {"dpkps_flow": DpKpsConfig, "augpe_flow": AugPeConfig, "secpe_flow": SecPeConfig}
+    # every flow a deployment names takes its configuration as one dict of its model's fields
+    models = {"dpkps_flow": DpKpsConfig, "augpe_flow": AugPeConfig, "secpe_flow": SecPeConfig,
+              "evaluate": EvaluateConfig, "experiment": ExperimentConfig}
     for spec in serve.load_deployment_specs():
         flow = load_flow_from_entrypoint(spec["entrypoint"])
         flow.validate_parameters(spec["parameters"])  # names and types against the flow's signature
-        model = models.get(spec["entrypoint"].rsplit(":", 1)[1])
-        if model is not None:
-            model.model_validate(spec["parameters"]["config"])  # raises on a bad default
+        validate_config(models[spec["entrypoint"].rsplit(":", 1)[1]], spec["parameters"]["config"])
         for value in _paths(spec["parameters"]):
             assert (REPO / value).exists() or value.startswith(("runs/", "s3://")), f"{spec['name']}: {value}"
 

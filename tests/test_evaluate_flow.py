@@ -12,6 +12,7 @@ from tasks.baselines import only_llm_corpus
 from tasks.corpus import read_corpus
 from tasks.release_reader import read_release
 from tasks.stages.evaluation import score_corpus
+from tasks.config import EvaluationOptions
 from tasks.corpus import publish_release
 from tasks.errors import ConfigError
 from tasks.ledger import PrivacyLedger
@@ -51,8 +52,8 @@ def release_and_data(tmp_path):
 def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_and_data, tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
     out, test, client = release_and_data
-    result = ev.evaluate(out, test, client=client, coral=True, json_path=str(tmp_path / "r.json"),
-                         max_epochs=30, progress=False)
+    result = ev.evaluate({"synthetic": out, "test": test, "client": client, "coral": True,
+                          "json_path": str(tmp_path / "r.json"), "max_epochs": 30, "progress": False})
     scores = json.loads((tmp_path / "r.json").read_text())["scores"]
     assert set(scores) == {"MLP on MiniLM + CORAL", "TF-IDF + LR"}
     for s in scores.values():
@@ -85,15 +86,15 @@ def test_evaluator_never_reads_test_labels_during_training(prefect_harness, rele
 
     monkeypatch.setattr(evaluation, "train_and_predict", recording_train)
     monkeypatch.setattr(classify.HeldOutTestSet, "labels_for_scoring", recording_read)
-    ev.evaluate(out, test, client=client, coral=True, max_epochs=20, progress=False,
-                report_path=str(tmp_path / "r.html"))
+    ev.evaluate({"synthetic": out, "test": test, "client": client, "coral": True, "max_epochs": 20,
+                 "progress": False, "report_path": str(tmp_path / "r.html")})
     assert finished_trainings == ["mlp", "tfidf"]
     assert label_reads == [2]  # read once, after both classifiers were trained
 
     # and the labels cannot influence training: permuting them leaves every prediction unchanged
     release = read_release(out)
     test_df = read_corpus(test)
-    opts = evaluation.EvalOptions(train=classify.TrainConfig(max_epochs=15, progress=False), coral=False)
+    opts = EvaluationOptions(max_epochs=15, progress=False, coral=False)
     texts, labels = test_df["text"].tolist(), test_df["label"].to_numpy()
     a = score_corpus(release.rows, classify.HeldOutTestSet(texts, labels), client_texts=None, opts=opts)
     b = score_corpus(release.rows, classify.HeldOutTestSet(texts, np.random.default_rng(0).permutation(labels)),
@@ -112,14 +113,20 @@ def test_client_documents_are_disjoint_from_test_and_half_the_synthetic_size():
 
 def test_cli_registers_evaluate_and_experiment():
     from flows.cli import build_parser
+    from tasks.config import EvaluateConfig, ExperimentConfig, config_from_args
 
     parser = build_parser()
     args = parser.parse_args(["evaluate", "--synthetic", "OUT", "--test", "t.parquet", "--coral", "--client", "c",
                               "--classifier", "finetune", "--json", "r.json"])
-    assert args.func is ev._evaluate_from_cli and args.coral and args.classifier == "finetune"
+    cfg = config_from_args(EvaluateConfig, args)
+    assert args.func is ev.run_from_cli and cfg.coral and cfg.classifier == "finetune" and cfg.json_path == "r.json"
     args = parser.parse_args(["experiment", "--config", "experiments/dbpedia14_nollm.toml", "--eps", "1+5,5+10",
-                              "--seeds", "0,1,2", "--coral", "both"])
-    assert args.eps == [[1.0, 5.0], [5.0, 10.0]] and args.seeds == [0, 1, 2] and args.coral == "both"
+                              "--seeds", "0,1,2", "--coral", "both", "--llm", "none", "--no-cell-reports"])
+    cfg = config_from_args(ExperimentConfig, args)
+    assert args.func is ex.run_from_cli and cfg.config_path == "experiments/dbpedia14_nollm.toml"
+    assert cfg.eps == [(1.0, 5.0), (5.0, 10.0)] and cfg.seeds == [0, 1, 2] and not cfg.cell_reports
+    assert grid.experiment_overrides(cfg) == {"eps": [[1.0, 5.0], [5.0, 10.0]], "seeds": [0, 1, 2], "llm": "none",
+                                             "coral": [False, True]}
 
 
 def test_experiment_configs_in_the_repo_load(monkeypatch, tmp_path):
@@ -161,7 +168,7 @@ def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tm
                  "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"), "labels": [0, 1, 2],
                              "test": str(tmp_path / "test.parquet"), "private_per_class": 10,
                              "synthetic_per_class": 8}}
-    result = ex.experiment(overrides=overrides, progress=False)
+    result = ex.experiment({"progress": False}, grid=overrides)
     table = pd.read_csv(result["table"])
     assert set(table["classifier"]) == {"MLP on MiniLM", "TF-IDF + LR"} and set(table["coral"]) == {False, True}
     assert (table["seeds"] == 2).all() and (table["accuracy_mean"] > 0.6).all()
@@ -171,14 +178,14 @@ def test_experiment_grid_writes_table_and_report_and_resumes(prefect_harness, tm
     for section in report.EXPERIMENT_SECTIONS:
         assert f"<section id='{section}'>" in html_text
     n_cells = len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines())
-    ex.experiment(overrides=overrides, progress=False)  # a re-run resumes: nothing is recomputed
+    ex.experiment({"progress": False}, grid=overrides)  # a re-run resumes: nothing is recomputed
     assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells == 2 * 2 * 2
     # --report-only tabulates finished cells and starts none, but its side-by-side plot still knows chance (1/3)
     chances = []
     plot = report.plot_method_comparison
     monkeypatch.setattr(report, "plot_method_comparison",
                         lambda rows, **kw: chances.append(kw.get("chance")) or plot(rows, **kw))
-    ex.experiment(overrides=overrides, progress=False, report_only=True)
+    ex.experiment({"progress": False, "report_only": True}, grid=overrides)
     assert len((tmp_path / "results" / "tiny" / "cells.jsonl").read_text().splitlines()) == n_cells
     assert chances and all(c == pytest.approx(1 / 3) for c in chances)
 
@@ -208,7 +215,7 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
     backend = FakeBackend()
     register_backend("local:fake-topics", backend)
     try:
-        result = ex.experiment(overrides=overrides, progress=False, cell_reports=False)
+        result = ex.experiment({"progress": False, "cell_reports": False}, grid=overrides)
     finally:
         register_backend("local:fake-topics", None)
     cells = pd.read_csv(tmp_path / "results" / "pe" / "cells.csv")
@@ -316,11 +323,37 @@ def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path,
                                     "eps": [[1, 5]], "seeds": [0], "llm": "local", "generation": {"top_k": 3}})
 
 
-def test_deployable_entry_point_validates_its_config(prefect_harness):
-    with pytest.raises(ConfigError, match="unknown evaluate setting"):
-        ev.evaluate_flow({"release": "OUT", "test": "t.parquet", "colar": True})
-    with pytest.raises(ConfigError, match="needs test"):
-        ev.evaluate_flow({"release": "OUT"})
+def test_deployable_entry_points_validate_their_config(prefect_harness):
+    with pytest.raises(ConfigError, match=r"--colar: unknown option \(EvaluateConfig has no field 'colar'\)"):
+        ev.evaluate({"synthetic": "OUT", "test": "t.parquet", "colar": True})
+    with pytest.raises(ConfigError, match="--test: Field required"):
+        ev.evaluate({"synthetic": "OUT"})
+    with pytest.raises(ConfigError, match="--coral needs --client"):
+        ev.evaluate({"synthetic": "OUT", "test": "t.parquet", "coral": True})
+    with pytest.raises(ConfigError, match=r"--seeds: .*greater than or equal to 0"):
+        ex.experiment({"config_path": "experiments/dbpedia14_nollm.toml", "seeds": [-1]})
+
+
+def test_experiment_options_replace_the_files_settings(monkeypatch, tmp_path):
+    from tasks.config import ExperimentConfig, validate_config
+
+    try:
+        grid.data_root()
+    except ConfigError:  # a checkout with no shared/data beside it: loading only resolves {data}, reads nothing
+        monkeypatch.setenv("PRIVSEED_DATA_ROOT", str(tmp_path))
+    path = str(grid.REPO / "experiments" / "dbpedia14_generation.toml")  # 3 LLMs, with and without class names
+    plain = grid.load_experiment(path)
+    cfg = validate_config(ExperimentConfig, {"config_path": path, "name": "other", "methods": "real,independent",
+                                             "llm": "none", "class_names": "no", "classifier": "finetune",
+                                             "synthetic_per_class": 7, "insecure_reproducible_noise": True})
+    spec = grid.load_experiment(cfg.config_path, grid.experiment_overrides(cfg))
+    assert (spec.name, spec.methods, spec.llm, spec.class_names, spec.classifier) == (
+        "other", ["real", "independent"], "none", [False], "finetune")
+    assert {ds.synthetic_per_class for ds in spec.datasets} == {7} and spec.insecure_reproducible_noise
+    assert (spec.eps, spec.seeds, spec.coral, spec.out) == (plain.eps, plain.seeds, plain.coral, plain.out)
+    with pytest.raises(ConfigError, match="--classifier: Input should be 'mlp' or 'finetune'"):
+        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["real"],
+                                    "eps": [[1, 5]], "seeds": [0], "classifier": "svm"})
 
 
 def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness, tmp_path, monkeypatch):
@@ -349,7 +382,8 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
     backend = FakeBackend()
     register_backend("local:fake-grid", backend)
     try:
-        result = ex.experiment(config_path=str(tmp_path / "grid.toml"), progress=False, cell_reports=True)
+        result = ex.experiment({"config_path": str(tmp_path / "grid.toml"), "progress": False,
+                                "cell_reports": True})
     finally:
         register_backend("local:fake-grid", None)
     named = [p for p in backend.prompts if 'category "' in p]

@@ -118,6 +118,88 @@ def test_batch_resumes_after_a_crash_without_resubmitting(fake, tmp_path):
     assert fake.message_calls == 0
 
 
+def _batch_ids(fake) -> list[list[str]]:
+    return [[r["custom_id"] for r in b["requests"]] for b in fake.batches.values()]
+
+
+def test_all_batches_of_a_run_are_in_flight_at_once(fake, tmp_path):
+    """12 requests in batches of 3: the four creations overlap (the fake holds each until four are in progress),
+    all four are open before any is collected, and every answer lands in the call cache."""
+    fake.polls_until_end, fake.hold_creates = 2, 4
+    cache = CallCache(str(tmp_path / "cache"))
+    b = backend(fake, use_batches=True, max_batch_size=3, max_concurrency=4, poll_interval=0,
+                batch_state=str(tmp_path))
+    out = cached_complete(b, reqs(12), cache)
+    assert fake.peak_creates == 4 and fake.peak_open_batches == 4 and len(fake.batches) == 4
+    paths = [r["path"] for r in fake.requests]
+    first_results = next(i for i, p in enumerate(paths) if p.endswith("/results"))
+    assert [i for i, p in enumerate(paths) if p == "/v1/messages/batches"] == [0, 1, 2, 3] < [first_results]
+    assert len(out) == 12 and all(o.text.startswith("A fake document") for o in out) and len(cache) == 12
+    assert sorted(c for ids in _batch_ids(fake) for c in ids) == sorted(
+        r.cache_key("anthropic", "claude-haiku-4-5") for r in reqs(12))
+    states = sorted(p.name for p in (tmp_path / "anthropic-batches").iterdir())
+    assert len(states) == 4 and not any(name.endswith(".open.json") for name in states)
+
+
+def test_a_crash_mid_submission_resumes_the_submitted_batches_and_submits_the_rest(fake, tmp_path):
+    """Two of four batches were submitted when the run died: the restart polls those two and submits only the
+    other two; no request is in two batches and nothing goes through the (full-price) Messages API."""
+    fake.polls_until_end, fake.refuse_creates_after = 1, 2
+    cache = CallCache(str(tmp_path / "cache"))
+    kw = dict(use_batches=True, max_batch_size=3, max_concurrency=4, poll_interval=0, batch_state=str(tmp_path))
+    with pytest.raises(PrivseedError, match="HTTP 400"):
+        cached_complete(backend(fake, **kw), reqs(12), cache)
+    assert len(fake.batches) == 2 and len(cache) == 0
+    open_states = list((tmp_path / "anthropic-batches").glob("*.open.json"))
+    assert len(open_states) == 2
+    fake.refuse_creates_after = None
+    out = cached_complete(backend(fake, **kw), reqs(12), cache)
+    ids = [c for batch in _batch_ids(fake) for c in batch]
+    assert len(fake.batches) == 4 and len(ids) == len(set(ids)) == 12
+    assert len(out) == 12 and len(cache) == 12 and fake.message_calls == 0
+    assert not list((tmp_path / "anthropic-batches").glob("*.open.json"))
+
+
+def test_answers_land_in_the_cache_as_each_batch_ends(fake, tmp_path):
+    """Three batches, the second still in progress when the run is killed while waiting: the answers of the two
+    that ended are already cached; the restart submits nothing, collects the third and sends no Messages call."""
+    fake.polls_until_end, fake.never_end = 1, {1}
+    cache = CallCache(str(tmp_path / "cache"))
+    sleeps = []
+
+    def killed_on_second_wait(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt("process killed while polling")
+
+    crashing = AnthropicBackend("claude-haiku-4-5", api_key=KEY, base_url=fake.base_url, use_batches=True,
+                                max_batch_size=3, max_concurrency=3, batch_state=str(tmp_path), retry=FAST,
+                                sleep=killed_on_second_wait)
+    with pytest.raises(KeyboardInterrupt):
+        cached_complete(crashing, reqs(9), cache)
+    still_open = _batch_ids(fake)[1]
+    keys = [r.cache_key("anthropic", "claude-haiku-4-5") for r in reqs(9)]
+    assert sorted(k for k in keys if cache.get(k) is not None) == sorted(k for k in keys if k not in still_open)
+    assert len(list((tmp_path / "anthropic-batches").glob("*.open.json"))) == 1
+    fake.never_end = set()
+    out = cached_complete(backend(fake, use_batches=True, max_batch_size=3, poll_interval=0,
+                                  batch_state=str(tmp_path)), reqs(9), CallCache(str(tmp_path / "cache")))
+    assert len(fake.batches) == 3 and fake.message_calls == 0 and len(out) == 9 and len(cache) == 9
+    assert [o.cached for o in out] == [k not in still_open for k in keys]
+
+
+def test_an_open_batch_the_api_no_longer_knows_is_submitted_again(fake, tmp_path):
+    rs = reqs(3)
+    ids = [r.cache_key("anthropic", "claude-haiku-4-5") for r in rs]
+    folder = tmp_path / "anthropic-batches"
+    folder.mkdir()
+    (folder / "0123.open.json").write_text(json.dumps({"batch_id": "msgbatch_expired", "model": "claude-haiku-4-5",
+                                                       "n": 3, "custom_ids": ids}))
+    out = backend(fake, use_batches=True, poll_interval=0, batch_state=str(tmp_path)).complete(rs)
+    assert len(out) == 3 and len(fake.batches) == 1 and _batch_ids(fake) == [ids]
+    assert not (folder / "0123.open.json").exists()
+
+
 @pytest.mark.slow
 def test_batch_state_on_s3_goes_through_storage_retries(fake, s3_bucket, monkeypatch):
     """The batch id is written to s3:// through tasks.storage: a dropped connection is retried, and the

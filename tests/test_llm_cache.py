@@ -1,4 +1,5 @@
 """The call cache: no finished call is ever sent twice, across crashes and re-runs."""
+import numpy as np
 import pytest
 
 from tasks.llm import CallCache, PromptTemplate, ReleasedVocabulary, build_request, cached_complete
@@ -79,6 +80,51 @@ def test_corrupt_entry_is_a_miss_and_a_leftover_temp_file_is_not_an_entry(tmp_pa
     assert sorted(p.name for p in (tmp_path / "cd").iterdir()) == [f"{key}.json", f"{key}.json.tmp-0badf00d"]
 
 
+def _count_calls(monkeypatch, fs, method: str) -> list:
+    original, calls = getattr(fs, method), []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fs, method, counted)
+    return calls
+
+
+def test_one_listing_then_only_the_hits_are_read(tmp_path, monkeypatch):
+    """300 of 600 calls are cached: the cache is listed once (one ls per two-hex folder), exactly the 300 hits
+    are read, and no miss is probed before the 300 misses are sent."""
+    cached_complete(RecordingBackend(), requests(300), CallCache(str(tmp_path)))
+    cache = CallCache(str(tmp_path))
+    listed, read = _count_calls(monkeypatch, cache.fs, "ls"), _count_calls(monkeypatch, cache.fs, "cat_file")
+    backend = RecordingBackend()
+    out = cached_complete(backend, requests(600), cache)
+    assert len(listed) == 256 and len(read) == 300 and len(backend.requests) == 300
+    assert [r.cached for r in out] == [True] * 300 + [False] * 300
+    assert len(cache.index) == 600  # the new entries joined the index: the next lookup needs no listing
+    again = cached_complete(RecordingBackend(), requests(600), cache)
+    assert len(listed) == 256 and len(read) == 900 and all(r.cached for r in again)
+
+
+def test_few_lookups_probe_instead_of_listing(tmp_path, monkeypatch):
+    cached_complete(RecordingBackend(), requests(3), CallCache(str(tmp_path)))
+    cache = CallCache(str(tmp_path))
+    listed, read = _count_calls(monkeypatch, cache.fs, "ls"), _count_calls(monkeypatch, cache.fs, "cat_file")
+    out = cached_complete(RecordingBackend(), requests(5), cache)
+    assert listed == [] and len(read) == 5 and [r.cached for r in out] == [True] * 3 + [False] * 2
+
+
+def test_an_index_entry_without_an_object_is_a_miss(tmp_path):
+    """The index keeps 64 bits per key: a listed key that shares them with a requested one (or an entry deleted
+    since the listing) costs one read that finds nothing, and the call is made."""
+    from tasks.llm.cache import CacheIndex
+
+    key = "ab" * 32
+    cache = CallCache(str(tmp_path), index=CacheIndex(np.array([CacheIndex.prefix(key)], dtype=np.uint64)))
+    assert key in cache.index and cache.get(key) is None
+    assert cache.get("cd" * 32) is None
+
+
 # --- on S3 (a real S3-compatible server), through tasks.storage ---------------------------------------------
 
 def _flaky(monkeypatch, fs, method: str, failures: int) -> list[int]:
@@ -148,3 +194,28 @@ def test_prefect_secret_storage_option_is_resolved(prefect_harness, s3_bucket, m
     assert cache.fs.secret == TEST_SECRET_KEY and cache.storage_options == options  # the reference is kept
     cache.put("12" * 32, ChatResult("via the block", 4, 3))
     assert CallCache(f"{s3_bucket.url}/llm-cache", options).get("12" * 32).text == "via the block"
+
+
+@pytest.mark.slow
+def test_listing_on_s3_reads_only_the_hits_and_errors_name_the_root(s3_bucket, monkeypatch):
+    from tasks.errors import StorageError
+
+    root = f"{s3_bucket.url}/runs/llm-cache"
+    cached_complete(RecordingBackend(), requests(40), CallCache(root))
+    corrupt = requests(300)[50].cache_key("recording", "echo")
+    s3_bucket.server.client().put_object(Bucket=s3_bucket.name, Key=f"runs/llm-cache/{corrupt[:2]}/{corrupt}.json",
+                                         Body=b'{"text": "half')
+    cache = CallCache(root)
+    assert len(cache.list_index()) == 41
+    read = _count_calls(monkeypatch, cache.fs, "cat_file")
+    backend = RecordingBackend()
+    out = cached_complete(backend, requests(300), cache)
+    assert len(read) == 41 and len(backend.requests) == 260 and sum(r.cached for r in out) == 40
+    assert not out[50].cached and len(s3_bucket.keys("runs/llm-cache/")) == 300  # the corrupt entry recomputed
+
+    broken = CallCache(root)
+    _flaky(monkeypatch, broken.fs, "ls", failures=10**6)
+    with pytest.raises(StorageError) as caught:
+        broken.list_index()
+    message = str(caught.value)
+    assert root in message and "ConnectionResetError" in message and "/runs/llm-cache/" not in message.replace(root, "")

@@ -278,8 +278,14 @@ def test_steering_is_sent_to_local_backends_only():
     assert remote.steering is None and "steering" not in remote.params()
     off = build_generation_requests(seeds(1), template, GenerationParams(doc_type="memo"), "local")[0][0]
     assert off.steering is None and off.cache_key("local", "m") != local.cache_key("local", "m")
+    assert local.steering.schedule == "budget"  # the default schedule, and it keys the cache
+    flat = build_generation_requests(seeds(1), template, dataclasses.replace(params, steer_schedule="flat"),
+                                     "local")[0][0]
+    assert flat.steering.schedule == "flat" and flat.cache_key("local", "m") != local.cache_key("local", "m")
     with pytest.raises(ConfigError):
         GenerationParams(doc_type="memo", steer=-1.0)
+    with pytest.raises(ConfigError, match="steer_schedule"):
+        GenerationParams(doc_type="memo", steer_schedule="steep")
 
 
 def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():

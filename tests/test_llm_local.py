@@ -73,3 +73,27 @@ def test_hf_folder_backend_uses_the_tokenizer_template_and_seeds(tiny_hf_model, 
         extra.unlink()
     with pytest.raises(ConfigError, match="no chat template"):
         local_backend(str(no_template)).complete(reqs[:1])
+
+
+@pytest.mark.slow
+def test_steering_sees_the_models_own_text_and_every_end_token():
+    """What the steering processor is given for the packaged model: a detokenizer that returns exactly
+    llama.cpp's text (its per-token pieces are cached), and every end-of-generation token, not only token_eos()."""
+    from tasks.llm.local import LlamaCppBackend, detokenizer, end_of_generation_ids, word_continuations
+
+    llm = LlamaCppBackend(n_threads=1).llama
+    text = "The Tees is a river in northern England; its village, Middleton-in-Teesdale, lies at 1,200 ft. Ünïcödé"
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    detokenize = detokenizer(llm)
+    for k in (0, 1, 5, len(ids) // 2, len(ids)):
+        assert detokenize(ids[:k]) == llm.detokenize(ids[:k]).decode("utf-8", errors="ignore")
+    assert detokenize(ids) == detokenize(ids)  # served from the cache, unchanged
+    eog = end_of_generation_ids(llm)
+    im_end = llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    assert llm.token_eos() in eog and len(im_end) == 1 and im_end[0] in eog
+    assert not set(ids) & set(eog)
+    flags = word_continuations(llm)
+    assert flags.shape == (llm.n_vocab(),) and 0 < flags.mean() < 1
+    for token in ids:  # a piece continues a word exactly when its text begins with a letter or digit
+        assert flags[token] == llm.detokenize([token]).decode("utf-8", errors="ignore")[:1].isalnum()
+    assert not flags[llm.tokenize(b" river", add_bos=False, special=False)[0]] and not flags[eog].any()

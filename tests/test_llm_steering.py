@@ -6,7 +6,7 @@ from tasks.llm.steering import SeedSteeringProcessor, surface_forms
 
 # A toy vocabulary: whole words with and without a leading space, plus two pieces of "burrowing".
 PIECES = ["<eos>", " the", " a", " river", " River", "river", "River", " burr", " Burr", "burr", "Burr", "owing",
-          " flows", " north", " village", " Village", "village", "Village", ".", " of", " arm"]
+          " flows", " north", " village", " Village", "village", "Village", ".", " of", " arm", "s"]
 INDEX = {p: i for i, p in enumerate(PIECES)}
 
 
@@ -30,8 +30,15 @@ def ids(*pieces: str) -> list[int]:
     return [INDEX[p] for p in pieces]
 
 
-def processor(strength=2.0, terms=("river", "burrowing", "village"), ngram=0, gap=0) -> SeedSteeringProcessor:
-    return SeedSteeringProcessor(terms, strength, tokenize, detokenize, eos_ids=[0], no_repeat_ngram=ngram, gap=gap)
+#: Pieces that would extend the word before them (they begin with a letter or digit).
+CONTINUES_WORD = np.array([p[:1].isalnum() for p in PIECES])
+
+
+def processor(strength=2.0, terms=("river", "burrowing", "village"), ngram=0, gap=0, schedule="flat",
+              max_tokens=None, min_gap=2, continues_word=None) -> SeedSteeringProcessor:
+    return SeedSteeringProcessor(terms, strength, tokenize, detokenize, eos_ids=[0], no_repeat_ngram=ngram, gap=gap,
+                                 schedule=schedule, max_tokens=max_tokens, min_gap=min_gap,
+                                 continues_word=continues_word)
 
 
 def test_surface_forms():
@@ -95,3 +102,90 @@ def test_bad_parameters_are_refused():
         processor(ngram=-1)
     with pytest.raises(ValueError):
         processor(gap=-1)
+
+
+# -- the "budget" schedule (the default) -------------------------------------------------------------------------
+def test_budget_schedule_pushes_as_before_while_on_pace():
+    # max_tokens 101: the tail keeps max(8, 10) tokens, 91 are paced. At the start every term is missing and
+    # the whole budget is left (urgency 1); after "river" at token 1 the model is ahead (2/3 missing, 90/91 left).
+    p = processor(gap=0, schedule="budget", max_tokens=101)
+    start = p.bonus(ids(), len(PIECES))
+    assert p.paced_tokens == 91 and p.urgency(0, ["river", "burrowing", "village"]) == pytest.approx(1.0)
+    assert start[INDEX[" river"]] == processor(gap=0).bonus(ids(), len(PIECES))[INDEX[" river"]] == 2.0
+    ahead = p.bonus(ids(" river"), len(PIECES))
+    assert p.urgency(1, ["burrowing", "village"]) == pytest.approx((2 / 3) / (90 / 91))
+    assert ahead[INDEX[" village"]] == 2.0 and ahead[INDEX[" flows"]] == 0.0
+
+
+def test_budget_schedule_pushes_harder_when_behind_pace():
+    # max_tokens 28: tail max(8, 3) = 8, 20 paced. Ten tokens in with every term missing: half the terms'
+    # budget is gone and none is written, urgency (3/3) / (10/20) = 2, so the push doubles (to 4) and a started
+    # term is finished with twice that.
+    p = processor(gap=0, schedule="budget", max_tokens=28)
+    behind = p.bonus(ids(" the", " a") * 5, len(PIECES))
+    assert behind[INDEX[" river"]] == pytest.approx(4.0) and behind[INDEX[" Village"]] == pytest.approx(4.0)
+    started = processor(gap=0, schedule="budget", max_tokens=28).bonus(ids(" the", " a") * 4 + ids(" the", " burr"),
+                                                                       len(PIECES))
+    assert started[INDEX["owing"]] == pytest.approx(8.0)  # "burrowing" is not written yet: urgency still 2
+    roomy = processor(gap=0, schedule="budget", max_tokens=1000).bonus(ids(" the", " a") * 5, len(PIECES))
+    assert behind[INDEX[" river"]] > roomy[INDEX[" river"]] > 2.0  # a larger budget: barely behind pace
+    past = processor(gap=0, schedule="budget", max_tokens=28).bonus(ids(" the", " a") * 11, len(PIECES))
+    assert past[INDEX[" river"]] == pytest.approx(2.0 * 20)  # in the tail: one paced token counts as left
+
+
+def test_budget_schedule_shrinks_the_gap_when_behind_but_never_below_min_gap():
+    prose = ids(" the", " a") * 7 + ids(" river", " flows")  # "river" written one token ago, at token 15
+    tight = processor(gap=6, schedule="budget", max_tokens=28, min_gap=2)
+    # 16 of 20 paced tokens gone, 2 of 3 terms missing: urgency (2/3) / (4/20) = 3.3, gap 6 / 3.3 -> 1, floored at 2
+    assert tight.bonus(prose, len(PIECES))[INDEX[" village"]] == 0.0  # one token after a term: no list of terms
+    later = tight.bonus(prose + ids(" north"), len(PIECES))
+    assert later[INDEX[" village"]] == pytest.approx(2.0 * (2 / 3) / (3 / 20))  # two tokens after: pushed, harder
+    generous = processor(gap=6, schedule="budget", max_tokens=1000, min_gap=2)
+    assert generous.bonus(prose + ids(" north"), len(PIECES))[INDEX[" village"]] == 0.0  # on pace: the full gap
+
+
+def test_budget_schedule_does_not_let_the_answer_end_while_a_term_is_missing():
+    p = processor(schedule="budget", max_tokens=200)
+    assert p.bonus(ids(" the", " river", " burr", "owing"), len(PIECES))[0] == -np.inf  # "village" missing
+    assert p.bonus(ids(" river", " burr", "owing", " village", "."), len(PIECES))[0] == 0.0  # all written: free
+    flat = processor().bonus(ids(" the", " river", " burr", "owing"), len(PIECES))
+    assert flat[0] == pytest.approx(-2.0 / 3)  # the flat schedule only lowers it by the share missing
+    assert processor(strength=0.0, schedule="budget", max_tokens=200).bonus(ids(" the"), len(PIECES))[0] == 0.0
+
+
+def test_the_memo_follows_a_sequence_that_changes_under_it():
+    p = processor(schedule="budget", max_tokens=200)
+    assert p.written(ids(" the", " river")) == {"river"}
+    assert p.written(ids(" the", " village")) == {"village"}  # a different answer: recomputed, not remembered
+    assert p.written(ids(" the")) == set()
+    assert p.written(ids(" the", " burr", "owing", " river")) == {"burrowing", "river"}
+
+
+def test_an_unknown_schedule_or_budget_is_refused():
+    with pytest.raises(ValueError, match="schedule"):
+        processor(schedule="steep")
+    with pytest.raises(ValueError, match="max_tokens"):
+        processor(schedule="budget", max_tokens=0)
+    with pytest.raises(ValueError, match="tail"):
+        SeedSteeringProcessor(["river"], 2.0, tokenize, detokenize, max_tokens=10, tail=1.0)
+
+
+def test_budget_schedule_closes_a_term_it_has_just_finished():
+    p = processor(schedule="budget", max_tokens=200, continues_word=CONTINUES_WORD)
+    closed = p.bonus(ids(" the", " river"), len(PIECES))
+    # "rivers" would no longer be the term "river": every piece that glues onto the word is banned, right then
+    assert closed[INDEX["s"]] == -np.inf and closed[INDEX["owing"]] == -np.inf and closed[INDEX["river"]] == -np.inf
+    assert closed[INDEX[" flows"]] == 0.0 and closed[INDEX["."]] == 0.0 and closed[INDEX[" village"]] == 2.0
+    finished = p.bonus(ids(" the", " burr", "owing"), len(PIECES))  # a two-token term, finished
+    assert finished[INDEX["s"]] == -np.inf
+    assert p.bonus(ids(" the", " river", " flows"), len(PIECES))[INDEX["s"]] == 0.0  # a word later: free again
+    assert p.bonus(ids(" the", " burr"), len(PIECES))[INDEX["owing"]] >= 4.0  # started, not finished: continued
+    flat = processor(continues_word=CONTINUES_WORD).bonus(ids(" the", " river"), len(PIECES))
+    assert flat[INDEX["s"]] == 0.0  # the flat schedule does not close terms
+    unknown = processor(schedule="budget", max_tokens=200).bonus(ids(" the", " river"), len(PIECES))
+    assert unknown[INDEX["s"]] == 0.0  # no word-continuation flags from the model: nothing is closed
+    q = processor(schedule="budget", max_tokens=200, continues_word=CONTINUES_WORD)
+    prompt = np.array(ids(" the"), dtype=np.intc)
+    q(prompt, np.zeros(len(PIECES), dtype=np.float32))
+    out = q(np.concatenate([prompt, ids(" village")]).astype(np.intc), np.zeros(len(PIECES), dtype=np.float32))
+    assert out[INDEX["s"]] == -np.inf  # the logits processor applies the closing too

@@ -152,6 +152,36 @@ def test_each_kind_of_bad_corpus_is_rejected_by_name(case):
         assert entry["success"] is (entry["name"] not in failed)
 
 
+@pytest.mark.parametrize("case", ["good corpus", *sorted(BAD_CASES)])
+def test_a_corpus_gated_in_parts_gets_the_verdict_of_the_whole(case):
+    """Generation shards gate their own parts and the driver combines the checks: the combination must be GX's
+    verdict on the whole corpus, expectation by expectation, counts and examples included, also when the
+    duplicates, the classes or the bad rows are spread over different parts."""
+    df = good_corpus() if case == "good corpus" else BAD_CASES[case][0](good_corpus())
+    gate = release_gate(labels=LABELS, llm_used=True)
+    whole = gate.check_part(df)
+    combined = gate.combine([whole])
+    for gx_record, entry in zip(whole.expectations, combined["expectations"]):  # GX's own result on the whole
+        assert entry["success"] is gx_record["success"], entry["name"]
+        if gx_record["expectation"] != "expect_table_columns_to_match_set" and "observed_value" in gx_record:
+            assert entry["details"]["observed_value"] == pytest.approx(gx_record["observed_value"])
+        for count in ("element_count", "unexpected_count", "missing_count"):
+            if count in gx_record and count in entry["details"]:
+                assert entry["details"][count] == gx_record[count], (entry["name"], count)
+    n = len(df)
+    cuts = [0, min(5, n), min(13, n), n]
+    parts = [gate.check_part(df.iloc[a:b].reset_index(drop=True)) for a, b in zip(cuts, cuts[1:])]
+    assert gate.combine(parts) == {**combined, "parts": 3}
+
+
+def test_a_gate_does_not_combine_checks_of_another_suite():
+    part = release_gate(labels=LABELS, llm_used=True).check_part(good_corpus())
+    other = release_gate(labels=LABELS, llm_used=False).check_part(good_corpus())
+    with pytest.raises(ConfigError, match="different release-gate suites"):
+        release_gate(labels=LABELS, llm_used=True).combine([part, other])
+    assert release_gate(labels=LABELS, llm_used=True) == release_gate(labels=list(LABELS), llm_used=True)
+
+
 def test_failed_expectations_carry_details():
     result = run_gate(good_corpus().pipe(lambda df: df[df["label"] != "sports"].reset_index(drop=True)))
     present = next(e for e in result["expectations"] if e["name"] == "label:every class present")

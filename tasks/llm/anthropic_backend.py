@@ -2,10 +2,13 @@
 
 - Interactive calls: at most ``max_concurrency`` in flight, each retried with exponential backoff on 429,
   5xx, 529 overloaded and network errors (the SDK's own retries are off so the policy is ours and tested).
-- Message Batches (half price, asynchronous): requests are submitted in batches of at most
-  ``max_batch_size``; the batch id is persisted under ``batch_state`` *before* polling, so a crashed run
-  resumes the same batch instead of paying for it twice. Results are read from the batch's results_url;
-  errored or expired entries are re-sent through the Messages API.
+- Message Batches (half price, asynchronous): requests are cut into batches of at most ``max_batch_size``,
+  all submitted at once (``max_concurrency`` submissions in flight); each batch id is persisted under
+  ``batch_state`` with the custom_ids it holds as soon as the API returns it, *before* anything polls, so a
+  crashed run (some batches submitted, some not, some collected) resumes the open batches and submits only the
+  rest, never paying twice. Open batches are polled together and each is collected the moment it ends, its
+  answers handed on (to the call cache) as they are read; errored or expired entries are re-sent through the
+  Messages API.
 - Sampling parameters: the current Messages API (SDK 2.x) has no temperature/top_p, so by default none are
   sent (the request's temperature and seed still key the cache). ``send_sampling_params=True`` adds them
   to the request body for models that accept them.
@@ -21,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from tasks.errors import ConfigError, PrivseedError
@@ -175,23 +179,20 @@ class AnthropicBackend(LLMBackend):
         return run_concurrently(self._one, requests, self.max_concurrency, on_each)
 
     # -- Message Batches -----------------------------------------------------------------------------------
-    def _state_path(self, custom_ids: Sequence[str]) -> str | None:
-        if not self.batch_state:
+    # One state object per submitted batch, under batch_state/anthropic-batches/ through tasks.storage (the run's
+    # storage options with Secret-block references resolved, retries with backoff, atomic writes): while the
+    # batch is open, ``<digest>.open.json`` names its id and every custom_id in it; once collected, ``<digest>.json``
+    # records the id and the open file goes. A crashed run thus knows, for each of its requests, whether a batch
+    # already holds it.
+    def _states_dir(self) -> str | None:
+        return f"{self.batch_state}/anthropic-batches" if self.batch_state else None
+
+    def _state_path(self, custom_ids: Sequence[str], status: str) -> str | None:
+        folder = self._states_dir()
+        if folder is None:
             return None
         digest = hashlib.sha256("\n".join([self.model, *custom_ids]).encode()).hexdigest()[:32]
-        return f"{self.batch_state}/anthropic-batches/{digest}.json"
-
-    # Batch state goes through tasks.storage: the run's storage options (Secret-block references resolved),
-    # retries with backoff, and an atomic write (a crash never leaves a half-written batch id).
-    def _read_state(self, path: str | None) -> dict | None:
-        if path is None:
-            return None
-        from tasks import storage
-
-        try:
-            return json.loads(storage.read_bytes(path, self.storage_options).decode("utf-8"))
-        except FileNotFoundError:
-            return None
+        return f"{folder}/{digest}{'.open' if status == 'open' else ''}.json"
 
     def _write_state(self, path: str | None, state: dict) -> None:
         if path is None:
@@ -200,55 +201,129 @@ class AnthropicBackend(LLMBackend):
 
         storage.write_bytes(path, json.dumps(state).encode("utf-8"), self.storage_options)
 
+    def _open_batches(self, wanted: set[str]) -> list[tuple[str, list[str], str]]:
+        """(batch id, the custom_ids of ``wanted`` it holds, its state's URI) of every batch an earlier run
+        submitted and did not collect that holds some of ``wanted`` and that the API still knows (one listing of
+        the state folder, then the open states only). A batch the API no longer has (results are kept 29 days)
+        is forgotten: its requests are submitted again."""
+        folder = self._states_dir()
+        if folder is None:
+            return []
+        from tasks import storage
+
+        open_paths = [u for u in storage.listdir(folder, self.storage_options) if u.endswith(".open.json")]
+
+        def read(uri: str) -> dict | None:
+            try:
+                return json.loads(storage.read_bytes(uri, self.storage_options).decode("utf-8"))
+            except FileNotFoundError:
+                return None  # collected by another process since the listing
+
+        found = []
+        for uri, state in zip(open_paths, _map_bounded(read, open_paths, self.max_concurrency)):
+            if not state or state.get("model") != self.model or not state.get("batch_id"):
+                continue
+            ids = [c for c in state.get("custom_ids", []) if c in wanted]
+            if ids:
+                found.append((state["batch_id"], ids, uri))
+        known = _map_bounded(lambda b: self._still_known(b[0]), found, self.max_concurrency)
+        for (batch_id, _, uri), ok in zip(found, known):
+            if not ok:
+                log.warning("Message Batch %s is no longer known to the API; its requests are submitted again",
+                            batch_id)
+                storage.remove(uri, self.storage_options)
+        return [b for b, ok in zip(found, known) if ok]
+
+    def _still_known(self, batch_id: str) -> bool:
+        import anthropic
+
+        try:
+            self._retrying(lambda: self.client.messages.batches.retrieve(batch_id), "batches.retrieve")
+        except PrivseedError as e:
+            if isinstance(e.__cause__, anthropic.NotFoundError):
+                return False
+            raise
+        return True
+
     def _complete_batched(self, requests: Sequence[ChatRequest], on_each: OnEach | None) -> list[ChatResult]:
+        """Every chunk of ``requests`` is submitted at once (``max_concurrency`` submissions in flight), each
+        batch id persisted as soon as the API returns it; then all open batches are polled together and each is
+        collected the moment it ends, its answers handed to ``on_each`` (the call cache) as they are read.
+        Requests that an uncollected batch of an earlier run already holds are not submitted again: that
+        batch is polled and collected instead."""
         results: list[ChatResult | None] = [None] * len(requests)
-        for start in range(0, len(requests), self.max_batch_size):
-            chunk = list(range(start, min(start + self.max_batch_size, len(requests))))
-            self._run_one_batch(requests, chunk, results, on_each)
+        # custom_id: the call's cache key (hex, unique per distinct request; 64 chars is the API's limit).
+        custom_ids = [r.cache_key(self.name, self.model)[:64] for r in requests]
+        by_custom = {c: i for i, c in enumerate(custom_ids)}
+        if len(by_custom) != len(custom_ids):
+            raise ConfigError("duplicate requests in one batch; deduplicate before calling (cached_complete does)")
+        resumed = self._open_batches(set(custom_ids))
+        held = {c for _, ids, _ in resumed for c in ids}
+        for batch_id, ids, _ in resumed:
+            log.info("resuming Message Batch %s (%d requests)", batch_id, len(ids))
+        rest = [i for i, c in enumerate(custom_ids) if c not in held]
+        chunks = [rest[s:s + self.max_batch_size] for s in range(0, len(rest), self.max_batch_size)]
+        submitted = self._submit_all(requests, custom_ids, chunks)
+        batches: list[tuple[str, list[int], str | None]] = [(bid, [by_custom[c] for c in ids], uri)
+                                                            for bid, ids, uri in resumed]
+        batches += submitted
+        self._poll_and_collect(requests, custom_ids, batches, results, on_each)
         return results  # type: ignore[return-value]
 
-    def _run_one_batch(self, requests: Sequence[ChatRequest], idx: list[int], results: list,
-                       on_each: OnEach | None) -> None:
-        # custom_id: the call's cache key (hex, unique per distinct request; 64 chars is the API's limit).
-        custom_ids = [requests[i].cache_key(self.name, self.model)[:64] for i in idx]
-        by_custom = dict(zip(custom_ids, idx))
-        if len(by_custom) != len(idx):
-            raise ConfigError("duplicate requests in one batch; deduplicate before calling (cached_complete does)")
-        state_path = self._state_path(custom_ids)
-        state = self._read_state(state_path)
-        batches = self.client.messages.batches
-        if state and state.get("batch_id"):
-            batch_id = state["batch_id"]
-            log.info("resuming Message Batch %s (%d requests)", batch_id, len(idx))
-        else:
-            body = [{"custom_id": c, "params": self._params(requests[i])} for c, i in zip(custom_ids, idx)]
-            batch = self._retrying(lambda: batches.create(requests=body), "batches.create")
-            batch_id = batch.id
-            # Persist before polling: a crash from here on resumes this batch instead of paying again.
-            self._write_state(state_path, {"batch_id": batch_id, "model": self.model, "n": len(idx),
-                                           "submitted_at": time.time()})
-            log.info("submitted Message Batch %s (%d requests)", batch_id, len(idx))
-        while True:
-            batch = self._retrying(lambda: batches.retrieve(batch_id), "batches.retrieve")
-            if batch.processing_status == "ended":
-                break
-            self._sleep(self.poll_interval)
-        retry_ids: list[str] = []
-        for item in self._retrying(lambda: list(batches.results(batch_id)), "batches.results"):
+    def _submit_all(self, requests: Sequence[ChatRequest], custom_ids: list[str],
+                    chunks: list[list[int]]) -> list[tuple[str, list[int], str | None]]:
+        batches_api = self.client.messages.batches
+
+        def submit(idx: list[int]) -> tuple[str, list[int], str | None]:
+            ids = [custom_ids[i] for i in idx]
+            body = [{"custom_id": c, "params": self._params(requests[i])} for c, i in zip(ids, idx)]
+            batch = self._retrying(lambda: batches_api.create(requests=body), "batches.create")
+            state_path = self._state_path(ids, "open")
+            # Persisted before anything waits on it: a crash from here on resumes this batch instead of paying
+            # again.
+            self._write_state(state_path, {"batch_id": batch.id, "model": self.model, "n": len(idx),
+                                           "submitted_at": time.time(), "custom_ids": ids})
+            log.info("submitted Message Batch %s (%d requests)", batch.id, len(idx))
+            return batch.id, idx, state_path
+
+        return _map_bounded(submit, chunks, self.max_concurrency)
+
+    def _poll_and_collect(self, requests: Sequence[ChatRequest], custom_ids: list[str],
+                          batches: list[tuple[str, list[int], str | None]], results: list,
+                          on_each: OnEach | None) -> None:
+        batches_api = self.client.messages.batches
+        waiting = list(batches)
+        while waiting:
+            ended = _map_bounded(
+                lambda b: self._retrying(lambda: batches_api.retrieve(b[0]), "batches.retrieve").processing_status
+                == "ended", waiting, self.max_concurrency)
+            done = [b for b, e in zip(waiting, ended) if e]
+            _map_bounded(lambda b: self._collect(requests, custom_ids, b, results, on_each), done,
+                         self.max_concurrency)
+            waiting = [b for b, e in zip(waiting, ended) if not e]
+            if waiting:
+                self._sleep(self.poll_interval)
+
+    def _collect(self, requests: Sequence[ChatRequest], custom_ids: list[str],
+                 batch: tuple[str, list[int], str | None], results: list, on_each: OnEach | None) -> None:
+        batch_id, idx, state_path = batch
+        by_custom = {custom_ids[i]: i for i in idx}
+        batches_api = self.client.messages.batches
+        failed = 0
+        for item in self._retrying(lambda: list(batches_api.results(batch_id)), "batches.results"):
             i = by_custom.get(item.custom_id)
             if i is None:
-                continue
+                continue  # a request of the batch that this call does not need (answered and cached since)
             if item.result.type == "succeeded":
                 results[i] = self._result(item.result.message)
                 if on_each:
                     on_each(i, results[i])
             else:
-                retry_ids.append(item.custom_id)
-        missing = [c for c in custom_ids if results[by_custom[c]] is None]
-        if missing:
+                failed += 1
+        redo = [i for i in idx if results[i] is None]
+        if redo:
             log.warning("Message Batch %s: %d of %d requests without a result (%d errored/expired/canceled); "
-                        "re-sending them through the Messages API", batch_id, len(missing), len(idx), len(retry_ids))
-            redo = [by_custom[c] for c in missing]
+                        "re-sending them through the Messages API", batch_id, len(redo), len(idx), failed)
 
             def on_redo(j: int, res: ChatResult) -> None:
                 results[redo[j]] = res
@@ -256,4 +331,25 @@ class AnthropicBackend(LLMBackend):
                     on_each(redo[j], res)
 
             run_concurrently(self._one, [requests[i] for i in redo], self.max_concurrency, on_redo)
-        self._write_state(state_path, {"batch_id": batch_id, "model": self.model, "n": len(idx), "collected": True})
+        if state_path is not None:
+            from tasks import storage
+
+            self._write_state(state_path.removesuffix(".open.json") + ".json",
+                              {"batch_id": batch_id, "model": self.model, "n": len(idx), "collected": True})
+            storage.remove(state_path, self.storage_options)
+
+
+def _map_bounded(fn: Callable, items: Sequence, max_workers: int) -> list:
+    """``[fn(x) for x in items]`` with at most ``max_workers`` running at once, in item order; the first failure
+    cancels what has not started and is re-raised (what already finished stays done: a submitted batch stays
+    persisted)."""
+    if max_workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(items)), thread_name_prefix="batch") as pool:
+        futures = [pool.submit(fn, x) for x in items]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise

@@ -34,17 +34,20 @@ class SeedSteering:
     ``terms``: the released seed terms to steer towards (already in the prompt; public). ``strength``: logit
     bonus for a token that begins or continues a term not yet written (the same amount is taken off a written
     term's first tokens); 0 turns steering off. ``repeat_penalty`` is llama.cpp's; ``no_repeat_ngram`` bans a
-    token that would repeat a word n-gram of the answer (0: off). Remote APIs cannot apply these and get none.
+    token that would repeat a word n-gram of the answer (0: off). ``schedule``: "budget" (the push grows as the
+    token budget runs out, and the answer cannot end while a term is missing) or "flat" (the first version).
+    Remote APIs cannot apply these and get none.
     """
 
     terms: tuple[str, ...]
     strength: float = 0.0
     repeat_penalty: float = 1.0
     no_repeat_ngram: int = 0
+    schedule: str = "budget"
 
     def params(self) -> dict:
         return {"terms": list(self.terms), "strength": self.strength, "repeat_penalty": self.repeat_penalty,
-                "no_repeat_ngram": self.no_repeat_ngram}
+                "no_repeat_ngram": self.no_repeat_ngram, "schedule": self.schedule}
 
 
 @dataclass(frozen=True)

@@ -5,28 +5,47 @@ Pure numpy plus two tokenizer callables, so it is tested without a model (tests/
 used by ``tasks.llm.local.LlamaCppBackend`` through llama-cpp-python's ``logits_processor`` hook, which calls
 it once per generated token with every token id so far (prompt first) and the logits of the whole vocabulary.
 
-At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``):
+At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``) and the push p (below):
 
 - a token that **begins** a seed term not yet in the answer (its first token in any of the surface forms
-  " term", " Term", "term", "Term") gets +s, except in the ``gap`` tokens right after a term was written:
+  " term", " Term", "term", "Term") gets +p, except in the ``gap`` tokens right after a term was written:
   boosting every missing term at every step makes a small model write the seed list ("Gillingham, General
   Resellers, Class Archdiocese, ..."), the gap makes it write prose between two terms;
 - a token that **continues** a term the answer is in the middle of writing (the answer ends with the term's
-  first k tokens) gets +2s, so a started term is finished rather than abandoned;
+  first k tokens) gets +2p, so a started term is finished rather than abandoned;
 - the first token of a term **already written** gets -s, so the model moves on to the next term instead of
   repeating one ("Australia, Australia, ...");
-- end of text gets -s times the share of terms still missing, so the model does not stop after one sentence;
 - with ``no_repeat_ngram`` n > 0, a token that would repeat a token n-gram already in the answer is banned.
+
+Two schedules (``schedule``):
+
+- ``"flat"`` (the first version): p = s throughout, and end of text gets -s times the share of terms still
+  missing. A small model still stops after two or three sentences with a third of the terms unwritten.
+- ``"budget"`` (the default): the push follows a pace through the call's token budget. Of ``max_tokens``, the
+  last ``tail`` share (10 %, at least 8 tokens) is kept for finishing the last sentence; over the rest, T tokens,
+  each of the n terms gets an equal share. With m terms missing after t tokens, the *urgency* is
+  u = (m / n) / ((T - t) / T): the share of terms still missing over the share of the budget still left. On
+  pace or ahead (u <= 1) the push is s and the gap is ``gap``, as in "flat"; behind (u > 1) the push is s * u
+  and the gap shrinks to gap / u (never below ``min_gap``, so terms are not joined into a list). And the answer
+  **cannot end while a term is missing**: every end-of-generation token is banned until all terms are written
+  (or the budget is spent), so the model writes another sentence, and the push puts a missing term in it.
+  A term the answer has just finished is **closed**: right after the last token of one of its forms, tokens
+  that would glue more letters or digits onto it (``continues_word``) are banned, so "dmitri" does not become
+  "dmitrii" (no longer the term) and then get pushed again ("dmitrii, dmitrias, dmitres, ...").
+  Measured on DP seeds from the public test split (docs/generation.md, "Seed steering").
 
 Privacy: the terms are the released seed (already in the prompt); nothing else is read. Costs no privacy.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
 
-from tasks.metrics import term_coverage
+from tasks.metrics import terms_present
+
+SCHEDULES = ("flat", "budget")
 
 
 def surface_forms(term: str) -> list[str]:
@@ -38,82 +57,172 @@ def surface_forms(term: str) -> list[str]:
 
 
 class SeedSteeringProcessor:
-    """``processor(input_ids, scores) -> scores`` for one generation call (it keeps that call's state)."""
+    """``processor(input_ids, scores) -> scores`` for one generation call (it keeps that call's state).
+
+    ``max_tokens``: the call's output budget (the "budget" schedule's clock; without it the push stays s).
+    ``tail``: the share of the budget kept for finishing the last sentence (at least ``min_tail`` tokens).
+    ``continues_word``: one flag per token id, whether its text begins with a letter or digit (it would extend
+    the word before it); the "budget" schedule uses it to close a finished term (none given: no closing).
+    The processor remembers what it computed for the answer so far, so each step costs one detokenization
+    and one coverage test, not one per earlier token."""
 
     def __init__(self, terms: Sequence[str], strength: float, tokenize: Callable[[str], list[int]],
                  detokenize: Callable[[Sequence[int]], str], eos_ids: Sequence[int] = (), no_repeat_ngram: int = 0,
-                 gap: int = 6):
+                 gap: int = 6, max_tokens: int | None = None, schedule: str = "budget", min_gap: int = 2,
+                 tail: float = 0.1, min_tail: int = 8, continues_word: np.ndarray | None = None):
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
         if no_repeat_ngram < 0:
             raise ValueError(f"no_repeat_ngram must be >= 0, got {no_repeat_ngram}")
-        if gap < 0:
-            raise ValueError(f"gap must be >= 0, got {gap}")
+        if gap < 0 or min_gap < 0:
+            raise ValueError(f"gap and min_gap must be >= 0, got {gap}, {min_gap}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown steering schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if not 0 <= tail < 1 or min_tail < 0:
+            raise ValueError(f"tail must be in [0, 1) and min_tail >= 0, got {tail}, {min_tail}")
         self.gap = int(gap)
+        self.min_gap = min(int(min_gap), self.gap)
+        self.schedule = schedule
+        self.max_tokens = None if max_tokens is None else int(max_tokens)
+        # The paced part of the budget: all of it but the tail, and at least one token.
+        self.paced_tokens = None if max_tokens is None else \
+            max(1, int(max_tokens) - max(int(min_tail), round(tail * int(max_tokens))))
         self.terms = [t for t in dict.fromkeys(str(t) for t in terms) if t.strip()]
         self.strength = float(strength)
         self.detokenize = detokenize
-        self.eos_ids = [int(i) for i in eos_ids]
+        self.eos_ids = sorted({int(i) for i in eos_ids})
         self.no_repeat_ngram = int(no_repeat_ngram)
+        self.continues_word = None if continues_word is None else np.flatnonzero(np.asarray(continues_word, dtype=bool))
         # Token sequences of each term's surface forms (distinct, non-empty).
         self.forms: dict[str, list[tuple[int, ...]]] = {}
         for term in self.terms:
             seqs = {tuple(int(i) for i in tokenize(form)) for form in surface_forms(term)}
             self.forms[term] = sorted(s for s in seqs if s)
         self.prompt_len: int | None = None
+        # Memo of the answer seen so far: its tokens and, for each prefix length k, the terms written by then.
+        self._seen: list[int] = []
+        self._written_at: list[frozenset[str]] = [frozenset()]
+
+    def _written_text(self, text: str) -> frozenset[str]:
+        return frozenset(t for t, present in zip(self.terms, terms_present(text, self.terms)) if present)
+
+    def _advance(self, generated: Sequence[int]) -> None:
+        """Bring the memo up to ``generated`` (reuses the longest common prefix with what it saw last)."""
+        common = 0
+        limit = min(len(self._seen), len(generated))
+        if self._seen[:limit] == list(generated[:limit]):
+            common = limit
+        else:
+            while common < limit and self._seen[common] == generated[common]:
+                common += 1
+        del self._seen[common:]
+        del self._written_at[common + 1:]
+        for token in generated[common:]:
+            self._seen.append(int(token))
+            self._written_at.append(self._written_text(self.detokenize(self._seen)))
 
     def written(self, generated: Sequence[int]) -> set[str]:
-        """Terms the answer already contains (the coverage measure's own test)."""
-        text = self.detokenize(list(generated)) if len(generated) else ""
-        return {t for t in self.terms if term_coverage(text, [t]) == 1.0}
+        """Terms the answer already contains (the coverage measure's own test, tasks.metrics.terms_present)."""
+        generated = [int(t) for t in generated]
+        self._advance(generated)
+        return set(self._written_at[len(generated)])
 
     def steps_since_last_term(self, generated: Sequence[int], done: set[str]) -> int:
         """Tokens generated since the answer last completed a term (len(generated) + 1 when it never did)."""
         if not done:
             return len(generated) + 1
-        for back in range(1, min(self.gap, len(generated)) + 1):  # did dropping the last `back` tokens lose one?
-            if len(self.written(generated[:len(generated) - back])) < len(done):
+        generated = [int(t) for t in generated]
+        self._advance(generated)
+        n = len(generated)
+        for back in range(1, min(self.gap, n) + 1):  # did dropping the last `back` tokens lose a term?
+            if len(self._written_at[n - back]) < len(done):
                 return back - 1
         return self.gap + 1
 
-    def bonus(self, generated: Sequence[int], n_vocab: int) -> np.ndarray:
-        """The additive logit change for the next token (pure; -inf marks a banned token)."""
-        delta = np.zeros(n_vocab, dtype=np.float32)
+    def urgency(self, n_generated: int, missing: Sequence[str]) -> float:
+        """The share of terms still missing over the share of the paced budget still left (> 1: behind pace);
+        0 without a budget, without missing terms, or under the "flat" schedule."""
+        if self.schedule != "budget" or self.paced_tokens is None or not missing:
+            return 0.0
+        left = max(self.paced_tokens - n_generated, 1) / self.paced_tokens
+        return (len(missing) / len(self.terms)) / left
+
+    def closed_tokens(self, generated: Sequence[int]) -> np.ndarray:
+        """Token ids banned because the answer ends with the last token of a written term (one of its surface
+        forms) and they would glue letters onto it ("budget" schedule with ``continues_word``; else none)."""
+        if self.schedule != "budget" or self.continues_word is None or self.strength <= 0:
+            return np.zeros(0, dtype=np.int64)
+        generated = [int(t) for t in generated]
+        done = self.written(generated)
+        n = len(generated)
+        if any(n >= len(seq) and tuple(generated[n - len(seq):]) == seq for term in done for seq in self.forms[term]):
+            return self.continues_word
+        return np.zeros(0, dtype=np.int64)
+
+    def adjustments(self, generated: Sequence[int]) -> dict[int, float]:
+        """The additive logit changes for the next token, by token id (pure in effect; -inf bans a token)."""
+        delta: dict[int, float] = {}
         s = self.strength
         generated = [int(t) for t in generated]
         if s > 0 and self.terms:
             done = self.written(generated)
+            missing = [t for t in self.terms if t not in done]
+            u = self.urgency(len(generated), missing)
+            push = s * max(1.0, u)
+            gap = self.gap if u <= 1 else max(self.min_gap, min(self.gap, math.floor(self.gap / u)))
             # Penalise first, then boost: a first token shared by a written and a missing term stays boosted.
             for term in done:
                 for seq in self.forms[term]:
-                    if seq[0] < n_vocab:
-                        delta[seq[0]] = -s
-            missing = [t for t in self.terms if t not in done]
-            if self.steps_since_last_term(generated, done) >= self.gap:
+                    delta[seq[0]] = -s
+            if self.steps_since_last_term(generated, done) >= gap:
                 for term in missing:
                     for seq in self.forms[term]:
-                        if seq[0] < n_vocab:
-                            delta[seq[0]] = max(delta[seq[0]], s)
+                        delta[seq[0]] = max(delta.get(seq[0], -math.inf), push)
             for term in missing:
                 for seq in self.forms[term]:
                     for k in range(len(seq) - 1, 0, -1):  # the answer ends with the first k tokens of the term
-                        if len(generated) >= k and tuple(generated[-k:]) == seq[:k] and seq[k] < n_vocab:
-                            delta[seq[k]] = max(delta[seq[k]], 2 * s)
+                        if len(generated) >= k and tuple(generated[-k:]) == seq[:k]:
+                            delta[seq[k]] = max(delta.get(seq[k], -math.inf), 2 * push)
                             break
-            share_missing = len(missing) / len(self.terms)
-            for eos in self.eos_ids:
-                if eos < n_vocab:
-                    delta[eos] -= s * share_missing
+            if missing:
+                for eos in self.eos_ids:
+                    if self.schedule == "budget":
+                        delta[eos] = -math.inf
+                    else:
+                        delta[eos] = delta.get(eos, 0.0) - s * len(missing) / len(self.terms)
         n = self.no_repeat_ngram
         if n > 0 and len(generated) >= n:
-            prefix = tuple(generated[len(generated) - n + 1:]) if n > 1 else ()
-            for i in range(len(generated) - n + 1):
-                if tuple(generated[i:i + n - 1]) == prefix and generated[i + n - 1] < n_vocab:
-                    delta[generated[i + n - 1]] = -np.inf
+            history = np.asarray(generated, dtype=np.int64)
+            if n == 1:
+                banned = np.unique(history)
+            else:
+                windows = np.lib.stride_tricks.sliding_window_view(history, n)
+                banned = windows[(windows[:, :-1] == history[len(history) - n + 1:]).all(axis=1), -1]
+            for token in banned.tolist():
+                delta[token] = -math.inf
         return delta
+
+    def bonus(self, generated: Sequence[int], n_vocab: int) -> np.ndarray:
+        """``adjustments`` and ``closed_tokens`` as a dense vector over a vocabulary of ``n_vocab`` tokens."""
+        dense = np.zeros(n_vocab, dtype=np.float32)
+        for token, value in self.adjustments(generated).items():
+            if 0 <= token < n_vocab:
+                dense[token] = value
+        closed = self.closed_tokens(generated)
+        dense[closed[closed < n_vocab]] = -np.inf
+        return dense
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         if self.prompt_len is None:  # the first call sees the prompt only
             self.prompt_len = len(input_ids)
         generated = input_ids[self.prompt_len:]
-        return scores + self.bonus(generated, len(scores))
+        out = np.array(scores, dtype=np.float32, copy=True)
+        n_vocab = len(out)
+        for token, value in self.adjustments(generated).items():
+            if 0 <= token < n_vocab:
+                out[token] += value
+        closed = self.closed_tokens(generated)
+        out[closed[closed < n_vocab]] = -np.inf
+        return out

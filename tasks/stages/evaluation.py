@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from tasks import classify, corpus, evaluation, jsonable, storage
+from tasks.config import EvaluationOptions
 from tasks.errors import CorpusError
-from tasks.evaluation import EvalOptions
 from tasks.release_reader import Release, read_release
 from tasks.stages import public_stage
 
@@ -60,29 +60,30 @@ def train_and_predict(kind: str, train_texts: list[str], train_labels: list[Any]
 
 
 def score_corpus(train: pd.DataFrame, test: classify.HeldOutTestSet, *, client_texts: Sequence[str] | None,
-                 opts: EvalOptions) -> dict[str, Any]:
+                 opts: EvaluationOptions) -> dict[str, Any]:
     """Train every requested classifier on `train` (text, label) and score it on `test`: embed, train each
     classifier (a stage each), and only then read the test labels, once.
 
     Returns scores per classifier, predictions, embeddings (for the report) and training histories.
     """
-    cache = str(evaluation.embedding_cache_dir(opts))
+    cache = str(evaluation.embedding_cache_dir())
     train_texts = train["text"].astype(str).tolist()
     train_labels = train["label"].tolist()
     needs_vectors = opts.classifier == "mlp"
-    train_x = embed(train_texts, opts.embed_model, cache)
-    test_x = embed(test.texts, opts.embed_model, cache)
+    train_x = embed(train_texts, opts.embedding_model, cache)
+    test_x = embed(test.texts, opts.embedding_model, cache)
     client_x = None
     coral_client = list(client_texts) if (opts.coral and client_texts) else None
     if coral_client:
-        client_x = embed(coral_client, opts.embed_model, cache)
+        client_x = embed(coral_client, opts.embedding_model, cache)
+    training = evaluation.train_config(opts)
     runs: dict[str, dict[str, Any]] = {}
-    for kind in opts.classifiers():
+    for kind in evaluation.classifier_kinds(opts):
         neural = kind != "tfidf"
         runs[evaluation.classifier_label(kind, opts.coral)] = train_and_predict(
             kind, train_texts, train_labels, train_x if needs_vectors else None, test.texts,
             test_x if needs_vectors else None, coral_client if neural else None, client_x if neural else None,
-            opts.train, opts.embed_model, opts.device)
+            training, opts.embedding_model, opts.device)
     # ---- all training is done: only now are the test labels read
     y_true = test.labels_for_scoring()
     return {"scores": evaluation.score_runs(y_true, runs, len(train_texts)), "runs": runs, "y_true": y_true,

@@ -13,8 +13,9 @@ import pandas as pd
 from tasks import classify, metrics, storage
 from tasks.baselines import only_llm_corpus, real_baseline
 from tasks.errors import ConfigError
-from tasks.evaluation import (EvalOptions, build_run_report, choose_client_texts, evaluation_result,
-                              generation_quality, term_lists)
+from tasks.config import EvaluationOptions
+from tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, generation_quality,
+                              term_lists)
 from tasks.experiment import (BASELINE_METHODS, PAPER_NUMBERS, CellLog, DatasetSpec, ExperimentSpec, GridCell,
                               PreparedData, declared_labels, grid_cells, grid_vocabulary, prepare_data,
                               round_timings)
@@ -118,9 +119,8 @@ def score_cell(spec: ExperimentSpec, cell: GridCell, grid: GridData, train: pd.D
                                    grid.test_terms(ds, vocabulary), data.test["label"].tolist())
     records = []
     for coral in spec.coral:
-        opts = EvalOptions(classifier=spec.classifier, tfidf=spec.tfidf, coral=coral, test_view=view,
-                           train=classify.TrainConfig(seed=cell.seed, max_epochs=spec.max_epochs, progress=False),
-                           map_method="pca")
+        opts = EvaluationOptions(classifier=spec.classifier, tfidf=spec.tfidf, coral=coral, test_view=view,
+                                 seed=cell.seed, max_epochs=spec.max_epochs, progress=False, map_method="pca")
         held_out = classify.HeldOutTestSet(test_texts, data.test["label"].tolist())
         scored = score_corpus(train[["text", "label"]], held_out, client_texts=client if coral else None, opts=opts)
         fid = metrics.frechet_distance(scored["test_x"], scored["train_x"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks.config import DpKpsConfig
+from tasks.corpus import StagedRelease
 from tasks.stages import stage_logger
 
 
@@ -33,17 +34,20 @@ def with_class_names(cfg: DpKpsConfig) -> tuple[DpKpsConfig, dict[str, str] | No
     return cfg, class_names.to_dict()
 
 
-def generate_release_documents(sequences: pd.DataFrame, cfg: DpKpsConfig) -> tuple[pd.DataFrame, dict]:
-    """One document per released seed (``tasks.generation.generate_documents``, a Prefect task with the call
-    cache), then the split into documents kept and seeds dropped after ``max_regenerations`` rounds; returns
-    the synthetic rows and the report that goes into quality.json."""
-    from tasks.generation import generate_documents, split_documents
+def generate_release_documents(sequences: pd.DataFrame, cfg: DpKpsConfig, labels: list) -> tuple[StagedRelease, dict]:
+    """One document per released seed (``tasks.generation.generate_release``: the generation shards call the
+    LLM through the call cache, split documents from seeds dropped after ``max_regenerations`` rounds, and
+    write and gate-check the release's parts); only the parts' descriptors come back here, with the report that
+    goes into quality.json."""
+    from tasks.generation import generate_release
+    from tasks.quality import gate_from_config
 
-    synthetic, report = split_documents(generate_documents(sequences, cfg), cfg.max_regenerations)
+    staged = generate_release(sequences, cfg, gate_from_config(cfg, labels))
+    report = staged.generation_report
     stage_logger().info("generation: %d documents kept, %d seeds dropped with no document after %d regeneration "
                         "rounds (%s)", report["rows_kept"], report["rows_dropped"], cfg.max_regenerations,
                         report["dropped_by_reason"] or "none")
-    return synthetic, report
+    return staged, report
 
 
 def placeholder_sequences(cfg: DpKpsConfig) -> pd.DataFrame:

@@ -425,11 +425,9 @@ def publish_evolution(cfg: EvolutionConfig, final: pd.DataFrame, ledger: Privacy
                       summary: dict[str, Any]) -> dict:
     """Gate and publish the final population, with ``summary`` (method, schedule, LLM calls, public per-round
     counts) as evolution.json; returns the manifest."""
-    gate = None
-    if cfg.gate:
-        from tasks.quality import DocumentRules, release_gate
+    from tasks.quality import gate_from_config
 
-        gate = release_gate(labels=labels, llm_used=True, rules=DocumentRules(language=cfg.language))
+    gate = gate_from_config(cfg, labels)
     files = {"evolution.json": (json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n").encode()}
     manifest = publish_release(cfg.out, release_frame(final, summary["llm_calls"]), ledger=ledger,
                                config=cfg.public_dict(), gate=gate, extra_files=files,

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from tasks.config import DpKpsConfig
+from tasks.corpus import StagedRelease
 from tasks.ledger import PrivacyLedger
 from tasks.stages import public_stage
 
@@ -20,22 +19,17 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
 
 
 @public_stage("publish-release", retries=2)
-def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame, ledger: PrivacyLedger, labels: list,
+def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: PrivacyLedger, labels: list,
             class_names: dict[str, str] | None = None, generation_report: dict | None = None) -> dict:
-    """Gate and publish (``tasks.corpus.publish_release``: atomically, the manifest last). ``generation_report``
-    (counts of synthetic rows and candidates from tasks.generation.split_documents) goes into quality.json
-    beside the gate's result."""
+    """Gate and publish (``tasks.corpus.publish_release``: atomically, the manifest last) a frame, or the parts
+    the generation shards wrote. ``generation_report`` (counts of synthetic rows and candidates from
+    tasks.generation.split_documents) goes into quality.json beside the gate's result."""
     from tasks.corpus import publish_release
-    from tasks.quality import DocumentRules, release_gate
+    from tasks.quality import gate_from_config
 
-    gate, extra = None, {}
-    if cfg.gate:
-        check = release_gate(labels=labels, llm_used=cfg.llm != "none", rules=DocumentRules(language=cfg.language))
-        gate = (lambda df: {**check(df), "generation": generation_report}) if generation_report else check
-    elif generation_report:
-        extra["quality.json"] = json.dumps({"gate": "off", "generation": generation_report}, indent=2).encode()
     config = cfg.public_dict()
     # The manifest says whether prompts named the classes, and with which public names.
     config["prompt_class_names"] = class_names if cfg.llm != "none" else None
-    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate, extra_files=extra,
+    return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate_from_config(cfg, labels),
+                           quality_extra={"generation": generation_report} if generation_report else None,
                            storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)

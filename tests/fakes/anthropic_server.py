@@ -5,8 +5,13 @@ Serves POST /v1/messages, and the Message Batches API: POST /v1/messages/batches
 Every request body is recorded (``requests``) so tests can assert what a backend sent. Failure injection:
 ``fail_next`` (HTTP statuses to answer the next /v1/messages calls with: 429, 500, 529 ...),
 ``batch_errored`` (custom_ids to report as errored in batch results), ``polls_until_end`` (retrieve calls
-before a batch ends). The answer text is deterministic: it repeats the terms after "terms:" in the last
-user message, so coverage is 100 %.
+before a batch ends), ``never_end`` (ordinals of batches, in creation order, that stay in progress),
+``refuse_creates_after`` (batch creations beyond this many are refused with HTTP 400, as a crash mid-submission),
+``hold_creates`` (each batch creation waits until this many are in progress at once, up to 10 s: a backend
+that submits one batch after another cannot get past it). ``peak_creates`` (most batch creations in progress
+at once) and ``peak_open_batches`` (most batches created and not yet collected) say what a backend did.
+The answer text is deterministic: it repeats the terms after "terms:" in the last user message, so coverage
+is 100 %.
 
 Also usable as an OpenAI-compatible fake (POST /v1/chat/completions, GET /v1/models).
 """
@@ -48,7 +53,12 @@ class FakeAnthropic:
         self.batch_errored: set[str] = set()
         self.batches: dict[str, dict] = {}
         self.message_calls = 0
+        self.never_end: set[int] = set()
+        self.refuse_creates_after: int | None = None
+        self.hold_creates = 0
+        self.creates_in_progress = self.peak_creates = self.peak_open_batches = 0
         self.lock = threading.Lock()
+        self.creates_changed = threading.Condition(self.lock)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -78,7 +88,7 @@ class FakeAnthropic:
                 "usage": {"input_tokens": max(1, n_in), "output_tokens": len(text.split())}}
 
     def _batch_json(self, b: dict) -> dict:
-        ended = b["polls"] >= self.polls_until_end
+        ended = b["polls"] >= self.polls_until_end and b["ordinal"] not in self.never_end
         n = len(b["requests"])
         errored = sum(r["custom_id"] in self.batch_errored for r in b["requests"]) if ended else 0
         return {"id": b["id"], "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
@@ -139,9 +149,25 @@ class FakeAnthropic:
                     return self._send(200, fake._message(body))
                 if path == "/v1/messages/batches":
                     bid = f"msgbatch_{uuid.uuid4().hex[:20]}"
-                    with fake.lock:
-                        fake.batches[bid] = {"id": bid, "requests": body["requests"], "polls": 0}
-                    return self._send(200, fake._batch_json(fake.batches[bid]))
+                    with fake.creates_changed:
+                        fake.creates_in_progress += 1
+                        fake.peak_creates = max(fake.peak_creates, fake.creates_in_progress)
+                        fake.creates_changed.notify_all()
+                        fake.creates_changed.wait_for(lambda: fake.creates_in_progress >= fake.hold_creates, timeout=10)
+                        limit = fake.refuse_creates_after
+                        refused = limit is not None and len(fake.batches) >= limit
+                        if not refused:
+                            fake.batches[bid] = {"id": bid, "requests": body["requests"], "polls": 0,
+                                                 "ordinal": len(fake.batches), "collected": False}
+                            fake.peak_open_batches = max(fake.peak_open_batches,
+                                                         sum(not b["collected"] for b in fake.batches.values()))
+                    try:
+                        if refused:
+                            return self._error(400)
+                        return self._send(200, fake._batch_json(fake.batches[bid]))
+                    finally:
+                        with fake.creates_changed:
+                            fake.creates_in_progress -= 1
                 if path == "/v1/chat/completions":
                     with fake.lock:
                         fake.message_calls += 1
@@ -171,8 +197,10 @@ class FakeAnthropic:
                         b["polls"] += 1
                         payload = fake._batch_json(b)
                     return self._send(200, payload)
-                if b["polls"] < fake.polls_until_end:
+                if b["polls"] < fake.polls_until_end or b["ordinal"] in fake.never_end:
                     return self._error(400)
+                with fake.lock:
+                    b["collected"] = True
                 lines = []
                 for r in b["requests"]:
                     if r["custom_id"] in fake.batch_errored:
