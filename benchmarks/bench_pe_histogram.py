@@ -92,7 +92,8 @@ def per_unit_rounds(docs: int, shards: int, workers: int, candidates: int) -> No
     import pandas as pd
     from wordfreq import top_n_list
 
-    from tasks.cluster import dask_client, map_reduce
+    from tasks.cluster import dask_client
+    from tasks.units import add_parts, map_reduce_units
     from tasks.embedding import embed_texts
     from tasks.pe_units import PrivateUnits, forget_run, unit_class_votes
     from tasks.units import plan_units
@@ -117,7 +118,8 @@ def per_unit_rounds(docs: int, shards: int, workers: int, candidates: int) -> No
             times = []
             for _ in ("cold", "warm"):
                 t0 = time.perf_counter()
-                votes = map_reduce(unit_class_votes, units.units, units, candidate_emb, candidate_class, affinity=True)
+                votes = map_reduce_units(unit_class_votes, units.units, add_parts, units, candidate_emb, candidate_class,
+                                         affinity=True)
                 times.append(time.perf_counter() - t0)
                 assert votes.sum() == docs
             kept = sum(client.run(forget_run, units.run).values())

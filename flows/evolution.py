@@ -18,15 +18,14 @@ import argparse
 from typing import Any
 
 import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-import pandas as pd
 from prefect import flow
 
 from tasks import evolution as ev
 from tasks import storage
 from tasks.cluster import cluster_security, dask_client
-from tasks.config import AugPeConfig, SecPeConfig, validate_config
-from tasks.ledger import PrivacyLedger
-from tasks.stages.corpus import corpus_identity, load_private_corpus, resolve_labels
+from tasks.config import AugPeConfig, SecPeConfig, build_config
+from tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
+from tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
 from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
 from tasks.stages.pe import (charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets, dry_run_plan,
                              private_units, public_clusters, publish_evolution)
@@ -36,18 +35,22 @@ from tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 @flow(name="augpe", log_prints=True)
 def augpe_flow(config: dict[str, Any]) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
-    cfg = validate_config(AugPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
+    # Environment defaults (PRIVSEED_*) apply under the parameters, as for DP-KPS; ConfigError names the problem.
+    cfg = build_config(AugPeConfig, config)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
     with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
-        corpus = load_private_corpus(cfg)
-        labels = resolve_labels(cfg, corpus)
-        ledger = open_ledger(cfg, corpus_identity(cfg, corpus))
+        plan = plan_private_corpus(cfg)
+        labels = declared_labels(cfg, plan.integer_labels)
+        # pass 1 on the workers: label check, keyed identity and, for AugPE+V~, the vocabulary histogram
+        scan = scan_private_corpus(plan, labels, cfg, term_counting(cfg) if cfg.vocab_words else None)
+        ledger = open_ledger(cfg, scan.identity)
         schedule = charge_augpe_schedule(ledger, cfg)
-        words = privatized_vocabulary_words(cfg, corpus, ledger) if cfg.vocab_words else None
-        del corpus  # the rounds read the private documents per unit, on the workers
-        with private_units(cfg, labels) as units:
+        # AugPE+V~: DP-KPS's own vocabulary privatization (discrete Laplace, scale S / eps_voc, top N)
+        words = privatize_vocabulary_stage(scan.counts, cfg, ledger) if cfg.vocab_words else None
+        del scan  # the rounds read the private documents per unit, on the workers
+        with private_units(cfg, labels, plan) as units:
             result = evolve(cfg, labels, AugPeVote(ledger, cfg, schedule, units), words)
         summary = {"method": "augpe+vocab" if cfg.vocab_words else "augpe", "schedule": schedule,
                    "llm_calls": result.calls, "vocabulary_words": len(words) if words else 0, "rounds": result.rounds}
@@ -59,16 +62,15 @@ def augpe_flow(config: dict[str, Any]) -> dict:
 @flow(name="secpe", log_prints=True)
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
-    cfg = validate_config(SecPeConfig, config)  # ConfigError naming the problem (e.g. how to declare labels)
+    cfg = build_config(SecPeConfig, config)  # environment defaults under the parameters, as above
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
     with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
-        corpus = load_private_corpus(cfg)
-        labels = resolve_labels(cfg, corpus)
-        ledger = open_ledger(cfg, corpus_identity(cfg, corpus))
-        del corpus  # secrets and rounds read the private documents per unit, on the workers
-        with private_units(cfg, labels) as units:
+        plan = plan_private_corpus(cfg)
+        labels = declared_labels(cfg, plan.integer_labels)
+        ledger = open_ledger(cfg, scan_private_corpus(plan, labels, cfg).identity)  # pass 1: labels, identity
+        with private_units(cfg, labels, plan) as units:  # secrets and rounds read the units on the workers
             secret_noise = ev.secpe_noise(cfg, detect_unit_secrets(cfg, units))
             schedule, mechanism = charge_secpe_schedule(ledger, cfg, secret_noise)
             vote = SecPeVote(ledger, cfg, mechanism, public_clusters(cfg), units, secret_noise.rho, labels)
@@ -82,28 +84,19 @@ def secpe_flow(config: dict[str, Any]) -> dict:
     return manifest
 
 
-def privatized_vocabulary_words(cfg: AugPeConfig, corpus: pd.DataFrame, ledger: PrivacyLedger) -> list[str]:
-    """AugPE+V~: DP-KPS's privatized vocabulary, by DP-KPS's own stages (first-S histogram over the shards, then
-    ``release_vocabulary``: discrete Laplace, scale S / eps_voc, top N), drawn once as ``vocabulary``."""
-    from tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
-
-    counts = vocabulary_histogram(corpus["text"].tolist(), cfg)
-    return privatize_vocabulary_stage(counts, cfg, ledger)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Entry points for `privseed experiment` and the CLI
 # ---------------------------------------------------------------------------------------------------------
 def run_augpe(config: dict[str, Any]) -> str:
     """Run Aug-PE (or AugPE+V~ with ``vocab_words=True``) from a config dict; returns the release path."""
-    cfg = validate_config(AugPeConfig, config)
+    cfg = build_config(AugPeConfig, config)
     augpe_flow(cfg.model_dump())
     return cfg.out
 
 
 def run_secpe(config: dict[str, Any]) -> str:
     """Run SecPE from a config dict; returns the release path."""
-    cfg = validate_config(SecPeConfig, config)
+    cfg = build_config(SecPeConfig, config)
     secpe_flow(cfg.model_dump())
     return cfg.out
 

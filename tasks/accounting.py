@@ -199,9 +199,18 @@ def mixture_blow_up(sigma: float, sensitivities: Sequence[float], probabilities:
     probs = np.asarray(probabilities, dtype=np.float64)
     if sens.size == 0 or float(np.max(sens)) == 0.0:
         return float(min(1.0, p + dropped_mass))  # the secret is never sampled: no information
-    pld = pld_lib.from_mixture_gaussian_mechanism(
-        standard_deviation=float(sigma), sensitivities=sens.tolist(), sampling_probs=probs.tolist(),
-        value_discretization_interval=value_discretization_interval)
+    # Components of probability 0 carry no mass; dp-accounting's mixture fails on them when sigma is large.
+    keep = probs > 0.0
+    sens, probs = sens[keep], probs[keep]
+    if sens.size == 1:
+        # One component (every holder is always sampled): the pair is a plain Gaussian mechanism.
+        pld = pld_lib.from_gaussian_mechanism(
+            standard_deviation=float(sigma), sensitivity=float(sens[0]),
+            value_discretization_interval=value_discretization_interval)
+    else:
+        pld = pld_lib.from_mixture_gaussian_mechanism(
+            standard_deviation=float(sigma), sensitivities=sens.tolist(), sampling_probs=(probs / probs.sum()).tolist(),
+            value_discretization_interval=value_discretization_interval)
     if compositions > 1:
         pld = pld.self_compose(int(compositions))
     # e^eps p + delta(eps) is minimised where P(privacy loss > eps) ~ p; scan a wide grid, then refine locally.

@@ -14,11 +14,9 @@ docs/operations.md ("Dask clusters") says how to start workers that pass these c
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import importlib.util
 import logging
-import operator
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -299,29 +297,3 @@ def _is_large(value: Any) -> bool:
     return nbytes is not None and nbytes > 1_000_000
 
 
-def map_reduce(fn: Callable[..., T], items: Sequence[Any], *args: Any, combine: Callable[[T, T], T] = operator.add,
-               affinity: bool = False, **kwargs: Any) -> T:
-    """``combine`` over ``fn(item, *args, **kwargs)`` for every item: on the cluster, the parts are combined in a
-    tree on the workers and only the total comes back to this process (with a client, even a single item runs on
-    a worker); without a client, in this process, in item order.
-
-    ``affinity`` asks for item i to run on the same worker at every call (the i-th of the sorted workers, another
-    one if that worker is gone or the scheduler moves it), so that what a worker keeps in its memory for an item
-    between calls is found again. Large shared arguments are scattered once, as in ``map_shards``."""
-    if not items:
-        raise ValueError("map_reduce needs at least one item")
-    client = current_client()
-    if client is None:
-        return functools.reduce(combine, (fn(item, *args, **kwargs) for item in items))
-    shared_args = [client.scatter(a, broadcast=True, hash=False) if _is_large(a) else a for a in args]
-    shared_kwargs = {k: client.scatter(v, broadcast=True, hash=False) if _is_large(v) else v for k, v in kwargs.items()}
-    if affinity:
-        workers = sorted(client.scheduler_info()["workers"])
-        futures = [client.submit(fn, item, *shared_args, workers=[workers[i % len(workers)]], allow_other_workers=True,
-                                 pure=False, **shared_kwargs) for i, item in enumerate(items)]
-    else:
-        futures = client.map(fn, list(items), *[[a] * len(items) for a in shared_args], pure=False, **shared_kwargs)
-    while len(futures) > 1:
-        pairs = [client.submit(combine, a, b, pure=False) for a, b in zip(futures[0::2], futures[1::2])]
-        futures = pairs + futures[2 * len(pairs):]
-    return futures[0].result()

@@ -4,7 +4,7 @@ Each function here receives a work unit (``tasks.units``: a shard URI and some o
 small public arguments, reads the unit's private documents from storage on the worker, embeds them there and
 returns only a part of a statistic that adds up across units: Aug-PE's per-candidate vote counts, SecPE's
 per-(class, cluster) counts and sums of sampled points, SecPE's secret incidence. The parts are summed on the
-cluster (``tasks.cluster.map_reduce``) before the noise is drawn once through the ledger, so neither the driver
+cluster (``tasks.units.map_reduce_units``) before the noise is drawn once through the ledger, so neither the driver
 nor the scheduler ever holds a private document or its embedding.
 
 Embeddings of a unit are kept in the worker process's memory for the run (``unit_embeddings``): a module
@@ -99,6 +99,9 @@ class SampledUnit:
     rho: np.ndarray
     sampling: NoiseSource
 
+    def __repr__(self) -> str:  # logged when a read is retried: the shard, never rho
+        return repr(self.unit)
+
 
 def unit_cluster_sums(item: SampledUnit, spec: PrivateUnits, clusters: ev.PublicClusters,
                       radius: float) -> ev.ClusterSums:
@@ -135,7 +138,7 @@ class SecretDetector:
 def unit_secret_incidence(unit: WorkUnit, spec: PrivateUnits, detector: SecretDetector
                           ) -> list[tuple[sparse.csr_matrix, list[str] | None]]:
     """The unit's secret incidence (rows in the unit's row order), as a list of one part: the units' lists
-    concatenate in unit order on the cluster (``map_reduce``) into what ``stack_incidence`` takes."""
+    concatenate in unit order on the cluster (``map_reduce_units``) into what ``stack_incidence`` takes."""
     texts = [text for batch in read_unit(unit, spec.text_column, spec.label_column, spec.storage_options)
              for text in batch["text"]]
     return [detector.incidence(texts)]

@@ -64,7 +64,7 @@ DEFAULT_BOUNDS: dict[str, float | int] = {
 }
 
 # Prompt echo and chat-template residue. Each entry: (name reported in the gate result, compiled regex).
-# The prompt is "Write a {document type} that contains the following terms: ..." (DESIGN.md step 7);
+# The prompt is "Write a {document type} that contains the following terms: ..." (docs/dpkps.md, the generation step);
 # a copy of it, or a chat template's control tokens, in the output means the text is not a document.
 TEMPLATE_RESIDUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("prompt:contains the following terms", re.compile(r"contains\s+the\s+following\s+(terms|keyphrases|keywords)", re.I)),

@@ -17,7 +17,9 @@ the pass at once, naming the shard.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -265,15 +267,23 @@ def tree_reduce(items: Iterable[T], combine: Callable[[list[T]], T], fan_in: int
     raise ValueError("nothing to reduce: no work units")
 
 
-def map_reduce_units(fn: Callable[..., T], units: Sequence[WorkUnit], combine: Callable[[list[T]], T], *args: Any,
-                     on_done: Callable[[int, int], None] | None = None) -> T:
+def add_parts(parts: list[T]) -> T:
+    """``combine`` for parts that add up (arrays, counts, ``+``-able statistics; lists concatenate in unit order)."""
+    return functools.reduce(operator.add, parts)
+
+
+def map_reduce_units(fn: Callable[..., T], units: Sequence[Any], combine: Callable[[list[T]], T], *args: Any,
+                     on_done: Callable[[int, int], None] | None = None, affinity: bool = False) -> T:
     """``combine`` over ``fn(unit, *args)`` for every unit (``tree_reduce``), each unit run by ``run_unit``.
+    A unit is a ``WorkUnit`` or an item that carries one (its repr names the shard, never data).
 
     On the cluster of the running flow (``tasks.cluster.current_client``): the arguments are scattered once to
     every worker (the graph holds the units and a reference to them, never data), one task per unit, the
     reduction tree as tasks on the partials where they lie, and only the root comes back. Without a cluster,
     in-process in the same tree. ``on_done(done, total)`` is called as units finish (for the operator's
-    progress: unit counts only)."""
+    progress: unit counts only). ``affinity`` runs unit i on the same worker at every call (the i-th of the
+    sorted workers, another one if it is gone), so what a worker keeps in memory for a unit between calls (Aug-PE
+    and SecPE keep its embeddings for the rounds) is found again."""
     from tasks.cluster import current_client
 
     if not units:
@@ -292,7 +302,13 @@ def map_reduce_units(fn: Callable[..., T], units: Sequence[WorkUnit], combine: C
     from distributed import as_completed
 
     shared = [client.scatter(a, broadcast=True, hash=False) for a in args]
-    leaves = client.map(run_unit, [fn] * len(units), list(units), *[[a] * len(units) for a in shared], pure=False)
+    if affinity:
+        workers = sorted(client.scheduler_info()["workers"])
+        leaves = [client.submit(run_unit, fn, unit, *shared, workers=[workers[i % len(workers)]],
+                                allow_other_workers=True, pure=False) for i, unit in enumerate(units)]
+    else:
+        leaves = client.map(run_unit, [fn] * len(units), list(units), *[[a] * len(units) for a in shared],
+                            pure=False)
     root = tree_reduce(leaves, lambda group: client.submit(combine, group, pure=False))
     try:
         for done, future in enumerate(as_completed(leaves), start=1):

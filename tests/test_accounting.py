@@ -127,3 +127,16 @@ def test_secret_budget_validation():
     with pytest.raises(ConfigError):
         acc.gdp_mu_for_secret(1e-4, 1e-5)
     assert acc.gdp_mu_for_secret(1e-4, 1.0) == math.inf
+
+
+def test_secret_held_by_every_always_sampled_document_is_a_plain_gaussian():
+    """rho = 1 for all n holders: every round shifts by sqrt(2) n, a Gaussian mechanism; the blow-up then depends
+    on sigma / n only (dp-accounting's mixture used to fail on the zero-probability components at large n)."""
+    from tasks import accounting
+
+    for n in (3, 40):
+        many = accounting.secret_blow_up(2.0 * n, [1.0] * n, 1e-3, 3)
+        one = accounting.secret_blow_up(2.0, [1.0], 1e-3, 3)
+        assert abs(many - one) < 1e-3
+    calibration = accounting.calibrate_secret_sigma([[1.0] * 40], 1e-3, 1e-2, 3)
+    assert calibration.blow_ups[0] <= 1e-2 and calibration.sigma > 0

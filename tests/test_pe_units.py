@@ -4,7 +4,6 @@ across units, and the workers' embedding cache scoped to a run."""
 
 from __future__ import annotations
 
-import operator
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,7 @@ def _units(folder: str, unit_rows: int = 1):
 # Partial statistics add up to the in-memory ones (pure, in this process)
 # ------------------------------------------------------------------------------------------------------------
 def test_unit_votes_and_cluster_sums_add_up_to_the_in_memory_statistics(tmp_path, tiny_corpus):
-    from tasks.cluster import map_reduce
+    from tasks.units import add_parts, map_reduce_units
     from tasks.embedding import embed_texts
     from tasks.mechanisms import insecure_noise
     from tasks.pe_units import SampledUnit, forget_run, unit_class_votes, unit_cluster_sums
@@ -49,7 +48,7 @@ def test_unit_votes_and_cluster_sums_add_up_to_the_in_memory_statistics(tmp_path
     candidates = embed_texts([f"{TOPICS[i % 3]} candidate {i}" for i in range(12)])
     voting = np.array([i % 3 if i % 4 else -1 for i in range(12)])  # every 4th is a non-document
     try:
-        votes = map_reduce(unit_class_votes, units.units, units, candidates, voting)
+        votes = map_reduce_units(unit_class_votes, units.units, add_parts, units, candidates, voting)
         np.testing.assert_array_equal(votes, ev.class_votes(private, classes, candidates, voting))
         assert votes.dtype == np.int64 and votes[voting == -1].sum() == 0
 
@@ -58,7 +57,7 @@ def test_unit_votes_and_cluster_sums_add_up_to_the_in_memory_statistics(tmp_path
         bounds = np.cumsum([u.rows for u in units.units])[:-1]
         items = [SampledUnit(unit, part, insecure_noise(1, "unit", str(i)))
                  for i, (unit, part) in enumerate(zip(units.units, np.split(rho, bounds)))]
-        sums = map_reduce(unit_cluster_sums, items, units, clusters, 0.5)
+        sums = map_reduce_units(unit_cluster_sums, items, add_parts, units, clusters, 0.5)
         # the same Bernoulli masks, drawn in memory from the same sources, unit by unit
         sampled = np.concatenate([item.sampling.bernoulli(item.rho) for item in items])
         assert 0 < sampled.sum() < sampled.size
@@ -96,18 +95,18 @@ def test_secret_incidence_merged_across_units_is_the_corpus_incidence(tmp_path, 
     assert merged.shape == whole.shape and (merged != whole).nnz == 0
 
 
-def test_map_reduce_combines_in_item_order_on_a_cluster():
+def test_map_reduce_units_combines_in_unit_order_with_and_without_affinity():
     from distributed import Client, LocalCluster
 
-    from tasks.cluster import map_reduce
+    from tasks.units import add_parts, map_reduce_units
 
     items = list(range(7))
-    assert map_reduce(lambda i: [i], items, combine=operator.add) == items  # no client: in this process
+    assert map_reduce_units(lambda i: [i], items, add_parts) == items  # no client: in this process
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster):
-        assert map_reduce(lambda i: [i], items, combine=operator.add) == items
-        assert map_reduce(lambda i: [i], items, combine=operator.add, affinity=True) == items
-        assert map_reduce(lambda i, big: [i + int(big[0])], [1], np.ones(200_000)) == [2]  # scattered argument
+        assert map_reduce_units(lambda i: [i], items, add_parts) == items
+        assert map_reduce_units(lambda i: [i], items, add_parts, affinity=True) == items
+        assert map_reduce_units(lambda i, big: [i + int(big[0])], [1], add_parts, np.ones(200_000)) == [2]  # scattered argument
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -2,8 +2,7 @@
 
 The streaming path (DP-KPS): ``plan_private_corpus`` (work units from the Parquet footers), ``declared_labels``,
 then ``scan_private_corpus`` (pass 1 on the workers: label check, keyed identity, term counts, tree-reduced on
-the cluster). The rows never come to the flow process. ``load_private_corpus`` / ``resolve_labels`` /
-``corpus_identity`` hold the whole corpus in the flow process: Aug-PE and SecPE use them until they stream units.
+the cluster). The rows never come to the flow process; DP-KPS, Aug-PE and SecPE all start this way.
 """
 
 from __future__ import annotations
@@ -13,11 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tasks.config import LABELS_HELP, ReleaseConfig
-from tasks.corpus import declared_positions, list_shards, read_shard
-from tasks.errors import ConfigError, CorpusError
+from tasks.errors import ConfigError
 from tasks.identity import DataIdentity
 from tasks.passes import TermCounting, UnitReader
 from tasks.stages import private_stage, stage_logger
@@ -91,35 +88,6 @@ def unit_progress(name: str) -> Callable[[int, int], None]:
             logger.info("%s: %d of %d work unit(s) done", name, done, total)
 
     return report
-
-
-# -- the whole corpus in the flow process (Aug-PE, SecPE) ------------------------------------------------------
-@private_stage("load-private-corpus")
-def load_private_corpus(cfg: ReleaseConfig) -> pd.DataFrame:
-    """All shards of the private corpus, read in parallel on the cluster."""
-    from tasks.cluster import map_shards
-
-    shards = list_shards(cfg.data, cfg.storage_options)
-    frames = map_shards(read_shard, shards, cfg.text_column, cfg.label_column, cfg.storage_options)
-    corpus = pd.concat(frames, ignore_index=True)
-    if corpus.empty:
-        raise CorpusError(f"the corpus at {cfg.data!r} is empty (no rows in {len(shards)} shard(s))")
-    stage_logger().info("loaded the private corpus from %d shard(s)", len(shards))
-    return corpus
-
-
-def resolve_labels(cfg: ReleaseConfig, corpus: pd.DataFrame) -> list:
-    """``declared_labels`` for a corpus in memory, every row checked against them."""
-    declared = declared_labels(cfg, pd.api.types.is_integer_dtype(corpus["label"].dtype))
-    declared_positions(corpus["label"], declared, cfg.label_column)
-    return declared
-
-
-def corpus_identity(cfg: ReleaseConfig, corpus: pd.DataFrame) -> DataIdentity:
-    """The keyed identity of a corpus in memory (the same value ``scan_private_corpus`` computes unit by unit)."""
-    from tasks.identity import data_identity, load_or_create_key
-
-    return data_identity(corpus, load_or_create_key(cfg.state_uri, cfg.storage_options))
 
 
 def as_label_type(label: str, integer: bool, column: str) -> Any:

@@ -49,7 +49,7 @@ def term_counting(cfg: ReleaseConfig) -> TermCounting:
 @private_stage("vocabulary-histogram")
 def vocabulary_histogram(texts: Sequence[str], cfg: ReleaseConfig) -> np.ndarray:
     """The vocabulary histogram of documents already in memory: the counts pass 1 makes unit by unit
-    (``scan_private_corpus`` with ``term_counting``), for AugPE+V~ until Aug-PE streams units, and the audit."""
+    (``scan_private_corpus`` with ``term_counting``), for the audit's trials."""
     from tasks.vocabulary import require_vocabulary_hits
 
     counts = term_counting(cfg).count(texts)

@@ -13,7 +13,7 @@ from tasks.stages import public_stage, stage_logger
 @public_stage("open-ledger")
 def open_ledger(cfg: ReleaseConfig, identity: DataIdentity) -> PrivacyLedger:
     """The run's ledger in the owner's private state. The corpus is identified by its keyed identity
-    (``scan_private_corpus`` or ``corpus_identity``, tasks/stages/corpus.py; the key lives in the state folder)
+    (``scan_private_corpus``, tasks/stages/corpus.py; the key lives in the state folder)
     and the run id is random unless ``--run-id`` resumes a run: nothing about the data goes into a name or a
     release."""
     from tasks.identity import new_run_id

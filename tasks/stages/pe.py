@@ -25,8 +25,8 @@ from scipy import sparse
 
 from tasks import accounting, storage
 from tasks import evolution as ev
-from tasks.cluster import current_client, map_reduce, map_shards
-from tasks.config import AugPeConfig, EvolutionConfig, SecPeConfig
+from tasks.cluster import current_client, map_shards
+from tasks.config import AUGPE_DEFAULT_EPSILON, AugPeConfig, EvolutionConfig, SecPeConfig
 from tasks.corpus import list_shards, publish_release
 from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from tasks.ledger import PrivacyLedger
@@ -34,6 +34,7 @@ from tasks.mechanisms import GaussianMechanism
 from tasks.pe_units import (PrivateUnits, SampledUnit, SecretDetector, forget_run, stack_incidence,
                             unit_class_votes, unit_cluster_sums, unit_secret_incidence)
 from tasks.stages import private_stage, public_stage, stage_logger
+from tasks.units import CorpusPlan, add_parts, map_reduce_units
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -143,21 +144,12 @@ def public_clusters(cfg: SecPeConfig) -> ev.PublicClusters:
 # The private corpus as work units, and the exact statistics summed over them on the cluster
 # ---------------------------------------------------------------------------------------------------------
 @private_stage("plan-private-units")
-def _plan_private_units(cfg: EvolutionConfig, labels: list) -> PrivateUnits:
-    from tasks.units import plan_units
-
-    units = tuple(plan_units(cfg.data, cfg.storage_options))
-    if not units:
-        raise CorpusError(f"the corpus at {cfg.data!r} has no rows")
-    return PrivateUnits(units, cfg.text_column, cfg.label_column, dict(cfg.storage_options or {}),
-                        cfg.embedding_model, tuple(str(label) for label in labels), uuid.uuid4().hex)
-
-
 @contextlib.contextmanager
-def private_units(cfg: EvolutionConfig, labels: list) -> Iterator[PrivateUnits]:
-    """The work units of the private corpus for the rounds of one run; on the way out, every worker forgets the
-    embeddings it kept for them (``tasks.pe_units``)."""
-    units = _plan_private_units(cfg, labels)
+def private_units(cfg: EvolutionConfig, labels: list, plan: CorpusPlan) -> Iterator[PrivateUnits]:
+    """The work units of the private corpus (``plan``, from ``plan_private_corpus``) for the rounds of one run;
+    on the way out, every worker forgets the embeddings it kept for them (``tasks.pe_units``)."""
+    units = PrivateUnits(plan.units, cfg.text_column, cfg.label_column, dict(cfg.storage_options or {}),
+                         cfg.embedding_model, tuple(str(label) for label in labels), uuid.uuid4().hex)
     try:
         yield units
     finally:
@@ -170,7 +162,8 @@ def private_units(cfg: EvolutionConfig, labels: list) -> Iterator[PrivateUnits]:
 @private_stage("augpe-unit-votes")
 def exact_class_votes(units: PrivateUnits, candidate_emb: np.ndarray, voting_class: np.ndarray) -> np.ndarray:
     """Aug-PE's exact votes of the whole corpus: every unit's counts on its worker, summed on the cluster."""
-    return map_reduce(unit_class_votes, units.units, units, candidate_emb, voting_class, affinity=True)
+    return map_reduce_units(unit_class_votes, units.units, add_parts, units, candidate_emb, voting_class,
+                            affinity=True)
 
 
 @private_stage("secpe-unit-cluster-sums")
@@ -180,7 +173,7 @@ def exact_cluster_sums(units: PrivateUnits, rho: list[np.ndarray], cfg: SecPeCon
     worker (its own Bernoulli mask, from the round's sampling source), summed on the cluster."""
     items = [SampledUnit(unit, part, cfg.noise("secpe", f"round-{t}", "sample", f"unit-{i}"))
              for i, (unit, part) in enumerate(zip(units.units, rho))]
-    return map_reduce(unit_cluster_sums, items, units, clusters, cfg.radius, affinity=True)
+    return map_reduce_units(unit_cluster_sums, items, add_parts, units, clusters, cfg.radius, affinity=True)
 
 
 def secret_detector(cfg: SecPeConfig) -> SecretDetector:
@@ -210,7 +203,8 @@ def detect_secrets(cfg: SecPeConfig, texts: list[str]) -> tuple[sparse.csr_matri
 @private_stage("detect-secrets-per-unit")
 def detect_unit_secrets(cfg: SecPeConfig, units: PrivateUnits) -> sparse.csr_matrix:
     """The corpus's secret incidence, each unit's rows detected on its worker, stacked here in unit order."""
-    return stack_incidence(map_reduce(unit_secret_incidence, units.units, units, secret_detector(cfg)))
+    return stack_incidence(map_reduce_units(unit_secret_incidence, units.units, add_parts, units,
+                                            secret_detector(cfg)))
 
 
 def rho_per_unit(units: PrivateUnits, rho: np.ndarray) -> list[np.ndarray]:
@@ -245,7 +239,7 @@ def augpe_schedule(cfg: AugPeConfig) -> dict:
         sigma = float(cfg.noise_multiplier)
         epsilon = accounting.augpe_epsilon(sigma, delta, cfg.iterations)
     else:
-        epsilon = 4.0 if cfg.epsilon is None else float(cfg.epsilon)
+        epsilon = AUGPE_DEFAULT_EPSILON if cfg.epsilon is None else float(cfg.epsilon)
         sigma = accounting.augpe_noise_multiplier(epsilon, delta, cfg.iterations)
     return {"mechanism": "gaussian-nn-histogram", "sigma": sigma, "epsilon": epsilon, "delta": delta,
             "iterations": cfg.iterations, "adjacency": accounting.ADJACENCY, "sensitivity_l2": 1.0,
