@@ -106,10 +106,11 @@ def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
     ``candidate_ids[c]`` are the P term ids of class c (public: chosen from stage 1's release). A document of class
     c is reduced to its first S_2 = ``pair_terms`` distinct terms among them and adds 1 to each of its
     S_2 (S_2 - 1) / 2 pairs; pair (i, j), i < j (positions in ``candidate_ids[c]``), sits at column
-    ``pair_columns(P)[i, j]`` (the upper triangle, row by row)."""
+    ``pair_columns(P_c)[i, j]`` (the upper triangle, row by row) of the class's own P_c = len(candidate_ids[c]):
+    a class with fewer candidates fills the first P_c (P_c - 1) / 2 columns, zeros after them."""
     n_classes = len(candidate_ids)
     p = max((len(ids) for ids in candidate_ids), default=0)
-    columns = pair_columns(p)
+    columns = [pair_columns(len(ids)) for ids in candidate_ids]
     position = [{int(t): i for i, t in enumerate(ids)} for ids in candidate_ids]
     counts = np.zeros((n_classes, p * (p - 1) // 2), dtype=np.int64)
     for terms, c in zip(sequences, class_index, strict=True):
@@ -118,7 +119,7 @@ def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
         kept = sorted(where[t] for t in first_distinct_terms(terms, pair_terms, allowed=set(where)))
         for n, i in enumerate(kept):
             for j in kept[n + 1:]:
-                counts[c, columns[i, j]] += 1  # distinct terms -> distinct pairs, each counted once
+                counts[c, columns[c][i, j]] += 1  # distinct terms -> distinct pairs, each counted once
     return counts
 
 

@@ -228,6 +228,18 @@ def test_markov_sampler_follows_released_pairs_with_the_pair_weight_and_otherwis
         sample_markov(release, 1, 2, rule, np.random.default_rng(0), pair_weight=1.5)
 
 
+def test_pair_counts_of_a_class_with_fewer_candidates_use_its_own_layout():
+    # class 0 has 4 candidates, class 1 only 3: class 1's pairs fill its own 3 x 2 / 2 columns, as pair_matrix
+    # and the pair stage read them, and nothing lands in the columns only class 0 has
+    counts = class_pair_counts([[10, 12], [21, 22], [20, 22]], [0, 1, 1],
+                               [np.array([10, 11, 12, 13]), np.array([20, 21, 22])], pair_terms=2)
+    assert counts.shape == (2, 6)
+    assert counts[0].tolist() == [0, 1, 0, 0, 0, 0]  # (10, 12): positions (0, 2)
+    np.testing.assert_array_equal(pair_matrix(counts[1, :3].astype(float), 3, 0.0),
+                                  [[0, 0, 1], [0, 0, 1], [1, 1, 0]])  # (20, 22) and (21, 22)
+    assert counts[1, 3:].sum() == 0
+
+
 def test_pair_candidates_and_matrix():
     release = ClassRelease(np.array([4, 5, 6, 7]), np.array([1.0, 9.0, 3.0, 0.0]))
     assert pair_candidates(release, 2).tolist() == [5, 6]

@@ -10,7 +10,7 @@ is post-processing of stage 1's release, recomputed from the stored noisy rows w
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ from tasks.config import DpKpsConfig
 from tasks.ledger import PrivacyLedger
 from tasks.stages import private_stage, public_stage, stage_logger
 from tasks.units import CorpusPlan
+
+if TYPE_CHECKING:
+    from tasks.histogram_seeds import ClassRelease
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
@@ -52,7 +55,7 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     return released
 
 
-def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list:
+def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[ClassRelease]:
     """Each class's terms and weights (``tasks.histogram_seeds.class_term_releases``) from stage 1's stored noisy
     rows: post-processing of released values and public parameters only."""
     from tasks.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
