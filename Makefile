@@ -15,7 +15,7 @@ export GX_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: setup setup-models demo test bench clean
+.PHONY: setup setup-models demo test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,15 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q tests; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+# Everyday edits: the suite without the end-to-end tests marked slow (servers, clusters, the local LLM, mypy).
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" tests
+
+# The configuration is in pyproject.toml ([tool.ruff], [tool.mypy]); tests/test_lint.py runs the same two.
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 bench: setup
 	for script in benchmarks/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -2,7 +2,8 @@
 
 Paper scale: 14 classes x 1,000 sequences, |V~| = 1,000, L = 10, on
 shared/data/dbpedia14/train.parquet. Stages: extract (phrase matching over V), histogram (first-S counts
-+ discrete Laplace noise from OpenDP + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class sums, noise), sample.
++ discrete Laplace noise from OpenDP + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class
+sums, noise), sample.
 The pure functions run in-process here (no Prefect, no Dask), so the figures are the math itself.
 
 Naive scoring builds every zero-padded d*B query vector and projects it in full; it is timed on a slice of
@@ -33,14 +34,15 @@ from tasks.ledger import public_rng  # noqa: E402
 from tasks.mechanisms import secure_noise  # noqa: E402
 from tasks.sampling import (  # noqa: E402
     METHODS, SelectionRule, SketchTables, default_device, ensemble_blocks, fast_scores, naive_scores,
-    sample_sequences, sketch_for_step, split_budget,
+    sample_sequences, split_budget,
 )
 from tasks.vocabulary import (  # noqa: E402
     PhraseMatcher, english_vocabulary, first_terms_histogram, privatize_vocabulary, vocabulary_mechanism,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()), REPO.parent / "shared")
+SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()),
+              REPO.parent / "shared")
 DATA = SHARED / "data" / "dbpedia14" / "train.parquet"
 DEFAULT_RULE = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5"}
 

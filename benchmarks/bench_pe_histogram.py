@@ -118,8 +118,8 @@ def per_unit_rounds(docs: int, shards: int, workers: int, candidates: int) -> No
             times = []
             for _ in ("cold", "warm"):
                 t0 = time.perf_counter()
-                votes = map_reduce_units(unit_class_votes, units.units, add_parts, units, candidate_emb, candidate_class,
-                                         affinity=True)
+                votes = map_reduce_units(unit_class_votes, units.units, add_parts, units, candidate_emb,
+                                         candidate_class, affinity=True)
                 times.append(time.perf_counter() - t0)
                 assert votes.sum() == docs
             kept = sum(client.run(forget_run, units.run).values())

@@ -37,10 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-import numpy as np
 
 LABELS = list(range(14))
 SHARD_ROWS = 100_000
@@ -262,8 +262,9 @@ def run_flow(cluster: Cluster, data: str, out: Path, env: dict[str, str]) -> dic
     argv = ["dpkps", data, "--out", str(out), "--llm", "none", "--per-class", "100", "--labels",
             ",".join(map(str, LABELS)), "--dask-address", cluster.address, "--seed", "0"]
     started = time.perf_counter()
-    completed = subprocess.run([sys.executable, __file__, "--driver", json.dumps(argv)], env={**env, "PYTHONPATH": str(REPO)},
-                               cwd=REPO, capture_output=True, text=True, check=False)
+    completed = subprocess.run([sys.executable, __file__, "--driver", json.dumps(argv)],
+                               env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, capture_output=True, text=True,
+                               check=False)
     if completed.returncode != 0:
         raise RuntimeError(f"the flow failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
     driver = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -354,8 +355,8 @@ def main() -> None:
 
 def report(results: list[dict], workers: int) -> None:
     main_rows = [r for r in results if r["workers"] == workers]
-    print("\n| N | units | pass 1 docs/s per core | pass 2 docs/s per core | pass 1 / pass 2 wall s | driver peak RSS MB "
-          "| driver RSS after pass 1 / 2 MB | scheduler peak RSS MB | graph bytes | load |")
+    print("\n| N | units | pass 1 docs/s per core | pass 2 docs/s per core | pass 1 / pass 2 wall s "
+          "| driver peak RSS MB | driver RSS after pass 1 / 2 MB | scheduler peak RSS MB | graph bytes | load |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     nan = float("nan")
     for r in main_rows:

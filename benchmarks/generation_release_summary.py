@@ -1,6 +1,7 @@
 """What one DP-KPS release's LLM step made of its seeds (docs/generation.md, "The issue's command").
 
-    python benchmarks/generation_release_summary.py OUT [--log RUN.log] [--test /work/shared/data/dbpedia14/test.parquet]
+    python benchmarks/generation_release_summary.py OUT [--log RUN.log]
+        [--test /work/shared/data/dbpedia14/test.parquet]
 
 Prints: rows generated / kept / dropped (and why), rejected candidates by reason and regeneration calls (the
 release's quality.json), mean seed-term coverage of the kept rows (tasks.metrics.term_coverage), their degenerate
@@ -23,7 +24,8 @@ from flows.demo import documents_vs_seeds
 from flows.evaluate import read_release
 from tasks.metrics import degenerate_rate, seed_term_coverage
 
-_FINISHED = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) \| INFO +\| Task run '([a-z-]+)-[0-9a-f]+' - Finished in state Completed")
+_FINISHED = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) \| INFO +\| "
+                       r"Task run '([a-z-]+)-[0-9a-f]+' - Finished in state Completed")
 
 
 def stage_seconds(log: str) -> dict[str, float]:
@@ -50,14 +52,17 @@ def main() -> None:
     rejected = sum(gen.get("rejected_candidates_by_reason", {}).values())
     tokens = int(rows["tokens_out"].sum())
     print(f"release {args.release}: model {rows['model'].iloc[0]}, prompt {rows['prompt_version'].iloc[0]}")
-    print(f"  rows generated {gen.get('rows_generated')}, kept {gen.get('rows_kept')}, dropped {gen.get('rows_dropped')} "
-          f"{gen.get('dropped_by_reason')}; kept per class {gen.get('kept_per_class')}")
-    print(f"  candidates {gen.get('candidates')}, rejected {rejected} ({rejected / max(gen.get('candidates', 1), 1):.1%}): "
-          f"{gen.get('rejected_candidates_by_reason')}; regeneration calls {gen.get('regeneration_calls')}, "
+    print(f"  rows generated {gen.get('rows_generated')}, kept {gen.get('rows_kept')}, "
+          f"dropped {gen.get('rows_dropped')} {gen.get('dropped_by_reason')}; "
+          f"kept per class {gen.get('kept_per_class')}")
+    print(f"  candidates {gen.get('candidates')}, rejected {rejected} "
+          f"({rejected / max(gen.get('candidates', 1), 1):.1%}): {gen.get('rejected_candidates_by_reason')}; "
+          f"regeneration calls {gen.get('regeneration_calls')}, "
           f"rows regenerated {gen.get('rows_regenerated')}")
     print(f"  kept rows: seed-term coverage {seed_term_coverage(texts, seeds):.1%}, "
           f"degenerate (document predicate) {degenerate_rate(texts, seeds):.1%}, "
-          f"median words {rows['text'].str.split().str.len().median():.0f}, finish {rows['finish_reason'].value_counts().to_dict()}")
+          f"median words {rows['text'].str.split().str.len().median():.0f}, "
+          f"finish {rows['finish_reason'].value_counts().to_dict()}")
     print(f"  TF-IDF + LR on {args.test}: documents {docs:.1%}, their keyphrase sequences alone {seeds_alone:.1%} "
           f"(gap {100 * (seeds_alone - docs):+.1f} points)")
     line = f"  output tokens {tokens:,} (all candidates)"
@@ -65,7 +70,8 @@ def main() -> None:
         seconds = stage_seconds(args.log).get("generate-documents")
         if seconds:
             line += (f"; generation stage {seconds / 60:.1f} min: {tokens / seconds:.2f} output tokens/s, "
-                     f"{60 * gen.get('candidates', len(rows)) / seconds:.2f} calls/min, {60 * len(rows) / seconds:.2f} kept documents/min")
+                     f"{60 * gen.get('candidates', len(rows)) / seconds:.2f} calls/min, "
+                     f"{60 * len(rows) / seconds:.2f} kept documents/min")
     print(line)
 
 

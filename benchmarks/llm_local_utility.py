@@ -91,7 +91,8 @@ def main() -> None:
     released = ReleasedVocabulary(vocab_list, "benchmark public vocabulary (not DP)")
     seeds = [released.seed(s, int(lab), args.seed + i) for i, (s, lab) in enumerate(zip(seqs, picked["label"]))
              if s]
-    print(f"{len(seeds)} seeds ({args.per_class} per class), mean length {np.mean([len(s.keyphrases) for s in seeds]):.1f}")
+    print(f"{len(seeds)} seeds ({args.per_class} per class), "
+          f"mean length {np.mean([len(s.keyphrases) for s in seeds]):.1f}")
     spec = LLMSpec("local", args.model).with_options(n_threads=args.n_threads)
     for name in args.configs.split(","):
         cfg = CONFIGS[name]
@@ -99,8 +100,8 @@ def main() -> None:
         if cfg is None:
             df = generate_shard(seeds, "none", GenerationParams(doc_type=DOC_TYPE), None)
         else:
-            params = GenerationParams(doc_type=DOC_TYPE, max_tokens=args.max_tokens, max_regenerations=args.retry_rounds,
-                                      **cfg)
+            params = GenerationParams(doc_type=DOC_TYPE, max_tokens=args.max_tokens,
+                                      max_regenerations=args.retry_rounds, **cfg)
             get_backend(spec)  # load outside the timing
             t0 = time.time()
             df = generate_shard(seeds, spec, params, args.cache, progress=False)
@@ -111,9 +112,11 @@ def main() -> None:
         from tasks.quality import is_document
 
         ok = sum(is_document(t, k, f) for t, k, f in zip(df["text"], df["keyphrases"], df["finish_reason"])) / len(df)
-        print(f"{name:18s} documents {ok:6.1%}  coverage {df['coverage'].mean():6.1%}  accuracy {acc:6.1%}  median words {words.median():5.0f}  "
+        print(f"{name:18s} documents {ok:6.1%}  coverage {df['coverage'].mean():6.1%}  accuracy {acc:6.1%}  "
+              f"median words {words.median():5.0f}  "
               f"calls {int(df['candidates'].sum())}  out tokens {toks}  wall {dt:7.1f}s  "
-              f"(uncached: {toks / dt if dt > 1 else float('nan'):.1f} tok/s, {60 * len(df) / dt if dt > 1 else float('nan'):.1f} docs/min)",
+              f"(uncached: {toks / dt if dt > 1 else float('nan'):.1f} tok/s, "
+              f"{60 * len(df) / dt if dt > 1 else float('nan'):.1f} docs/min)",
               flush=True)
         if args.out:
             df.to_parquet(f"{args.out}_{name}.parquet")

@@ -9,7 +9,8 @@ keyphrase sequences of a ``--llm none`` DP-KPS release made FROM THE TEST SPLIT 
 which mix terms that rarely co-occur, but built from public data), the first --per-class of each class. Never
 the data results are reported on: the reported runs use DP seeds released from the TRAIN split. No
 regeneration, one candidate, so the degenerate rate is the model's own. A name ending in "-flat" runs the
-first ("flat") steering schedule; the others run the default "budget" schedule (tasks/llm/steering.py). Prints per configuration: seed-term coverage (tasks.metrics.term_coverage),
+first ("flat") steering schedule; the others run the default "budget" schedule (tasks/llm/steering.py). Prints
+per configuration: seed-term coverage (tasks.metrics.term_coverage),
 the share of answers the document predicate rejects and why, output tokens/s and documents/min, and two texts.
 """
 from __future__ import annotations
@@ -51,7 +52,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.4)
     ap.add_argument("--doc-type", default="Wikipedia article")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--few-shot", help="recipient few-shot examples (JSONL), e.g. tasks/demo_data/few_shot_wikipedia.jsonl")
+    ap.add_argument("--few-shot",
+                    help="recipient few-shot examples (JSONL), e.g. tasks/demo_data/few_shot_wikipedia.jsonl")
     ap.add_argument("--seeds-from", help="a --llm none DP-KPS release made from the DBPedia-14 TEST split")
     ap.add_argument("--llm", default="local", help="local | local:qwen2.5-coder-0.5b | ...")
     ap.add_argument("--show", type=int, default=2, help="texts printed per configuration")
@@ -86,7 +88,8 @@ def main() -> None:
         reasons = collections.Counter(document_rejection(t, k, f) for t, k, f in
                                       zip(df["text"], df["keyphrases"], df["finish_reason"]))
         bad = sum(c for r, c in reasons.items() if r is not None)
-        print(f"{name:6s} {CONFIGS[name.removesuffix('-flat')]} {schedule} few-shot {len(few_shot)}  coverage {df['coverage'].mean():6.1%}  degenerate {bad / len(df):6.1%} "
+        print(f"{name:6s} {CONFIGS[name.removesuffix('-flat')]} {schedule} few-shot {len(few_shot)}  "
+              f"coverage {df['coverage'].mean():6.1%}  degenerate {bad / len(df):6.1%} "
               f"({', '.join(f'{r} {c}' for r, c in reasons.items() if r) or 'none'})  "
               f"{df['tokens_out'].sum() / wall:5.1f} tokens/s  {60 * len(df) / wall:5.1f} docs/min  "
               f"median words {df['text'].str.split().str.len().median():.0f}  "

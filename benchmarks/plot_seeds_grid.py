@@ -37,7 +37,8 @@ def load() -> pd.DataFrame:
 
 
 def table(cells: pd.DataFrame) -> str:
-    lines = ["| corpus | method | eps 6 | eps 11 | eps 15 | eps 11, raw test text | coherence % at eps 11 | runs per cell |",
+    lines = ["| corpus | method | eps 6 | eps 11 | eps 15 | eps 11, raw test text | coherence % at eps 11 "
+             "| runs per cell |",
              "|---|---|---|---|---|---|---|---|"]
     for corpus in CORPORA:
         part = cells[cells["corpus"] == corpus]

@@ -105,7 +105,8 @@ def real_reference(private: pd.DataFrame, test_ids: list, test_texts: list, test
     """TF-IDF + LR on per_class real private documents per class as their own phrase sequences (``score``), and
     trained on their raw text and tested on raw text (``accuracy_raw_trained``: no phrase view at all)."""
     rng = np.random.default_rng(seed)
-    parts = [g.iloc[rng.choice(len(g), size=min(per_class, len(g)), replace=False)] for _, g in private.groupby("label")]
+    parts = [g.iloc[rng.choice(len(g), size=min(per_class, len(g)), replace=False)]
+             for _, g in private.groupby("label")]
     train = pd.concat(parts)
     seqs = [[terms[t] for t in matcher.match(text)] for text in train["text"]]
     test_terms = [[terms[t] for t in doc] for doc in test_ids]

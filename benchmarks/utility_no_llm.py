@@ -10,7 +10,8 @@ release's text, and prints the accuracy on dbpedia14/test.parquet two ways:
   phrases    each test document is first turned into its own phrase sequence over the released terms
              (the paper's protocol for Table 5: "each test record is also turned into a sequence of phrases").
 
-    python benchmarks/utility_no_llm.py [--out /tmp/dpkps-utility] [--seeds 0] [--methods ...] [--extra "--bandwidth 0.6"]
+    python benchmarks/utility_no_llm.py [--out /tmp/dpkps-utility] [--seeds 0] [--methods ...]
+        [--extra "--bandwidth 0.6"]
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()), REPO.parent / "shared")
+SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()),
+              REPO.parent / "shared")
 sys.path.insert(0, str(REPO))
 
 BUDGETS = [(1.0, 5.0), (5.0, 5.0), (1.0, 10.0), (5.0, 10.0)]  # eps_total 6, 10, 11, 15
@@ -31,7 +33,6 @@ PAPER_TABLE5 = {6: 71.7, 10: 81.5, 11: 80.6, 15: 84.2}  # DBPedia-14, no LLM, be
 
 
 def accuracy(out: str, test_path: Path) -> tuple[float, float]:
-    import numpy as np
     import pandas as pd
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression

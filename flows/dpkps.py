@@ -55,7 +55,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         scan = scan_private_corpus(plan, labels, cfg, term_counting(cfg))  # pass 1
         ledger = open_ledger(cfg, scan.identity)
         privatize = privatize_histogram_sequences if cfg.method in HISTOGRAM_METHODS else privatize_keyphrase_sequences
-        sequences = privatize(plan, scan.counts, labels, cfg, ledger)  # pass 2 and every noisy release
+        sequences = privatize(plan, scan.term_counts, labels, cfg, ledger)  # pass 2 and every noisy release
         del scan  # nothing private is needed past this line
         synthetic, report = ((render_without_llm(sequences), None) if cfg.llm == "none"
                              else generate_release_documents(sequences, cfg, labels))

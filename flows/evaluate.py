@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import pandas as pd
+
 import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from prefect import flow  # noqa: E402  (after tasks._runtime)
 
@@ -36,11 +38,12 @@ def evaluate(config: dict[str, Any]) -> dict[str, Any]:
     command line)."""
     cfg = build_config(EvaluateConfig, config)
     release = load_release(cfg.synthetic)
-    test_set = load_test_set(cfg.test, cfg.text_column, cfg.label_column)
+    test_set: pd.DataFrame = load_test_set(cfg.test, cfg.text_column, cfg.label_column)
     view = resolve_test_view(cfg.test_view, written_without_llm(release.rows, release.manifest))
     test_texts = test_set["text"].astype(str).tolist()
     client_texts = None
     if cfg.coral:
+        assert cfg.client is not None  # EvaluateConfig requires --client with --coral
         client_texts = choose_client_texts(load_client_texts(cfg.client, cfg.text_column), test_texts,
                                            len(release.rows), cfg.seed)
     if view == "phrases":

@@ -48,7 +48,7 @@ def augpe_flow(config: dict[str, Any]) -> dict:
         ledger = open_ledger(cfg, scan.identity)
         schedule = charge_augpe_schedule(ledger, cfg)
         # AugPE+V~: DP-KPS's own vocabulary privatization (discrete Laplace, scale S / eps_voc, top N)
-        words = privatize_vocabulary_stage(scan.counts, cfg, ledger) if cfg.vocab_words else None
+        words = privatize_vocabulary_stage(scan.term_counts, cfg, ledger) if cfg.vocab_words else None
         del scan  # the rounds read the private documents per unit, on the workers
         with private_units(cfg, labels, plan) as units:
             result = evolve(cfg, labels, AugPeVote(ledger, cfg, schedule, units), words)

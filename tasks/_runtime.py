@@ -1,6 +1,7 @@
 """Process-wide settings that make Prefect, GX and the models work offline (see docs/install.md).
 
-Imported by every module that imports Prefect (flows/, tasks/stages/) before Prefect itself, so a plain ``privseed ...`` run needs no setup."""
+Imported by every module that imports Prefect (flows/, tasks/stages/) before Prefect itself, so a plain
+``privseed ...`` run needs no setup."""
 
 from __future__ import annotations
 

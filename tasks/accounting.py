@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import norm
 
 from tasks.errors import ConfigError
@@ -160,7 +161,7 @@ def gdp_mu_for_secret(p: float, r: float) -> float:
     return float(norm.isf(p) - norm.isf(r))
 
 
-def poisson_binomial_pmf(rho: Sequence[float], tail_mass: float = 1e-12) -> tuple[np.ndarray, np.ndarray, float]:
+def poisson_binomial_pmf(rho: ArrayLike, tail_mass: float = 1e-12) -> tuple[np.ndarray, np.ndarray, float]:
     """Distribution of S = sum_i Bern(rho_i).
 
     Returns (support, probabilities, dropped) where the support is truncated once the upper tail holds less
@@ -184,7 +185,7 @@ def poisson_binomial_pmf(rho: Sequence[float], tail_mass: float = 1e-12) -> tupl
     return support[:keep], probs, dropped
 
 
-def mixture_blow_up(sigma: float, sensitivities: Sequence[float], probabilities: Sequence[float], p: float,
+def mixture_blow_up(sigma: float, sensitivities: ArrayLike, probabilities: ArrayLike, p: float,
                     compositions: int, value_discretization_interval: float = 1e-2,
                     dropped_mass: float = 0.0) -> float:
     """Upper bound on the blow-up B(p) of the T-fold composed pair
@@ -223,7 +224,7 @@ def mixture_blow_up(sigma: float, sensitivities: Sequence[float], probabilities:
     return float(min(1.0, min(vals[i], fine_vals.min()) + dropped_mass))
 
 
-def secret_blow_up(sigma: float, rho_holders: Sequence[float], p: float, rounds: int,
+def secret_blow_up(sigma: float, rho_holders: ArrayLike, p: float, rounds: int,
                    value_discretization_interval: float = 1e-2,
                    holder_shift: float = SECPE_HOLDER_SHIFT) -> float:
     """Blow-up bound for one secret whose holders are sampled with probabilities ``rho_holders``.
@@ -253,7 +254,7 @@ class SecretNoiseCalibration:
     holder_shift: float          # joint L2 shift of one sampled holder, in noise units
 
 
-def calibrate_secret_sigma(rho_by_secret: Sequence[Sequence[float]], p: Sequence[float] | float,
+def calibrate_secret_sigma(rho_by_secret: Sequence[ArrayLike], p: Sequence[float] | float,
                            r: Sequence[float] | float, rounds: int,
                            value_discretization_interval: float = 1e-2, sigma_max: float = 1e4,
                            rel_tol: float = 1e-3,

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tasks.errors import ConfigError
 
@@ -108,7 +109,7 @@ def _bounds_for_thresholds(thresholds: np.ndarray, without: np.ndarray, with_can
                      for t, f in zip(tp, fp)])
 
 
-def choose_test(calibration: Mapping[str, tuple[Sequence[float], Sequence[float]]], delta: float = 0.0,
+def choose_test(calibration: Mapping[str, tuple[ArrayLike, ArrayLike]], delta: float = 0.0,
                 alpha: float = DEFAULT_ALPHA) -> ThresholdTest:
     """The (statistic, threshold) with the largest lower bound on the calibration trials.
 
@@ -130,6 +131,7 @@ def choose_test(calibration: Mapping[str, tuple[Sequence[float], Sequence[float]
             choice = ThresholdTest(statistic, direction * float(thresholds[top[len(top) // 2]]), direction)
             if best is None or bounds.max() > best[0] + 1e-12:
                 best = (float(bounds.max()), choice)
+    assert best is not None  # the calibration is not empty, and the first candidate is always taken
     return best[1]
 
 
@@ -167,7 +169,7 @@ class AuditRow:
         return out
 
 
-def evaluate_test(test: ThresholdTest, without: Sequence[float], with_canary: Sequence[float], delta: float,
+def evaluate_test(test: ThresholdTest, without: ArrayLike, with_canary: ArrayLike, delta: float,
                   alpha: float = DEFAULT_ALPHA) -> tuple[float, float, float]:
     """(TPR, FPR, epsilon lower bound) of a fixed test on evaluation trials."""
     without = np.asarray(without, dtype=np.float64)
@@ -221,4 +223,5 @@ def format_table(rows: Sequence[AuditRow]) -> str:
               f"{r.tpr:.3f}", f"{r.fpr:.3f}", f"{r.epsilon_lower_bound:.3f}", r.verdict, r.test] for r in rows]
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*l) for l in lines)])
+    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths)),
+                      *(fmt.format(*line) for line in lines)])

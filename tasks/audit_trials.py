@@ -56,6 +56,7 @@ from typing import Any
 import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel
 
 from tasks import audit as stats
 from tasks import jsonable, storage
@@ -200,7 +201,7 @@ class _Mechanism(abc.ABC):
         finally:
             shutil.rmtree(state, ignore_errors=True)
 
-    def config_values(self, values: dict[str, Any], model: type) -> dict[str, Any]:
+    def config_values(self, values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
         # The fixtures' classes are 0, 1, 2; declared like every run declares them.
         values = {"data": "audit://public-audit-corpus", "out": str(self.workdir / "out"), "gate": False,
                   "seed": 0, "labels": ["0", "1", "2"], **values}
@@ -310,7 +311,8 @@ class KdeAudit(_Mechanism):
                 float(released[0, 0] @ self.canary_phi) / self.cfg.n_features,
                 "class 0 sketch, Laplace likelihood ratio":
                 float(np.sum(np.abs(noise) - np.abs(noise - self.move))) / self.laplace_scale,
-                f"'{KDE_CANARY_TERM}' in class 0's sequences": float(sum(list(k).count(KDE_CANARY_TERM) for k in class0))}
+                f"'{KDE_CANARY_TERM}' in class 0's sequences":
+                float(sum(list(k).count(KDE_CANARY_TERM) for k in class0))}
 
 
 class AugPeAudit(_Mechanism):
@@ -528,7 +530,7 @@ def run_audit(mechanisms: Sequence[str], profile: Profile, *, insecure: bool = F
     # a busy disk it was most of a trial's time.
     shm = Path("/dev/shm")
     scratch = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    root = Path(tempfile.mkdtemp(prefix="privseed-audit-", dir=scratch)) if own else Path(workdir)
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="privseed-audit-", dir=scratch))
     root.mkdir(parents=True, exist_ok=True)
     try:
         with _trial_environment(insecure):
@@ -545,7 +547,8 @@ def run_audit(mechanisms: Sequence[str], profile: Profile, *, insecure: bool = F
     return rows
 
 
-def _audit_one(mechanism: _Mechanism, profile: Profile, alpha: float, tick: Callable[[], None]) -> stats.AuditRow:
+def _audit_one(mechanism: _Mechanism, profile: Profile, alpha: float,
+               tick: Callable[[int], None]) -> stats.AuditRow:
     # One trial first: it fixes the claim (what the ledger charges) and its delta, which the test needs.
     mechanism.trial(False)
     assert mechanism.claim is not None

@@ -97,12 +97,13 @@ def cluster_security(cfg: ReleaseConfig) -> Security | None:
         return None
     if not all(paths):
         missing = [flag for flag, path in zip(TLS_FLAGS, paths) if not path]
-        raise ConfigError(f"TLS to the Dask scheduler needs {' and '.join(TLS_FLAGS)} together; missing {' and '.join(missing)}")
+        raise ConfigError(f"TLS to the Dask scheduler needs {' and '.join(TLS_FLAGS)} together; "
+                          f"missing {' and '.join(missing)}")
     if not (cfg.dask_address or "").startswith("tls://"):
         raise ConfigError(f"{' and '.join(TLS_FLAGS)} need a tls:// --dask-address (got {cfg.dask_address!r}); the "
                           "LocalCluster privseed starts on 127.0.0.1 runs without TLS")
     for flag, path in zip(TLS_FLAGS, paths):
-        if not Path(path).is_file():
+        if not Path(str(path)).is_file():  # every path is set (checked above)
             raise ConfigError(f"{flag} {path} is not a readable file")
     from distributed import Security
 
@@ -121,7 +122,9 @@ def dask_client(address: str | None = None, n_workers: int = 2, security: Securi
     level = dask_log_level()
     with _distributed_logs_at(level):
         if address:
-            if address.startswith("tls://") and security is None and Security().tls_ca_file is None:
+            # Security sets its tls_* attributes from the Dask configuration at run time
+            if address.startswith("tls://") and security is None and \
+                    Security().tls_ca_file is None:  # type: ignore[attr-defined]
                 raise ConfigError(f"the tls:// --dask-address {address} needs {', '.join(TLS_FLAGS)} (or "
                                   "distributed.comm.tls.* in the Dask configuration)")
             try:
@@ -158,7 +161,8 @@ def check_cluster(client: Client, address: str, wait_s: float = WORKER_WAIT_S) -
         client.wait_for_workers(1, timeout=wait_s)
     except TimeoutError as exc:
         raise ConfigError(f"no Dask worker joined the scheduler at {address} within {wait_s:g} s") from exc
-    reported = client.get_versions(packages=[p for p in WORKER_PACKAGES if p not in ("dask", "distributed")])
+    reported: dict[str, Any] = client.get_versions(  # type: ignore[assignment]  # a sync Client: no coroutine
+        packages=[p for p in WORKER_PACKAGES if p not in ("dask", "distributed")])
     try:
         digests = client.run(privseed_source_digest)
     except Exception:  # a worker without privseed, or with one older than this function: named below
@@ -269,12 +273,12 @@ def map_shards(fn: Callable[..., T], items: Sequence[Any], *args: Any,
     on the cluster), e.g. to advance a progress bar."""
     client = current_client()
     if client is None or len(items) <= 1:
-        results = []
+        in_process = []
         for i, item in enumerate(items):
-            results.append(fn(item, *args, **kwargs))
+            in_process.append(fn(item, *args, **kwargs))
             if on_done is not None:
-                on_done(i, results[-1])
-        return results
+                on_done(i, in_process[-1])
+        return in_process
     from distributed import as_completed
 
     shared_args = [client.scatter(a, broadcast=True, hash=False) if _is_large(a) else a for a in args]

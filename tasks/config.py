@@ -1,9 +1,10 @@
 """One typed configuration model per command, validated up front with messages that name the problem.
 
 Values come from, in increasing precedence: defaults, a TOML/YAML file (``--config``; ``privseed experiment``
-keeps that flag for its experiment file), environment variables ``PRIVSEED_<FIELD>`` and command-line flags. Everything here is public (docs/privacy.md, "What is
-released and what stays private"): the configuration is written into the manifest, so it must never hold
-private data or secrets. The label set is part of it, declared by the operator, never read from the data.
+keeps that flag for its experiment file), environment variables ``PRIVSEED_<FIELD>`` and command-line flags.
+Everything here is public (docs/privacy.md, "What is released and what stays private"): the configuration is
+written into the manifest, so it must never hold private data or secrets. The label set is part of it, declared
+by the operator, never read from the data.
 
 The models are also the command line: every field knows its flag (its name with dashes, or ``flag`` in its
 metadata, :func:`cli`), its help and its default, and :func:`add_config_arguments` turns a model into argparse
@@ -178,7 +179,7 @@ def _group_title(model: type[BaseModel], name: str) -> str:
         return _meta(model.model_fields[name])["group"]
     for cls in reversed(model.__mro__):
         if name in getattr(cls, "__annotations__", {}) and "cli_group" in vars(cls):
-            return cls.cli_group
+            return vars(cls)["cli_group"]
     return "options"
 
 
@@ -673,7 +674,8 @@ class SecPeConfig(EvolutionConfig):
                                     json_schema_extra=cli(metavar="COLUMN"))
     p: float = Field(default=1e-4, gt=0.0, lt=1.0, description="the adversary's prior success probability")
     r_over_p: float = Field(default=10.0, gt=1.0, description="r / p; r bounds the reconstruction success")
-    clusters: int = Field(default=50, ge=1, description="K: public k-means clusters", json_schema_extra=cli(metavar="K"))
+    clusters: int = Field(default=50, ge=1, description="K: public k-means clusters",
+                          json_schema_extra=cli(metavar="K"))
     secrets: str = Field(default="words", description="what the secrets are: words | pii | FILE (one secret term per "
                          "line)", json_schema_extra=cli(metavar="words|pii|FILE"))
     secret_quantile: float = Field(default=0.5, ge=0.0, le=1.0,

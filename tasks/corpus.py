@@ -434,13 +434,15 @@ def read_manifest(out: str, storage_options: Mapping[str, Any] | None = None) ->
     try:
         manifest = json.loads(storage.read_bytes(uri, storage_options))
     except FileNotFoundError as exc:
-        raise CorpusError(f"no release at {out!r}: {MANIFEST} is missing (an unfinished run publishes nothing)") from exc
+        raise CorpusError(f"no release at {out!r}: {MANIFEST} is missing "
+                          "(an unfinished run publishes nothing)") from exc
     if manifest.get("format") != MANIFEST_FORMAT:
         raise CorpusError(f"{uri} is not a privseed release manifest (format {manifest.get('format')!r})")
     return manifest
 
 
-def read_release(out: str, storage_options: Mapping[str, Any] | None = None, verify: bool = True) -> tuple[dict, pd.DataFrame]:
+def read_release(out: str, storage_options: Mapping[str, Any] | None = None,
+                 verify: bool = True) -> tuple[dict, pd.DataFrame]:
     """The manifest and the synthetic corpus it names (checksums verified)."""
     manifest = read_manifest(out, storage_options)
     frames = []

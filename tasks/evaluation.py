@@ -131,6 +131,7 @@ def train_and_predict(kind: str, train_texts: Sequence[str], train_labels: Seque
     history: list[dict[str, float]] = []
     best_epoch = 0
     if kind == "mlp":
+        assert train_x is not None and predict_x is not None  # the MLP's callers embed the texts first
         clf = classify.train_mlp(train_x, train_labels, client_features=client_x, cfg=cfg, device=device)
         predictions = classify.predict_mlp(clf, predict_x)
         history, best_epoch = clf.history, clf.best_epoch

@@ -430,8 +430,9 @@ def secpe_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> SecPeNoise:
     """SecretNoise: LP weights -> rho -> sigma, calibrated on the blow-up of the round's joint (sizes, centres)
     mechanism (one Bernoulli draw drives both: a sampled holder shifts it by sqrt(2)) composed T times."""
     r = min(1.0, cfg.p * cfg.r_over_p)
+    eta: float | None
     if r < 1.0:
-        eta: float | None = accounting.gdp_mu_for_secret(cfg.p, r)
+        eta = accounting.gdp_mu_for_secret(cfg.p, r)
         weights = secret_weights_lp(incidence, eta)
     else:
         # r = 1 asks for no protection: no capacity constraint, every document weighs 1. (The capacity is not

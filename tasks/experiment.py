@@ -180,7 +180,7 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
         spec = ExperimentSpec(datasets=datasets, **{k: v for k, v in raw.items()})
     except TypeError as exc:
         raise ConfigError(f"bad experiment setting: {exc}") from exc
-    spec.eps = [tuple(float(x) for x in pair) for pair in spec.eps]
+    spec.eps = [tuple(float(x) for x in pair) for pair in spec.eps]  # type: ignore[misc]  # pairs: checked below
     spec.coral = [bool(c) for c in (spec.coral if isinstance(spec.coral, list) else [spec.coral])]
     unknown = [m for m in spec.methods if m not in METHODS]
     if unknown:
@@ -229,7 +229,8 @@ def declared_labels(ds: DatasetSpec) -> list[Any]:
     if ds.positive_column:
         return [0, 1]
     raise ConfigError(f"[dataset] {ds.name} declares no labels: add `labels = [...]` to its entry (e.g. labels = "
-                      "[0, 1, 2] for an integer label column); the label set is configuration, never read from the data")
+                      "[0, 1, 2] for an integer label column); the label set is configuration, "
+                      "never read from the data")
 
 
 # Fields an experiment sets itself for every cell; a [pe] or [secpe] section may not override them.
@@ -339,7 +340,8 @@ def prepare_data(ds: DatasetSpec, work: Path) -> PreparedData:
     if ds.label_names:
         names = {str(i): n for i, n in enumerate(ds.label_names)}
     elif "label_name" in raw_train.columns and not ds.positive_column:
-        names = {str(k): str(v) for k, v in raw_train[["label", "label_name"]].drop_duplicates("label").itertuples(index=False)}
+        pairs = raw_train[["label", "label_name"]].drop_duplicates("label")
+        names = {str(k): str(v) for k, v in pairs.itertuples(index=False)}
     else:
         names = {}
     private = balanced_sample(train, ds.private_per_class, rng)

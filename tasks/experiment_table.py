@@ -87,9 +87,9 @@ def _num(value: float, fmt: str = "{:.0f}") -> str:
 
 def table_markdown(table: pd.DataFrame) -> str:
     """The experiment table in markdown: ours as mean ± sd (percent) over seeds, the paper's beside."""
-    lines = ["| dataset | method | LLM | class names in prompt | DA | classifier | eps_voc + eps_kde | guarantee (ledger) "
-             "| texts | LLM calls | accuracy % (mean ± sd) | macro-F1 % | coherence % | seed coverage % | degenerate % "
-             "| tokens/s | release s | seeds | paper % | paper source |",
+    lines = ["| dataset | method | LLM | class names in prompt | DA | classifier | eps_voc + eps_kde "
+             "| guarantee (ledger) | texts | LLM calls | accuracy % (mean ± sd) | macro-F1 % | coherence % "
+             "| seed coverage % | degenerate % | tokens/s | release s | seeds | paper % | paper source |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):
         eps = "–" if np.isnan(r.eps_total) else f"{r.eps_voc:g} + {r.eps_kde:g} = {r.eps_total:g}"
@@ -179,5 +179,6 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
                    "(insecure_reproducible_noise); the epsilons below are not guarantees. " + summary)
     return report.render_experiment_report(
         title=f"privseed experiment: {spec.name}", table_markdown=table_markdown(table), table_rows=display,
-        figures=figures, paper_rows=used.astype(object).where(used.notna(), "").to_dict("records"), cells=cells_table_rows(cells),
+        figures=figures, paper_rows=used.astype(object).where(used.notna(), "").to_dict("records"),
+        cells=cells_table_rows(cells),
         config=spec_dict(spec), summary=summary)

@@ -40,7 +40,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -306,7 +306,7 @@ def call_prices(spec: LLMSpec, n_calls: int) -> tuple[float, float] | None:
     applies when that many calls would be batched); None when the price is unknown."""
     if spec.kind == "local":
         return 0.0, 0.0
-    opts = dict(spec.options)
+    opts: dict[str, Any] = dict(spec.options)
     if spec.kind == "anthropic":
         from tasks.llm.anthropic_backend import BATCH_DISCOUNT, anthropic_price
 
@@ -364,7 +364,7 @@ class CallProgress:
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
             self.cached += cached
-            post = {"in": self.tokens_in, "out": self.tokens_out, "cached": self.cached}
+            post: dict[str, int | str] = {"in": self.tokens_in, "out": self.tokens_out, "cached": self.cached}
             if self.prices is not None:
                 post["usd"] = f"{(self.tokens_in * self.prices[0] + self.tokens_out * self.prices[1]) / 1e6:.4f}"
             self.bar.set_postfix(post, refresh=False)
@@ -701,7 +701,8 @@ def params_from_config(cfg) -> GenerationParams:
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template
-    return GenerationParams(doc_type=cfg.doc_type, few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
+    return GenerationParams(doc_type=cfg.doc_type,
+                            few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
                             class_names=class_names, **kw)
 
 

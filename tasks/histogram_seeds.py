@@ -84,7 +84,7 @@ def first_distinct_terms(term_ids: Iterable[int], max_terms: int, allowed: set[i
     return out
 
 
-def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int], n_classes: int,
+def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray, n_classes: int,
                       vocab_size: int, max_terms: int) -> np.ndarray:
     """Exact per-class histograms (n_classes, |V|) int64 of each document's first S distinct terms.
 
@@ -99,7 +99,7 @@ def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
     return counts
 
 
-def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int],
+def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
                       candidate_ids: Sequence[np.ndarray], pair_terms: int) -> np.ndarray:
     """Exact co-occurrence counts (C, P (P - 1) / 2) of unordered pairs among each class's P candidate terms.
 

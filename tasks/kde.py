@@ -335,7 +335,7 @@ def sketch_tables(specs: Sequence[FeatureSpec], embeddings: np.ndarray) -> list[
     return out
 
 
-def class_sketch_sums(sequences: Sequence[Sequence[int]], class_index: Sequence[int], n_classes: int,
+def class_sketch_sums(sequences: Sequence[Sequence[int]], class_index: Sequence[int] | np.ndarray, n_classes: int,
                       vocab_size: int, tables: Sequence[tuple[RffFeatures, np.ndarray]], single_terms: bool,
                       short_documents: str = "pad") -> np.ndarray:
     """Exact per-class sums of per-document feature vectors: (classes, sketches, I) float64.

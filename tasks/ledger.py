@@ -215,7 +215,8 @@ class PrivacyLedger:
                       guarantee=None, scale=None, accounted_in=None, releases=1)
         return self._draw_and_record(name, record, lambda: {k: np.asarray(v) for k, v in draw().items()})
 
-    def _draw_and_record(self, name: str, record: dict, draw: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    def _draw_and_record(self, name: str, record: dict,
+                         draw: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         with self._lock:
             existing = self._entries.get(name)
             if existing is not None:
@@ -331,10 +332,11 @@ class PrivacyLedger:
         document then contributes to one group only. A run with no row identities (made from a plain
         identity string) is taken to overlap every other. Owner-only: whether two corpora overlap depends on
         the private data, so this figure is never written to a release."""
-        runs = []
+        runs: list[dict[str, Any]] = []
         for uri in storage.listdir(storage.join(self.state_uri, "runs"), self.storage_options):
             run_id = uri.rstrip("/").rsplit("/", 1)[-1]
-            entries = list(self._entries.values()) if run_id == self.run_id else _read_entries(uri, self.storage_options)
+            entries = (list(self._entries.values()) if run_id == self.run_id
+                       else _read_entries(uri, self.storage_options))
             if not entries:
                 continue
             meta_uri = storage.join(uri, "run.json")
@@ -459,9 +461,9 @@ class PrivacyLedger:
                     "secure", "noise_source", "accounted_in", "releases"):
             if existing.get(key) != record.get(key):
                 raise LedgerMismatchError(
-                    f"release {existing['name']!r} of run {self.run_id!r} was made with another {key.replace('_canonical', '')}"
-                    f" ({_short(existing.get(key))} != {_short(record.get(key))}); omit --run-id "
-                    "to draw a new release (and spend new budget), or restore the original configuration"
+                    f"release {existing['name']!r} of run {self.run_id!r} was made with another "
+                    f"{key.replace('_canonical', '')} ({_short(existing.get(key))} != {_short(record.get(key))}); "
+                    "omit --run-id to draw a new release (and spend new budget), or restore the original configuration"
                 )
 
     def _stored_value(self, name: str, record: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
@@ -479,7 +481,8 @@ class PrivacyLedger:
                 "start a new run, or restore the original configuration")
         return arrays
 
-    def _store_value(self, name: str, record: Mapping[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _store_value(self, name: str, record: Mapping[str, Any],
+                     arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Store a freshly drawn value create-if-absent; if another process stored one first, that value is
         the release and this one is discarded unseen (discarding a draw nobody saw costs no privacy)."""
         data = self._npz_bytes(arrays, record["params_canonical"], self.data_identity)
@@ -503,8 +506,8 @@ class PrivacyLedger:
         self._entries[record["name"]] = existing
 
     def _write_entry(self, record: dict) -> None:
-        storage.write_bytes(self._entry_uri(record["name"]), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(),
-                            self.storage_options)
+        storage.write_bytes(self._entry_uri(record["name"]),
+                            (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), self.storage_options)
         self._entries[record["name"]] = record
 
     def _read_value(self, name: str, entry: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -520,7 +523,9 @@ class PrivacyLedger:
     @staticmethod
     def _npz_bytes(arrays: Mapping[str, np.ndarray], params_canonical: str, data_identity: str) -> bytes:
         buffer = io.BytesIO()
-        np.savez(buffer, __params__=np.array(params_canonical), __identity__=np.array(data_identity), **arrays)
+        # numpy's stub gives savez a typed allow_pickle keyword, so any **mapping of arrays is flagged
+        np.savez(buffer, __params__=np.array(params_canonical), __identity__=np.array(data_identity),
+                 **arrays)  # type: ignore[arg-type]
         return buffer.getvalue()
 
     @staticmethod

@@ -44,8 +44,12 @@ INSECURE_STAMP = "NOT DIFFERENTIALLY PRIVATE"
 class NoiseSource(Protocol):
     """Where a mechanism's randomness comes from."""
 
-    name: str
-    secure: bool
+    # Read-only members (properties), so that frozen dataclasses satisfy the protocol.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def secure(self) -> bool: ...
 
     def laplace(self, exact: np.ndarray, scale: float) -> np.ndarray: ...
 
@@ -195,9 +199,15 @@ def _check_positive(name: str, value: float) -> float:
 
 
 class Mechanism(Protocol):
-    epsilon: float
-    delta: float
-    sensitivity: float
+    # Read-only members (properties), so that the frozen mechanism dataclasses satisfy the protocol.
+    @property
+    def epsilon(self) -> float: ...
+
+    @property
+    def delta(self) -> float: ...
+
+    @property
+    def sensitivity(self) -> float: ...
 
     def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray: ...
 

@@ -26,7 +26,7 @@ def tokenize(text: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- utility
-def classification_scores(y_true: Sequence[Any], y_pred: Sequence[Any]) -> dict[str, float]:
+def classification_scores(y_true: Iterable[Any], y_pred: Iterable[Any]) -> dict[str, float]:
     """Accuracy and macro-F1 over the classes present in y_true or y_pred."""
     y_true = np.asarray(list(y_true), dtype=object)
     y_pred = np.asarray(list(y_pred), dtype=object)
@@ -163,7 +163,7 @@ def degenerate_rate(texts: Sequence[str], keyphrases: Sequence[Sequence[str]] | 
 
 
 # ---------------------------------------------------------------- cost
-def llm_usage(release: pd.DataFrame) -> dict[str, float]:
+def llm_usage(release: pd.DataFrame) -> dict[str, float | str]:
     """LLM calls and tokens spent, from the release's generation columns.
 
     A row written by an LLM carries `backend` (not "none") and token counts; a `--llm none` release has
@@ -182,8 +182,9 @@ def llm_usage(release: pd.DataFrame) -> dict[str, float]:
         calls = float(pd.to_numeric(llm_rows[per_row], errors="coerce").fillna(1).sum())
     else:
         calls = float(len(llm_rows))
-    tokens_in = float(pd.to_numeric(llm_rows.get("tokens_in", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
-    tokens_out = float(pd.to_numeric(llm_rows.get("tokens_out", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+    tokens_in, tokens_out = (
+        float(pd.to_numeric(llm_rows.get(column, pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+        for column in ("tokens_in", "tokens_out"))
     backends = sorted({str(b) for b in llm_rows.get("backend", pd.Series(dtype=str)).dropna().unique()})
     models = sorted({str(m) for m in llm_rows.get("model", pd.Series(dtype=str)).dropna().unique()})
     return {

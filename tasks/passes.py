@@ -72,7 +72,8 @@ class TermCounting:
     first_terms: int
     per_class: bool = False
 
-    def count(self, texts: Sequence[str], positions: Sequence[int] | None = None, n_classes: int = 1) -> np.ndarray:
+    def count(self, texts: Sequence[str], positions: Sequence[int] | np.ndarray | None = None,
+              n_classes: int = 1) -> np.ndarray:
         """The counts of these documents (additive over disjoint sets of documents); ``positions`` (each
         document's class among ``n_classes``) only for ``per_class``."""
         from tasks.histogram_seeds import class_term_counts
@@ -86,6 +87,7 @@ class TermCounting:
         matcher = phrase_matcher(vocabulary)
         s = self.first_terms
         if self.per_class:
+            assert positions is not None  # per-class counts need each document's class
             return class_term_counts((matcher.first_matches(t, s, distinct=True) for t in texts), positions,
                                      n_classes, len(vocabulary), s)
         return first_terms_histogram((matcher.first_matches(t, s) for t in texts), len(vocabulary), s)
@@ -113,9 +115,9 @@ class ScanPart:
 
     @staticmethod
     def combine(parts: Sequence[ScanPart]) -> ScanPart:
-        counts = [p.counts for p in parts]
+        counts = [p.counts for p in parts if p.counts is not None]  # all or none: one spec counts every unit
         return ScanPart(IdentityPart.combine([p.identity for p in parts]),
-                        None if counts[0] is None else np.sum(counts, axis=0))
+                        np.sum(counts, axis=0) if counts else None)
 
 
 def scan_unit(unit: WorkUnit, spec: ScanSpec) -> ScanPart:

@@ -47,7 +47,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("text", "label", "keyphrases")
 
-DEFAULT_BOUNDS: dict[str, float | int] = {
+DEFAULT_BOUNDS: dict[str, float | int | None] = {
     # A synthetic document shorter than this many words is not a document (a failed or truncated call).
     # None: 5 words when an LLM wrote the texts, 1 in the no-LLM ablation (a text is its keyphrases).
     "min_words": None,
@@ -67,7 +67,8 @@ DEFAULT_BOUNDS: dict[str, float | int] = {
 # The prompt is "Write a {document type} that contains the following terms: ..." (docs/dpkps.md, the generation step);
 # a copy of it, or a chat template's control tokens, in the output means the text is not a document.
 TEMPLATE_RESIDUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("prompt:contains the following terms", re.compile(r"contains\s+the\s+following\s+(terms|keyphrases|keywords)", re.I)),
+    ("prompt:contains the following terms",
+     re.compile(r"contains\s+the\s+following\s+(terms|keyphrases|keywords)", re.I)),
     ("prompt:write a", re.compile(r"^\W*write\s+an?\s", re.I)),
     ("prompt:write a ... that contains", re.compile(r"\bwrite\s+an?\s+[^.\n]{0,80}\bthat\s+contains\b", re.I)),
     ("chat:<|...|> token", re.compile(r"<\|\s*(im_start|im_end|assistant|user|system|endoftext|eot_id|"
@@ -115,7 +116,8 @@ def template_residue(text: Any) -> str | None:
 # A keyphrase echo in list form: "Keywords: a, b; c", "- a\n- b", "1. a 2. b", "a, b and c". The list's
 # separators are not words, so only its markers, connectors and a short "Keywords:" header need removing.
 _LIST_HEADER = re.compile(r"\A\s*[^\n:]{0,60}:(?=\s)")
-_LIST_MARKER = re.compile(r"(?:^|(?<=\s))(?:\(?\d{1,3}[.)]|\([a-z]\)|[-*+\u2022\u00b7\u2013\u2014\u25aa\u25ba\u2023]+)(?=\s)", re.M)
+_LIST_MARKER = re.compile(r"(?:^|(?<=\s))"
+                          r"(?:\(?\d{1,3}[.)]|\([a-z]\)|[-*+\u2022\u00b7\u2013\u2014\u25aa\u25ba\u2023]+)(?=\s)", re.M)
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 _LIST_FILLERS = frozenset({"and", "or", "etc", "keywords", "keyword", "keyphrases", "keyphrase", "terms", "tags"})
 # At most this fraction of the remaining words may be other than the keyphrases' words. Seeds are vocabulary
@@ -210,7 +212,8 @@ class DocumentRules:
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_words <= self.max_words:
-            raise ConfigError(f"document rules: need 0 <= min_words <= max_words, got {self.min_words}..{self.max_words}")
+            raise ConfigError(f"document rules: need 0 <= min_words <= max_words, "
+                              f"got {self.min_words}..{self.max_words}")
         for name in ("min_distinct_2", "min_zlib_ratio", "max_foreign_script", "min_function_words"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be in [0, 1]")

@@ -73,7 +73,7 @@ def release_llm_calls(release: Release) -> float:
     if storage.exists(info_uri):
         calls = json.loads(storage.read_bytes(info_uri))["llm_calls"]
         return float(calls["random"] + calls["variation"])
-    return metrics.llm_usage(release.rows)["llm_calls"]
+    return float(metrics.llm_usage(release.rows)["llm_calls"])
 
 
 def release_budget(release: Release | None) -> str:

@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: reports render on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from numpy.typing import ArrayLike  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -35,9 +36,11 @@ RUN_SECTIONS = ("summary", "scores", "figures", "corpus", "usage", "ledger", "co
 EXPERIMENT_SECTIONS = ("summary", "table", "figures", "paper", "cells", "config")
 
 _CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222}
 h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em} th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
 th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .muted{color:#666;font-size:.9em} img{max-width:100%;height:auto;border:1px solid #eee;margin:.4em 0}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.82em;max-height:32em}
@@ -87,13 +90,13 @@ def plot_embedding_map(real_xy: np.ndarray, synthetic_xy: np.ndarray, *, method:
     return fig
 
 
-def plot_length_histograms(real_lengths: Sequence[int], synthetic_lengths: Sequence[int], *,
+def plot_length_histograms(real_lengths: ArrayLike, synthetic_lengths: ArrayLike, *,
                            real_label: str = "real test") -> Figure:
     real_lengths = np.asarray(real_lengths)
     synthetic_lengths = np.asarray(synthetic_lengths)
     hi = int(max(np.percentile(real_lengths, 99) if len(real_lengths) else 1,
                  np.percentile(synthetic_lengths, 99) if len(synthetic_lengths) else 1, 10))
-    bins = np.linspace(0, hi, min(40, hi) + 1)
+    bins = np.linspace(0, hi, min(40, hi) + 1).tolist()
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
     ax.hist(real_lengths, bins=bins, alpha=0.55, color=REAL_COLOR, density=True,
             label=f"{real_label} (median {np.median(real_lengths):.0f})")
@@ -146,7 +149,7 @@ def plot_training_curve(history: Sequence[Mapping[str, float]], *, title: str) -
         ax2.set_ylabel("accuracy")
         ax2.set_ylim(0, 1.02)
         lines = ax.get_lines() + ax2.get_lines()
-        ax.legend(lines, [ln.get_label() for ln in lines], loc="center right", fontsize=8)
+        ax.legend(lines, [str(ln.get_label()) for ln in lines], loc="center right", fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
     return fig
@@ -172,7 +175,7 @@ def plot_accuracy_vs_epsilon(table: pd.DataFrame, paper: pd.DataFrame | None = N
             continue
         ax.errorbar(eps, mean, yerr=std, color=color, marker="o", capsize=3, lw=1.8, label=f"{method} (ours)")
     if paper is not None and len(paper):
-        for k, (label, rows) in enumerate(paper.groupby("label", sort=False)):
+        for label, rows in paper.groupby("label", sort=False):
             rows = rows.sort_values("eps_total")
             eps = rows["eps_total"].to_numpy(dtype=float)
             if np.isnan(eps).all():
@@ -307,8 +310,8 @@ def insecure_stamp(*documents: Mapping[str, Any] | None) -> str | None:
     """The NOT DIFFERENTIALLY PRIVATE stamp when a ledger.json or manifest.json carries it, else None."""
     for document in documents:
         if isinstance(document, Mapping):
-            privacy = document.get("privacy") if isinstance(document.get("privacy"), Mapping) else {}
-            total = document.get("total") if isinstance(document.get("total"), Mapping) else {}
+            privacy = document["privacy"] if isinstance(document.get("privacy"), Mapping) else {}
+            total = document["total"] if isinstance(document.get("total"), Mapping) else {}
             if document.get("stamp") or privacy.get("secure") is False or total.get("secure") is False:
                 from tasks.mechanisms import INSECURE_STAMP
 
@@ -335,7 +338,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     summary = (
         f"<p>Trained on <b>{_esc(result.get('n_train', '?'))}</b> synthetic documents from "
         f"<code>{_esc(result.get('synthetic', ''))}</code> and scored on <b>{_esc(result.get('n_test', '?'))}</b> "
-        f"real test documents (<code>{_esc(result.get('test', ''))}</code>; view: {_esc(result.get('test_view', 'text'))}). "
+        f"real test documents (<code>{_esc(result.get('test', ''))}</code>; "
+        f"view: {_esc(result.get('test_view', 'text'))}). "
         f"Privacy spent by the release: <b>{_esc(result.get('privacy', 'see ledger'))}</b>.</p>"
     )
     if best:
@@ -382,7 +386,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
         seed_txt = ", ".join(map(str, seed)) if seed is not None and len(seed) else "(no seed phrases)"
         extra = f" · generation seed {ex['seed']}" if ex.get("seed") is not None else ""
         ex_html.append(f"<tr><td>{_esc(ex.get('label_name', ex.get('label', '')))}</td>"
-                       f"<td><div class='seed'>[{_esc(seed_txt)}]{_esc(extra)}</div>{_esc(ex.get('text', ''))}</td></tr>")
+                       f"<td><div class='seed'>[{_esc(seed_txt)}]{_esc(extra)}</div>"
+                       f"{_esc(ex.get('text', ''))}</td></tr>")
     sections.append(_section("examples", "Example synthetic documents with their seeds",
                              "<table><thead><tr><th>class</th><th>seed keyphrases → document</th></tr></thead>"
                              f"<tbody>{''.join(ex_html)}</tbody></table>" if ex_html else "<p>(empty release)</p>"))

@@ -204,7 +204,8 @@ def fast_scores(sketch: SketchTables, noisy_sums: torch.Tensor, prefixes: torch.
     """
     position = prefixes.shape[1]
     if position >= sketch.blocks:
-        raise ConfigError(f"prefix of length {position} leaves no block for the next term in a {sketch.blocks}-block sketch")
+        raise ConfigError(f"prefix of length {position} leaves no block for the next term in a "
+                          f"{sketch.blocks}-block sketch")
     dtype = sketch.tables.dtype
     a = sketch.prefix_phases(prefixes).to(dtype)  # (R, I), summed in float64
     f = noisy_sums.to(dtype)
@@ -214,7 +215,8 @@ def fast_scores(sketch: SketchTables, noisy_sums: torch.Tensor, prefixes: torch.
     return (left @ right.T) * (SQRT2 / sketch.tables.shape[2])
 
 
-def naive_scores(features: RffFeatures, noisy_sum: np.ndarray, embeddings: np.ndarray, prefixes: np.ndarray) -> np.ndarray:
+def naive_scores(features: RffFeatures, noisy_sum: np.ndarray, embeddings: np.ndarray,
+                 prefixes: np.ndarray) -> np.ndarray:
     """Reference scorer: builds every zero-padded d*B query vector [P; w; 0...] and projects it in full.
 
     (B, l) prefixes -> (B, V) scores. O(B * V * d * blocks * I): for tests and the benchmark only.
@@ -280,7 +282,7 @@ def sample_sequences(
         # (all rows share the empty prefix at step 1, and top-K keeps early steps to few prefixes).
         keys = torch.cat([row_class[:, None], chosen], dim=1)
         distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
-        scores = fast_scores(sketches[k], sums[distinct[:, 0], k], distinct[:, 1:])
-        nxt = rule.draw(scores, rng, rows=inverse)
+        prefix_scores = fast_scores(sketches[k], sums[distinct[:, 0], k], distinct[:, 1:])
+        nxt = rule.draw(prefix_scores, rng, rows=inverse)
         chosen = torch.cat([chosen, torch.as_tensor(nxt, device=device)[:, None]], dim=1)
     return chosen.cpu().numpy().reshape(n_classes, per_class, length)

@@ -85,9 +85,11 @@ def _resolve_secret_reference(key: str, value: Any) -> Any:
     from prefect.blocks.system import Secret
 
     try:
-        return Secret.load(name, _sync=True).get()
+        # Prefect's sync/async dual API types the result as maybe-a-coroutine; _sync=True returns the block
+        return Secret.load(name, _sync=True).get()  # type: ignore[call-arg, union-attr]
     except ValueError as exc:
-        raise ConfigError(f"storage option {key!r} names Prefect Secret block {name!r}, which cannot be loaded: {exc}") from exc
+        raise ConfigError(f"storage option {key!r} names Prefect Secret block {name!r}, which cannot be loaded: "
+                          f"{exc}") from exc
 
 
 def refuse_literal_secrets(options: Mapping[str, Any]) -> None:

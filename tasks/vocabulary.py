@@ -228,14 +228,14 @@ class PhraseMatcher:
                 need = pos + longest
                 continue
             for n in range(min(longest, known - pos), 0, -1):
-                term_id = ids.get(tuple(tokens[pos : pos + n]))
-                if term_id is not None:
+                match_id = ids.get(tuple(tokens[pos : pos + n]))
+                if match_id is not None:
                     pos += n
-                    if (allowed is None or term_id in allowed) and not (distinct and term_id in seen):
-                        out.append(term_id)
+                    if (allowed is None or match_id in allowed) and not (distinct and match_id in seen):
+                        out.append(match_id)
                         if len(out) == count:
                             return out
-                        seen.add(term_id)
+                        seen.add(match_id)
                     break
             else:
                 pos += 1

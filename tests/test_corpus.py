@@ -64,7 +64,8 @@ def test_publish_writes_contract_layout_and_manifest_last(tmp_path):
     parts = sorted(os.listdir(os.path.join(out, "synthetic")))
     assert len(parts) == 3 and all(p.startswith("part-") and p.endswith(".parquet") for p in parts)
     assert {"ledger.json", "manifest.json"} <= set(os.listdir(out))
-    assert manifest["rows"] == 7 and json.load(open(os.path.join(out, "manifest.json"))) == json.loads(json.dumps(manifest))
+    assert manifest["rows"] == 7
+    assert json.load(open(os.path.join(out, "manifest.json"))) == json.loads(json.dumps(manifest))
     got_manifest, frame = read_release(out)
     assert frame["text"].tolist() == _synthetic()["text"].tolist()
     # the data identity stays in the private state: the owner's ledger is there, nothing of it in the release
@@ -98,7 +99,9 @@ def test_a_new_release_replaces_the_old_one_only_at_the_manifest(tmp_path, monke
 
 def test_failing_gate_quarantines_and_publishes_nothing(tmp_path):
     out = str(tmp_path / "out")
-    gate = lambda df: {"success": False, "expectations": [{"name": "no_template_residue", "success": False}]}
+    def gate(df):
+        return {"success": False, "expectations": [{"name": "no_template_residue", "success": False}]}
+
     with pytest.raises(GateFailedError, match="no_template_residue") as info:
         publish_release(out, _synthetic(), ledger=_ledger(tmp_path), config={}, gate=gate)
     assert not os.path.exists(os.path.join(out, "manifest.json"))

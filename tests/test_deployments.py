@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 

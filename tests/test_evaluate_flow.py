@@ -141,17 +141,17 @@ def test_experiment_configs_in_the_repo_load(monkeypatch, tmp_path):
         assert spec.datasets and spec.methods and len(spec.seeds) >= 3, path
         assert "{data}" not in json.dumps(grid.spec_dict(spec)), path  # every path resolved
     with pytest.raises(ConfigError, match="unknown method"):
-        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["magic"], "eps": [[1, 5]],
-                                  "seeds": [0]})
+        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["magic"],
+                                    "eps": [[1, 5]], "seeds": [0]})
 
 
 def test_paper_lookup_cites_table_and_row():
     paper = pd.read_csv(grid.PAPER_NUMBERS)
-    value, source = experiment_table.paper_lookup(paper, group="dbpedia14", method="independent", llm="none", coral=False,
-                                     eps=(1.0, 10.0))
+    value, source = experiment_table.paper_lookup(paper, group="dbpedia14", method="independent", llm="none",
+                                                  coral=False, eps=(1.0, 10.0))
     assert value == 80.6 and source.startswith("Table 5")
-    value, source = experiment_table.paper_lookup(paper, group="dbpedia14", method="iterative-log", llm="local", coral=True,
-                                     eps=(5.0, 10.0))
+    value, source = experiment_table.paper_lookup(paper, group="dbpedia14", method="iterative-log", llm="local",
+                                                  coral=True, eps=(5.0, 10.0))
     assert value == 85.1 and source.startswith("Table 2")
     value, _ = experiment_table.paper_lookup(paper, group="dbpedia14", method="real", llm="none", coral=False, eps=None)
     assert value == 85.2
@@ -201,8 +201,9 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
     topic_docs(30, seed=3).drop(columns="keyphrases").to_parquet(tmp_path / "train.parquet", index=False)
     topic_docs(8, seed=4).drop(columns="keyphrases").to_parquet(tmp_path / "test.parquet", index=False)
     (tmp_path / "secrets.txt").write_text("striker\nglacier\n")  # SecPE's secrets: words some documents hold
-    overrides = {"name": "pe", "out": str(tmp_path / "results"), "methods": ["independent", "augpe", "augpe+v", "secpe"],
-                 "eps": [[1, 5]], "seeds": [0], "llm": "local:fake-topics", "max_epochs": 5, "gate": False,
+    overrides = {"name": "pe", "out": str(tmp_path / "results"),
+                 "methods": ["independent", "augpe", "augpe+v", "secpe"], "eps": [[1, 5]], "seeds": [0],
+                 "llm": "local:fake-topics", "max_epochs": 5, "gate": False,
                  "generation": {"max_tokens": 32, "temperature": 0.7},
                  "pe": {"iterations": 2, "variations": 1, "n_upper_bound": 10_000},
                  "secpe": {"p": 1e-4, "r_over_p": 10.0, "clusters": 4, "secrets": str(tmp_path / "secrets.txt")},
@@ -253,8 +254,8 @@ def test_experiment_refuses_bad_pe_sections():
         grid.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"iteratons": 2}})
     with pytest.raises(ConfigError, match="may not set"):
         grid.load_experiment(None, {**base, "methods": ["augpe"], "pe": {"epsilon": 3}})
-    spec = grid.load_experiment(None, {**base, "methods": ["independent", "augpe"], "pe": {"iterations": 3, "variations": 2},
-                                     "dpkps": {"best_of": 2}})
+    spec = grid.load_experiment(None, {**base, "methods": ["independent", "augpe"],
+                                       "pe": {"iterations": 3, "variations": 2}, "dpkps": {"best_of": 2}})
     with pytest.raises(ConfigError, match="match_calls needs 7"):
         grid.dpkps_best_of(spec)
 
@@ -406,5 +407,5 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
     md = open(result["markdown"]).read()
     assert "class names in prompt" in md and "| tiny | independent | local:fake-grid | yes |" in md
     with pytest.raises(ConfigError, match="needs a class_names file"):
-        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["independent"], "eps": [[1, 5]],
-                                  "seeds": [0], "llm": "local", "class_names": [True]})
+        grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["independent"],
+                                    "eps": [[1, 5]], "seeds": [0], "llm": "local", "class_names": [True]})

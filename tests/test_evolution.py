@@ -168,7 +168,7 @@ def test_centre_noise_scale_bounds_one_document_for_every_radius():
     2R / n_k fails because public centres are (near-)unit vectors the clipping does not reach."""
     rng = np.random.default_rng(7)
     worst_new = worst_old = 0.0
-    for trial in range(300):
+    for _ in range(300):
         radius = float(rng.choice([0.05, 0.2, 0.5, 0.9, 1.0, 1.5, 3.0]))
         k, d = int(rng.integers(1, 5)), 3
         centres = _unit(rng, k, d).astype(np.float64) * rng.uniform(0.3, 1.0, size=(k, 1))

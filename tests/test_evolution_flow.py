@@ -37,7 +37,7 @@ class FakeBackend:
 
     def _answer(self, req) -> str:
         user = req.messages[-1].content
-        for label, words in TOPICS.items():
+        for words in TOPICS.values():
             if words.split()[0] in user or words.split()[1] in user:
                 return f"{words} variant {req.seed % 97}"
         topic = TOPICS[req.seed % 3]
@@ -101,7 +101,8 @@ def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path,
     manifest, frame, ledger = _read_release(out)
     assert manifest["rows"] == 3 * 2 and sorted(frame["label"].unique().tolist()) == [0, 1, 2]
     assert all(len(k) == 0 for k in frame["keyphrases"])  # PE seeds no keyphrases
-    assert {"text", "label", "keyphrases", "backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out"} <= set(frame.columns)
+    assert {"text", "label", "keyphrases", "backend", "model", "prompt_version", "seed", "tokens_in",
+            "tokens_out"} <= set(frame.columns)
     names = [e["name"] for e in ledger["entries"]]
     assert "augpe.schedule" in names and "augpe.round-001.histogram" in names and "augpe.round-002.histogram" in names
     sigma = accounting.augpe_noise_multiplier(50.0, 1e-5, 2)
@@ -199,7 +200,7 @@ def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_
     crashing = FakeBackend(fail_after=9)  # 12 random calls are needed: dies in the first round
     register_backend("local:fake-topics", crashing)
     try:
-        with pytest.raises(Exception):
+        with pytest.raises(RuntimeError, match="simulated crash"):
             augpe_flow(_cfg(corpus_file, out, llm_retries=0))
         assert crashing.calls == 9
         healthy = FakeBackend()
@@ -218,8 +219,8 @@ def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, f
     prompts = [("sys", f"Write a short text. river {i}" if i % 2 else f"Write a short text. {i}", 100 + i)
                for i in range(7)]
     first = llm_calls.fn(prompts, cfg)  # no Dask client: the 3 shards run in this process, in order
-    assert [a["text"] for a in first] == [fake_llm._answer(type("R", (), {"messages": [type("M", (), {"content": p[1]})()],
-                                                                         "seed": p[2]})()) for p in prompts]
+    requests = [type("R", (), {"messages": [type("M", (), {"content": p[1]})()], "seed": p[2]})() for p in prompts]
+    assert [a["text"] for a in first] == [fake_llm._answer(r) for r in requests]
     assert fake_llm.calls == 7
     again = llm_calls.fn(prompts, cfg)
     assert again == first and fake_llm.calls == 7  # all 7 answered from the cache
@@ -394,7 +395,8 @@ def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     assert calibrated.worst_blow_up <= 1e-3 and calibrated.rho[2] == 1.0  # a document without secrets: always
     assert calibrated.protection["sigma_source"] == "calibrated on the private secret incidence"
     fixed = secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": calibrated.sigma * 1.01}), incidence)
-    assert fixed.sigma == pytest.approx(calibrated.sigma * 1.01) and fixed.protection["sigma_source"] == "config (public)"
+    assert fixed.sigma == pytest.approx(calibrated.sigma * 1.01)
+    assert fixed.protection["sigma_source"] == "config (public)"
     with pytest.raises(ConfigError, match="reconstruction bound above r") as refused:
         secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": calibrated.sigma * 0.5}), incidence)
     assert "e-0" not in str(refused.value).split("r = ")[0]  # the private bound itself is not in the message
@@ -423,8 +425,9 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
 
 def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
     """Flow level: (released - exact) of every noisy cluster size follows N(0, sigma^2) (KS), and of every centre,
-    in its noise unit c_k, too; two runs with the same flags release different values. r = 1 and a public --noise-multiplier (the issue's case) make every rho 1, so the
-    test computes the exact statistics itself from the corpus, with no sampling mask to store anywhere."""
+    in its noise unit c_k, too; two runs with the same flags release different values. r = 1 and a public
+    --noise-multiplier (the issue's case) make every rho 1, so the test computes the exact statistics itself from
+    the corpus, with no sampling mask to store anywhere."""
     from scipy import stats
 
     from tasks import evolution as ev
@@ -501,8 +504,8 @@ def test_augpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_
     from flows.evolution import run_augpe
 
     extra = {"vocab_words": True, "vocab_size": 20, "vocab_top": 5000, "words_per_prompt": 3} if vocab_words else {}
-    out = run_augpe(_cfg(two_class_corpus, tmp_path / "local", llm="local", per_class=1, max_tokens=32, labels=["0", "1"],
-                         epsilon=4.0, **extra))
+    out = run_augpe(_cfg(two_class_corpus, tmp_path / "local", llm="local", per_class=1, max_tokens=32,
+                         labels=["0", "1"], epsilon=4.0, **extra))
     manifest, frame, ledger = _read_release(Path(out))
     assert manifest["rows"] == 2 and frame["backend"].eq("local").all()
     assert frame["text"].str.len().gt(0).all() and frame["tokens_out"].gt(0).all()

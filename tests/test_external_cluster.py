@@ -283,7 +283,8 @@ def test_mutual_tls_to_an_external_scheduler(dask_processes, tmp_path):
 
 
 @pytest.mark.parametrize("fields, expected", [
-    ({"dask_address": "tls://10.0.0.1:8786", "dask_tls_ca_file": "ca.pem"}, "missing --dask-tls-cert and --dask-tls-key"),
+    ({"dask_address": "tls://10.0.0.1:8786", "dask_tls_ca_file": "ca.pem"},
+     "missing --dask-tls-cert and --dask-tls-key"),
     ({"dask_address": "tcp://10.0.0.1:8786", "dask_tls_ca_file": "a", "dask_tls_cert": "b", "dask_tls_key": "c"},
      "need a tls:// --dask-address"),
     ({"dask_tls_ca_file": "a", "dask_tls_cert": "b", "dask_tls_key": "c"}, "need a tls:// --dask-address"),

@@ -165,7 +165,8 @@ def test_deterministic_errors_are_not_retried_transient_ones_are(prefect_harness
     def run(kind: str) -> None:
         fails_with(kind)
 
-    for kind in ("gate", "config", "storage", "oserror"):
-        with pytest.raises(Exception):
+    raised = {"gate": GateFailedError, "config": ConfigError, "storage": StorageError, "oserror": OSError}
+    for kind, error in raised.items():
+        with pytest.raises(error):
             run(kind)
     assert attempts == {"gate": 1, "config": 1, "storage": 3, "oserror": 3}

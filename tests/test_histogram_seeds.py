@@ -174,7 +174,8 @@ def test_fdr_weights_keep_strong_terms_move_noise_mass_to_the_background_and_pre
 
 
 def test_background_pools_the_weights_of_every_class():
-    releases = [ClassRelease(np.array([1, 2]), np.array([3.0, 1.0])), ClassRelease(np.array([2, 5]), np.array([1.0, 5.0]))]
+    releases = [ClassRelease(np.array([1, 2]), np.array([3.0, 1.0])),
+                ClassRelease(np.array([2, 5]), np.array([1.0, 5.0]))]
     ids, p = background_distribution(releases)
     assert ids.tolist() == [1, 2, 5] and p.tolist() == pytest.approx([0.3, 0.2, 0.5])
 
@@ -219,7 +220,8 @@ def test_markov_sampler_follows_released_pairs_with_the_pair_weight_and_otherwis
     half = sample_markov(release, 4000, 2, rule, np.random.default_rng(0), pair_weight=0.5)
     after = half[half[:, 0] == 100, 1]
     # P(101) = 0.5 (pair) + 0.5 * 0 (class); P(100) = P(103) = 0.25
-    assert np.mean(after == 101) == pytest.approx(0.5, abs=0.04) and np.mean(after == 100) == pytest.approx(0.25, abs=0.04)
+    assert np.mean(after == 101) == pytest.approx(0.5, abs=0.04)
+    assert np.mean(after == 100) == pytest.approx(0.25, abs=0.04)
     never = sample_markov(release, 500, 3, rule, np.random.default_rng(0), pair_weight=0.0)
     assert not np.isin(never, [101, 102]).any()  # pair weight 0 is the histogram sampler
     with pytest.raises(ConfigError):
@@ -393,10 +395,12 @@ def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ign
 
 def test_histogram_methods_default_to_the_smaller_vocabulary_cut_unless_given():
     assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram").vocab_top == 20_000
-    assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram-markov", vocab_top=50_000).vocab_top == 50_000
+    markov = DpKpsConfig(data="d", out="o", labels=["a"], method="histogram-markov", vocab_top=50_000)
+    assert markov.vocab_top == 50_000
     assert DpKpsConfig(data="d", out="o", labels=["a"], method="independent").vocab_top == 50_000
     cfg = DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", eps_voc=1.0, eps_kde=5.0)
-    assert cfg.histogram_epsilon == 6.0 and DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0).histogram_epsilon == 4.0
+    assert cfg.histogram_epsilon == 6.0
+    assert DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0).histogram_epsilon == 4.0
     with pytest.raises(ValueError):
         DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", epsilon=0.0)
 
@@ -411,7 +415,8 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
 
     out = tmp_path / "out"
     argv = ["dpkps", corpus_file, "--out", str(out), "--method", "histogram-markov", "--epsilon", "3",
-            "--hist-top-k", "20", "--per-class", "4", "--length", "5", "--llm", "none", "--no-gate", "--workers", "1", "--labels", "0,1,2"]
+            "--hist-top-k", "20", "--per-class", "4", "--length", "5", "--llm", "none", "--no-gate", "--workers", "1",
+            "--labels", "0,1,2"]
     assert main(argv) == 0
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["total"]["epsilon"] == pytest.approx(3.0)

@@ -20,7 +20,8 @@ def test_identity_ignores_order_sees_content_and_depends_on_the_key(tiny_corpus,
     other_key = load_or_create_key(str(tmp_path / "other-state"))
     assert other_key != key and data_identity(tiny_corpus, other_key).digest != a.digest
     # what an adversary could compute without the key (the old fingerprint) is not what is stored
-    rows = sorted(hashlib.sha256(f"{l!r}\x1f{t}".encode()).digest() for t, l in zip(tiny_corpus["text"], tiny_corpus["label"]))
+    rows = sorted(hashlib.sha256(f"{label!r}\x1f{t}".encode()).digest()
+                  for t, label in zip(tiny_corpus["text"], tiny_corpus["label"]))
     assert a.digest != hashlib.sha256(b"".join(rows)).hexdigest()
     assert str(a) == repr(a) == "DataIdentity(<keyed>)"
 

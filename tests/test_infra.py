@@ -165,7 +165,8 @@ def test_dockerfile_problems_are_named(tmp_path, edit, expected):
 
 
 def test_shell_scripts_are_split_into_the_commands_they_start():
-    script = "prefect work-pool create p --type process || true; X=1 prefect --no-prompt deploy --all && exec dask worker"
+    script = ("prefect work-pool create p --type process || true; "
+              "X=1 prefect --no-prompt deploy --all && exec dask worker")
     assert validate.commands_in(["bash", "-c", script]) == [
         ["prefect", "work-pool", "create", "p", "--type", "process"], ["prefect", "--no-prompt", "deploy", "--all"],
         ["dask", "worker"]]

@@ -156,7 +156,8 @@ def test_zero_padding_identity_of_theorem_b2():
         full_at_padded = exact_kde_sum(points, padded, h)
         np.testing.assert_allclose(full_at_padded, math.exp(-u * (big_l - length)) * prefix_kde, rtol=1e-10)
         estimate = f.features(padded) @ exact_sum / f.n_features
-        np.testing.assert_allclose(estimate, full_at_padded, atol=0.05 * len(points) * 0.1 + 0.02 * full_at_padded.max())
+        np.testing.assert_allclose(estimate, full_at_padded,
+                                   atol=0.05 * len(points) * 0.1 + 0.02 * full_at_padded.max())
 
 
 def test_feature_draw_validates_parameters():

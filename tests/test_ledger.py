@@ -79,7 +79,8 @@ def test_insecure_noise_repeats_and_stamps_the_ledger(tmp_path):
     values = []
     for run in ("r1", "r2"):
         ledger = PrivacyLedger(str(tmp_path), "fp", run)
-        values.append(ledger.draw_once("histogram", mechanism=LAPLACE, noise=noise, params={}, exact=counted([]))["noisy"])
+        drawn = ledger.draw_once("histogram", mechanism=LAPLACE, noise=noise, params={}, exact=counted([]))
+        values.append(drawn["noisy"])
     np.testing.assert_array_equal(values[0], values[1])
     assert not ledger.is_secure()
     document = json.loads(ledger.to_json())
@@ -291,7 +292,8 @@ def test_the_loser_of_a_race_returns_the_winners_value(tmp_path):
                                     exact=lambda: np.zeros(20)))
         return np.zeros(20)
 
-    got = loser.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1}, exact=exact_while_the_other_process_wins)
+    got = loser.draw_once("h", mechanism=LAPLACE, noise=SECURE, params={"a": 1},
+                          exact=exact_while_the_other_process_wins)
     assert np.array_equal(got["noisy"], won["noisy"])
     assert PrivacyLedger(str(tmp_path), "id", "r1").total() == (1.0, 0.0)
 

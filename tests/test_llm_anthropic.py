@@ -91,7 +91,8 @@ def test_batch_submit_poll_collect(fake, tmp_path):
     out = b.complete(rs)
     assert len(fake.batches) == 1 and sleeps == [7.0, 7.0]
     batch = next(iter(fake.batches.values()))
-    assert [r["custom_id"] for r in batch["requests"]] == [r.cache_key("anthropic", "claude-haiku-4-5")[:64] for r in rs]
+    expected_ids = [r.cache_key("anthropic", "claude-haiku-4-5")[:64] for r in rs]
+    assert [r["custom_id"] for r in batch["requests"]] == expected_ids
     assert fake.message_calls == 1  # the errored entry was re-sent through the Messages API
     assert all(o.text.startswith("A fake document") for o in out)
     paths = [r["path"] for r in fake.requests]

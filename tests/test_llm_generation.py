@@ -220,7 +220,8 @@ def test_nothing_is_printed_at_interpreter_exit(tmp_path):
 def test_clean_text_drops_preambles_only():
     from tasks.generation import clean_text
 
-    assert clean_text("Here's a summary of a Wikipedia-style article:\n\n\"The Ouse is a river.\"") == "The Ouse is a river."
+    assert clean_text("Here's a summary of a Wikipedia-style article:\n\n\"The Ouse is a river.\"") == \
+        "The Ouse is a river."
     assert clean_text("A Wikipedia-style article:\n\nA Wikipedia-style article:\nEdwards was a footballer.") == \
         "Edwards was a footballer."
     assert clean_text("The river: a story. It flows.") == "The river: a story. It flows."
@@ -239,9 +240,9 @@ def test_residue_triggers_extra_candidates(tmp_path, recording):
     df = generate_shard(seeds(2), "local:recording-test", params, str(tmp_path), progress=False)
     assert df["candidates"].tolist() == [3, 1] and len(recording.requests) == 4
     assert all(t.startswith("A clean text") for t in df["text"])
-    none_left = generate_shard(seeds(2), "local:recording-test", GenerationParams(doc_type="memo", max_tokens=20,
-                                                                                  max_regenerations=1), str(tmp_path / "b"),
-                               progress=False)
+    none_left = generate_shard(seeds(2), "local:recording-test",
+                               GenerationParams(doc_type="memo", max_tokens=20, max_regenerations=1),
+                               str(tmp_path / "b"), progress=False)
     assert none_left["candidates"].tolist() == [2, 1] and "following terms" in none_left["text"].iloc[0]
 
 

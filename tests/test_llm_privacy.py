@@ -122,7 +122,8 @@ def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, mon
         assert fake.sent_texts() == sent
     out, err = capfd.readouterr()
     manifest, synthetic = read_release(str(tmp_path / "out"))
-    assert len(synthetic) == 12 and {"backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out"} <= set(synthetic.columns)
+    assert len(synthetic) == 12
+    assert {"backend", "model", "prompt_version", "seed", "tokens_in", "tokens_out"} <= set(synthetic.columns)
     # The gate is off, so quality.json holds only the generation counts (synthetic rows only).
     quality = json.loads((tmp_path / "out" / "quality.json").read_text())
     assert quality["gate"] == "off" and quality["generation"]["rows_kept"] == 12

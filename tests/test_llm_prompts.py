@@ -52,7 +52,8 @@ def test_template_cannot_ask_for_other_fields(tmp_path):
     ok = tmp_path / "ok.yaml"
     ok.write_text("name: mine\nversion: mine-v3\nuser: 'Terms: {terms}. Type: {doc_type}.'\nterms_separator: '; '\n")
     t = PromptTemplate.load(str(ok))
-    assert build_messages(t, VOCAB.seed(["river", "album"], 0, 0), "memo")[-1].content == "Terms: river; album. Type: memo."
+    messages = build_messages(t, VOCAB.seed(["river", "album"], 0, 0), "memo")
+    assert messages[-1].content == "Terms: river; album. Type: memo."
 
 
 def test_released_seed_cannot_be_made_directly():

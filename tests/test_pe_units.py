@@ -106,7 +106,8 @@ def test_map_reduce_units_combines_in_unit_order_with_and_without_affinity():
             Client(cluster):
         assert map_reduce_units(lambda i: [i], items, add_parts) == items
         assert map_reduce_units(lambda i: [i], items, add_parts, affinity=True) == items
-        assert map_reduce_units(lambda i, big: [i + int(big[0])], [1], add_parts, np.ones(200_000)) == [2]  # scattered argument
+        argument = np.ones(200_000)  # scattered to the workers, not put in the graph
+        assert map_reduce_units(lambda i, big: [i + int(big[0])], [1], add_parts, argument) == [2]
 
 
 # ------------------------------------------------------------------------------------------------------------

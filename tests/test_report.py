@@ -17,9 +17,11 @@ def test_run_report_renders_every_section_offline():
     figures = {
         "map": report.figure_to_data_uri(report.plot_embedding_map(real_xy, syn_xy, method="tsne")),
         "lengths": report.figure_to_data_uri(report.plot_length_histograms([10, 20, 30], [12, 15, 40])),
-        "confusion": report.figure_to_data_uri(report.plot_confusion(np.array([[3, 1], [0, 4]]), ["a", "b"], title="c")),
+        "confusion": report.figure_to_data_uri(report.plot_confusion(np.array([[3, 1], [0, 4]]), ["a", "b"],
+                                                                     title="c")),
         "training": report.figure_to_data_uri(report.plot_training_curve(
-            [{"epoch": 1, "train_loss": 1.0, "val_accuracy": 0.5}, {"epoch": 2, "train_loss": 0.5, "val_accuracy": 0.7}],
+            [{"epoch": 1, "train_loss": 1.0, "val_accuracy": 0.5},
+             {"epoch": 2, "train_loss": 0.5, "val_accuracy": 0.7}],
             title="t")),
     }
     ledger = {"entries": [{"name": "vocabulary", "mechanism": "laplace", "epsilon": 1.0, "stage": "vocabulary",

@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from tasks.errors import ConfigError
-from tasks.kde import draw_rff_features, exact_kde_sum, prefix_matrix, prefix_sketch_sum, single_term_sketch_sum, single_term_weights
+from tasks.kde import (
+    draw_rff_features,
+    exact_kde_sum,
+    prefix_matrix,
+    prefix_sketch_sum,
+    single_term_sketch_sum,
+    single_term_weights,
+)
 from tasks.sampling import (
     SelectionRule,
     SketchTables,

@@ -149,9 +149,9 @@ def test_identity_parts_combine_to_the_identity_of_the_whole_in_any_order(tiny_c
     # a multiset: a repeated row changes the identity (tiny_corpus repeats every row three times)
     assert data_identity(tiny_corpus.drop_duplicates(), key).digest != whole.digest
     # the 64-bit row identities are those of earlier versions (overlap checks against older runs still hold)
-    old = np.unique(np.array([int.from_bytes(hmac.new(key, hashlib.sha256(f"{l!r}\x1f{t}".encode()).digest(),
+    old = np.unique(np.array([int.from_bytes(hmac.new(key, hashlib.sha256(f"{label!r}\x1f{t}".encode()).digest(),
                                                       hashlib.sha256).digest()[:8], "little")
-                              for t, l in zip(tiny_corpus["text"], tiny_corpus["label"])], dtype=np.uint64))
+                              for t, label in zip(tiny_corpus["text"], tiny_corpus["label"])], dtype=np.uint64))
     assert np.array_equal(whole.rows, old)
     assert repr(parts[0]) == "IdentityPart(<keyed>)" and "k" * 8 not in repr(parts[0])
     # numpy scalars are Python values for the identity (pandas hands out Python ints when iterating a column)

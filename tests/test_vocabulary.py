@@ -31,7 +31,10 @@ def _vocab(*terms: str) -> Vocabulary:
 def test_greedy_longest_match_left_to_right():
     v = _vocab("new", "new york", "new york city", "york", "city hall", "hall")
     m = PhraseMatcher(v)
-    names = lambda text: [v.terms[i] for i in m.match(text)]
+
+    def names(text):
+        return [v.terms[i] for i in m.match(text)]
+
     assert names("New York City Hall") == ["new york city", "hall"]  # longest first consumes "city"
     assert names("new york hall") == ["new york", "hall"]
     assert names("york city hall") == ["york", "city hall"]

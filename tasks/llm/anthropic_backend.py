@@ -63,7 +63,8 @@ def resolve_api_key(env_var: str, secret_block: str | None = None) -> str:
         try:
             from prefect.blocks.system import Secret
 
-            return str(Secret.load(secret_block).get())
+            # called from synchronous code, where Prefect's dual sync/async load returns the block itself
+            return str(Secret.load(secret_block).get())  # type: ignore[union-attr]
         except Exception as e:  # noqa: BLE001 - any failure to read the block is a configuration problem
             raise ConfigError(f"could not read the Prefect Secret block {secret_block!r}: {type(e).__name__}") from e
     raise ConfigError(f"no API key: set {env_var} or name a Prefect Secret block")
@@ -80,7 +81,8 @@ class AnthropicBackend(LLMBackend):
                  base_url: str | None = None, max_concurrency: int = 4, retry: RetryPolicy = RetryPolicy(),
                  use_batches: bool | None = None, batch_threshold: int = 200, max_batch_size: int = 10_000,
                  batch_state: str | None = None, storage_options: dict | None = None,
-                 poll_interval: float = 30.0, send_sampling_params: bool = False, timeout: float = 120.0, sleep: Callable[[float], None] = time.sleep):
+                 poll_interval: float = 30.0, send_sampling_params: bool = False, timeout: float = 120.0,
+                 sleep: Callable[[float], None] = time.sleep):
         if not model:
             raise ConfigError("anthropic needs a model, e.g. --llm anthropic:claude-haiku-4-5")
         self.model = model
@@ -166,7 +168,8 @@ class AnthropicBackend(LLMBackend):
         try:
             return with_retries(attempt, self.retry, f"anthropic {what}", sleep=self._sleep)
         except RetryableCallError as e:
-            raise PrivseedError(f"Anthropic API {what} still failing after {self.retry.max_retries} retries: {e}") from e
+            raise PrivseedError(
+                f"Anthropic API {what} still failing after {self.retry.max_retries} retries: {e}") from e
 
     # -- interactive ---------------------------------------------------------------------------------------
     def _one(self, req: ChatRequest) -> ChatResult:

@@ -11,7 +11,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 # Called as on_each(index_in_batch, result) the moment each answer arrives (possibly from a worker thread),
 # so finished calls are cached even if a later call in the batch crashes.
@@ -63,7 +63,8 @@ class ChatRequest:
     steering: SeedSteering | None = None
 
     def params(self) -> dict:
-        params = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed, "top_p": self.top_p}
+        params: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
+                  "top_p": self.top_p}
         if self.steering is not None:  # only then: unsteered requests keep the cache keys they always had
             params["steering"] = self.steering.params()
         return params
@@ -129,8 +130,8 @@ class LLMBackend(ABC):
         """Token estimate for cost previews; backends with a tokenizer override it."""
         return max(1, len(text) // 4)
 
-    def close(self) -> None:  # pragma: no cover - default no-op
-        pass
+    def close(self) -> None:  # noqa: B027 - optional, not abstract: most backends hold nothing to release
+        """Release connections or a loaded model; the default has nothing to release."""
 
     def __repr__(self) -> str:  # never includes credentials
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"

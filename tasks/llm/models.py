@@ -109,7 +109,7 @@ def find_parts(model: PartedModel) -> list[Path]:
             raise ModelAssemblyError(
                 f"{dist_name} should hold exactly one data/part{index:02d}.bin, it lists "
                 f"{[str(f) for _, f in found] or 'none'}; reinstall it: {model.pip_install_command()}")
-        path = Path(dist.locate_file(found[0][1]))
+        path = Path(str(dist.locate_file(found[0][1])))
         if not path.is_file():
             raise ModelAssemblyError(f"{dist_name} lists {found[0][1]} but the file is missing; "
                                      f"reinstall it: {model.pip_install_command()}")

@@ -63,18 +63,18 @@ def run_concurrently(call: Callable[[ChatRequest], ChatResult], requests: Sequen
     results: list[ChatResult | None] = [None] * len(requests)
     if max_concurrency <= 1 or len(requests) <= 1:
         for i, r in enumerate(requests):
-            results[i] = call(r)
+            results[i] = result = call(r)
             if on_each:
-                on_each(i, results[i])
+                on_each(i, result)
         return results  # type: ignore[return-value]
     with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="llm") as pool:
         futures = {pool.submit(call, r): i for i, r in enumerate(requests)}
         try:
             for fut in as_completed(futures):
                 i = futures[fut]
-                results[i] = fut.result()
+                results[i] = result = fut.result()
                 if on_each:
-                    on_each(i, results[i])
+                    on_each(i, result)
         except BaseException:
             for f in futures:
                 f.cancel()

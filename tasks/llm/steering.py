@@ -108,7 +108,7 @@ class SeedSteeringProcessor:
     def _written_text(self, text: str) -> frozenset[str]:
         return frozenset(t for t, present in zip(self.terms, terms_present(text, self.terms)) if present)
 
-    def _advance(self, generated: Sequence[int]) -> None:
+    def _advance(self, generated: Sequence[int] | np.ndarray) -> None:
         """Bring the memo up to ``generated`` (reuses the longest common prefix with what it saw last)."""
         common = 0
         limit = min(len(self._seen), len(generated))
@@ -123,13 +123,13 @@ class SeedSteeringProcessor:
             self._seen.append(int(token))
             self._written_at.append(self._written_text(self.detokenize(self._seen)))
 
-    def written(self, generated: Sequence[int]) -> set[str]:
+    def written(self, generated: Sequence[int] | np.ndarray) -> set[str]:
         """Terms the answer already contains (the coverage measure's own test, tasks.metrics.terms_present)."""
         generated = [int(t) for t in generated]
         self._advance(generated)
         return set(self._written_at[len(generated)])
 
-    def steps_since_last_term(self, generated: Sequence[int], done: set[str]) -> int:
+    def steps_since_last_term(self, generated: Sequence[int] | np.ndarray, done: set[str]) -> int:
         """Tokens generated since the answer last completed a term (len(generated) + 1 when it never did)."""
         if not done:
             return len(generated) + 1
@@ -149,7 +149,7 @@ class SeedSteeringProcessor:
         left = max(self.paced_tokens - n_generated, 1) / self.paced_tokens
         return (len(missing) / len(self.terms)) / left
 
-    def closed_tokens(self, generated: Sequence[int]) -> np.ndarray:
+    def closed_tokens(self, generated: Sequence[int] | np.ndarray) -> np.ndarray:
         """Token ids banned because the answer ends with the last token of a written term (one of its surface
         forms) and they would glue letters onto it ("budget" schedule with ``continues_word``; else none)."""
         if self.schedule != "budget" or self.continues_word is None or self.strength <= 0:
@@ -161,7 +161,7 @@ class SeedSteeringProcessor:
             return self.continues_word
         return np.zeros(0, dtype=np.int64)
 
-    def adjustments(self, generated: Sequence[int]) -> dict[int, float]:
+    def adjustments(self, generated: Sequence[int] | np.ndarray) -> dict[int, float]:
         """The additive logit changes for the next token, by token id (pure in effect; -inf bans a token)."""
         delta: dict[int, float] = {}
         s = self.strength
@@ -204,7 +204,7 @@ class SeedSteeringProcessor:
                 delta[token] = -math.inf
         return delta
 
-    def bonus(self, generated: Sequence[int], n_vocab: int) -> np.ndarray:
+    def bonus(self, generated: Sequence[int] | np.ndarray, n_vocab: int) -> np.ndarray:
         """``adjustments`` and ``closed_tokens`` as a dense vector over a vocabulary of ``n_vocab`` tokens."""
         dense = np.zeros(n_vocab, dtype=np.float32)
         for token, value in self.adjustments(generated).items():

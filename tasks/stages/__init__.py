@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.errors import retry_if_transient
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 log = logging.getLogger("privseed")
 
 #: Results of stages never go to Prefect's result store (see the module docstring).
@@ -34,13 +35,13 @@ NOT_PERSISTED: dict[str, Any] = dict(persist_result=False, cache_policy=NO_CACHE
 RETRY_DELAYS_S: list[float] = [2, 10]
 
 
-def private_stage(name: str, *, retries: int = 2) -> Callable[[F], F]:
+def private_stage(name: str, *, retries: int = 2) -> Callable[[Callable[P, R]], Task[P, R]]:
     """A Prefect task over private data (see the module docstring)."""
     return task(name=name, retries=retries, retry_delay_seconds=RETRY_DELAYS_S[:max(retries, 1)],
                 retry_condition_fn=retry_if_transient, **NOT_PERSISTED)
 
 
-def public_stage(name: str, *, retries: int = 0) -> Callable[[F], F]:
+def public_stage(name: str, *, retries: int = 0) -> Callable[[Callable[P, R]], Task[P, R]]:
     """A Prefect task over public or released values (see the module docstring)."""
     if retries:
         return task(name=name, retries=retries, retry_delay_seconds=RETRY_DELAYS_S[:retries],

@@ -52,6 +52,13 @@ class CorpusScan:
     identity: DataIdentity
     counts: np.ndarray | None = field(default=None, repr=False)
 
+    @property
+    def term_counts(self) -> np.ndarray:
+        """The term counts of a scan that was given a ``TermCounting``."""
+        if self.counts is None:
+            raise ValueError("this scan counted no terms: scan_private_corpus was given no TermCounting")
+        return self.counts
+
 
 @private_stage("scan-private-corpus", retries=0)  # a unit retries its own transient failures (tasks/units.py)
 def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
@@ -69,6 +76,7 @@ def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
     if counting is not None:
         from tasks.vocabulary import require_vocabulary_hits
 
+        assert part.counts is not None  # a spec with a TermCounting counts every unit
         require_vocabulary_hits(part.counts, counting.vocab)
     return CorpusScan(part.identity.finish(key), part.counts)
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from tasks.config import DpKpsConfig, ReleaseConfig
+from tasks.config import AugPeConfig, DpKpsConfig
 from tasks.ledger import PrivacyLedger
 from tasks.passes import TermCounting
 from tasks.stages import private_stage, public_stage, stage_logger
@@ -36,7 +36,7 @@ def selection_rule(cfg: DpKpsConfig) -> str:
     return cfg.selection
 
 
-def term_counting(cfg: ReleaseConfig) -> TermCounting:
+def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
     """What pass 1 counts for this configuration: per class for the histogram methods, the vocabulary histogram
     of DP-KPS and AugPE+V~ otherwise (``cfg`` carries vocab, vocab_top, first_terms)."""
     from tasks.histogram_seeds import HISTOGRAM_METHODS
@@ -47,7 +47,7 @@ def term_counting(cfg: ReleaseConfig) -> TermCounting:
 
 
 @private_stage("vocabulary-histogram")
-def vocabulary_histogram(texts: Sequence[str], cfg: ReleaseConfig) -> np.ndarray:
+def vocabulary_histogram(texts: Sequence[str], cfg: DpKpsConfig | AugPeConfig) -> np.ndarray:
     """The vocabulary histogram of documents already in memory: the counts pass 1 makes unit by unit
     (``scan_private_corpus`` with ``term_counting``), for the audit's trials."""
     from tasks.vocabulary import require_vocabulary_hits
@@ -57,7 +57,7 @@ def vocabulary_histogram(texts: Sequence[str], cfg: ReleaseConfig) -> np.ndarray
     return counts
 
 
-def release_vocabulary(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLedger) -> list[str]:
+def release_vocabulary(counts: np.ndarray, cfg: DpKpsConfig | AugPeConfig, ledger: PrivacyLedger) -> list[str]:
     """V~: the vocabulary mechanism (discrete Laplace, scale S / eps_voc, on every term of V) then the top N,
     drawn once through the ledger under the name ``vocabulary``. The one vocabulary privatization of privseed:
     DP-KPS and AugPE+V~ both call it. ``cfg`` carries vocab, vocab_top, first_terms, vocab_size, eps_voc.
@@ -85,7 +85,7 @@ def release_vocabulary(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLe
 
 
 @private_stage("privatize-vocabulary")
-def privatize_vocabulary_stage(counts: np.ndarray, cfg: ReleaseConfig, ledger: PrivacyLedger) -> list[str]:
+def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig | AugPeConfig, ledger: PrivacyLedger) -> list[str]:
     """V~ (``release_vocabulary``), as a task."""
     terms = release_vocabulary(counts, cfg, ledger)
     stage_logger().info("privatized vocabulary: %d terms", len(terms))
@@ -150,7 +150,8 @@ def privatize_sketches(exact: np.ndarray, labels: list, terms: list[str], embedd
             released[c, k] = ledger.draw_once(
                 f"kde-class{c}-sketch{k}", params=params, partition=f"class{c}", stage="kde",
                 mechanism=sketch_mechanism(cfg.mechanism, spec.n_features, budgets[k], delta_each),
-                noise=cfg.noise("kde-noise", str(c), str(k)), exact=lambda c=c, k=k: exact[c, k],
+                noise=cfg.noise("kde-noise", str(c), str(k)),
+                exact=lambda c=c, k=k: exact[c, k],  # type: ignore[misc]  # mypy cannot type default-argument lambdas
             )["noisy"]
     stage_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
     return released

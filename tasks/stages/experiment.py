@@ -119,8 +119,10 @@ def score_cell(spec: ExperimentSpec, cell: GridCell, grid: GridData, train: pd.D
                                    grid.test_terms(ds, vocabulary), data.test["label"].tolist())
     records = []
     for coral in spec.coral:
-        opts = EvaluationOptions(classifier=spec.classifier, tfidf=spec.tfidf, coral=coral, test_view=view,
-                                 seed=cell.seed, max_epochs=spec.max_epochs, progress=False, map_method="pca")
+        # classifier and test_view are plain strings in the spec, checked against EvaluationOptions when it loads
+        opts = EvaluationOptions(classifier=spec.classifier, test_view=view,  # type: ignore[arg-type]
+                                 tfidf=spec.tfidf, coral=coral, seed=cell.seed, max_epochs=spec.max_epochs,
+                                 progress=False, map_method="pca")
         held_out = classify.HeldOutTestSet(test_texts, data.test["label"].tolist())
         scored = score_corpus(train[["text", "label"]], held_out, client_texts=client if coral else None, opts=opts)
         fid = metrics.frechet_distance(scored["test_x"], scored["train_x"])

@@ -54,6 +54,7 @@ def placeholder_sequences(cfg: DpKpsConfig) -> pd.DataFrame:
     """Seeds of the shape a run releases (per_class sequences of L one-word terms per declared class), made
     from public settings only, for the dry run's cost estimate."""
     term = "keyphrase"
+    assert cfg.labels is not None  # ReleaseConfig's validator requires a declared label set
     sequences = pd.DataFrame({"label": [label for label in cfg.labels for _ in range(cfg.per_class)],
                               "keyphrases": [[term] * cfg.length for _ in range(len(cfg.labels) * cfg.per_class)]})
     sequences.attrs["released_vocabulary"] = [term]

@@ -47,7 +47,7 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "terms"}
     # The ledger applies the mechanism to each class's row and keeps the whole noisy row with the top K.
     released = [ledger.draw_once(f"histogram-class{c}", mechanism=mechanism, noise=noise, params=params,
-                                 exact=lambda c=c: exact[c],
+                                 exact=lambda c=c: exact[c],  # type: ignore[misc]  # default-argument lambda
                                  postprocess=lambda noisy: top_k(np.asarray(noisy, dtype=np.float64), cfg.hist_top_k),
                                  partition=f"class{c}", stage="histogram")
                 for c in range(len(labels))]
@@ -118,8 +118,8 @@ def privatize_class_pairs(pair_counts: np.ndarray, labels: list, terms: list[dic
         params_c = {**params, "pair_terms_of_class": _ids_digest(candidates[c])}
         released.append(ledger.draw_once(
             f"markov-class{c}", mechanism=mechanism, noise=noise, params=params_c,
-            exact=lambda c=c, n=n: pair_counts[c, :n * (n - 1) // 2],
-            postprocess=lambda noisy, ids=candidates[c]: {"pair_ids": ids},
+            exact=lambda c=c, n=n: pair_counts[c, :n * (n - 1) // 2],  # type: ignore[misc]  # default-argument lambda
+            postprocess=lambda noisy, ids=candidates[c]: {"pair_ids": ids},  # type: ignore[misc]  # as above
             partition=f"class{c}", stage="markov"))
     stage_logger().info("released pair counts among %d terms per class", cfg.markov_pair_top)
     return released

@@ -44,12 +44,21 @@ from tasks.stages.pe import (draw_augpe_round, draw_secpe_round, embed_candidate
 class VoteStep(Protocol):
     """One round's histogram over the candidates: what the loop asks of a PE method."""
 
-    #: ledger and public-randomness stream prefix ("augpe", "secpe")
-    name: str
-    #: what logs and the operator's timings call the method ("Aug-PE", "AugPE+V~", "SecPE")
-    title: str
-    #: how the loop picks the population from the scores: "rank" or "sample" (``ev.select_population``)
-    selection: str
+    # Read-only members (properties): a vote step may narrow them (AugPeVote's selection is a Literal).
+    @property
+    def name(self) -> str:
+        """Ledger and public-randomness stream prefix ("augpe", "secpe")."""
+        ...
+
+    @property
+    def title(self) -> str:
+        """What logs and the operator's timings call the method ("Aug-PE", "AugPE+V~", "SecPE")."""
+        ...
+
+    @property
+    def selection(self) -> str:
+        """How the loop picks the population from the scores: "rank" or "sample" (``ev.select_population``)."""
+        ...
 
     def scores(self, t: int, candidates: pd.DataFrame, candidate_emb: np.ndarray, candidate_class: np.ndarray,
                documents: np.ndarray) -> np.ndarray:

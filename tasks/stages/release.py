@@ -15,7 +15,8 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
     """The paper's no-LLM ablation: the released keyphrases joined by single spaces are the document."""
     synthetic = sequences.copy()
     synthetic["text"] = synthetic["keyphrases"].map(lambda phrases: " ".join(phrases))
-    return synthetic[["text", "label", "keyphrases", *[c for c in synthetic.columns if c not in ("text", "label", "keyphrases")]]]
+    first = ["text", "label", "keyphrases"]
+    return synthetic[[*first, *[c for c in synthetic.columns if c not in first]]]
 
 
 @public_stage("publish-release", retries=2)

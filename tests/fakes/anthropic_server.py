@@ -44,7 +44,8 @@ def fake_text(messages: list[dict]) -> str:
 
 
 class FakeAnthropic:
-    def __init__(self, api_key: str = "test-key", polls_until_end: int = 1, model_ids: tuple[str, ...] = ("fake-model",)):
+    def __init__(self, api_key: str = "test-key", polls_until_end: int = 1,
+                 model_ids: tuple[str, ...] = ("fake-model",)):
         self.api_key = api_key
         self.polls_until_end = polls_until_end
         self.model_ids = model_ids
@@ -81,7 +82,8 @@ class FakeAnthropic:
     # -- response builders -----------------------------------------------------------------------------------
     def _message(self, body: dict) -> dict:
         text = fake_text(body.get("messages", []))
-        n_in = sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4 + len(body.get("system", "")) // 4
+        n_in = (sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
+                + len(body.get("system", "")) // 4)
         return {"id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant",
                 "model": body.get("model", "fake"), "content": [{"type": "text", "text": text}],
                 "stop_reason": "end_turn", "stop_sequence": None,
@@ -187,7 +189,8 @@ class FakeAnthropic:
                     return
                 path = self.path.split("?")[0]
                 if path == "/v1/models":
-                    return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in fake.model_ids]})
+                    return self._send(200, {"object": "list",
+                                            "data": [{"id": m, "object": "model"} for m in fake.model_ids]})
                 m = re.fullmatch(r"/v1/messages/batches/([^/]+)(/results)?", path)
                 if not m or m.group(1) not in fake.batches:
                     return self._error(404)
@@ -204,7 +207,8 @@ class FakeAnthropic:
                 lines = []
                 for r in b["requests"]:
                     if r["custom_id"] in fake.batch_errored:
-                        res = {"type": "errored", "error": {"type": "error", "error": {"type": "api_error", "message": "fake"}}}
+                        res = {"type": "errored",
+                               "error": {"type": "error", "error": {"type": "api_error", "message": "fake"}}}
                     else:
                         res = {"type": "succeeded", "message": fake._message(r["params"])}
                     lines.append(json.dumps({"custom_id": r["custom_id"], "result": res}))
