@@ -19,7 +19,8 @@ full extraction, one sum): identical histogram, sketch sums within 1e-9. At --sp
 run on 1 worker. Nothing here is released: V~ for pass 2 is the top 1,000 exact counts and the embeddings are
 random unit vectors (the cost of the sums does not depend on their values).
 
-    python benchmarks/bench_scale.py [--sizes 100000,300000,1000000] [--workers 2] [--out /tmp/bench-scale]
+    python benchmarks/bench_scale.py [--sizes 100000,300000,1000000] [--workers 2] [--storage s3|local]
+                                     [--out /tmp/bench-scale]
 """
 
 from __future__ import annotations
@@ -94,10 +95,13 @@ def make_shard(pools: dict[int, list[str]], rows: int, seed: int) -> bytes:
     return buffer.getvalue()
 
 
-def upload_corpora(server, sizes: list[int]) -> dict[int, str]:
-    """s3://BUCKET/n<N>/part-*.parquet for every N (shards of SHARD_ROWS; the same shard bytes reused across N)."""
-    client = server.client()
-    client.create_bucket(Bucket=BUCKET)
+def upload_corpora(server, sizes: list[int], local_root: Path | None = None) -> dict[int, str]:
+    """s3://BUCKET/n<N>/part-*.parquet for every N (shards of SHARD_ROWS; the same shard bytes reused across N);
+    with ``local_root`` (and no server), LOCAL_ROOT/n<N>/part-*.parquet on the local disk instead."""
+    client = None
+    if local_root is None:
+        client = server.client()
+        client.create_bucket(Bucket=BUCKET)
     pools = sentence_pools()
     shards: list[bytes] = []
     uris = {}
@@ -111,8 +115,12 @@ def upload_corpora(server, sizes: list[int]) -> dict[int, str]:
         for index in range(count):
             rows = min(SHARD_ROWS, n - index * SHARD_ROWS)
             data = shards[index] if rows == SHARD_ROWS else make_shard(pools, rows, seed=1000 + index)
-            client.put_object(Bucket=BUCKET, Key=f"n{n}/part-{index:05d}.parquet", Body=data)
-        uris[n] = f"s3://{BUCKET}/n{n}/"
+            if client is None:
+                (local_root / f"n{n}").mkdir(parents=True, exist_ok=True)
+                (local_root / f"n{n}" / f"part-{index:05d}.parquet").write_bytes(data)
+            else:
+                client.put_object(Bucket=BUCKET, Key=f"n{n}/part-{index:05d}.parquet", Body=data)
+        uris[n] = f"s3://{BUCKET}/n{n}/" if client is not None else str(local_root / f"n{n}")
     return uris
 
 
@@ -310,6 +318,9 @@ def main() -> None:
     parser.add_argument("--equivalence-n", type=int, default=100_000)
     parser.add_argument("--speedup-n", type=int, default=300_000, help="also run the passes on 1 worker (0: skip)")
     parser.add_argument("--no-flow", action="store_true", help="measure the passes only")
+    parser.add_argument("--storage", choices=["s3", "local"], default="s3",
+                        help="corpora on the local S3 server (default) or on the local disk: the S3 server is a "
+                             "Python process on the same cores, which bounds the speed-up on a 2-core machine")
     parser.add_argument("--out", default="/tmp/bench-scale")
     parser.add_argument("--driver", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -323,14 +334,15 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     print(f"machine: {os.cpu_count()} CPU core(s); load average {os.getloadavg()}", flush=True)
-    server = MotoServer(log_path=out / "moto.log").start()
-    env = {**os.environ, **server.env()}
-    os.environ.update(server.env())
-    clear_s3fs_cache()
+    server = MotoServer(log_path=out / "moto.log").start() if args.storage == "s3" else None
+    env = {**os.environ, **(server.env() if server else {})}
+    if server:
+        os.environ.update(server.env())
+        clear_s3fs_cache()
     results = []
     try:
         print("uploading corpora ...", flush=True)
-        uris = upload_corpora(server, sizes)
+        uris = upload_corpora(server, sizes, None if server else out / "corpus")
         for n in sizes:
             plans = [args.workers] + ([1] if n == args.speedup_n and args.workers > 1 else [])
             for workers in plans:
@@ -348,7 +360,8 @@ def main() -> None:
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
-        server.stop()
+        if server:
+            server.stop()
     (out / "results.json").write_text(json.dumps(results, indent=2))
     report(results, args.workers)
 
