@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "seeds-grid"
 PAPER_TABLE5 = {6: 71.7, 11: 80.6, 15: 84.2}  # DBPedia-14, no LLM, the paper's best DP-KPS method
-ORDER = ["histogram", "histogram-markov", "independent", "iterative-log", "iterative-linear"]
+ORDER = ["histogram", "histogram-markov", "histogram (clip)", "independent", "iterative-log", "iterative-linear"]
 CORPORA = ["dbpedia14", "ohsumed23", "yelp", "medabstracts"]
 
 
@@ -25,42 +26,51 @@ def load() -> pd.DataFrame:
     for line in (RESULTS / "cells.jsonl").read_text().splitlines():
         r = json.loads(line)
         k = r["key"]
-        rows.append({"corpus": k["corpus"], "method": k["method"], "eps": k["eps"], "seed": k["seed"],
-                     "accuracy": 100 * r["accuracy"], "coherence": 100 * r["coherence"]})
+        method = k["method"] + (" (clip)" if k.get("denoise") == "clip" and k["method"] != "real" else "")
+        rows.append({"corpus": k["corpus"], "method": method, "eps": k["eps"], "seed": k["seed"],
+                     "accuracy": 100 * r["accuracy"], "coherence": 100 * r["coherence"],
+                     "accuracy_raw": 100 * r.get("accuracy_raw", np.nan),
+                     "accuracy_raw_trained": 100 * r.get("accuracy_raw_trained", np.nan)})
     cells = pd.DataFrame(rows)
     dpkps = pd.read_csv(RESULTS / "dpkps_cells.csv")
     return pd.concat([cells, dpkps.assign(eps=dpkps["eps_voc"] + dpkps["eps_kde"])], ignore_index=True)
 
 
 def table(cells: pd.DataFrame) -> str:
-    lines = ["| corpus | method | eps 6 | eps 11 | eps 15 | coherence % at eps 11 | runs per cell |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| corpus | method | eps 6 | eps 11 | eps 15 | eps 11, raw test text | coherence % at eps 11 "
+             "| runs per cell |",
+             "|---|---|---|---|---|---|---|---|"]
     for corpus in CORPORA:
         part = cells[cells["corpus"] == corpus]
         real = part[part["method"] == "real"]
         if len(real):
             value = _cell(real)  # no DP: the same reference at every epsilon
+            raw = _cell(real, "accuracy_raw")
             lines.append(f"| {corpus} | real documents (phrase sequences, no DP) | {value} | {value} | {value} | "
-                         f"{real['coherence'].mean():.1f} | {len(real)} |")
+                         f"{raw} | {real['coherence'].mean():.1f} | {len(real)} |")
+            if real["accuracy_raw_trained"].notna().any():
+                trained = _cell(real, "accuracy_raw_trained")
+                lines.append(f"| {corpus} | real documents, raw text (train and test, no DP) | – | – | – | {trained} "
+                             f"| – | {len(real)} |")
         for method in ORDER:
             m = part[part["method"] == method]
             if m.empty:
                 continue
             cols = [_cell(m[m["eps"] == e]) for e in (6, 11, 15)]
+            raw = _cell(m[(m["eps"] == 11) & m["accuracy_raw"].notna()], "accuracy_raw")
             at11 = m[(m["eps"] == 11) & m["coherence"].notna()]["coherence"]
             runs = "/".join(str(len(m[m["eps"] == e])) for e in (6, 11, 15))
-            lines.append(f"| {corpus} | {method} | {' | '.join(cols)} | "
-                         f"{at11.mean():.1f} | {runs} |" if len(at11) else
-                         f"| {corpus} | {method} | {' | '.join(cols)} | – | {runs} |")
+            coherence = f"{at11.mean():.1f}" if len(at11) else "–"
+            lines.append(f"| {corpus} | {method} | {' | '.join(cols)} | {raw} | {coherence} | {runs} |")
         if corpus == "dbpedia14":
-            lines.append("| dbpedia14 | paper, Table 5 (no LLM, best DP-KPS method) | 71.7 | 80.6 | 84.2 | – | – |")
+            lines.append("| dbpedia14 | paper, Table 5 (no LLM, best DP-KPS method) | 71.7 | 80.6 | 84.2 | – | – | – |")
     return "\n".join(lines) + "\n"
 
 
-def _cell(group: pd.DataFrame) -> str:
+def _cell(group: pd.DataFrame, column: str = "accuracy") -> str:
     if group.empty:
         return "–"
-    values = group["accuracy"].to_numpy()
+    values = group[column].to_numpy()
     return f"{values.mean():.1f}" if len(values) == 1 else f"{values.mean():.1f} ± {values.std(ddof=1):.1f}"
 
 

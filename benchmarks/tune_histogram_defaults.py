@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.histogram_seeds import (ClassRelease, build_mechanism, class_pair_counts, class_positions,
-                                   class_term_counts, noise_floor, pair_coherence, release_all, sample_class_sequences,
-                                   stage_budgets, top_k)
+from tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions, class_term_counts,
+                                   class_term_releases, noise_floor, pair_candidates, pair_coherence, pair_matrix,
+                                   pair_mechanism, release_all, sample_class_sequences, stage_budgets)
 from tasks.mechanisms import insecure_noise
 from tasks.sampling import SelectionRule
 from tasks.vocabulary import load_vocabulary, phrase_matcher
@@ -41,8 +41,12 @@ CORPORA = {
     "yelp": ("augpe/yelp/dev.parquet", "label1", None),
     "medabstracts": ("medabstracts/test.parquet", "label", 0.3),
 }
-BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 10, "mechanism": "laplace",
-        "share": 0.5, "T": 0.0}  # T: histogram-markov's pair floor (expected pure-noise pairs per class)
+BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 20_000, "L": 10, "mechanism": "laplace",
+        "denoise": "fdr", "M": 1000, "share": 0.8, "T": 1.0, "P": 30, "S2": 2, "mu": 0.5}
+# denoise / M: class_term_releases; share, T (pair floor: expected pure-noise pairs per class), P (pair candidates
+# per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov
+#: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of tasks.accounting.default_delta
+GAUSSIAN_DELTA = 7.238241365054197e-08
 
 
 def load_split(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -78,60 +82,73 @@ def grid_splits(names: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame,
     return out
 
 
-def real_reference(private: pd.DataFrame, test_ids: list, test_labels: list, terms: tuple, per_class: int,
-                   seed: int, matcher) -> dict:
-    """TF-IDF + LR on per_class real private documents per class as their own phrase sequences."""
+def score(train_texts: list[str], train_labels: list, test_phrases: list[str], test_raw: list[str],
+          test_labels: list) -> dict:
+    """TF-IDF (unigrams, sublinear tf) + logistic regression trained on ``train_texts``; accuracy on the test
+    documents as phrase sequences (the no-LLM protocol), balanced accuracy (mean per-class recall) there, and
+    accuracy on the same documents' raw text (``accuracy_raw``)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
+    vectorizer = TfidfVectorizer(sublinear_tf=True)
+    clf = LogisticRegression(max_iter=2000).fit(vectorizer.fit_transform(train_texts), [str(v) for v in train_labels])
+    truth = np.asarray([str(v) for v in test_labels])
+    predicted = clf.predict(vectorizer.transform(test_phrases))
+    raw = clf.predict(vectorizer.transform(test_raw))
+    return {"accuracy": float(np.mean(predicted == truth)),
+            "balanced_accuracy": float(np.mean([np.mean(predicted[truth == c] == c) for c in np.unique(truth)])),
+            "accuracy_raw": float(np.mean(raw == truth))}
+
+
+def real_reference(private: pd.DataFrame, test_ids: list, test_texts: list, test_labels: list, terms: tuple,
+                   per_class: int, seed: int, matcher) -> dict:
+    """TF-IDF + LR on per_class real private documents per class as their own phrase sequences (``score``), and
+    trained on their raw text and tested on raw text (``accuracy_raw_trained``: no phrase view at all)."""
     rng = np.random.default_rng(seed)
     parts = [g.iloc[rng.choice(len(g), size=min(per_class, len(g)), replace=False)]
              for _, g in private.groupby("label")]
     train = pd.concat(parts)
     seqs = [[terms[t] for t in matcher.match(text)] for text in train["text"]]
-    vectorizer = TfidfVectorizer(sublinear_tf=True)
-    clf = LogisticRegression(max_iter=2000).fit(vectorizer.fit_transform([" ".join(x) for x in seqs]),
-                                                [str(v) for v in train["label"]])
-    predicted = clf.predict(vectorizer.transform([" ".join(terms[t] for t in doc) for doc in test_ids]))
-    return {"accuracy": float(np.mean(predicted == np.asarray([str(v) for v in test_labels]))),
-            "coherence": pair_coherence([s[:10] for s in seqs], [str(v) for v in train["label"]],
-                                        [[terms[t] for t in doc] for doc in test_ids], [str(v) for v in test_labels])}
+    test_terms = [[terms[t] for t in doc] for doc in test_ids]
+    result = score([" ".join(x) for x in seqs], train["label"].tolist(), [" ".join(t) for t in test_terms],
+                   test_texts, test_labels)
+    result["accuracy_raw_trained"] = score(train["text"].tolist(), train["label"].tolist(), test_texts, test_texts,
+                                           test_labels)["accuracy"]
+    result["coherence"] = pair_coherence([s[:10] for s in seqs], [str(v) for v in train["label"]], test_terms,
+                                         [str(v) for v in test_labels])
+    return result
 
 
 def run_setting(setting: dict, private_ids: list, private_index: list, labels: list, val_ids: list,
-                val_labels: list, terms: tuple, eps: float, seed: int, per_class: int) -> dict:
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
+                val_texts: list, val_labels: list, terms: tuple, eps: float, seed: int, per_class: int) -> dict:
+    from dataclasses import replace
 
     method = setting["method"]
-    delta = 1e-5 if setting["mechanism"] == "gaussian" else 0.0
+    delta = GAUSSIAN_DELTA if setting["mechanism"] == "gaussian" else 0.0
     budgets = stage_budgets(method, eps, delta, setting["share"])
     counts = class_term_counts(private_ids, private_index, len(labels), len(terms), setting["S"])
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0])
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
-    released = [top_k(noisy[c], setting["K"]) for c in range(len(labels))]
-    releases = [ClassRelease(r["term_ids"], r["noisy_counts"]) for r in released]
+    releases = class_term_releases(noisy, mech, setting["K"], setting["M"], setting["denoise"])
     if method == "histogram-markov":
-        starts, pairs = class_pair_counts(private_ids, private_index, [r["term_ids"] for r in released], setting["S"])
-        mech2 = build_mechanism(setting["mechanism"], setting["S"], *budgets[1])
-        joint = release_all(np.concatenate([starts[:, None, :], pairs], axis=1), mech2,
-                            insecure_noise(seed, "tune-pairs"))
-        k = len(released[0]["term_ids"])
-        releases = [ClassRelease(r.term_ids, r.noisy_counts, joint[c, 0], joint[c, 1:],
-                                 noise_floor(mech2, k * (k + 1), setting["T"]))
-                    for c, r in enumerate(releases)]
+        candidates = [pair_candidates(r, setting["P"]) for r in releases]
+        pair_counts = class_pair_counts(private_ids, private_index, candidates, setting["S2"])
+        mech2 = pair_mechanism(setting["mechanism"], setting["S2"], *budgets[1])
+        noisy_pairs = release_all(pair_counts, mech2, insecure_noise(seed, "tune-pairs"))
+        for c, ids in enumerate(candidates):
+            n = len(ids)
+            floor = noise_floor(mech2, n * (n - 1) // 2, setting["T"])
+            releases[c] = replace(releases[c], pair_ids=ids,
+                                  pair_weights=pair_matrix(noisy_pairs[c, :n * (n - 1) // 2], n, floor))
     rule = SelectionRule.parse(f"power-{setting['G']:g}")
-    ids = sample_class_sequences(method, releases, per_class, setting["L"], rule, np.random.default_rng(seed))
+    ids = sample_class_sequences(method, releases, per_class, setting["L"], rule, np.random.default_rng(seed),
+                                 setting["mu"])
     seqs = [[terms[t] for t in seq] for c in range(len(labels)) for seq in ids[c]]
     seq_labels = [labels[c] for c in range(len(labels)) for _ in ids[c]]
     val_terms = [[terms[t] for t in doc] for doc in val_ids]
-    vectorizer = TfidfVectorizer(sublinear_tf=True)
-    x = vectorizer.fit_transform([" ".join(s) for s in seqs])
-    clf = LogisticRegression(max_iter=2000).fit(x, [str(v) for v in seq_labels])
-    predicted = clf.predict(vectorizer.transform([" ".join(t) for t in val_terms]))
-    accuracy = float(np.mean(predicted == np.asarray([str(v) for v in val_labels])))
-    coherence = pair_coherence(seqs, [str(v) for v in seq_labels], val_terms, [str(v) for v in val_labels])
-    return {"accuracy": accuracy, "coherence": coherence}
+    result = score([" ".join(s) for s in seqs], seq_labels, [" ".join(t) for t in val_terms], val_texts, val_labels)
+    result["coherence"] = pair_coherence(seqs, [str(v) for v in seq_labels], val_terms, [str(v) for v in val_labels])
+    return result
 
 
 def main() -> None:
@@ -150,10 +167,12 @@ def main() -> None:
     if args.grid.startswith("["):
         variations = json.loads(args.grid)
     elif args.grid == "coordinate":
-        variations = [{}, {"S": 5}, {"S": 20}, {"S": 40}, {"K": 100}, {"K": 1000}, {"K": 3000}, {"G": 2.0},
-                      {"G": 0.5}, {"top": 20_000}, {"L": 20}, {"mechanism": "gaussian"}]
+        variations = [{}, {"denoise": "clip"}, {"M": 500}, {"M": 2000}, {"M": 20_000}, {"K": 100}, {"K": 1000},
+                      {"S": 5}, {"S": 20}, {"G": 2.0}, {"L": 20}, {"mechanism": "gaussian"},
+                      {"mechanism": "gaussian", "S": 40}]
     else:
-        variations = [{"method": "histogram-markov", "share": s, "G": g} for s in (0.3, 0.5, 0.7) for g in (1.0, 2.0)]
+        variations = [{"method": "histogram-markov", **v} for v in
+                      ({}, {"share": 0.9}, {"mu": 0.25}, {"mu": 0.75}, {"P": 50}, {"S2": 3})]
     done = set()
     out = Path(args.out)
     if out.exists():
@@ -182,12 +201,13 @@ def main() -> None:
                         continue
                     start = time.perf_counter()
                     if setting["method"] == "real":
-                        result = real_reference(private, val_ids, validation["label"].tolist(), terms, args.per_class,
-                                                seed, phrase_matcher(load_vocabulary("english", setting["top"])))
+                        result = real_reference(private, val_ids, validation["text"].tolist(),
+                                                validation["label"].tolist(), terms, args.per_class, seed,
+                                                phrase_matcher(load_vocabulary("english", setting["top"])))
                     else:
                         result = run_setting(setting, private_ids, class_positions(labels, private["label"]), labels,
-                                             val_ids, validation["label"].tolist(), terms, eps, seed,
-                                             args.per_class)
+                                             val_ids, validation["text"].tolist(), validation["label"].tolist(),
+                                             terms, eps, seed, args.per_class)
                     record = {"key": key, **result, "seconds": round(time.perf_counter() - start, 2)}
                     with out.open("a") as fh:
                         fh.write(json.dumps(record) + "\n")

@@ -79,12 +79,12 @@ def privatize_keyphrase_sequences(plan: CorpusPlan, counts: np.ndarray, labels: 
 
 def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: list, cfg: DpKpsConfig,
                                   ledger: PrivacyLedger) -> pd.DataFrame:
-    """noise + top K per class (-> pass 2: pair counts -> noise) -> sample per class."""
+    """noise per class (-> pass 2: pair counts among each class's heaviest terms -> noise) -> sample per class."""
     terms = privatize_class_histograms(counts, labels, cfg, ledger)
     pairs = None
     if cfg.method == "histogram-markov":
-        starts, pair_counts = exact_pair_counts(plan, labels, terms, cfg)
-        pairs = privatize_class_pairs(starts, pair_counts, labels, terms, cfg, ledger)
+        pair_counts = exact_pair_counts(plan, labels, terms, cfg)
+        pairs = privatize_class_pairs(pair_counts, labels, terms, cfg, ledger)
     return sample_histogram_sequences(terms, pairs, labels, cfg)
 
 

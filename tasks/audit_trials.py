@@ -19,6 +19,11 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 document whose phrases are one term far from the class's. Tests: the released sketch's score of the
                 canary term, the Laplace likelihood ratio of the released sketch (the adversary knows D's exact
                 sum), and how often the term appears in class 0's sampled sequences.
+    markov      histogram-markov's pair stage (privatize_class_histograms, then privatize_class_pairs; the term stage
+                takes a quarter of the budget 1). Canary: a class-0 document of three terms no document uses, so its
+                S_2 = 3 candidate terms move three pair counts of class 0 by 1 each: its whole L1 sensitivity
+                S_2 (S_2 - 1) / 2. Tests: the Laplace likelihood ratio of those three released counts (the adversary
+                knows D's exact counts, 0) and their sum. K and P cover V, so the pairs are released every trial.
     augpe       One Aug-PE round (charge_augpe_schedule + augpe_round_histogram, T = 1). Canary: a private
                 document identical to one candidate that no other document votes for. Test: its noisy count.
     secpe       One SecPE round (detect_secrets, secpe_noise, charge_secpe_schedule, secpe_round_release, T = 1)
@@ -350,6 +355,63 @@ class AugPeAudit(_Mechanism):
         return {"noisy count of the canary's candidate": float(noisy[_ISOLATED_CANDIDATE])}
 
 
+class MarkovPairsAudit(_Mechanism):
+    """histogram-markov's pair stage (tasks/stages/histogram.py), with its term stage before it as in the flow."""
+
+    name = "markov"
+    labels = [0, 1, 2]
+
+    def __init__(self, workdir: Path, insecure: bool) -> None:
+        super().__init__(workdir, insecure)
+        from tasks.config import DpKpsConfig
+        from tasks.histogram_seeds import pair_mechanism, stage_budgets
+        from tasks.vocabulary import load_vocabulary, phrase_matcher
+
+        path = workdir / "audit-markov-vocabulary.txt"
+        path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
+        self.vocabulary = load_vocabulary(str(path))
+        size = len(self.vocabulary)
+        # K and P cover V, so every term is a pair candidate whatever stage 1 released: the canary's pairs are
+        # always released (their position in the release depends on stage 1's order and is looked up per trial).
+        # Most of the budget goes to the pairs (eps_2 = 0.75 of 1), so the audit measures the pair stage.
+        self.cfg = DpKpsConfig(**self.config_values(dict(
+            method="histogram-markov", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=size,
+            markov_pair_top=size, markov_pair_terms=3, epsilon=1.0, markov_term_share=0.25, per_class=10,
+            length=5, n_workers=1), DpKpsConfig))
+        self.matcher = phrase_matcher(self.vocabulary)
+        self.private = audit_corpus()
+        # A class-0 document of three terms no document uses: its S_2 = 3 candidate terms give it all
+        # S_2 (S_2 - 1) / 2 = 3 pairs of its sensitivity, each at exact count 0 on D and 1 on D'.
+        self.canary_terms = _UNUSED_TERMS[:3]
+        self.canary = _with(self.private, " ".join(self.canary_terms), 0)
+        eps_2, delta_2 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
+                                       self.cfg.markov_term_share)[1]
+        self.scale = pair_mechanism(self.cfg.mechanism, self.cfg.markov_pair_terms, eps_2, delta_2).scale
+
+    def trial(self, with_canary: bool) -> dict[str, float]:
+        from tasks.histogram_seeds import class_pair_counts, class_positions, class_term_counts, pair_columns
+        from tasks.stages.histogram import pair_candidate_ids, privatize_class_histograms, privatize_class_pairs
+
+        corpus = self.canary if with_canary else self.private
+        ids = [self.matcher.match(t) for t in corpus["text"]]
+        positions = class_positions(self.labels, corpus["label"])
+        with self.ledger() as ledger:
+            exact = class_term_counts(ids, positions, len(self.labels), len(self.vocabulary), self.cfg.first_terms)
+            terms = privatize_class_histograms.fn(exact, self.labels, self.cfg, ledger)
+            candidates = pair_candidate_ids(terms, self.cfg)
+            counts = class_pair_counts(ids, positions, candidates, self.cfg.markov_pair_terms)
+            released = privatize_class_pairs.fn(counts, self.labels, terms, self.cfg, ledger)[0]
+        where = {int(t): i for i, t in enumerate(released["pair_ids"])}
+        at = [where[self.vocabulary.terms.index(t)] for t in self.canary_terms]
+        columns = pair_columns(len(released["pair_ids"]))
+        noisy = np.asarray(released["noisy"], dtype=np.float64)[[columns[at[0], at[1]], columns[at[0], at[2]],
+                                                                  columns[at[1], at[2]]]]
+        # D's exact counts of the three pairs are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
+        return {"class 0, the canary's three pair counts, Laplace likelihood ratio":
+                float(np.sum(np.abs(noisy) - np.abs(noisy - 1.0))) / self.scale,
+                "class 0, the canary's three pair counts, sum": float(noisy.sum())}
+
+
 class SecPeAudit(_Mechanism):
     name = "secpe"
 
@@ -421,8 +483,8 @@ class SecPeAudit(_Mechanism):
                 "size + centre (likelihood ratio)": size + self.move_in_noise_units * centre}
 
 
-AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "augpe": AugPeAudit,
-                                       "secpe": SecPeAudit}
+AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "markov": MarkovPairsAudit,
+                                       "augpe": AugPeAudit, "secpe": SecPeAudit}
 
 
 # ---------------------------------------------------------------------------------------------------------

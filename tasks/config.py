@@ -436,7 +436,8 @@ class DpKpsConfig(ReleaseConfig):
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
         "method", "length", "n_features", "bandwidth", "embedding_model", "text_column", "label_column",
-        "epsilon", "hist_top_k", "markov_term_share",
+        "epsilon", "hist_top_k", "markov_term_share", "hist_denoise", "hist_candidates", "markov_pair_top",
+        "markov_pair_terms",
     )
 
     vocab: str = Field(default="english", description="public vocabulary V: english (wordfreq) or a file of terms, "
@@ -463,14 +464,36 @@ class DpKpsConfig(ReleaseConfig):
                                   json_schema_extra=cli(metavar="EPS", default_text="eps_voc + eps_kde"))
     hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class by the "
                             "histogram methods", json_schema_extra=cli(metavar="K"))
+    hist_denoise: Literal["clip", "fdr"] = Field(
+        default="fdr",
+        description="histogram methods: how released counts become term weights. fdr: q-values against pure noise "
+                    "(candidate group / rest), weight = count x (1 - q), the noise share drawn from the pooled "
+                    "classes; clip: the K largest clipped counts (docs/dpkps.md)",
+        json_schema_extra=cli(metavar="RULE"))
+    hist_candidates: int = Field(
+        default=1000, ge=1, le=10_000_000,
+        description="M: terms with the largest noisy counts summed over classes form the candidate group of "
+                    "--hist-denoise fdr", json_schema_extra=cli(metavar="M"))
     markov_pair_floor: float = Field(
         default=1.0, ge=0.0,
-        description="histogram-markov: start/pair counts that pure noise reaches in about this many of a class's "
-                    "K + K^2 entries are sampled as 0 (0: no floor)",
+        description="histogram-markov: pair counts that pure noise reaches in about this many of a class's "
+                    "P (P - 1) / 2 entries are sampled as 0 (0: no floor)",
     )
     markov_term_share: float = Field(
         default=0.8, gt=0.0, lt=1.0,
         description="histogram-markov: share of --epsilon for the term histogram (the rest: the pairs)")
+    markov_pair_top: int = Field(
+        default=30, ge=2, le=2000,
+        description="histogram-markov: P, each class's heaviest stage-1 terms among which pairs are counted",
+        json_schema_extra=cli(metavar="P"))
+    markov_pair_terms: int = Field(
+        default=2, ge=2, le=100,
+        description="histogram-markov: S_2, a document's first distinct candidate terms whose pairs it adds "
+                    "(sensitivity S_2 (S_2 - 1) / 2)", json_schema_extra=cli(metavar="S_2"))
+    markov_pair_weight: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="histogram-markov: probability that a step follows the released pairs of the current term",
+        json_schema_extra=cli(metavar="MU"))
     length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence",
                         json_schema_extra=cli(metavar="L"))
     n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch",
@@ -761,7 +784,7 @@ EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["metho
 #: Where an experiment writes its results when neither its file nor --out says
 EXPERIMENT_OUT = "experiments/results"
 #: The mechanisms `privseed audit` can audit (tasks/audit_trials.py)
-AUDIT_MECHANISMS = ("vocabulary", "kde", "augpe", "secpe")
+AUDIT_MECHANISMS = ("vocabulary", "kde", "markov", "augpe", "secpe")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
 #: figures of docs/privacy.md (500 evaluation trials per side bound epsilon by about 4.9 at most)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}

@@ -6,30 +6,39 @@ greedy longest-match extraction as DP-KPS):
 ``histogram``
     Per declared class c, H_c[v] = number of documents of class c whose first S *distinct* terms include v.
     Noise is added to EVERY term of V for every class (zero counts included: skipping them would reveal which
-    terms occur), the K largest noisy counts per class are kept, and each sequence draws L terms i.i.d. with
-    probability given by the selection rule on the clipped noisy counts (``SelectionRule``, e.g. power-G).
+    terms occur). What is kept and how much each term weighs is post-processing of those noisy rows
+    (``class_term_releases``): by default (``fdr``) the terms are split into two groups, the M terms with the
+    largest noisy counts summed over the classes (a corpus-wide ranking that costs no budget) and the rest;
+    within each group a class's K largest noisy counts get Benjamini-Hochberg q-values against pure noise of the
+    group's size, and a term weighs its noisy count times (1 - q). The mass the q-values attribute to noise is
+    the class's ``background_share``: that share of the class's draws comes from the weights pooled over all
+    classes, so that every class's sequences carry the corpus's common words at a similar rate (measured in
+    docs/dpkps.md: without it the classes whose lists are mostly noise lose their test documents to the
+    classes with clean lists). ``clip`` keeps the K largest clipped counts as they are. Each sequence draws L
+    terms i.i.d. with the selection rule (``SelectionRule``, e.g. power-G) on those weights.
 
 ``histogram-markov``
     Stage 1 is ``histogram`` with a part eps_1 of the budget. Stage 2 (eps_2 = eps - eps_1) releases, per class,
-    counts of ordered adjacent term pairs among the class's K released terms: each document of class c is
-    reduced to its first S distinct terms *that are in the class's released set* (public after stage 1), and
-    contributes one start count (its first such term) and one count per adjacent pair. Sequences are walks of
-    a Markov chain over those released counts (start ~ starts, next ~ pairs of the current term; terms are not
-    repeated within a sequence; a row with no positive weight falls back to the stage-1 counts).
+    co-occurrence counts of unordered term pairs among the class's P top-weighted terms of stage 1 (public after
+    stage 1): each document of class c is reduced to its first S_2 distinct terms among them and adds 1 to each
+    of its S_2 (S_2 - 1) / 2 pairs. Sequences are walks of a chain: the next term is drawn from the released
+    pair counts of the current term (those above the noise floor) with probability ``pair_weight`` and from the
+    stage-1 class distribution otherwise, so the sequences keep the class's terms and gain pairs that occur
+    together in the class's documents.
 
 Privacy (add/remove one document; a document belongs to exactly one class):
   * stage 1: a document adds 1 to at most S distinct coordinates of its own class's histogram, so the
     L1 sensitivity is S and the L2 sensitivity is sqrt(S). Laplace(S / eps) per coordinate -> eps-DP (the
     counts are integers, so tasks/mechanisms.py draws the discrete Laplace of that scale: the same guarantee);
     Gaussian with sigma = z(eps, delta) sqrt(S) -> (eps, delta)-DP.
-  * stage 2: a document's reduced sequence has at most S distinct terms, so it adds 1 to at most one start
-    coordinate and at most S - 1 distinct pair coordinates (distinct terms -> distinct pairs): the joint
-    vector (starts, pairs) has L1 sensitivity S and L2 sensitivity sqrt(S). The released top-K set it
-    conditions on is a DP output of stage 1 (adaptive sequential composition).
+  * stage 2: a document's reduced sequence has at most S_2 distinct terms, so it adds 1 to at most
+    S_2 (S_2 - 1) / 2 distinct pair coordinates: L1 sensitivity S_2 (S_2 - 1) / 2, L2 its square root. The
+    candidate terms it conditions on are post-processing of stage 1's output (adaptive sequential composition).
   * classes: the class histograms are functions of disjoint parts of the corpus -> parallel composition
     (max over classes). Stages add: total = eps_1 + eps_2 (and delta_1 + delta_2 for Gaussian).
-  * top-K selection, sampling and everything after them are post-processing of released values; they use
-    the public ``--seed`` generator only.
+  * the summed ranking, q-values, top-K selection, background shares, sampling and everything after them are
+    post-processing of released values (and public parameters: |V|, M, the mechanism's scale); sampling
+    uses the public ``--seed`` generator only.
 
 All noise is drawn by the mechanisms of ``tasks/mechanisms.py``; this module never creates noise itself.
 Nothing here does I/O or logs; the thin Prefect tasks are in ``tasks/stages/histogram.py``, the per-unit
@@ -91,29 +100,35 @@ def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
 
 
 def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
-                      released_ids: Sequence[np.ndarray], max_terms: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact start counts (C, K) and adjacent-pair counts (C, K, K) over each class's released terms.
+                      candidate_ids: Sequence[np.ndarray], pair_terms: int) -> np.ndarray:
+    """Exact co-occurrence counts (C, P (P - 1) / 2) of unordered pairs among each class's P candidate terms.
 
-    ``released_ids[c]`` are the K term ids released for class c (public). A document of class c is reduced to
-    its first S distinct terms among them; it adds 1 to the start count of its first such term and 1 to each of
-    its at most S - 1 adjacent (ordered) pairs, positions indexing ``released_ids[c]``.
-    """
-    n_classes = len(released_ids)
-    k = max((len(ids) for ids in released_ids), default=0)
-    position = [{int(t): i for i, t in enumerate(ids)} for ids in released_ids]
-    starts = np.zeros((n_classes, k), dtype=np.int64)
-    pairs = np.zeros((n_classes, k, k), dtype=np.int64)
+    ``candidate_ids[c]`` are the P term ids of class c (public: chosen from stage 1's release). A document of class
+    c is reduced to its first S_2 = ``pair_terms`` distinct terms among them and adds 1 to each of its
+    S_2 (S_2 - 1) / 2 pairs; pair (i, j), i < j (positions in ``candidate_ids[c]``), sits at column
+    ``pair_columns(P_c)[i, j]`` (the upper triangle, row by row) of the class's own P_c = len(candidate_ids[c]):
+    a class with fewer candidates fills the first P_c (P_c - 1) / 2 columns, zeros after them."""
+    n_classes = len(candidate_ids)
+    p = max((len(ids) for ids in candidate_ids), default=0)
+    columns = [pair_columns(len(ids)) for ids in candidate_ids]
+    position = [{int(t): i for i, t in enumerate(ids)} for ids in candidate_ids]
+    counts = np.zeros((n_classes, p * (p - 1) // 2), dtype=np.int64)
     for terms, c in zip(sequences, class_index, strict=True):
         c = int(c)
         where = position[c]
-        kept = first_distinct_terms(terms, max_terms, allowed=set(where))
-        if not kept:
-            continue
-        idx = [where[t] for t in kept]
-        starts[c, idx[0]] += 1
-        if len(idx) > 1:
-            pairs[c, idx[:-1], idx[1:]] += 1  # distinct terms -> distinct pairs, each counted once
-    return starts, pairs
+        kept = sorted(where[t] for t in first_distinct_terms(terms, pair_terms, allowed=set(where)))
+        for n, i in enumerate(kept):
+            for j in kept[n + 1:]:
+                counts[c, columns[c][i, j]] += 1  # distinct terms -> distinct pairs, each counted once
+    return counts
+
+
+def pair_columns(p: int) -> np.ndarray:
+    """(P, P) column of pair (i, j) in a flattened upper triangle (i < j), symmetric, -1 on the diagonal."""
+    columns = np.full((p, p), -1, dtype=np.int64)
+    rows, cols = np.triu_indices(p, 1)
+    columns[rows, cols] = columns[cols, rows] = np.arange(len(rows))
+    return columns
 
 
 def class_positions(class_labels: Sequence, labels: Sequence) -> list[int]:
@@ -131,13 +146,20 @@ def class_positions(class_labels: Sequence, labels: Sequence) -> list[int]:
 # ---------------------------------------------------------------------------------------------
 
 def l1_sensitivity(max_terms: int) -> float:
-    """L1 sensitivity of one class histogram (stage 1) or of (starts, pairs) (stage 2): S."""
+    """L1 sensitivity of one class histogram (stage 1): S."""
     return float(max_terms)
 
 
 def l2_sensitivity(max_terms: int) -> float:
-    """L2 sensitivity of the same vectors: at most S coordinates move, each by at most 1 -> sqrt(S)."""
+    """L2 sensitivity of the same vector: at most S coordinates move, each by at most 1 -> sqrt(S)."""
     return math.sqrt(max_terms)
+
+
+def pair_l1_sensitivity(pair_terms: int) -> float:
+    """L1 sensitivity of one class's pair counts (stage 2): S_2 (S_2 - 1) / 2 distinct pairs, 1 each."""
+    if pair_terms < 2:
+        raise ConfigError(f"a pair needs two terms: --markov-pair-terms must be >= 2, got {pair_terms}")
+    return float(pair_terms * (pair_terms - 1) // 2)
 
 
 def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) -> list[tuple[float, float]]:
@@ -154,18 +176,29 @@ def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) 
 
 
 def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float) -> Any:
-    """The mechanism of one stage: Laplace on L1 sensitivity S, or Gaussian on L2 sensitivity sqrt(S) with
+    """The mechanism of stage 1: Laplace on L1 sensitivity S, or Gaussian on L2 sensitivity sqrt(S) with
     sigma calibrated for (epsilon, delta) by dp-accounting's PLD accountant (tasks/kde.py)."""
+    return _mechanism(kind, l1_sensitivity(max_terms), epsilon, delta)
+
+
+def pair_mechanism(kind: str, pair_terms: int, epsilon: float, delta: float) -> Any:
+    """The mechanism of stage 2 (pair counts): L1 sensitivity S_2 (S_2 - 1) / 2, L2 its square root."""
+    return _mechanism(kind, pair_l1_sensitivity(pair_terms), epsilon, delta)
+
+
+def _mechanism(kind: str, l1: float, epsilon: float, delta: float) -> Any:
+    """Laplace(l1 / eps), or Gaussian on L2 sensitivity sqrt(l1): each coordinate moves by at most 1, so the
+    L2 norm of a change is the square root of its L1 norm."""
     from tasks.mechanisms import GaussianMechanism, LaplaceMechanism
 
     if kind == "laplace":
-        return LaplaceMechanism(sensitivity=l1_sensitivity(max_terms), epsilon=epsilon)
+        return LaplaceMechanism(sensitivity=l1, epsilon=epsilon)
     if kind == "gaussian":
         from tasks.kde import gaussian_noise_multiplier
 
         if not 0.0 < delta < 1.0:
             raise ConfigError(f"the Gaussian mechanism needs 0 < delta < 1, got {delta}")
-        sensitivity = l2_sensitivity(max_terms)
+        sensitivity = math.sqrt(l1)
         sigma = gaussian_noise_multiplier(float(epsilon), float(delta)) * sensitivity
         return GaussianMechanism(sensitivity=sensitivity, sigma=sigma, epsilon=epsilon, delta=delta)
     raise ConfigError(f"unknown mechanism {kind!r}; choose laplace or gaussian")
@@ -194,12 +227,12 @@ def top_k(noisy: np.ndarray, k: int) -> dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Sampling (post-processing; public rng)
+# Post-processing of the released rows (public: released values and public parameters only)
 # ---------------------------------------------------------------------------------------------
 
 def noise_floor(mechanism: Any, entries: int, expected_false: float) -> float:
     """The count that pure noise exceeds in ``expected_false`` of ``entries`` noisy entries on average: one draw
-    exceeds it with probability expected_false / entries. Public (mechanism parameters and |V| or K^2 only).
+    exceeds it with probability expected_false / entries. Public (mechanism parameters and the entry count only).
     Laplace(b): b ln(entries / (2 expected_false)); Gaussian(sigma): sigma * Phi^-1(1 - expected_false / entries)."""
     if expected_false <= 0:
         return 0.0
@@ -217,74 +250,202 @@ def above_floor(values: np.ndarray, floor: float) -> np.ndarray:
     return np.where(values >= floor, np.maximum(values, 0.0), 0.0)
 
 
+def noise_tail(mechanism: Any, values: np.ndarray, discrete: bool) -> np.ndarray:
+    """P(noise >= value) for the mechanism's noise (discrete Laplace on integer counts, else continuous)."""
+    values = np.asarray(values, dtype=np.float64)
+    if mechanism.describe()["mechanism"] == "laplace":
+        law = mechanism.noise_distribution(discrete=discrete)
+        return law.sf(np.ceil(values) - 1) if discrete else law.sf(values)
+    return mechanism.noise_distribution().sf(values)
+
+
+def bh_q_values(descending: np.ndarray, entries: int, tail: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg q-values of the r largest of ``entries`` noisy counts against "the count is pure noise":
+    q_r = min over j >= r of min(1, entries * P(noise >= y_j) / j). ``descending`` holds the top values in
+    decreasing order (ranks 1..r among all ``entries``), ``tail`` their P(noise >= y). entries * tail / j is
+    how many pure-noise entries are expected at or above y_j, over how many were seen there."""
+    if len(descending) == 0:
+        return np.zeros(0)
+    if np.any(np.diff(descending) > 0):
+        raise ConfigError("q-values need the noisy counts in decreasing order")
+    ratio = np.minimum(1.0, entries * np.asarray(tail, dtype=np.float64) / np.arange(1, len(descending) + 1))
+    return np.minimum.accumulate(ratio[::-1])[::-1]
+
+
 @dataclass(frozen=True)
 class ClassRelease:
-    """What was released for one class: term ids (into V), their noisy counts, and for the Markov method the
-    noisy start counts (K,) and pair counts (K, K) over those same positions. ``pair_floor`` is the noise floor
-    (``noise_floor``) below which a start or pair count is treated as 0."""
+    """What one class's sequences are drawn from (all post-processing of released values).
+
+    ``term_ids`` (into V) and their ``weights`` (>= 0); ``background_share``: the share of draws taken from the
+    weights pooled over every class instead (``background_distribution``). For the Markov method, ``pair_ids``
+    (P term ids, into V) and ``pair_weights`` (P, P), symmetric, the released co-occurrence counts above the
+    noise floor (0 elsewhere)."""
 
     term_ids: np.ndarray
-    noisy_counts: np.ndarray
-    noisy_starts: np.ndarray | None = None
-    noisy_pairs: np.ndarray | None = None
-    pair_floor: float = 0.0
+    weights: np.ndarray
+    background_share: float = 0.0
+    pair_ids: np.ndarray | None = None
+    pair_weights: np.ndarray | None = None
+
+
+DENOISE_RULES = ("clip", "fdr")
+
+
+def class_term_releases(noisy: np.ndarray, mechanism: Any, k: int, candidates: int,
+                        denoise: str = "fdr") -> list[ClassRelease]:
+    """Per class, the terms and weights sequences are drawn from, from the noisy rows (C, |V|) of stage 1.
+
+    ``clip``: the K largest noisy counts, clipped at 0. ``fdr``: V is split into the ``candidates`` terms with
+    the largest noisy counts summed over the classes (a corpus-wide ranking: the sum's noise grows as sqrt(C),
+    its signal as the corpus) and the rest; in each group the class's K largest counts get Benjamini-Hochberg
+    q-values against pure noise over the group's size, and weigh max(count, 0) * (1 - q): a term among the
+    candidates competes with M noise draws, not |V|. The K heaviest of both groups are kept; the share of
+    their clipped mass the q-values attribute to noise becomes the class's ``background_share``.
+    Integer rows are discrete-Laplace releases (their tail is the discrete one)."""
+    if denoise not in DENOISE_RULES:
+        raise ConfigError(f"unknown denoising rule {denoise!r}; choose one of {DENOISE_RULES}")
+    discrete = np.issubdtype(np.asarray(noisy).dtype, np.integer)
+    noisy = np.asarray(noisy, dtype=np.float64)
+    if noisy.ndim != 2:
+        raise ConfigError(f"expected the noisy class histograms as a (classes, |V|) array, got shape {noisy.shape}")
+    if denoise == "clip":
+        out = []
+        for row in noisy:
+            kept = top_k(row, k)
+            out.append(ClassRelease(kept["term_ids"], np.maximum(kept["noisy_counts"], 0.0)))
+        return out
+    if candidates < 1:
+        raise ConfigError(f"the candidate group needs M >= 1 terms, got {candidates}")
+    vocab = noisy.shape[1]
+    in_group = np.zeros(vocab, dtype=bool)
+    in_group[top_k(noisy.sum(axis=0), candidates)["term_ids"]] = True
+    groups = [np.flatnonzero(in_group), np.flatnonzero(~in_group)]
+    out = []
+    for row in noisy:
+        ids, clipped, weights = [], [], []
+        for group in (g for g in groups if len(g)):
+            kept = top_k(row[group], k)
+            values = kept["noisy_counts"]
+            q = bh_q_values(values, len(group), noise_tail(mechanism, values, discrete))
+            ids.append(group[kept["term_ids"]])
+            clipped.append(np.maximum(values, 0.0))
+            weights.append(np.maximum(values, 0.0) * (1.0 - q))
+        ids_, clipped_, weights_ = (np.concatenate(x) for x in (ids, clipped, weights))
+        order = np.argsort(-weights_, kind="stable")[:k]
+        mass = clipped_[order].sum()
+        share = 1.0 - weights_[order].sum() / mass if mass > 0 else 1.0
+        out.append(ClassRelease(ids_[order].astype(np.int64), weights_[order], float(min(1.0, max(0.0, share)))))
+    return out
+
+
+def pair_candidates(release: ClassRelease, p: int) -> np.ndarray:
+    """The P heaviest term ids of a class (stage 2 counts pairs among them): post-processing of stage 1."""
+    if p < 2:
+        raise ConfigError(f"pairs need at least 2 candidate terms per class, got {p}")
+    order = np.argsort(-np.asarray(release.weights, dtype=np.float64), kind="stable")[:p]
+    return np.asarray(release.term_ids)[order].astype(np.int64)
+
+
+def pair_matrix(noisy_pairs: np.ndarray, p: int, floor: float) -> np.ndarray:
+    """(P, P) symmetric weights from one class's released upper-triangle pair counts; below ``floor``: 0."""
+    values = above_floor(np.asarray(noisy_pairs, dtype=np.float64), floor)
+    if values.shape != (p * (p - 1) // 2,):
+        raise ConfigError(f"expected {p * (p - 1) // 2} pair counts for {p} terms, got shape {values.shape}")
+    matrix = np.zeros((p, p))
+    rows, cols = np.triu_indices(p, 1)
+    matrix[rows, cols] = matrix[cols, rows] = values
+    return matrix
+
+
+def background_distribution(releases: Sequence[ClassRelease]) -> tuple[np.ndarray, np.ndarray]:
+    """(term ids, probabilities) of the weights pooled over every class: the corpus-wide term distribution a
+    class's ``background_share`` of draws comes from."""
+    ids = np.concatenate([np.asarray(r.term_ids, dtype=np.int64) for r in releases])
+    weights = np.concatenate([np.maximum(np.asarray(r.weights, dtype=np.float64), 0.0) for r in releases])
+    unique, inverse = np.unique(ids, return_inverse=True)
+    pooled = np.bincount(inverse, weights=weights, minlength=len(unique))
+    if pooled.sum() <= 0:
+        pooled = np.ones_like(pooled)
+    return unique, pooled / pooled.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling (post-processing; public rng)
+# ---------------------------------------------------------------------------------------------
+
+def _class_draws(release: ClassRelease, shape: tuple[int, ...], rule: SelectionRule, rng: np.random.Generator,
+                 background: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """Term ids of the given shape from the class's distribution: the rule's weights on ``release.weights``,
+    each draw replaced by a background draw with probability ``release.background_share``."""
+    weights = rule.weights(np.asarray(release.weights, dtype=np.float64)[None, :])[0]
+    draws = np.asarray(release.term_ids)[rng.choice(len(weights), size=shape, p=weights / weights.sum())]
+    if release.background_share > 0:
+        if background is None:
+            raise ConfigError("a class with a background share needs the pooled background distribution")
+        ids, probabilities = background
+        pooled = ids[rng.choice(len(ids), size=shape, p=probabilities)]
+        draws = np.where(rng.random(shape) < release.background_share, pooled, draws)
+    return draws.astype(np.int64)
 
 
 def sample_independent(release: ClassRelease, n_sequences: int, length: int, rule: SelectionRule,
-                       rng: np.random.Generator) -> np.ndarray:
-    """(n_sequences, length) term ids, i.i.d. draws from the rule's weights on the released counts."""
-    weights = rule.weights(release.noisy_counts[None, :])[0]
-    draws = rng.choice(len(weights), size=(n_sequences, length), p=weights / weights.sum())
-    return release.term_ids[draws]
+                       rng: np.random.Generator, background: tuple[np.ndarray, np.ndarray] | None = None
+                       ) -> np.ndarray:
+    """(n_sequences, length) term ids, i.i.d. draws from the class's distribution (``_class_draws``)."""
+    return _class_draws(release, (n_sequences, length), rule, rng, background)
 
 
 def sample_markov(release: ClassRelease, n_sequences: int, length: int, rule: SelectionRule,
-                  rng: np.random.Generator) -> np.ndarray:
-    """(n_sequences, length) term ids: start ~ rule(starts), next ~ rule(pairs[current]) over unused terms;
-    a row with no positive weight left falls back to rule(stage-1 counts) over unused terms. Sequences are
-    cut short (padded with -1) only when a class has fewer released terms than ``length``. Start and pair
-    counts below ``release.pair_floor`` count as 0: the noise on K^2 pairs would otherwise make most steps a
-    uniform draw (measured in docs/dpkps.md)."""
-    if release.noisy_starts is None or release.noisy_pairs is None:
-        raise ConfigError("the Markov sampler needs released start and pair counts")
-    k = len(release.term_ids)
-    steps = min(length, k)
-    unigram = np.maximum(release.noisy_counts, 0.0)
-    transition = above_floor(release.noisy_pairs, release.pair_floor)
-    start = above_floor(release.noisy_starts, release.pair_floor)
+                  rng: np.random.Generator, background: tuple[np.ndarray, np.ndarray] | None = None,
+                  pair_weight: float = 0.5) -> np.ndarray:
+    """(n_sequences, length) term ids of a chain: the first term from the class's distribution; then, when the
+    current term is a pair candidate with released pairs (``pair_weights`` above the floor), with probability
+    ``pair_weight`` the next term is drawn in proportion to its pair counts (the rule's power applied), and
+    otherwise from the class's distribution. Every step of the second kind is exactly a ``histogram`` draw,
+    which is what keeps the class signal; the first kind adds pairs that occur together in the class."""
+    if release.pair_ids is None or release.pair_weights is None:
+        raise ConfigError("the Markov sampler needs released pair counts")
+    if not 0.0 <= pair_weight <= 1.0:
+        raise ConfigError(f"--markov-pair-weight must lie in [0, 1], got {pair_weight}")
+    transition = np.asarray(release.pair_weights, dtype=np.float64)
     if rule.kind == "power":
-        unigram, transition, start = unigram**rule.power, transition**rule.power, start**rule.power
+        transition = transition**rule.power
     elif rule.kind != "proportional":
         raise ConfigError(f"the Markov sampler supports proportional and power-G selection, not {rule}")
-    out = np.full((n_sequences, length), -1, dtype=np.int64)
-    used = np.zeros((n_sequences, k), dtype=bool)
-    current = np.zeros(n_sequences, dtype=np.int64)
-    for step in range(steps):
-        base = np.broadcast_to(start, (n_sequences, k)) if step == 0 else transition[current]
-        w = np.where(used, 0.0, base)
-        empty = w.sum(axis=1) <= 0
-        if empty.any():
-            w[empty] = np.where(used[empty], 0.0, unigram[None, :])
-            still = w.sum(axis=1) <= 0
-            w[still] = (~used[still]).astype(np.float64)
-        cumulative = np.cumsum(w, axis=1)
-        u = rng.random(n_sequences) * cumulative[:, -1]
-        pick = np.minimum((cumulative <= u[:, None]).sum(axis=1), k - 1)
-        out[:, step] = pick
-        used[np.arange(n_sequences), pick] = True
-        current = pick
-    ids = np.full_like(out, -1)
-    ids[:, :steps] = release.term_ids[out[:, :steps]]
-    return ids
+    pair_ids = np.asarray(release.pair_ids, dtype=np.int64)
+    order = np.argsort(pair_ids)
+    has_pairs = transition.sum(axis=1) > 0
+    cumulative = np.cumsum(transition, axis=1)
+    out = _class_draws(release, (n_sequences, length), rule, rng, background)  # the class draws of every step
+    follow = rng.random((n_sequences, length)) < pair_weight
+    uniforms = rng.random((n_sequences, length))
+    for step in range(1, length):
+        current = out[:, step - 1]
+        at = np.searchsorted(pair_ids, current, sorter=order).clip(0, len(pair_ids) - 1)
+        position = order[at]
+        walk = follow[:, step] & (pair_ids[position] == current) & has_pairs[position]
+        if walk.any():
+            rows = cumulative[position[walk]]
+            pick = (rows <= (uniforms[walk, step] * rows[:, -1])[:, None]).sum(axis=1)
+            out[walk, step] = pair_ids[np.minimum(pick, len(pair_ids) - 1)]
+    return out
 
 
 def sample_class_sequences(method: str, releases: Sequence[ClassRelease], per_class: int, length: int,
-                           rule: SelectionRule, rng: np.random.Generator) -> list[list[list[int]]]:
+                           rule: SelectionRule, rng: np.random.Generator,
+                           pair_weight: float = 0.5) -> list[list[list[int]]]:
     """Per class, ``per_class`` sequences of term ids (into V), in declared-label order."""
-    sampler = {"histogram": sample_independent, "histogram-markov": sample_markov}.get(method)
-    if sampler is None:
+    if method not in HISTOGRAM_METHODS:
         raise ConfigError(f"unknown histogram method {method!r}; expected one of {HISTOGRAM_METHODS}")
-    return [[[int(t) for t in row if t >= 0] for row in sampler(r, per_class, length, rule, rng)] for r in releases]
+    background = background_distribution(releases) if any(r.background_share > 0 for r in releases) else None
+    out = []
+    for r in releases:
+        if method == "histogram":
+            ids = sample_independent(r, per_class, length, rule, rng, background)
+        else:
+            ids = sample_markov(r, per_class, length, rule, rng, background, pair_weight)
+        out.append([[int(t) for t in row] for row in ids])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

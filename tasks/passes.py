@@ -4,7 +4,8 @@
                          counts: each document's first S terms of V (DP-KPS's vocabulary histogram) or, per class,
                          its first S distinct terms (the histogram methods)
     pass 2  sketch_unit  each batch: per-class DP-KDE sketch sums over the released vocabulary V~ (DP-KPS)
-            pair_unit    each batch: per-class start and pair counts over the released terms (histogram-markov)
+            pair_unit    each batch: per-class co-occurrence counts of pairs among each class's candidate terms
+                         (histogram-markov)
 
 A unit is read from storage by every pass that needs it (``tasks.units.read_unit``), streamed in record batches,
 and folded into a partial result the size of V or of the sketches: nothing here returns rows, texts or labels.
@@ -170,34 +171,31 @@ def sketch_unit(unit: WorkUnit, spec: SketchSpec) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PairSpec:
-    """Pass 2 of histogram-markov: the public vocabulary V and each class's released term ids (stage 1's output)."""
+    """Pass 2 of histogram-markov: the public vocabulary V, each class's P candidate term ids (post-processing of
+    stage 1's release) and S_2, the distinct candidate terms per document whose pairs count."""
 
     reader: UnitReader
     labels: DeclaredLabels
     counting: TermCounting
-    released_ids: tuple[np.ndarray, ...] = field(repr=False)
+    candidate_ids: tuple[np.ndarray, ...] = field(repr=False)
+    pair_terms: int = 2
 
 
-def pair_unit(unit: WorkUnit, spec: PairSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Exact start counts (C, K) and pair counts (C, K, K) of one unit (``tasks.histogram_seeds.class_pair_counts``)."""
+def pair_unit(unit: WorkUnit, spec: PairSpec) -> np.ndarray:
+    """Exact co-occurrence counts (C, P (P - 1) / 2) of one unit (``tasks.histogram_seeds.class_pair_counts``)."""
     from tasks.histogram_seeds import class_pair_counts
     from tasks.vocabulary import load_vocabulary, phrase_matcher
 
     matcher = phrase_matcher(load_vocabulary(spec.counting.vocab, spec.counting.english_top_n))
-    allowed = [frozenset(int(t) for t in ids) for ids in spec.released_ids]
-    s = spec.counting.first_terms
-    starts, pairs = class_pair_counts([], [], spec.released_ids, s)
+    allowed = [frozenset(int(t) for t in ids) for ids in spec.candidate_ids]
+    s = spec.pair_terms
+    counts = class_pair_counts([], [], spec.candidate_ids, s)
     for batch in spec.reader.batches(unit):
         positions = spec.labels.positions(batch["label"])
         sequences = [matcher.first_matches(t, s, distinct=True, allowed=allowed[c])
                      for t, c in zip(batch["text"].tolist(), positions)]
-        part = class_pair_counts(sequences, positions, spec.released_ids, s)
-        starts, pairs = starts + part[0], pairs + part[1]
-    return starts, pairs
-
-
-def combine_pairs(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    return np.sum([p[0] for p in parts], axis=0), np.sum([p[1] for p in parts], axis=0)
+        counts = counts + class_pair_counts(sequences, positions, spec.candidate_ids, s)
+    return counts
 
 
 def combine_sums(parts: Sequence[np.ndarray]) -> np.ndarray:

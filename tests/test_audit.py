@@ -125,11 +125,24 @@ def test_audit_catches_a_vocabulary_mechanism_whose_noise_is_4x_too_small(tmp_pa
     assert row.exceeds_claim and row.verdict == "VIOLATED", row
 
 
+def test_audit_catches_a_pair_stage_whose_sensitivity_is_understated_10x(tmp_path, monkeypatch):
+    """histogram-markov's pair stage calibrated to a tenth of S_2 (S_2 - 1) / 2 adds 10x too little noise while its
+    ledger still claims epsilon 1: the canary moves three pair counts by 1 (true eps_2 7.5), and the audit measures
+    more than the claim. (At 4x the quick profile's bound, 2-3 against a claim of 2, was too close to call.)"""
+    from tasks import audit_trials, histogram_seeds
+
+    real = histogram_seeds.pair_l1_sensitivity
+    monkeypatch.setattr(histogram_seeds, "pair_l1_sensitivity", lambda pair_terms: real(pair_terms) / 10)
+    [row] = audit_trials.run_audit(["markov"], audit_trials.PROFILES["quick"], workdir=tmp_path, progress=False)
+    assert row.noise == "secure" and row.claimed_epsilon == 1.0
+    assert row.exceeds_claim and row.verdict == "VIOLATED", row
+
+
 @pytest.mark.slow
 def test_quick_audit_finds_every_mechanism_consistent_with_secret_noise(tmp_path, capsys):
     status, rows = _audit(tmp_path, "--profile", "quick")
     table = capsys.readouterr().out
-    assert set(rows) == {"vocabulary", "kde", "augpe", "secpe"}
+    assert set(rows) == {"vocabulary", "kde", "markov", "augpe", "secpe"}
     for name, row in rows.items():
         assert row["noise"] == "secure", name
         assert row["verdict"] == "consistent", (name, row)
@@ -143,7 +156,7 @@ def test_audit_refutes_every_claim_of_reproducible_noise(tmp_path, capsys):
     # 40 evaluation trials per corpus: a perfect test then bounds epsilon by 2.34, above every claim (1 to 2)
     status, rows = _audit(tmp_path, "--insecure-reproducible-noise", "--trials", "40")
     assert status == 1
-    assert set(rows) == {"vocabulary", "kde", "augpe", "secpe"}
+    assert set(rows) == {"vocabulary", "kde", "markov", "augpe", "secpe"}
     for name, row in rows.items():
         assert row["noise"] == "insecure-reproducible", name
         assert (row["tpr"], row["fpr"]) == (1.0, 0.0), name

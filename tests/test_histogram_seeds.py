@@ -1,5 +1,6 @@
-"""The histogram seed methods: counting, sensitivity, budget split, samplers, coherence, and the noise the flow's
-stages actually release (KS test against Laplace(S / eps) through the secure sampler)."""
+"""The histogram seed methods: counting, sensitivity, budget split, the post-processing of the noisy rows
+(q-values, candidate group, background share), samplers, coherence, and the noise the flow's stages actually
+release (KS tests against the discrete Laplace of the stated scale, through the secure sampler)."""
 
 import numpy as np
 import pytest
@@ -9,12 +10,23 @@ from tasks.config import DpKpsConfig
 from tasks.errors import ConfigError, LedgerMismatchError
 from tasks.histogram_seeds import (
     ClassRelease,
+    background_distribution,
+    bh_q_values,
+    build_mechanism,
     class_pair_counts,
     class_term_counts,
+    class_term_releases,
     first_distinct_terms,
     l1_sensitivity,
     l2_sensitivity,
+    noise_tail,
+    pair_candidates,
+    pair_columns,
     pair_coherence,
+    pair_l1_sensitivity,
+    pair_matrix,
+    pair_mechanism,
+    sample_class_sequences,
     sample_independent,
     sample_markov,
     stage_budgets,
@@ -59,35 +71,46 @@ def test_multi_word_terms_count_once_per_document():
     assert first_only[0, acute] == 1 and first_only[0].sum() == 1 and first_only[1, chronic] == 1
 
 
-@pytest.mark.parametrize("s", [1, 3, 10])
-def test_one_document_moves_only_its_class_by_at_most_s(s):
+@pytest.mark.parametrize(("s", "s2"), [(1, 2), (3, 3), (10, 5)])
+def test_one_document_moves_only_its_class_by_at_most_s(s, s2):
     rng = np.random.default_rng(0)
     vocab_size, n_classes = 30, 3
     docs = [rng.integers(0, vocab_size, size=rng.integers(0, 25)).tolist() for _ in range(40)]
     classes = rng.integers(0, n_classes, size=40).tolist()
-    released = [rng.choice(vocab_size, size=12, replace=False) for _ in range(n_classes)]
+    candidates = [rng.choice(vocab_size, size=12, replace=False) for _ in range(n_classes)]
     base = class_term_counts(docs, classes, n_classes, vocab_size, s)
-    base_starts, base_pairs = class_pair_counts(docs, classes, released, s)
+    base_pairs = class_pair_counts(docs, classes, candidates, s2)
+    assert base_pairs.shape == (n_classes, 12 * 11 // 2)
+    worst = 0.0
     for _ in range(50):
         doc = rng.integers(0, vocab_size, size=rng.integers(0, 40)).tolist()
         c = int(rng.integers(0, n_classes))
         diff = class_term_counts(docs + [doc], classes + [c], n_classes, vocab_size, s) - base
         assert np.abs(diff).sum() <= l1_sensitivity(s) and np.linalg.norm(diff) <= l2_sensitivity(s) + 1e-12
         assert np.abs(np.delete(diff, c, axis=0)).sum() == 0  # parallel composition: other classes untouched
-        starts, pairs = class_pair_counts(docs + [doc], classes + [c], released, s)
-        joint = np.concatenate([(starts - base_starts).ravel(), (pairs - base_pairs).ravel()])
-        assert np.abs(joint).sum() <= l1_sensitivity(s) and np.linalg.norm(joint) <= l2_sensitivity(s) + 1e-12
-        assert np.abs(np.delete(pairs - base_pairs, c, axis=0)).sum() == 0
+        pairs = class_pair_counts(docs + [doc], classes + [c], candidates, s2) - base_pairs
+        assert pairs.min() >= 0 and pairs.max() <= 1  # distinct pairs: each moves by at most 1
+        assert np.abs(pairs).sum() <= pair_l1_sensitivity(s2)
+        assert np.linalg.norm(pairs) <= np.sqrt(pair_l1_sensitivity(s2)) + 1e-12
+        assert np.abs(np.delete(pairs, c, axis=0)).sum() == 0
+        worst = max(worst, np.abs(pairs).sum())
+    assert worst == pair_l1_sensitivity(s2)  # the bound is reached: it is the sensitivity, not a loose cap
+    with pytest.raises(ConfigError, match="pair needs two terms"):
+        pair_l1_sensitivity(1)
 
 
-def test_pair_counts_follow_the_reduced_reading_order():
-    released = [np.array([10, 20, 30, 40])]
-    starts, pairs = class_pair_counts([[5, 20, 7, 10, 20, 40, 30]], [0], released, max_terms=3)
-    # reduced to released terms, distinct, first 3: 20, 10, 40 -> start 20, pairs (20, 10), (10, 40)
-    assert starts[0].tolist() == [0, 1, 0, 0]
-    expected = np.zeros((4, 4), dtype=int)
-    expected[1, 0] = expected[0, 3] = 1
-    np.testing.assert_array_equal(pairs[0], expected)
+def test_pair_counts_are_unordered_pairs_of_the_first_s2_candidate_terms():
+    candidates = [np.array([10, 11, 12, 13])]
+    columns = pair_columns(4)
+    assert columns[0, 1] == columns[1, 0] == 0 and columns[2, 3] == 5 and columns[1, 1] == -1
+    # reduced to candidates: 12, 10, 13 (11 comes after the third); S_2 = 3 -> pairs {12,10}, {12,13}, {10,13}
+    counts = class_pair_counts([[5, 12, 12, 10, 6, 13, 11]], [0], candidates, 3)[0]
+    expected = np.zeros(6, dtype=np.int64)
+    expected[[columns[2, 0], columns[2, 3], columns[0, 3]]] = 1
+    np.testing.assert_array_equal(counts, expected)
+    # S_2 = 2: one pair per document, its first two distinct candidate terms
+    assert class_pair_counts([[5, 12, 12, 10, 6, 13]], [0], candidates, 2)[0, columns[0, 2]] == 1
+    assert class_pair_counts([[5, 12, 12, 10, 6, 13]], [0], candidates, 2).sum() == 1
 
 
 def test_budget_split_adds_up_and_refuses_bad_shares():
@@ -100,9 +123,66 @@ def test_budget_split_adds_up_and_refuses_bad_shares():
         stage_budgets("independent", 6.0, 0.0, 0.5)
 
 
+# ------------------------------------------------------------------ post-processing of the noisy rows
+def test_q_values_are_benjamini_hochberg_against_the_noise_tail():
+    tail = np.array([0.0001, 0.001, 0.02, 0.01])
+    values = np.array([9.0, 7.0, 4.0, 3.0])  # decreasing; tails need not be monotone for the formula
+    q = bh_q_values(values, 100, tail)
+    raw = np.minimum(1.0, 100 * tail / np.arange(1, 5))  # 0.01, 0.05, 0.667, 0.25
+    np.testing.assert_allclose(q, [0.01, 0.05, 0.25, 0.25])
+    assert np.all(q <= raw + 1e-12) and np.all(np.diff(q) >= 0)
+    with pytest.raises(ConfigError, match="decreasing"):
+        bh_q_values(np.array([1.0, 2.0]), 10, np.array([0.1, 0.1]))
+
+
+def test_noise_tail_is_the_mechanisms_own_law():
+    laplace = build_mechanism("laplace", 4, 2.0, 0.0)  # scale 2
+    values = np.array([0.0, 1.0, 5.0])
+    np.testing.assert_allclose(noise_tail(laplace, values, discrete=False), stats.laplace(scale=2.0).sf(values))
+    law = stats.dlaplace(0.5)  # P(K >= k) = P(K > k - 1)
+    np.testing.assert_allclose(noise_tail(laplace, values, discrete=True), law.sf(values - 1))
+    gauss = build_mechanism("gaussian", 4, 2.0, 1e-5)
+    np.testing.assert_allclose(noise_tail(gauss, values, discrete=False), stats.norm(scale=gauss.scale).sf(values))
+
+
+def test_fdr_weights_keep_strong_terms_move_noise_mass_to_the_background_and_prefer_candidates():
+    mech = build_mechanism("laplace", 1, 1.0, 0.0)  # scale 1: pure noise over 5,000 terms peaks near ln(2500) = 7.8
+    rng = np.random.default_rng(3)
+    vocab = 5000
+    noisy = rng.laplace(0.0, 1.0, size=(3, vocab))
+    noisy[0, :40] += 100.0  # class 0: 40 strong terms; class 1: the same 40 weaker; class 2: noise only
+    noisy[1, :40] += 25.0
+    noisy[:2, 40] += 6.0  # a weak term of classes 0 and 1, at the level of the noise maximum over V: a candidate
+    releases = class_term_releases(noisy, mech, k=100, candidates=60)
+    strong, weak, empty = releases
+    assert set(strong.term_ids[:40]) == set(range(40)) and strong.weights[:40].min() > 85
+    assert strong.background_share < 0.1  # its clipped mass is almost all signal
+    # nothing above the noise: most of its draws come from the pooled classes (not all: a q-value is the FDR of the
+    # whole top list, the minimum over the ranks below it, so the largest pure-noise counts keep some weight)
+    assert empty.background_share > 0.6 and empty.background_share > 5 * strong.background_share
+    # term 40 competes with the 60 candidates' noise, not with |V|: it keeps most of its weight
+    where = dict(zip(weak.term_ids.tolist(), weak.weights.tolist()))
+    assert 40 in where and where[40] > 3.0
+    alone = class_term_releases(noisy, mech, k=100, candidates=vocab)[1]  # one group: |V| noise draws
+    assert dict(zip(alone.term_ids.tolist(), alone.weights.tolist())).get(40, 0.0) < where[40]
+    # clip: the K largest clipped counts as they are
+    clipped = class_term_releases(noisy, mech, k=100, candidates=60, denoise="clip")[2]
+    np.testing.assert_allclose(np.sort(clipped.weights)[::-1], np.maximum(np.sort(noisy[2])[::-1][:100], 0.0))
+    assert clipped.background_share == 0.0
+    with pytest.raises(ConfigError):
+        class_term_releases(noisy, mech, k=100, candidates=60, denoise="sharpen")
+
+
+def test_background_pools_the_weights_of_every_class():
+    releases = [ClassRelease(np.array([1, 2]), np.array([3.0, 1.0])),
+                ClassRelease(np.array([2, 5]), np.array([1.0, 5.0]))]
+    ids, p = background_distribution(releases)
+    assert ids.tolist() == [1, 2, 5] and p.tolist() == pytest.approx([0.3, 0.2, 0.5])
+
+
 # ------------------------------------------------------------------ samplers
 def test_independent_sampler_draws_in_proportion_to_clipped_counts():
-    release = ClassRelease(term_ids=np.array([7, 8, 9, 3]), noisy_counts=np.array([30.0, 10.0, -5.0, 0.0]))
+    release = ClassRelease(term_ids=np.array([7, 8, 9, 3]), weights=np.array([30.0, 10.0, -5.0, 0.0]))
     ids = sample_independent(release, 4000, 10, SelectionRule.parse("power-1"), np.random.default_rng(1))
     assert ids.shape == (4000, 10) and set(np.unique(ids)) == {7, 8}  # clipped-to-zero terms are never drawn
     share = np.mean(ids == 7)
@@ -111,22 +191,64 @@ def test_independent_sampler_draws_in_proportion_to_clipped_counts():
     assert np.mean(squared == 7) == pytest.approx(0.9, abs=0.01)
 
 
-def test_markov_sampler_walks_released_pairs_without_repeats_and_falls_back_to_counts():
-    k = 5
-    pairs = np.zeros((k, k))
-    pairs[0, 2] = pairs[2, 4] = 5.0  # chain 0 -> 2 -> 4, then nothing: fall back to the term counts
-    starts = np.array([9.0, -1.0, 0.0, 0.0, 0.0])
-    counts = np.array([1.0, 50.0, 1.0, 1.0, 1.0])
-    release = ClassRelease(np.array([100, 101, 102, 103, 104]), counts, starts, pairs)
-    ids = sample_markov(release, 200, 4, SelectionRule.parse("power-1"), np.random.default_rng(0))
-    assert (ids[:, :3] == [100, 102, 104]).all()
-    assert np.mean(ids[:, 3] == 101) > 0.9  # the heaviest unused term of the class
-    assert all(len(set(row)) == 4 for row in ids.tolist())
-    short = sample_markov(release, 3, 8, SelectionRule.parse("power-1"), np.random.default_rng(0))
-    assert (short[:, 5:] == -1).all() and all(len(set(r[:5])) == 5 for r in short.tolist())
+def test_background_share_of_draws_comes_from_the_pooled_distribution():
+    own = ClassRelease(np.array([7, 8]), np.array([1.0, 1.0]), background_share=0.4)
+    background = (np.array([50]), np.array([1.0]))
+    ids = sample_independent(own, 5000, 10, SelectionRule.parse("power-1"), np.random.default_rng(2), background)
+    assert np.mean(ids == 50) == pytest.approx(0.4, abs=0.01)  # sd of the share: 0.002
+    with pytest.raises(ConfigError, match="background"):
+        sample_independent(own, 2, 2, SelectionRule.parse("power-1"), np.random.default_rng(2))
+    # sample_class_sequences builds the background from the classes themselves
+    other = ClassRelease(np.array([50]), np.array([4.0]))
+    seqs = sample_class_sequences("histogram", [own, other], 2000, 10, SelectionRule.parse("power-1"),
+                                  np.random.default_rng(0))
+    drawn = np.asarray(seqs[0])
+    assert np.mean(drawn == 50) == pytest.approx(0.4 * 4 / 6, abs=0.02)  # pooled: 7, 8 weigh 1 each, 50 weighs 4
+
+
+def test_markov_sampler_follows_released_pairs_with_the_pair_weight_and_otherwise_draws_the_class():
+    term_ids = np.array([100, 101, 102, 103])
+    pairs = np.zeros((3, 3))
+    pairs[0, 1] = pairs[1, 0] = 5.0  # 100 <-> 101 released; 102 has no pair above the floor
+    release = ClassRelease(term_ids, np.array([1.0, 0.0, 0.0, 1.0]), pair_ids=np.array([100, 101, 102]),
+                           pair_weights=pairs)
+    rule = SelectionRule.parse("power-1")
+    walk = sample_markov(release, 3000, 2, rule, np.random.default_rng(0), pair_weight=1.0)
+    assert set(walk[:, 0]) == {100, 103}  # the first term: the class distribution (101 and 102 weigh 0)
+    assert (walk[walk[:, 0] == 100, 1] == 101).all()  # always follows the pair
+    assert set(walk[walk[:, 0] == 103, 1]) == {100, 103}  # 103 is no candidate: the class distribution
+    half = sample_markov(release, 4000, 2, rule, np.random.default_rng(0), pair_weight=0.5)
+    after = half[half[:, 0] == 100, 1]
+    # P(101) = 0.5 (pair) + 0.5 * 0 (class); P(100) = P(103) = 0.25
+    assert np.mean(after == 101) == pytest.approx(0.5, abs=0.04)
+    assert np.mean(after == 100) == pytest.approx(0.25, abs=0.04)
+    never = sample_markov(release, 500, 3, rule, np.random.default_rng(0), pair_weight=0.0)
+    assert not np.isin(never, [101, 102]).any()  # pair weight 0 is the histogram sampler
     with pytest.raises(ConfigError):
-        sample_markov(ClassRelease(release.term_ids, counts), 1, 2, SelectionRule.parse("power-1"),
-                      np.random.default_rng(0))
+        sample_markov(ClassRelease(term_ids, release.weights), 1, 2, rule, np.random.default_rng(0))
+    with pytest.raises(ConfigError):
+        sample_markov(release, 1, 2, rule, np.random.default_rng(0), pair_weight=1.5)
+
+
+def test_pair_counts_of_a_class_with_fewer_candidates_use_its_own_layout():
+    # class 0 has 4 candidates, class 1 only 3: class 1's pairs fill its own 3 x 2 / 2 columns, as pair_matrix
+    # and the pair stage read them, and nothing lands in the columns only class 0 has
+    counts = class_pair_counts([[10, 12], [21, 22], [20, 22]], [0, 1, 1],
+                               [np.array([10, 11, 12, 13]), np.array([20, 21, 22])], pair_terms=2)
+    assert counts.shape == (2, 6)
+    assert counts[0].tolist() == [0, 1, 0, 0, 0, 0]  # (10, 12): positions (0, 2)
+    np.testing.assert_array_equal(pair_matrix(counts[1, :3].astype(float), 3, 0.0),
+                                  [[0, 0, 1], [0, 0, 1], [1, 1, 0]])  # (20, 22) and (21, 22)
+    assert counts[1, 3:].sum() == 0
+
+
+def test_pair_candidates_and_matrix():
+    release = ClassRelease(np.array([4, 5, 6, 7]), np.array([1.0, 9.0, 3.0, 0.0]))
+    assert pair_candidates(release, 2).tolist() == [5, 6]
+    matrix = pair_matrix(np.array([5.0, 1.0, 7.0]), 3, floor=2.0)  # pairs (0,1), (0,2), (1,2)
+    np.testing.assert_array_equal(matrix, [[0, 5, 0], [5, 0, 7], [0, 7, 0]])
+    with pytest.raises(ConfigError):
+        pair_matrix(np.zeros(4), 3, 0.0)
 
 
 def test_pair_coherence_counts_pairs_that_share_a_document_of_the_class():
@@ -149,31 +271,73 @@ def _config(tmp_path, **overrides):
 
 
 def test_markov_stages_charge_each_stage_once_in_parallel_over_classes(tmp_path, tiny_corpus):
-    cfg = _config(tmp_path, method="histogram-markov", markov_term_share=0.25)
+    cfg = _config(tmp_path, method="histogram-markov", markov_term_share=0.25, markov_pair_top=8)
     ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
     labels = [0, 1, 2, 3]  # class 3 is declared but empty: released from pure noise like the others
     plan = corpus_plan(tiny_corpus, tmp_path / "corpus")
     exact = scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).counts
     terms = privatize_class_histograms.fn(exact, labels, cfg, ledger)
-    pairs = privatize_class_pairs.fn(*exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg, ledger)
+    pairs = privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg, ledger)
     entries = {e["name"]: e for e in ledger.entries()}
     assert sorted(entries) == sorted([f"histogram-class{c}" for c in range(4)] + [f"markov-class{c}" for c in range(4)])
-    assert all(e["sensitivity"] == 4.0 and e["partition"] == e["name"].split("-")[1] for e in entries.values())
+    assert all(e["partition"] == e["name"].split("-")[1] for e in entries.values())
+    assert entries["histogram-class0"]["sensitivity"] == 4.0  # S
+    assert entries["markov-class0"]["sensitivity"] == 1.0  # S_2 = 2: one pair per document
     assert entries["histogram-class0"]["epsilon"] == pytest.approx(1.0)
     assert entries["markov-class0"]["epsilon"] == pytest.approx(3.0)
     assert ledger.total() == (pytest.approx(4.0), 0.0)
-    assert all(len(t["term_ids"]) == 40 for t in terms) and pairs[0]["noisy_pairs"].shape == (40, 40)
+    assert all(len(t["term_ids"]) == 40 for t in terms)
+    assert all(p["noisy"].shape == (28,) and len(p["pair_ids"]) == 8 for p in pairs)  # 8 * 7 / 2 pairs
     # re-running re-reads every value and charges nothing
     again = privatize_class_histograms.fn(exact, labels, cfg, ledger)
-    assert all(np.array_equal(a["noisy_counts"], b["noisy_counts"]) for a, b in zip(again, terms))
+    assert all(np.array_equal(a["noisy"], b["noisy"]) for a, b in zip(again, terms))
+    assert all(np.array_equal(a["noisy"], b["noisy"]) for a, b in
+               zip(privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg,
+                                            ledger), pairs))
     assert ledger.total() == (pytest.approx(4.0), 0.0)
     with pytest.raises(LedgerMismatchError):
         privatize_class_histograms.fn(exact, labels, _config(tmp_path, method="histogram-markov",
                                                              markov_term_share=0.25, hist_top_k=30), ledger)
+    other = _config(tmp_path, method="histogram-markov", markov_term_share=0.25, markov_pair_top=8,
+                    markov_pair_terms=3)
+    with pytest.raises(LedgerMismatchError):  # another S_2 changes the pair release's sensitivity
+        privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, other), labels, terms, other, ledger)
     sequences = sample_histogram_sequences.fn(terms, pairs, labels, cfg)
     assert sequences.groupby("label").size().to_dict() == {0: 6, 1: 6, 2: 6, 3: 6}
-    assert all(len(k) == 5 and len(set(k)) == 5 for k in sequences["keyphrases"])
+    assert all(len(k) == 5 for k in sequences["keyphrases"])
     assert set(sequences.attrs["released_vocabulary"]) >= {t for k in sequences["keyphrases"] for t in k}
+
+
+def test_released_pair_noise_is_laplace_of_the_pair_sensitivity(tmp_path, tiny_corpus):
+    """(released - exact) pair counts through the flow's stage and the secure sampler: discrete Laplace of scale
+    S_2 (S_2 - 1) / 2 / eps_2. Checked by hand: fails with half or twice the scale."""
+    cfg = _config(tmp_path, method="histogram-markov", markov_term_share=0.5, markov_pair_top=40,
+                  markov_pair_terms=3, epsilon=6.0)  # eps_2 = 3, sensitivity 3: scale 1
+    labels = [0, 1, 2]
+    ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
+    plan = corpus_plan(tiny_corpus, tmp_path / "corpus")
+    terms = privatize_class_histograms.fn(scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).counts,
+                                          labels, cfg, ledger)
+    pairs = privatize_class_pairs.fn(exact_pair_counts.fn(plan, labels, terms, cfg), labels, terms, cfg, ledger)
+    matcher = PhraseMatcher(_vocabulary(cfg))
+    ids = [matcher.match(t) for t in tiny_corpus["text"]]
+    exact = class_pair_counts(ids, tiny_corpus["label"].tolist(), [p["pair_ids"] for p in pairs], 3)
+    noise = np.concatenate([p["noisy"] - exact[c] for c, p in enumerate(pairs)])
+    assert noise.shape == (3 * 780,)
+    jittered = noise + np.random.default_rng(0).random(noise.shape)
+
+    def cdf(law):
+        return lambda x: law.cdf(np.floor(x) - 1) + (x - np.floor(x)) * law.pmf(np.floor(x))
+
+    assert stats.kstest(jittered, cdf(stats.dlaplace(1.0))).pvalue > 1e-3
+    for wrong in (0.5, 2.0):
+        assert stats.kstest(jittered, cdf(stats.dlaplace(1.0 / wrong))).pvalue < 1e-6
+
+
+def _vocabulary(cfg):
+    from tasks.vocabulary import load_vocabulary
+
+    return load_vocabulary(cfg.vocab, cfg.vocab_top)
 
 
 def _noise_of_class0(tmp_path, tiny_corpus, vocab_file, epsilon):
@@ -210,7 +374,7 @@ def test_released_class_histogram_noise_is_laplace_s_over_eps(tmp_path, tiny_cor
 
 
 def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ignores_pairs_below_it():
-    from tasks.histogram_seeds import build_mechanism, noise_floor
+    from tasks.histogram_seeds import noise_floor
 
     mech = build_mechanism("laplace", 10, 5.0, 0.0)  # scale 2
     floor = noise_floor(mech, 10_000, 1.0)
@@ -220,12 +384,13 @@ def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ign
     assert noise_floor(mech, 10_000, 0.0) == 0.0
     gauss = build_mechanism("gaussian", 4, 2.0, 1e-5)
     assert noise_floor(gauss, 1000, 1.0) == pytest.approx(gauss.scale * stats.norm.isf(1e-3))
-    pairs = np.zeros((3, 3))
-    pairs[0, 1] = 2.0  # below the floor: ignored, the next term comes from the stage-1 counts
-    release = ClassRelease(np.array([5, 6, 7]), np.array([1.0, 1.0, 100.0]), np.array([9.0, 0.0, 0.0]), pairs,
-                           pair_floor=3.0)
-    ids = sample_markov(release, 50, 2, SelectionRule.parse("power-1"), np.random.default_rng(0))
-    assert (ids[:, 0] == 5).all() and np.mean(ids[:, 1] == 7) > 0.9
+    assert pair_mechanism("laplace", 3, 1.5, 0.0).scale == pytest.approx(2.0)  # 3 pairs / 1.5
+    assert pair_mechanism("gaussian", 3, 1.5, 1e-5).sensitivity == pytest.approx(np.sqrt(3))
+    # a pair count below the floor is 0: the chain then draws from the class distribution
+    release = ClassRelease(np.array([5, 6, 7]), np.array([1.0, 0.0, 100.0]), pair_ids=np.array([5, 6]),
+                           pair_weights=pair_matrix(np.array([2.0]), 2, floor=3.0))
+    ids = sample_markov(release, 200, 2, SelectionRule.parse("power-1"), np.random.default_rng(0), pair_weight=1.0)
+    assert not (ids == 6).any()
 
 
 def test_histogram_methods_default_to_the_smaller_vocabulary_cut_unless_given():

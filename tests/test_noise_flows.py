@@ -283,3 +283,64 @@ def test_augpe_vote_noise_has_the_schedules_sigma(prefect_harness, tmp_path, mon
     voc_noise = _stored(out, "vocabulary")["noisy"] - _exact_vocabulary_histogram(frame["text"].tolist(), terms, S)
     assert _dlaplace_pvalue(voc_noise, S / EPS_VOC) > 1e-3
     assert ledger["total"]["epsilon"] == pytest.approx(2.0 + EPS_VOC) and ledger["total"]["secure"] is True
+
+
+def _first_distinct(text: str, allowed, count: int) -> list[str]:
+    """A document's first ``count`` distinct tokens among ``allowed`` (every public term here is one word)."""
+    out: list[str] = []
+    for token in _tokens(text):
+        if token in allowed and token not in out:
+            out.append(token)
+            if len(out) == count:
+                break
+    return out
+
+
+def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(prefect_harness, tmp_path):
+    """The real flow with --method histogram-markov: stage 1's noise (every term of V, every class) is discrete
+    Laplace of scale S / eps_1, stage 2's (every pair among each class's P candidates) of scale
+    S_2 (S_2 - 1) / 2 / eps_2; both recomputed here from the corpus and the stored releases. The pair noise is
+    refused at half and at twice its scale, so a pair stage calibrated to another sensitivity fails."""
+    from flows.dpkps import dpkps_flow
+    from tasks.vocabulary import english_vocabulary
+
+    data, frame = _corpus(tmp_path)
+    out = tmp_path / "markov"
+    # eps_1 = 18 lets the topic words stand out of the noise, so the pair candidates are words of the class
+    epsilon, share, pair_terms, pair_top = 20.0, 0.9, 3, 30
+    dpkps_flow(_dpkps_config(data, out, method="histogram-markov", epsilon=epsilon, markov_term_share=share,
+                             markov_pair_terms=pair_terms, markov_pair_top=pair_top, hist_top_k=60))
+    eps_1, eps_2 = share * epsilon, epsilon - share * epsilon
+    terms = english_vocabulary(VOCAB_TOP).terms
+    index = {t: i for i, t in enumerate(terms)}
+    term_noise, pair_noise = [], []
+    for c, label in enumerate(sorted(TOPICS)):
+        texts = frame.loc[frame["label"] == label, "text"].tolist()
+        exact = np.zeros(len(terms), dtype=np.int64)
+        for text in texts:
+            exact[[index[t] for t in _first_distinct(text, index, S)]] += 1
+        assert exact.sum() > 50
+        term_noise.append(_stored(out, f"histogram-class{c}")["noisy"] - exact)
+        released = _stored(out, f"markov-class{c}")
+        candidates = [terms[int(i)] for i in released["pair_ids"]]
+        assert len(candidates) == pair_top
+        position = {t: i for i, t in enumerate(candidates)}
+        pairs = np.zeros((pair_top, pair_top), dtype=np.int64)
+        for text in texts:
+            kept = sorted(position[t] for t in _first_distinct(text, position, pair_terms))
+            for n, i in enumerate(kept):
+                for j in kept[n + 1:]:
+                    pairs[i, j] += 1
+        exact_pairs = pairs[np.triu_indices(pair_top, 1)]  # the release's order: the upper triangle, row by row
+        assert exact_pairs.sum() > 20  # the class's candidates do co-occur
+        pair_noise.append(released["noisy"] - exact_pairs)
+    term_noise, pair_noise = np.concatenate(term_noise), np.concatenate(pair_noise)
+    assert term_noise.size == 3 * len(terms) and pair_noise.size == 3 * pair_top * (pair_top - 1) // 2
+    assert _dlaplace_pvalue(term_noise, S / eps_1) > 1e-7
+    stated = pair_terms * (pair_terms - 1) / 2 / eps_2  # 3 pairs per document over eps_2 = 2
+    assert _dlaplace_pvalue(pair_noise, stated) > 1e-7
+    assert _dlaplace_pvalue(pair_noise, stated / 2) < 1e-7 and _dlaplace_pvalue(pair_noise, 2 * stated) < 1e-7
+    ledger = json.loads((out / "ledger.json").read_text())
+    markov = [e for e in ledger["entries"] if e["name"].startswith("markov-class")]
+    assert len(markov) == 3 and all(e["sensitivity"] == 3.0 and e["scale"] == pytest.approx(stated) for e in markov)
+    assert ledger["total"]["epsilon"] == pytest.approx(epsilon)

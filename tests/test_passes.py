@@ -19,7 +19,6 @@ from tasks.passes import (
     SketchSpec,
     TermCounting,
     UnitReader,
-    combine_pairs,
     combine_sums,
     pair_unit,
     scan_unit,
@@ -76,15 +75,14 @@ def test_pass_two_pair_counts_are_the_in_memory_counts(corpus):
     vocabulary = load_vocabulary("english", 20_000)
     full = [phrase_matcher(vocabulary).match(t) for t in frame["text"]]
     positions = class_positions(LABELS, frame["label"])
-    # each class's "released" terms: its 30 most frequent (any public choice of K ids per class will do)
+    # each class's candidate terms: its 30 most frequent (any public choice of P ids per class will do)
     counts = class_term_counts(full, positions, len(LABELS), len(vocabulary), 6)
-    released = tuple(np.argsort(-row, kind="stable")[:30].astype(np.int64) for row in counts)
-    spec = PairSpec(UnitReader(), DeclaredLabels(LABELS), counting, released)
-    starts, pairs = map_reduce_units(pair_unit, plan.units, combine_pairs, spec)
-    expected_starts, expected_pairs = class_pair_counts(full, positions, released, 6)
-    assert expected_pairs.sum() > 500
-    np.testing.assert_array_equal(starts, expected_starts)
-    np.testing.assert_array_equal(pairs, expected_pairs)
+    candidates = tuple(np.argsort(-row, kind="stable")[:30].astype(np.int64) for row in counts)
+    spec = PairSpec(UnitReader(), DeclaredLabels(LABELS), counting, candidates, pair_terms=4)
+    pairs = map_reduce_units(pair_unit, plan.units, combine_sums, spec)
+    expected = class_pair_counts(full, positions, candidates, 4)
+    assert pairs.shape == (len(LABELS), 30 * 29 // 2) and expected.sum() > 500
+    np.testing.assert_array_equal(pairs, expected)
 
 
 @pytest.mark.parametrize("method", ["independent", "iterative-log"])

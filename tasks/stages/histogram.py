@@ -3,12 +3,14 @@ method. No vocabulary stage and no embedding: per-class noisy histograms over th
 
 The exact per-class counts come from pass 1 (``tasks.stages.corpus.scan_private_corpus`` with
 ``tasks.stages.dpkps.term_counting``); histogram-markov's pair counts from pass 2 here (``exact_pair_counts``).
+How the noisy rows become term weights (``term_releases``) and which terms stage 2 pairs (``pair_candidate_ids``)
+is post-processing of stage 1's release, recomputed from the stored noisy rows wherever it is needed.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +19,9 @@ from tasks.config import DpKpsConfig
 from tasks.ledger import PrivacyLedger
 from tasks.stages import private_stage, public_stage, stage_logger
 from tasks.units import CorpusPlan
+
+if TYPE_CHECKING:
+    from tasks.histogram_seeds import ClassRelease
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
@@ -50,54 +55,73 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     return released
 
 
+def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[ClassRelease]:
+    """Each class's terms and weights (``tasks.histogram_seeds.class_term_releases``) from stage 1's stored noisy
+    rows: post-processing of released values and public parameters only."""
+    from tasks.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
+
+    eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
+    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1)
+    return class_term_releases(np.stack([t["noisy"] for t in terms]), mechanism, cfg.hist_top_k,
+                               cfg.hist_candidates, cfg.hist_denoise)
+
+
+def pair_candidate_ids(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[np.ndarray]:
+    """Each class's P heaviest stage-1 terms, among which stage 2 counts pairs (post-processing of stage 1)."""
+    from tasks.histogram_seeds import pair_candidates
+
+    return [pair_candidates(r, cfg.markov_pair_top) for r in term_releases(terms, cfg)]
+
+
 @private_stage("class-pair-counts", retries=0)  # a unit retries its own transient failures (tasks/units.py)
 def exact_pair_counts(plan: CorpusPlan, labels: list, terms: list[dict[str, np.ndarray]],
-                      cfg: DpKpsConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Pass 2 of histogram-markov: exact start counts (C, K) and pair counts (C, K, K) among each class's
-    released terms, each unit re-read from storage on a worker, combined in a tree on the cluster (private)."""
-    from tasks.passes import DeclaredLabels, PairSpec, combine_pairs, pair_unit
+                      cfg: DpKpsConfig) -> np.ndarray:
+    """Pass 2 of histogram-markov: exact co-occurrence counts (C, P (P - 1) / 2) of pairs among each class's P
+    candidate terms (``pair_candidate_ids``), each unit re-read from storage on a worker, combined in a tree on
+    the cluster (private)."""
+    from tasks.passes import DeclaredLabels, PairSpec, combine_sums, pair_unit
     from tasks.stages.corpus import unit_progress, unit_reader
     from tasks.stages.dpkps import term_counting
     from tasks.units import map_reduce_units
 
     spec = PairSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), term_counting(cfg),
-                    tuple(np.asarray(r["term_ids"], dtype=np.int64) for r in terms))
-    return map_reduce_units(pair_unit, plan.units, combine_pairs, spec, on_done=unit_progress("pass 2"))
+                    tuple(pair_candidate_ids(terms, cfg)), cfg.markov_pair_terms)
+    return map_reduce_units(pair_unit, plan.units, combine_sums, spec, on_done=unit_progress("pass 2"))
 
 
 @private_stage("privatize-class-pairs")
-def privatize_class_pairs(starts: np.ndarray, pairs: np.ndarray, labels: list, terms: list[dict[str, np.ndarray]],
+def privatize_class_pairs(pair_counts: np.ndarray, labels: list, terms: list[dict[str, np.ndarray]],
                           cfg: DpKpsConfig, ledger: PrivacyLedger) -> list[dict[str, np.ndarray]]:
-    """Stage 2 of histogram-markov: noise on the start and adjacent-pair counts among each class's released K
-    terms, drawn once through the ledger.
+    """Stage 2 of histogram-markov: noise on the co-occurrence counts of pairs among each class's P heaviest
+    stage-1 terms, drawn once through the ledger.
 
-    Sensitivity: a document's first S distinct released terms give 1 start and at most S - 1 distinct pairs
-    -> L1 S, L2 sqrt(S) for the joint (starts, pairs) vector. Noise on every entry (K + K^2 per class);
-    classes in parallel; the released term sets it restricts to are stage-1 outputs (public)."""
-    from tasks.histogram_seeds import build_mechanism, stage_budgets
+    Sensitivity: a document's first S_2 distinct candidate terms give at most S_2 (S_2 - 1) / 2 distinct pairs,
+    each counted once -> L1 S_2 (S_2 - 1) / 2 (Laplace of that scale over eps_2), L2 its square root (Gaussian)
+    (``tasks.histogram_seeds.pair_mechanism``). Noise on every pair of every class, zero counts included; classes
+    in parallel; the candidates are post-processing of stage 1's release (public), so the stages compose
+    sequentially: eps_1 + eps_2."""
+    from tasks.histogram_seeds import pair_mechanism, stage_budgets
     from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
-    released_ids = [r["term_ids"] for r in terms]
+    candidates = pair_candidate_ids(terms, cfg)
     eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
-    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2)
-    k = starts.shape[1]
+    mechanism = pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
     noise = cfg.noise("markov-noise")
-    # One class's release is the joint (starts, pairs) vector: starts in row 0, pairs below it.
-    joint = np.concatenate([starts[:, None, :], pairs], axis=1)  # (C, 1 + K, K)
-    params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "pairs", "k": k,
-              "term_share": cfg.markov_term_share}
+    params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "pairs",
+              "pair_top": cfg.markov_pair_top, "pair_terms": cfg.markov_pair_terms,
+              "term_share": cfg.markov_term_share, "denoise": cfg.hist_denoise, "candidates": cfg.hist_candidates,
+              "contribution": "pairs of the first S_2 distinct candidate terms of the document"}
     released = []
     for c in range(len(labels)):
-        n = len(released_ids[c])  # a class may have fewer than K terms only when |V| < K
-        params_c = {**params, "released_terms": _ids_digest(released_ids[c])}
+        n = len(candidates[c])  # fewer than P only when a class has fewer than P released terms
+        params_c = {**params, "pair_terms_of_class": _ids_digest(candidates[c])}
         released.append(ledger.draw_once(
             f"markov-class{c}", mechanism=mechanism, noise=noise, params=params_c,
-            exact=lambda c=c, n=n: joint[c, :n + 1, :n],  # type: ignore[misc]  # default-argument lambda
-            postprocess=lambda noisy: {"noisy_starts": np.asarray(noisy[0], dtype=np.float64),
-                                       "noisy_pairs": np.asarray(noisy[1:], dtype=np.float64)},
+            exact=lambda c=c, n=n: pair_counts[c, :n * (n - 1) // 2],  # type: ignore[misc]  # default-argument lambda
+            postprocess=lambda noisy, ids=candidates[c]: {"pair_ids": ids},  # type: ignore[misc]  # as above
             partition=f"class{c}", stage="markov"))
-    stage_logger().info("released start and pair counts over %d terms per class", k)
+    stage_logger().info("released pair counts among %d terms per class", cfg.markov_pair_top)
     return released
 
 
@@ -109,36 +133,31 @@ def _ids_digest(ids: np.ndarray) -> str:
 def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[dict[str, np.ndarray]] | None,
                                labels: list, cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
-    from tasks.histogram_seeds import (
-        ClassRelease,
-        build_mechanism,
-        noise_floor,
-        sample_class_sequences,
-        stage_budgets,
-    )
+    from dataclasses import replace
+
+    from tasks.histogram_seeds import noise_floor, pair_matrix, pair_mechanism, sample_class_sequences, stage_budgets
     from tasks.ledger import public_rng
     from tasks.sampling import SelectionRule
     from tasks.stages.dpkps import selection_rule
     from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
-    pair_floor = 0.0
-    if pairs is not None:  # the count pure noise reaches in about markov_pair_floor of the K + K^2 entries
+    releases = term_releases(terms, cfg)
+    if pairs is not None:  # pair counts that pure noise reaches in about markov_pair_floor of a class's pairs
         eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
-        k = len(terms[0]["term_ids"])
-        pair_floor = noise_floor(build_mechanism(cfg.mechanism, cfg.first_terms, eps_2, delta_2), k * (k + 1),
-                                 cfg.markov_pair_floor)
-    releases = [ClassRelease(term_ids=t["term_ids"], noisy_counts=t["noisy_counts"],
-                             noisy_starts=None if pairs is None else pairs[c]["noisy_starts"],
-                             noisy_pairs=None if pairs is None else pairs[c]["noisy_pairs"],
-                             pair_floor=pair_floor)
-                for c, t in enumerate(terms)]
+        mechanism = pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
+        for c, released in enumerate(pairs):
+            n = len(released["pair_ids"])
+            floor = noise_floor(mechanism, n * (n - 1) // 2, cfg.markov_pair_floor)
+            releases[c] = replace(releases[c], pair_ids=released["pair_ids"],
+                                  pair_weights=pair_matrix(released["noisy"], n, floor))
     rule = SelectionRule.parse(selection_rule(cfg))
-    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"))
+    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"),
+                                 cfg.markov_pair_weight)
     rows = [(label, [vocabulary.terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
-    # The released terms of every class are what generation may mint prompt seeds from.
+    # The terms sequences can contain (every class's weighted terms) are what generation may mint prompt seeds from.
     released_terms = sorted({vocabulary.terms[int(t)] for r in releases for t in r.term_ids})
     sequences.attrs["released_vocabulary"] = released_terms
     sequences.attrs["released_vocabulary_source"] = "ledger:histogram"
