@@ -16,10 +16,6 @@ SUBFLOWS = {
     "flows/experiment.py": {"flows.dpkps": {"dpkps_flow"}, "flows.evolution": {"augpe_flow", "secpe_flow"}},
     "flows/demo.py": {"flows.dpkps": {"dpkps_flow"}, "flows.evaluate": {"evaluate"}},
 }
-#: Imports that break the rules today and are being moved by the PE and data-path splits of issue 15 (shared
-#: DP-KPS / PE stages that still live in flows/). Each entry must disappear when its stage moves to tasks/.
-PENDING = {
-}
 #: The module that registers every flow's subcommand.
 CLI = "flows/cli.py"
 
@@ -49,10 +45,7 @@ def test_flows_import_only_the_subflows_they_compose(path):
     if relative == CLI:
         return  # imports every flow module by name (importlib), to register its subcommand
     allowed = SUBFLOWS.get(relative, {})
-    pending = PENDING.get(relative, set())
     for module, names in _imports(path):
-        if module in pending:
-            continue
         assert module in allowed, f"{relative} imports {module}: flows do not import flows (flows/__init__.py)"
         assert names <= allowed[module], (f"{relative} imports {sorted(names - allowed[module])} from {module}; "
                                           f"a composing flow imports @flow functions only")
@@ -61,8 +54,7 @@ def test_flows_import_only_the_subflows_they_compose(path):
 @pytest.mark.parametrize("path", _files("tasks"), ids=lambda p: p.relative_to(REPO / "tasks").as_posix())
 def test_tasks_never_import_flows(path):
     relative = path.relative_to(REPO).as_posix()
-    pending = PENDING.get(relative, set())
-    modules = {module for module, _ in _imports(path)} - pending
+    modules = {module for module, _ in _imports(path)}
     assert not modules, f"{relative} imports {sorted(modules)}: tasks/ never depends on flows/"
 
 
@@ -77,15 +69,11 @@ def test_the_subflows_named_above_are_flows():
                 assert isinstance(getattr(importlib.import_module(module), name), Flow), f"{module}.{name}"
 
 
-#: Flow files whose Prefect tasks are moving to tasks/stages/ in the data-path and PE splits of issue 15.
-PENDING_TASKS = {"flows/dpkps.py"}
 TASK_DECORATORS = {"task", "private_stage", "public_stage"}
 
 
 @pytest.mark.parametrize("path", _files("flows"), ids=lambda p: p.name)
 def test_flows_define_no_tasks(path):
-    if path.relative_to(REPO).as_posix() in PENDING_TASKS:
-        return
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for decorator in node.decorator_list:
