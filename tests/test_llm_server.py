@@ -91,7 +91,11 @@ def test_dpkps_release_through_the_server(llama_server, prefect_harness, tmp_pat
                  "--llm", f"openai-compatible:{llama_server}", "--max-tokens", "32", "--temperature", "0",
                  "--class-names", str(names), "--doc-type", "short encyclopedia entry"]) == 0
     manifest, synthetic = read_release(str(out))
-    assert len(synthetic) == 4 and sorted(synthetic["label"].tolist()) == [0, 0, 1, 1]
+    # Every seed is accounted for: written, or dropped after its regenerations (the 135M model at 32 tokens may
+    # stop mid-sentence on every try; which seeds it gets is random, as the DP noise is).
+    generation = json.loads((out / "quality.json").read_text())["generation"]
+    assert generation["rows_kept"] == len(synthetic) >= 1 and generation["rows_kept"] + generation["rows_dropped"] == 4
+    assert set(synthetic["label"].tolist()) <= {0, 1}
     assert set(synthetic["backend"]) == {"openai-compatible"} and set(synthetic["model"]) == {"smollm2-served"}
     assert (synthetic["tokens_out"] > 0).all() and synthetic["text"].str.len().gt(0).all()
     assert set(synthetic["prompt_version"]) == {"dpkps-generic-v1+class-name"}

@@ -39,8 +39,8 @@ def corpus(tmp_path_factory):
     if path.exists():
         frame = pd.read_parquet(path, columns=["text", "label"]).sample(600, random_state=1).reset_index(drop=True)
     else:
-        frame = pd.DataFrame({"text": ["football club league season player", "river valley lake forest"] * 50,
-                              "label": [0, 1] * 50})
+        frame = pd.DataFrame({"text": ["football club league season player", "river valley lake forest"] * 300,
+                              "label": [0, 1] * 300})
     plan = corpus_plan(frame, tmp_path_factory.mktemp("passes") / "c", n_shards=3, row_group_rows=5, unit_rows=40)
     assert len(plan.units) >= 12
     return frame, plan
