@@ -579,9 +579,10 @@ def plot_audit(rows: Sequence[stats.AuditRow], path: Path, title: str) -> None:
     ax.set_xticks(x, [r.mechanism for r in rows])
     ax.set_ylabel("epsilon")
     ax.set_title(title, fontsize=10)
+    level = f"{100 * (1 - rows[0].alpha):g}%" if rows else "95%"
     ax.legend(handles=[Patch(color="#4c72b0", label="claimed epsilon (ledger)"),
-                       Patch(color="#55a868", label="95% lower bound: consistent"),
-                       Patch(color="#c44e52", label="95% lower bound: VIOLATED")],
+                       Patch(color="#55a868", label=f"{level} lower bound: consistent"),
+                       Patch(color="#c44e52", label=f"{level} lower bound: VIOLATED")],
               fontsize=8, loc="upper left", ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

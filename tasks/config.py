@@ -973,6 +973,11 @@ class AuditConfig(BaseModel):
                                json_schema_extra=cli(default_text="the profile's"))
     insecure_reproducible_noise: bool = Field(default=False, description="audit the opt-in reproducible noise (the "
                                               "same seed every trial): every claim must come out VIOLATED")
+    # A bound at 95 % confidence says VIOLATED of a tight, correct mechanism in up to 1 run of 40; an auditor who
+    # wants that rarer (a CI gate) raises the level and pays with looser bounds.
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="confidence level of each epsilon lower "
+                              "bound; higher makes a chance VIOLATED of a correct mechanism rarer",
+                              json_schema_extra=cli(metavar="P"))
     out: str = Field(default="audit-out", description="folder for audit.json and audit.png",
                      json_schema_extra=cli(metavar="DIR"))
     progress: bool = Field(default=True, description="progress bars of the trials on stderr")

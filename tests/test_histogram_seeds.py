@@ -43,6 +43,7 @@ from tasks.stages.histogram import (
 )
 from tasks.vocabulary import PhraseMatcher, Vocabulary
 from tests.conftest import corpus_plan
+from tests.noise_checks import assert_noise_is
 
 
 # ------------------------------------------------------------------ counting
@@ -324,14 +325,7 @@ def test_released_pair_noise_is_laplace_of_the_pair_sensitivity(tmp_path, tiny_c
     exact = class_pair_counts(ids, tiny_corpus["label"].tolist(), [p["pair_ids"] for p in pairs], 3)
     noise = np.concatenate([p["noisy"] - exact[c] for c, p in enumerate(pairs)])
     assert noise.shape == (3 * 780,)
-    jittered = noise + np.random.default_rng(0).random(noise.shape)
-
-    def cdf(law):
-        return lambda x: law.cdf(np.floor(x) - 1) + (x - np.floor(x)) * law.pmf(np.floor(x))
-
-    assert stats.kstest(jittered, cdf(stats.dlaplace(1.0))).pvalue > 1e-3
-    for wrong in (0.5, 2.0):
-        assert stats.kstest(jittered, cdf(stats.dlaplace(1.0 / wrong))).pvalue < 1e-6
+    assert_noise_is(noise, "discrete-laplace", 1.0)  # and refuted at half or twice the scale
 
 
 def _vocabulary(cfg):
@@ -359,18 +353,7 @@ def test_released_class_histogram_noise_is_laplace_s_over_eps(tmp_path, tiny_cor
     vocab_file.write_text("\n".join(words + [f"filler{i}" for i in range(3000)]))
     noise = _noise_of_class0(tmp_path, tiny_corpus, vocab_file, epsilon=2.0)
     scale = 4 / 2.0  # S / eps
-    # KS needs a continuous law: K + U(0, 1) has the exact CDF F(x) = P(K <= floor(x) - 1) + frac(x) P(K = floor(x))
-    jittered = noise + np.random.default_rng(0).random(noise.shape)
-
-    def cdf(law):
-        return lambda x: law.cdf(np.floor(x) - 1) + (x - np.floor(x)) * law.pmf(np.floor(x))
-
-    law = stats.dlaplace(1.0 / scale)
-    assert stats.kstest(jittered, cdf(law)).pvalue > 1e-3
-    assert np.var(noise) == pytest.approx(law.var(), rel=0.15)
-    # the same sample is rejected against half or twice the scale
-    for wrong in (scale / 2, scale * 2):
-        assert stats.kstest(jittered, cdf(stats.dlaplace(1.0 / wrong))).pvalue < 1e-6
+    assert_noise_is(noise, "discrete-laplace", scale)  # and the same sample refutes half or twice the scale
 
 
 def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ignores_pairs_below_it():

@@ -14,6 +14,7 @@ from tasks.mechanisms import (
     noise_source,
     secure_noise,
 )
+from tests.noise_checks import FALSE_ALARM, assert_noise_is
 
 N = 20_000
 
@@ -27,9 +28,9 @@ def test_laplace_float_noise_has_the_stated_scale_and_not_half_of_it():
     exact = np.linspace(-3.0, 7.0, N)
     noise = mech.release(exact) - exact
     assert mech.scale == 5.0
-    assert _ks_pvalue(noise, mech.noise_distribution()) > 1e-3
-    # The same samples against half the scale (the bug "eps instead of eps/K") are rejected: the test has power.
-    assert _ks_pvalue(noise, LaplaceMechanism(sensitivity=5.0, epsilon=2.0).noise_distribution()) < 1e-6
+    assert _ks_pvalue(noise, mech.noise_distribution()) > FALSE_ALARM
+    # the same samples refute half the scale (the bug "eps instead of eps/K") and twice it: the test has power
+    assert_noise_is(noise, "laplace", mech.scale)
 
 
 def test_discrete_laplace_on_counts_matches_its_pmf():
@@ -38,26 +39,15 @@ def test_discrete_laplace_on_counts_matches_its_pmf():
     released = mech.release(exact)
     assert released.dtype == np.int64
     noise = released - exact
-    observed = np.bincount(np.clip(noise, -40, 40) + 40, minlength=81)
-    dist = mech.noise_distribution(discrete=True)
-    support = np.arange(-40, 41)
-    expected = dist.pmf(support)
-    expected[0] += dist.cdf(-41)
-    expected[-1] += dist.sf(40)
-    chi2 = stats.chisquare(observed, expected * N)
-    assert chi2.pvalue > 1e-3
-    half = LaplaceMechanism(sensitivity=2, epsilon=1.0).noise_distribution(discrete=True)
-    expected_half = half.pmf(support)
-    expected_half[0] += half.cdf(-41)
-    expected_half[-1] += half.sf(40)
-    assert stats.chisquare(observed, expected_half * N).pvalue < 1e-6
+    assert mech.noise_distribution(discrete=True).pmf(3) == pytest.approx(stats.dlaplace(1 / mech.scale).pmf(3))
+    assert_noise_is(noise, "discrete-laplace", 4.0)
 
 
 def test_gaussian_noise_has_sigma_and_reports_rho():
     mech = GaussianMechanism(sensitivity=1.0, sigma=3.0, epsilon=1.0, delta=1e-5)
     noise = mech.release(np.zeros(N))
-    assert _ks_pvalue(noise, mech.noise_distribution()) > 1e-3
-    assert _ks_pvalue(noise, stats.norm(scale=1.5)) < 1e-6
+    assert _ks_pvalue(noise, mech.noise_distribution()) > FALSE_ALARM
+    assert_noise_is(noise, "gaussian", 3.0)
     assert mech.rho == pytest.approx(1.0 / 18.0)
     described = mech.describe()
     assert described["secure"] is True and described["noise_source"] == "opendp"
@@ -76,7 +66,7 @@ def test_secure_noise_never_repeats_and_insecure_noise_always_does():
 
 def test_secure_bernoulli_has_the_requested_rate():
     draws = secure_noise().bernoulli(np.full(N, 0.25))
-    assert stats.binomtest(int(draws.sum()), N, 0.25).pvalue > 1e-4
+    assert stats.binomtest(int(draws.sum()), N, 0.25).pvalue > FALSE_ALARM
     with pytest.raises(ValueError):
         secure_noise().bernoulli(np.array([1.5]))
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from tasks.errors import ConfigError
 from tasks.vocabulary import (
@@ -17,6 +16,7 @@ from tasks.vocabulary import (
     vocabulary_mechanism,
 )
 from tasks.mechanisms import secure_noise
+from tests.noise_checks import assert_noise_is
 
 
 def test_tokenize_lowercases_and_splits_on_punctuation():
@@ -92,16 +92,6 @@ def test_histogram_counts_first_s_terms_and_is_additive():
         first_terms_histogram(seqs[:2], 6, 3) + first_terms_histogram(seqs[2:], 6, 3), h)
 
 
-def _dlaplace_chisquare(noise: np.ndarray, scale: float, bound: int = 40) -> float:
-    """p-value of a chi-square test of integer noise against the discrete Laplace of ``scale`` (tails pooled)."""
-    observed = np.bincount(np.clip(noise, -bound, bound) + bound, minlength=2 * bound + 1)
-    dist = stats.dlaplace(1.0 / scale)
-    expected = dist.pmf(np.arange(-bound, bound + 1))
-    expected[0] += dist.cdf(-bound - 1)
-    expected[-1] += dist.sf(bound)
-    return stats.chisquare(observed, expected / expected.sum() * observed.sum()).pvalue
-
-
 def test_laplace_noise_on_every_term_has_scale_s_over_eps():
     counts = np.zeros(5000, dtype=np.int64)
     # 200 is 40 noise scales: a counted term drops below the ~24 that the 20th-largest of 4,990 zero terms'
@@ -112,9 +102,8 @@ def test_laplace_noise_on_every_term_has_scale_s_over_eps():
     assert (mech.sensitivity, mech.scale) == (10, 5.0)
     r = privatize_vocabulary(counts, mechanism=mech, noise=secure_noise(), top_n=len(counts))
     noise = r["noisy"] - counts  # the full released histogram: noise on every term, zero counts included
-    assert r["noisy"].dtype == np.int64 and _dlaplace_chisquare(noise, s / eps) > 1e-3
-    # the same test rejects half the scale, so it can fail
-    assert _dlaplace_chisquare(noise, s / (2 * eps)) < 1e-6
+    assert r["noisy"].dtype == np.int64
+    assert_noise_is(noise, "discrete-laplace", s / eps)  # and the same draws refute half or twice the scale
     # noisy counts come out sorted and zero-count terms can be selected
     np.testing.assert_array_equal(r["noisy_counts"], r["noisy"][r["term_ids"]])
     assert np.all(np.diff(r["noisy_counts"]) <= 0)
