@@ -1,6 +1,6 @@
-"""`privseed audit`: an empirical privacy audit of every mechanism (lower bounds on epsilon, with 95 % confidence unless
---confidence says otherwise, against what each ledger claims). The trials and the mechanisms' fixtures are in tasks/audit_trials.py (its
-docstring is this command's description), the statistics in tasks/audit.py.
+"""`privseed audit`: an empirical privacy audit of every mechanism (lower bounds on epsilon, with 95 % confidence
+unless --confidence says otherwise, against what each ledger claims). The trials and the mechanisms' fixtures are
+in tasks/audit_trials.py (its docstring is this command's description), the statistics in tasks/audit.py.
 """
 
 from __future__ import annotations
