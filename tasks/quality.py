@@ -252,7 +252,8 @@ DEFAULT_RULES = DocumentRules()
 # The assistant talking instead of writing the document. Each: (pattern, what it catches). Case-insensitive.
 META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.M) for p in (
     # Self-description and readiness ("I'm an AI assistant designed to ...", "I'm ready. I'll be ready to help.").
-    r"\b(?:I\s*['\u2019]?\s*a?m|I\s+am)\s+(?:an?\s+|your\s+)?(?:AI|artificial intelligence|(?:large\s+)?language model|"
+    r"\b(?:I\s*['\u2019]?\s*a?m|I\s+am)\s+(?:an?\s+|your\s+)?(?:(?:helpful|friendly|virtual)\s+)?(?:AI|"
+    r"artificial intelligence|(?:large\s+)?language model|"
     r"(?:helpful\s+|virtual\s+|AI\s+)?assistant|chatbot)\b",
     r"\bas\s+an?\s+(?:AI|artificial intelligence|(?:large\s+)?language model)\b",
     r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+(?:ready(?:\s*[.!]|\s+to\s+(?:help|assist|write|start|begin))|here\s+to\s+help)",
@@ -276,11 +277,28 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"\b(?:the|this)\s+(?:article|summary|essay)\s+(?:is\s+titled|titled|will|should|must|would|needs\s+to)\b",
     r"\bwikipedia[- ]style\b",
     r"\A\W*the\s+(?:wikipedia\s+)?(?:article|summary|essay|text|document)\b",
+    # Talk about the text or the seed words (a 135M model's answers to DP seeds, issue 14's per-class-20 release):
+    # "This document contains a list of words", "The document contains the phrase", 'The terms "don" and ...',
+    # "To create a document with these terms, I'll need to". "Under the terms of the treaty" stays prose.
+    r"\b(?:the|this)\s+(?:above\s+|given\s+|following\s+)?(?:document|text)\s+(?:only\s+)?(?:contains|includes|"
+    r"mentions|uses|lists|does\s+not\s+(?:contain|include|mention|use))\b",
+    r"\bthe\s+above\s+(?:document|text|article|passage|paragraph)\b",
+    r"\b(?:these|those)\s+(?:terms|words|keywords)\b",
+    r"\bthe\s+(?:terms|words)\s+[\"\u201c']",
+    r"\ba\s+list\s+of\s+(?:words|terms|keywords)\b",
+    r"\bfeel\s+free\s+to\s+(?:adjust|modify|change|edit|use)\b",
+    # Talk about editing or composing the document ("I made several changes to enhance the document's clarity",
+    # "In this document, I have incorporated ...", "To craft a document that ..., I would suggest").
+    r"\bI\s+(?:have\s+)?made\s+(?:several|the\s+following|some|a\s+few)\s+changes\b",
+    r"\bin\s+this\s+(?:document|text)\s*,\s*I\b",
+    r"\bI\s+(?:have\s+|['\u2019]ve\s+)?(?:incorporated|included)\s+(?:the|all|these|each)\s+(?:the\s+)?(?:terms|words)\b",
+    r"\b(?:the|this)\s+document['\u2019]s\s+(?:clarity|grammar|readability|structure)\b",
+    r"\bto\s+(?:craft|create|write|make)\s+(?:a|the|this)\s+document\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")
 _GLOSSARY_HEADER = re.compile(
-    r"(?:^|\n|[.!?\"\u201d]\s+)[\"'*\u201c]*([A-Za-z][\w'\-]*(?:\s+[\w'\-]+){0,2})[\"'*\u201d]*\s*:\s+[\"'*\u201c]*((?:\S+\s+){0,3})")
+    r"(?:^|\n|[.!?\"\u201d]\s+|\s[-\u2013\u2022]\s+)[\"'*\u201c]*([A-Za-z][\w'\-]*(?:\s+[\w'\-]+){0,2})[\"'*\u201d]*\s*:\s+(?=[\"'*\u201c]*((?:\S+\s+){0,3}))")
 _SEPARATOR_WORDS = frozenset({"and", "or", "&", ",", ";", "/", "|", "\n", "\u2022", "\u00b7", "*"})
 _LIST_TOKEN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*|\n|[,;/|\u2022\u00b7*)]|[.!?:]")
 
@@ -363,17 +381,24 @@ def longest_seed_run(text: str, keyphrases: Any) -> int:
     return best
 
 
+# "The el is a luxury resort.", "Severing refers to ...", and the appositive "Legume, a game where ...".
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\s*(?:the\s+term\s+|the\s+word\s+)?(?:the\s+|a\s+|an\s+)?"
-                             r"([^\W_][\w'\-]*(?:\s+[\w'\-]+){0,2}?)\s+(?:is|are|was|were|refers|means)\b", re.I)
+                             r"([^\W_][\w'\-]*(?:\s+[\w'\-]+){0,2}?)(?:\s+(?:is|are|was|were|refers|means)\b|"
+                             r",\s+(?:a|an)\s)", re.I)
+# "The term eto has numerous meanings", 'the word "village" in different contexts': a seed named as a word.
+_TERM_NAMED = re.compile(r"\bthe\s+(?:term|word)\s+[\"\u201c']?([^\W_][\w'\-]*)", re.I)
 
 
 def seed_definitions(text: str, keyphrases: Any = ()) -> int:
     """How many distinct seed terms open a sentence that defines them ("The internationals are a luxury resort.
-    The el is a luxury resort. The term short is used to ..."): a glossary of the seeds written as prose."""
+    The el is a luxury resort. The term short is used to ...", "Px, a game that ...") or are named as a word ("the
+    term eto has ..."): a glossary of the seeds written as prose."""
     seeds = {" ".join(w) for w in _seed_words(keyphrases)}
     if not seeds or not isinstance(text, str):
         return 0
-    return len({" ".join(_tokens(m)) for m in _SENTENCE_START.findall(text)} & seeds)
+    defined = {" ".join(_tokens(m)) for m in _SENTENCE_START.findall(text)}
+    named = {" ".join(_tokens(m)) for m in _TERM_NAMED.findall(text)}
+    return len((defined | named) & seeds)
 
 
 def glossary_headers(text: str, keyphrases: Any = ()) -> int:

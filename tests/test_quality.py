@@ -347,6 +347,44 @@ DEGENERATE = {
                 "pueblo antiguo.", ["river"], "stop", "wrong_language"),
     "Cyrillic": ("Река берёт начало в горах на севере и впадает в море, протекая мимо старой деревни и города.",
                  ["river"], "stop", "wrong_language"),
+    # Rows of the `privseed dpkps dbpedia14/train --llm local --per-class 20` release (SmolLM2-135M, budget steering)
+    # that the predicate let through before; excerpts as the model wrote them.
+    "per-class-20: the document contains the terms": (
+        "Water is a term used to refer the use of water for various purposes. The above document contains the "
+        "terms unknowns (meters, home, sea, and river) that describe a place.",
+        ["unknowns", "meters", "home", "sea", "river"], "stop", "meta_talk"),
+    "per-class-20: a list of words": (
+        '"Mountain: Crenshaw Village: Silverstone Dena: Rural Shinab: District Shenam: Village Silent: Village"  '
+        "This document contains a list of words that are related to mountains, villages, and can be found in the "
+        "context of census data.", ["mountains", "village", "census", "rural", "district", "silent", "crenshaw"],
+        "stop", "meta_talk"),
+    "per-class-20: the words in quotes": (
+        'The words "difficult" and "film" evoke a range of emotions in the viewer, and the director uses them well.',
+        ["difficult", "film", "directed", "george"], "stop", "meta_talk"),
+    "per-class-20: composing with these terms": (
+        "To create a document with these terms, I'll need to incorporate them in a way that's easy for users to "
+        "understand. Asa.com - The website plays a role in the game of academic.",
+        ["greater", "combos", "academic", "asa", "plays"], "stop", "meta_talk"),
+    "per-class-20: a helpful AI": (
+        "I am a helpful AI designed to assist in creating documents. It has been reorganized for better "
+        "readability, and the rest of it is self-explanatory.", ["commonly", "book", "species", "russian", "favors"],
+        "stop", "meta_talk"),
+    "per-class-20: editing talk": (
+        "Class: Northern, Minister: Building, Saturation: Southern, Denominator: simply,  I made several changes to "
+        "enhance the document's clarity and grammar.", ["class", "simply", "steamed", "northern", "minister"],
+        "stop", "meta_talk"),
+    "per-class-20: seeds as appositives": (
+        "Born, a player that plays a lot of games. Px, a game that is played by a lot of people. Legume, a game "
+        "where people can play. Democratic, a game in which people can play and make their own decisions.",
+        ["born", "sayers", "px", "legume", "democratic", "player", "plays"], "stop", "glossary"),
+    "per-class-20: the term X has": (
+        "Family of London, a groupies of the Empire. Emitting, a term that refers to something that is emitted. A "
+        "power is emitted. Feu, a term for a male. A center is a place where people gather.",
+        ["emitting", "feu", "family", "power", "london", "center", "groupies", "grower"], "stop", "glossary"),
+    "per-class-20: bulleted headers": (
+        "- Canadabella - Universidad: USA - Appleton: Canada - Carlyle: School - Source: College - Tres: Source",
+        ["american", "herodotus", "canada", "college", "universidad", "appleton", "carlyle", "school"], "stop",
+        "glossary"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
@@ -357,6 +395,26 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
     text, seed, finish, reason = DEGENERATE[name]
     assert document_rejection(text, seed, finish) == reason
     assert not is_document(text, seed, finish)
+
+
+# Prose that sits next to the meta-talk and glossary patterns and must stay a document.
+NEAR_MISSES = [
+    ("Under the terms of the treaty, the river became the border, and the village was ceded to the crown.",
+     ["river", "village", "treaty"]),
+    ('The term "Mediterranean" derives from the Latin word mediterraneus. The sea is almost enclosed by land.',
+     ["mediterranean", "sea", "latin"]),
+    ("Paris, a city on the Seine, is the capital of France. Its museums draw millions of visitors each year.",
+     ["paris", "city", "seine", "france"]),
+    ("His novels have been translated into English and German, and this text is written in two columns per page.",
+     ["novels", "english", "german"]),
+    ("I have made several visits to this diner and the pancakes were great every time. Friendly staff too.",
+     ["diner", "pancakes", "staff"]),
+]
+
+
+@pytest.mark.parametrize("text,seed", NEAR_MISSES)
+def test_prose_near_the_patterns_is_a_document(text, seed):
+    assert document_rejection(text, seed, "stop") is None
 
 
 def test_real_documents_pass():
