@@ -290,7 +290,9 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     # Talk about editing or composing the document ("I made several changes to enhance the document's clarity",
     # "In this document, I have incorporated ...", "To craft a document that ..., I would suggest").
     r"\bI\s+(?:have\s+)?made\s+(?:several|the\s+following|some|a\s+few)\s+changes\b",
-    r"\bin\s+this\s+(?:document|text)\s*,\s*I\b",
+    r"\bin\s+this\s+(?:document|text|article)\s*,\s*I\b",
+    r"\bI\s*(?:['\u2019]?\s*m|\s+am)\s+(?:so\s+)?(?:excited|happy|thrilled|pleased)\s+to\s+share\s+(?:my|this|the|an?)\s+"
+    r"[^.\n]{0,40}\b(?:article|document|text|summary)\b",
     r"\bI\s+(?:have\s+|['\u2019]ve\s+)?(?:incorporated|included)\s+(?:the|all|these|each)\s+(?:the\s+)?(?:terms|words)\b",
     r"\b(?:the|this)\s+document['\u2019]s\s+(?:clarity|grammar|readability|structure)\b",
     r"\bto\s+(?:craft|create|write|make)\s+(?:a|the|this)\s+document\b",
@@ -387,6 +389,10 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\s*(?:the\s+term\s+|the\s+word\s
                              r",\s+(?:a|an)\s)", re.I)
 # "The term eto has numerous meanings", 'the word "village" in different contexts': a seed named as a word.
 _TERM_NAMED = re.compile(r"\bthe\s+(?:term|word)\s+[\"\u201c']?([^\W_][\w'\-]*)", re.I)
+# "Porky - a versatile term that ...", "a term referring to ...": one is prose ("X is a term used for ..."),
+# three in one text are a glossary.
+_TERM_GLOSS = re.compile(r"\b(?:a|an)\s+(?:[\w'\-]+\s+)?term\s+(?:that|which|for|used|referring|meaning|coined)\b",
+                         re.I)
 
 
 def seed_definitions(text: str, keyphrases: Any = ()) -> int:
@@ -399,6 +405,11 @@ def seed_definitions(text: str, keyphrases: Any = ()) -> int:
     defined = {" ".join(_tokens(m)) for m in _SENTENCE_START.findall(text)}
     named = {" ".join(_tokens(m)) for m in _TERM_NAMED.findall(text)}
     return len((defined | named) & seeds)
+
+
+def term_glosses(text: str) -> int:
+    """How many times the text defines something as "a term that / for / used ..."."""
+    return len(_TERM_GLOSS.findall(text)) if isinstance(text, str) else 0
 
 
 def glossary_headers(text: str, keyphrases: Any = ()) -> int:
@@ -477,7 +488,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
     if len(text) >= rules.compress_min_chars and zlib_ratio(text) < rules.min_zlib_ratio:
         return "compressible"
     if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
-            or seed_definitions(text, keyphrases) >= rules.max_seed_definitions):
+            or seed_definitions(text, keyphrases) >= rules.max_seed_definitions
+            or term_glosses(text) >= rules.max_glossary_headers):
         return "glossary"
     if language_problem(tokens, text, rules):
         return "wrong_language"

@@ -385,6 +385,14 @@ DEGENERATE = {
         "- Canadabella - Universidad: USA - Appleton: Canada - Carlyle: School - Source: College - Tres: Source",
         ["american", "herodotus", "canada", "college", "universidad", "appleton", "carlyle", "school"], "stop",
         "glossary"),
+    "per-class-20, stricter predicate: a term that ...": (
+        "Ladies and Gentlemen,  Porky - a versatile term that encompasses many meanings. Small, singer - a term "
+        "that means a songwriter. Singer - a term referring to someone who sings songs.",
+        ["small", "singer", "retired", "born", "overtones", "porky"], "stop", "glossary"),
+    "per-class-20, stricter predicate: sharing my article": (
+        "I'm excited to share my World of Legends article with you. Ducati is a famous car made by a famous maker, "
+        "and it starred in many races.", ["ducati", "calculated", "starred", "entered", "recollect", "ccm"], "stop",
+        "meta_talk"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
@@ -409,6 +417,8 @@ NEAR_MISSES = [
      ["novels", "english", "german"]),
     ("I have made several visits to this diner and the pancakes were great every time. Friendly staff too.",
      ["diner", "pancakes", "staff"]),
+    ("Hoplite is a term used for the citizen-soldiers of Ancient Greece. They were armed with spears and shields.",
+     ["hoplite", "citizen", "soldiers", "greece"]),
 ]
 
 
