@@ -359,8 +359,12 @@ class CallProgress:
     def __call__(self, r: ChatResult) -> None:
         self.add(1, r.tokens_in, r.tokens_out, int(r.cached))
 
-    def add(self, calls: int, tokens_in: int, tokens_out: int, cached: int = 0) -> None:
+    def add(self, calls: int, tokens_in: int, tokens_out: int, cached: int = 0, planned: int | None = None) -> None:
+        """``planned``: the calls this step was counted for in ``total``; regenerations beyond it raise the total,
+        so the bar ends at 100 % instead of running past it."""
         with self.lock:
+            if planned is not None and calls > planned:
+                self.bar.total += calls - planned
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
             self.cached += cached
@@ -469,8 +473,9 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
 
     bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
 
-    def advance(_: int, df: pd.DataFrame) -> None:
-        bar.add(int(df["candidates"].sum()), int(df["tokens_in"].sum()), int(df["tokens_out"].sum()))
+    def advance(i: int, df: pd.DataFrame) -> None:
+        bar.add(int(df["candidates"].sum()), int(df["tokens_in"].sum()), int(df["tokens_out"].sum()),
+                planned=len(shards[i]) * params.best_of)
 
     try:
         frames = map_shards(_numbered_shard, list(enumerate(shards)), spec, params, cache_uri, storage_options,
@@ -601,8 +606,8 @@ def generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, p
                                       pure=False).result()
         bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
 
-        def advance(_: int, done: GeneratedPart) -> None:
-            bar.add(done.calls, done.tokens_in, done.tokens_out)
+        def advance(i: int, done: GeneratedPart) -> None:
+            bar.add(done.calls, done.tokens_in, done.tokens_out, planned=len(shards[i]) * params.best_of)
 
         try:
             generated = map_shards(generate_part, list(enumerate(shards)), spec, params, cache_uri, storage_options,

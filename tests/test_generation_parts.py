@@ -215,3 +215,14 @@ def test_on_a_cluster_batches_go_out_together_and_workers_write_the_parts(tmp_pa
     assert len(staged.parts) == 4 and manifest["gate"]["success"] is True
     assert frame["seed"].tolist() == [s.seed for s in seeds()]
     assert frame["text"].str.startswith("A fake document").all()
+
+
+def test_the_call_bar_grows_with_regenerations_and_ends_at_its_total():
+    from tasks.generation import CallProgress
+
+    bar = CallProgress(10, None, "generate", enabled=True)  # two shards of 5 seeds, best of 1
+    bar.add(7, 10, 20, planned=5)  # the first shard regenerated twice
+    assert (bar.bar.n, bar.bar.total) == (7, 12)
+    bar.add(5, 10, 20, planned=5)
+    assert bar.bar.n == bar.bar.total == 12
+    bar.close()
