@@ -41,8 +41,8 @@ CORPORA = {
     "yelp": ("augpe/yelp/dev.parquet", "label1", None),
     "medabstracts": ("medabstracts/test.parquet", "label", 0.3),
 }
-BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 20_000, "L": 10, "mechanism": "laplace",
-        "denoise": "fdr", "M": 1000, "share": 0.8, "T": 1.0, "P": 30, "S2": 2, "mu": 0.5}
+BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 10, "mechanism": "laplace",
+        "denoise": "fdr", "M": 500, "share": 0.8, "T": 1.0, "P": 30, "S2": 2, "mu": 0.5}
 # denoise / M: class_term_releases; share, T (pair floor: expected pure-noise pairs per class), P (pair candidates
 # per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov
 #: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of tasks.accounting.default_delta

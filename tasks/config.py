@@ -31,8 +31,6 @@ from tasks import storage
 from tasks.errors import ConfigError
 from tasks.mechanisms import NoiseSource, noise_source
 
-#: English frequency cut of the histogram methods when --vocab-top is not given (docs/dpkps.md)
-HISTOGRAM_VOCAB_TOP = 20_000
 #: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
 #: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
 STEER_DEFAULT = 4.0
@@ -443,8 +441,7 @@ class DpKpsConfig(ReleaseConfig):
     vocab: str = Field(default="english", description="public vocabulary V: english (wordfreq) or a file of terms, "
                        "one per line", json_schema_extra=cli(metavar="english|FILE"))
     vocab_top: int | None = Field(default=50_000, ge=1, description="public frequency cut of the English list",
-                                  json_schema_extra=cli(metavar="N", default_note=f"{HISTOGRAM_VOCAB_TOP} with "
-                                                        "--method histogram or histogram-markov"))
+                                  json_schema_extra=cli(metavar="N"))
     eps_voc: float = Field(default=1.0, description="epsilon of the vocabulary histogram (Laplace)",
                            json_schema_extra=cli(metavar="EPS"))
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
@@ -471,7 +468,7 @@ class DpKpsConfig(ReleaseConfig):
                     "classes; clip: the K largest clipped counts (docs/dpkps.md)",
         json_schema_extra=cli(metavar="RULE"))
     hist_candidates: int = Field(
-        default=1000, ge=1, le=10_000_000,
+        default=500, ge=1, le=10_000_000,
         description="M: terms with the largest noisy counts summed over classes form the candidate group of "
                     "--hist-denoise fdr", json_schema_extra=cli(metavar="M"))
     markov_pair_floor: float = Field(
@@ -554,14 +551,6 @@ class DpKpsConfig(ReleaseConfig):
     def _gaussian_needs_delta(self) -> DpKpsConfig:
         if self.mechanism == "gaussian" and not self.delta > 0:
             raise ValueError("the Gaussian mechanism needs --delta > 0")
-        return self
-
-    @model_validator(mode="after")
-    def _histogram_vocabulary_cut(self) -> DpKpsConfig:
-        # The histogram methods noise every term of V for every class, so their default frequency cut is smaller
-        # (chosen on public data, docs/dpkps.md); an explicit --vocab-top always wins.
-        if self.method in ("histogram", "histogram-markov") and "vocab_top" not in self.model_fields_set:
-            self.__dict__["vocab_top"] = HISTOGRAM_VOCAB_TOP  # no re-validation loop (validate_assignment)
         return self
 
     @property

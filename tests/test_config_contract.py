@@ -292,15 +292,13 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
     from tasks.stages.dpkps import DEFAULT_SELECTION, selection_rule
     from tasks.stages.pe import augpe_schedule
     from tasks import accounting
-    from tasks.config import HISTOGRAM_VOCAB_TOP
 
     base = REQUIRED["dpkps"]
     for method, rule in DEFAULT_SELECTION.items():
         assert selection_rule(validate_config(DpKpsConfig, {**base, "method": method})) == rule
         assert rule in default_text(DpKpsConfig, "selection")
     histogram = validate_config(DpKpsConfig, {**base, "method": "histogram"})
-    assert histogram.vocab_top == HISTOGRAM_VOCAB_TOP and str(HISTOGRAM_VOCAB_TOP) in default_text(DpKpsConfig,
-                                                                                                   "vocab_top")
+    assert histogram.vocab_top == DpKpsConfig.model_fields["vocab_top"].default
     assert histogram.histogram_epsilon == histogram.eps_voc + histogram.eps_kde
     assert default_text(DpKpsConfig, "epsilon") == "eps_voc + eps_kde"
     schedule = augpe_schedule(validate_config(AugPeConfig, REQUIRED["augpe"]))

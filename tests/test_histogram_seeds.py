@@ -376,11 +376,11 @@ def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ign
     assert not (ids == 6).any()
 
 
-def test_histogram_methods_default_to_the_smaller_vocabulary_cut_unless_given():
-    assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram").vocab_top == 20_000
-    markov = DpKpsConfig(data="d", out="o", labels=["a"], method="histogram-markov", vocab_top=50_000)
-    assert markov.vocab_top == 50_000
-    assert DpKpsConfig(data="d", out="o", labels=["a"], method="independent").vocab_top == 50_000
+def test_every_method_shares_one_vocabulary_cut_and_the_budget_rules():
+    # One default for every sampler (chosen on held-out public data, docs/dpkps.md); an explicit cut always wins.
+    for method in ("histogram", "histogram-markov", "independent"):
+        assert DpKpsConfig(data="d", out="o", labels=["a"], method=method).vocab_top == 50_000
+    assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", vocab_top=20_000).vocab_top == 20_000
     cfg = DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", eps_voc=1.0, eps_kde=5.0)
     assert cfg.histogram_epsilon == 6.0
     assert DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0).histogram_epsilon == 4.0
