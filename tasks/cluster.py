@@ -296,6 +296,50 @@ def map_shards(fn: Callable[..., T], items: Sequence[Any], *args: Any,
     return results
 
 
+#: Listeners of :func:`shard_events` topics in this process (work that runs here reaches them directly).
+_LOCAL_TOPICS: dict[str, Callable[[dict], None]] = {}
+
+
+@contextlib.contextmanager
+def shard_events(handler: Callable[[dict], None]) -> Iterator[str]:
+    """A fresh topic whose messages (:func:`publish_event`) reach ``handler`` in this process while the block
+    runs: from the cluster's worker processes through Dask's event stream (worker -> scheduler -> this client),
+    directly from work that runs in this process. Delivery is best-effort and asynchronous, so a handler must
+    not be the only record of anything (the generation bar reconciles with each shard's final counts)."""
+    import uuid
+
+    topic = f"privseed-events-{uuid.uuid4().hex}"
+    client = current_client()
+    _LOCAL_TOPICS[topic] = handler
+    if client is not None:
+        client.subscribe_topic(topic, lambda event: handler(event[1]))  # event: (timestamp, message)
+    try:
+        yield topic
+    finally:
+        _LOCAL_TOPICS.pop(topic, None)
+        if client is not None:
+            with contextlib.suppress(Exception):  # the client may already be closing; nothing is lost
+                client.unsubscribe_topic(topic)
+
+
+def publish_event(topic: str | None, message: dict) -> None:
+    """Send ``message`` to the process that opened ``topic`` with :func:`shard_events`: a direct call when that
+    process is this one, else through this Dask worker's event log; nothing without a topic or a listener."""
+    if topic is None:
+        return
+    local = _LOCAL_TOPICS.get(topic)
+    if local is not None:
+        local(message)
+        return
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # not on a Dask worker: nobody is listening
+        return
+    worker.log_event(topic, message)
+
+
 def _is_large(value: Any) -> bool:
     nbytes = getattr(value, "nbytes", None)
     return nbytes is not None and nbytes > 1_000_000

@@ -378,12 +378,61 @@ class CallProgress:
         self.bar.close()
 
 
+class ShardProgress:
+    """Per-call progress of a generation split into shards that finish long after their first call (a local
+    model writes a few documents a minute): each call of shard i arrives as a message (``on_call``, from
+    :func:`tasks.cluster.publish_event` on whichever process runs the shard) and moves the bar at once; when shard
+    i finishes, ``finished`` adds whatever its messages did not carry yet (messages are best-effort), and
+    later messages of that shard are ignored, so the bar counts each call once. Calls beyond a shard's
+    ``planned`` (regenerations) raise the bar's total as they happen."""
+
+    def __init__(self, bar: CallProgress, planned: Sequence[int]):
+        self.bar = bar
+        self.planned = [int(p) for p in planned]
+        self.seen = [[0, 0, 0] for _ in self.planned]  # calls, tokens in, tokens out, per shard
+        self.done: set[int] = set()
+        self.lock = threading.Lock()
+
+    def on_call(self, message: dict) -> None:
+        i = int(message["shard"])
+        with self.lock:
+            if i in self.done:
+                return
+            seen = self.seen[i]
+            seen[0] += 1
+            seen[1] += int(message["in"])
+            seen[2] += int(message["out"])
+            self.bar.add(1, int(message["in"]), int(message["out"]), int(message["cached"]),
+                         planned=1 if seen[0] <= self.planned[i] else 0)
+
+    def finished(self, i: int, calls: int, tokens_in: int, tokens_out: int) -> None:
+        with self.lock:
+            self.done.add(i)
+            seen_calls, seen_in, seen_out = self.seen[i]
+            self.bar.add(max(0, calls - seen_calls), max(0, tokens_in - seen_in), max(0, tokens_out - seen_out),
+                         planned=max(0, self.planned[i] - seen_calls))
+
+
+def call_messages(topic: str | None, shard: int) -> Callable[[ChatResult], None] | None:
+    """What a shard's calls report to ``ShardProgress.on_call`` through ``topic`` (None: no progress wanted)."""
+    if topic is None:
+        return None
+    from tasks.cluster import publish_event
+
+    def report(result: ChatResult) -> None:
+        publish_event(topic, {"shard": shard, "in": result.tokens_in, "out": result.tokens_out,
+                              "cached": int(result.cached)})
+    return report
+
+
 def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
                    cache_uri: str | None, storage_options: dict | None = None, progress: bool = True,
-                   shard: int = 0, cache_index: CacheIndex | None = None) -> pd.DataFrame:
+                   shard: int = 0, cache_index: CacheIndex | None = None,
+                   on_call: Callable[[ChatResult], None] | None = None) -> pd.DataFrame:
     """Write one document per seed. Every call goes through the call cache, so re-running a crashed shard
     sends only the calls that never finished. ``cache_index``: the generation's listing of the cache (then
-    only its hits are read); None lists the cache here when that is cheaper than probing."""
+    only its hits are read); None lists the cache here when that is cheaper than probing. ``on_call``: told of
+    every finished call (a driver's progress bar, :func:`call_messages`)."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
     if spec.kind == "none":
         return no_llm_rows(seeds)
@@ -396,10 +445,16 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     rules = document_rules(params)
     per_seed: list[list[ChatResult]] = [[] for _ in seeds]
 
+    def on_result(result: ChatResult) -> None:
+        bar(result)
+        if on_call is not None:
+            on_call(result)
+
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
         if any(per_seed):
             bar.bar.total += len(requests)
-        for i, result in zip(owners, cached_complete(backend, requests, cache, on_result=bar, on_each=on_each)):
+        for i, result in zip(owners, cached_complete(backend, requests, cache, on_result=on_result,
+                                                     on_each=on_each)):
             per_seed[i].append(result)
 
     try:
@@ -472,24 +527,35 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     from tasks.cluster import map_shards
 
     bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
+    calls = ShardProgress(bar, [len(shard) * params.best_of for shard in shards])
 
     def advance(i: int, df: pd.DataFrame) -> None:
-        bar.add(int(df["candidates"].sum()), int(df["tokens_in"].sum()), int(df["tokens_out"].sum()),
-                planned=len(shards[i]) * params.best_of)
+        calls.finished(i, int(df["candidates"].sum()), int(df["tokens_in"].sum()), int(df["tokens_out"].sum()))
 
     try:
-        frames = map_shards(_numbered_shard, list(enumerate(shards)), spec, params, cache_uri, storage_options,
-                            index, on_done=advance)
+        with _call_topic(calls, progress) as topic:
+            frames = map_shards(_numbered_shard, list(enumerate(shards)), spec, params, cache_uri, storage_options,
+                                index, topic, on_done=advance)
     finally:
         bar.close()
     return pd.concat(frames, ignore_index=True)
 
 
+def _call_topic(calls: ShardProgress, progress: bool) -> Any:
+    """The topic shards report their calls on (``tasks.cluster.shard_events``), or none without a bar."""
+    import contextlib
+
+    from tasks.cluster import shard_events
+
+    return shard_events(calls.on_call) if progress else contextlib.nullcontext(None)
+
+
 def _numbered_shard(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, params: GenerationParams,
                     cache_uri: str | None, storage_options: dict | None,
-                    cache_index: CacheIndex | None) -> pd.DataFrame:
+                    cache_index: CacheIndex | None, topic: str | None = None) -> pd.DataFrame:
     number, seeds = shard
-    return generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index)
+    return generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index,
+                          on_call=call_messages(topic, number))
 
 
 # -- a release written by the shards -------------------------------------------------------------------------
@@ -517,12 +583,14 @@ class GeneratedPart:
 
 def generate_part(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, params: GenerationParams,
                   cache_uri: str | None, storage_options: dict | None, cache_index: CacheIndex | None, out: str,
-                  release_id: str, gate: ReleaseGate | None) -> GeneratedPart:
+                  release_id: str, gate: ReleaseGate | None, topic: str | None = None) -> GeneratedPart:
     """One generation shard, on a Dask worker: its documents (``generate_shard``), the non-documents dropped
     (``split_documents``), the rest written as part ``shard[0]`` of the release and checked by the gate there
-    (``tasks.corpus.write_part``). Only the small descriptor leaves the worker."""
+    (``tasks.corpus.write_part``). Only the small descriptor leaves the worker; each call is reported on
+    ``topic`` as it finishes (the driver's progress bar)."""
     number, seeds = shard
-    rows = generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index)
+    rows = generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index,
+                          on_call=call_messages(topic, number))
     kept, report = split_documents(rows, params.max_regenerations)
     part = write_part(out, release_id, number, kept, storage_options, gate) if len(kept) else None
     return GeneratedPart(part, report, int(rows["candidates"].sum()), int(rows["tokens_in"].sum()),
@@ -605,13 +673,15 @@ def generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, p
                 index = client.submit(fill_cache, list(seeds), spec, params, cache_uri, storage_options, index,
                                       pure=False).result()
         bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
+        calls = ShardProgress(bar, [len(shard) * params.best_of for shard in shards])
 
         def advance(i: int, done: GeneratedPart) -> None:
-            bar.add(done.calls, done.tokens_in, done.tokens_out, planned=len(shards[i]) * params.best_of)
+            calls.finished(i, done.calls, done.tokens_in, done.tokens_out)
 
         try:
-            generated = map_shards(generate_part, list(enumerate(shards)), spec, params, cache_uri, storage_options,
-                                   index, out, release_id, gate, on_done=advance)
+            with _call_topic(calls, progress) as topic:
+                generated = map_shards(generate_part, list(enumerate(shards)), spec, params, cache_uri,
+                                       storage_options, index, out, release_id, gate, topic, on_done=advance)
         finally:
             bar.close()
     finally:

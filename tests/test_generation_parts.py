@@ -226,3 +226,70 @@ def test_the_call_bar_grows_with_regenerations_and_ends_at_its_total():
     bar.add(5, 10, 20, planned=5)
     assert bar.bar.n == bar.bar.total == 12
     bar.close()
+
+
+def test_shard_progress_counts_each_call_once_whether_its_message_comes_early_late_or_never():
+    from tasks.generation import CallProgress, ShardProgress
+
+    bar = CallProgress(10, None, "generate", enabled=True)  # two shards of 5 seeds, best of 1
+    calls = ShardProgress(bar, [5, 5])
+    message = {"in": 10, "out": 20, "cached": 0}
+    for _ in range(7):  # shard 0's calls as they happen: 5 planned, then 2 regenerations
+        calls.on_call({"shard": 0, **message})
+    assert (bar.bar.n, bar.bar.total) == (7, 12)
+    calls.finished(0, 7, 70, 140)  # everything already counted
+    calls.on_call({"shard": 0, **message})  # a message that arrives after its shard finished
+    assert (bar.bar.n, bar.bar.total, bar.tokens_in) == (7, 12, 70)
+    calls.on_call({"shard": 1, **message})  # shard 1: one message arrives, the rest never do
+    calls.finished(1, 6, 60, 120)
+    assert bar.bar.n == bar.bar.total == 13 and (bar.tokens_in, bar.tokens_out) == (130, 260)
+    bar.close()
+
+
+def test_the_bar_moves_with_every_call_not_only_when_a_shard_finishes(tmp_path, recording, monkeypatch):
+    """Shards of a local model finish minutes apart: the bar must move per call. Each call's message reaches
+    the bar before its shard's final count does, and the totals agree with what was sent."""
+    from tasks import generation
+
+    events: list[tuple[str, int]] = []
+    on_call, finished = generation.ShardProgress.on_call, generation.ShardProgress.finished
+    monkeypatch.setattr(generation.ShardProgress, "on_call",
+                        lambda self, m: (events.append(("call", m["shard"])), on_call(self, m))[1])
+    monkeypatch.setattr(generation.ShardProgress, "finished",
+                        lambda self, i, *a: (events.append(("shard done", i)), finished(self, i, *a))[1])
+    generate_release_parts(seeds(), SPEC, PARAMS, str(tmp_path / "cache"), None, out=str(tmp_path / "out"),
+                           gate=None, shard_size=8, progress=True)
+    calls = [shard for kind, shard in events if kind == "call"]
+    assert len(calls) == len(recording.requests)  # one message per call (regenerations included)
+    for shard in range(4):  # each shard's calls were reported before the shard was
+        assert events.index(("shard done", shard)) > max(i for i, e in enumerate(events) if e == ("call", shard))
+
+
+@pytest.mark.slow
+def test_on_a_cluster_the_workers_calls_reach_the_drivers_bar_as_they_finish(tmp_path, monkeypatch):
+    """The flow's shape: shards on two worker processes report each call through Dask's event stream; the
+    driver's bar ends with every call counted once."""
+    from tasks import generation
+    from tasks.cluster import dask_client
+    from tasks.llm import LLMSpec
+    from tests.fakes.anthropic_server import FakeAnthropic
+
+    messages, closed = [], []
+    on_call = generation.ShardProgress.on_call
+    monkeypatch.setattr(generation.ShardProgress, "on_call", lambda self, m: (messages.append(m), on_call(self, m))[1])
+    close = generation.CallProgress.close
+    monkeypatch.setattr(generation.CallProgress, "close",
+                        lambda self: (closed.append((self.bar.n, self.bar.total)), close(self))[1])
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "fake-key")
+    with FakeAnthropic(api_key="fake-key") as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        spec = LLMSpec("anthropic", "claude-haiku-4-5").with_options(use_batches=False)
+        gate = release_gate(labels=[0, 1], llm_used=True, max_duplicate_rate=1.0)
+        with dask_client(n_workers=2):
+            generate_release_parts(seeds(), spec, GenerationParams(doc_type="memo", max_tokens=40),
+                                   str(tmp_path / "cache"), None, out=str(tmp_path / "out"), gate=gate,
+                                   shard_size=8, progress=True)
+        sent = fake.message_calls
+    assert sent >= 30 and 0 < len(messages) <= sent  # messages came from the worker processes
+    assert {m["shard"] for m in messages} <= {0, 1, 2, 3}
+    assert closed[-1] == (sent, sent)  # each call counted once, the bar at 100 %
