@@ -346,7 +346,8 @@ def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCac
 # -- I/O -------------------------------------------------------------------------------------------------------
 class CallProgress:
     """tqdm bar of LLM calls: calls done, tokens in/out, cost so far (thread-safe). Pass it as ``on_result``
-    to :func:`tasks.llm.cached_complete` for per-call steps, or call ``add`` once per finished shard."""
+    to :func:`tasks.llm.cached_complete` for per-call steps; shards on other processes go through
+    :class:`ShardProgress`."""
 
     def __init__(self, total: int, prices: tuple[float, float] | None, desc: str, enabled: bool):
         from tqdm.auto import tqdm
@@ -499,7 +500,7 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     """One document per seed, as a frame (callers that keep the documents in memory: evaluation baselines,
     benchmarks; a release is written by :func:`generate_release_parts`). With a Dask client (the flow's),
     shards of ``shard_size`` seeds run on the workers, each worker process keeping its model loaded, and one
-    progress bar here advances per finished shard; without one, everything runs in this process with a
+    progress bar here moves with every call (``ShardProgress``); without one, everything runs in this process with a
     per-call bar. Rows come back in seed order. The call cache is listed once, here, and every shard reads only
     its hits. A batching Anthropic run is one shard: Message Batches want one big submission."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec

@@ -51,6 +51,15 @@ def _complete_chunk(requests: list, llm: Any, cache_root: str, storage_options: 
              "backend": backend.name, "model": backend.model} for r in results]
 
 
+def _numbered_chunk(chunk: tuple[int, list], llm: Any, cache_root: str, storage_options: dict,
+                    topic: str | None) -> list[dict]:
+    """``_complete_chunk`` on a worker, reporting each call on ``topic`` (the driver's bar)."""
+    from tasks.generation import call_messages
+
+    number, requests = chunk
+    return _complete_chunk(requests, llm, cache_root, storage_options, on_result=call_messages(topic, number))
+
+
 def chat_requests(prompts: list[ev.Prompt], cfg: EvolutionConfig) -> list:
     from tasks.llm import ChatMessage, ChatRequest
 
@@ -65,9 +74,9 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     Prompts hold public text only (the document type, released words, synthetic documents).
 
     With ``--llm-shards`` > 1 the calls are split into shards that run on the workers, each keeping its backend
-    loaded; the progress bar then advances per finished shard. Otherwise they run here with a per-call bar.
+    loaded and reporting each call to the bar here as it finishes. Otherwise they run here with a per-call bar.
     Answers come back in prompt order either way."""
-    from tasks.generation import CallProgress, call_prices, spec_from_config
+    from tasks.generation import CallProgress, ShardProgress, call_prices, spec_from_config
 
     requests = chat_requests(prompts, cfg)
     cache_root = storage.join(cfg.state_uri, "llm-cache")
@@ -80,9 +89,14 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
         if current_client() is None or len(chunks) <= 1:
             parts = [_complete_chunk(chunk, spec, cache_root, cfg.storage_options, on_result=bar) for chunk in chunks]
         else:
-            parts = map_shards(_complete_chunk, chunks, spec, cache_root, cfg.storage_options,
-                               on_done=lambda _, part: bar.add(len(part), sum(a["tokens_in"] for a in part),
-                                                               sum(a["tokens_out"] for a in part)))
+            from tasks.cluster import shard_events
+
+            calls = ShardProgress(bar, [len(chunk) for chunk in chunks])
+            with shard_events(calls.on_call) as topic:
+                parts = map_shards(_numbered_chunk, list(enumerate(chunks)), spec, cache_root, cfg.storage_options,
+                                   topic, on_done=lambda i, part: calls.finished(
+                                       i, len(part), sum(a["tokens_in"] for a in part),
+                                       sum(a["tokens_out"] for a in part)))
     finally:
         bar.close()
     out = [answer for part in parts for answer in part]
