@@ -412,6 +412,51 @@ class MarkovPairsAudit(_Mechanism):
                 "class 0, the canary's three pair counts, sum": float(noisy.sum())}
 
 
+class HistogramAudit(_Mechanism):
+    """The histogram methods' stage 1 (``--method histogram``; histogram-markov's term stage is the same code at
+    a share of the budget): per-class noisy term counts."""
+
+    name = "histogram"
+    labels = [0, 1, 2]
+
+    def __init__(self, workdir: Path, insecure: bool) -> None:
+        super().__init__(workdir, insecure)
+        from tasks.config import DpKpsConfig
+        from tasks.histogram_seeds import build_mechanism, stage_budgets
+        from tasks.vocabulary import load_vocabulary, phrase_matcher
+
+        path = workdir / "audit-histogram-vocabulary.txt"
+        path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
+        self.vocabulary = load_vocabulary(str(path))
+        self.cfg = DpKpsConfig(**self.config_values(dict(
+            method="histogram", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=len(self.vocabulary),
+            epsilon=1.0, per_class=10, length=5, n_workers=1), DpKpsConfig))
+        self.matcher = phrase_matcher(self.vocabulary)
+        self.private = audit_corpus()
+        # A class-0 document of S terms no document uses: S counts of class 0 move by 1, the whole L1 sensitivity.
+        self.canary_ids = [self.vocabulary.terms.index(t) for t in _UNUSED_TERMS[:self.cfg.first_terms]]
+        self.canary = _with(self.private, " ".join(_UNUSED_TERMS[:self.cfg.first_terms]), 0)
+        eps_1, delta_1 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
+                                       self.cfg.markov_term_share)[0]
+        self.scale = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1).scale
+
+    def trial(self, with_canary: bool) -> dict[str, float]:
+        from tasks.histogram_seeds import class_positions, class_term_counts
+        from tasks.stages.histogram import privatize_class_histograms
+
+        corpus = self.canary if with_canary else self.private
+        ids = [self.matcher.match(t) for t in corpus["text"]]
+        positions = class_positions(self.labels, corpus["label"])
+        with self.ledger() as ledger:
+            exact = class_term_counts(ids, positions, len(self.labels), len(self.vocabulary), self.cfg.first_terms)
+            released = privatize_class_histograms.fn(exact, self.labels, self.cfg, ledger)[0]
+        noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
+        # D's exact counts of the S terms are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
+        return {"class 0, the canary's S term counts, Laplace likelihood ratio":
+                float(np.sum(np.abs(noisy) - np.abs(noisy - 1.0))) / self.scale,
+                "class 0, the canary's S term counts, sum": float(noisy.sum())}
+
+
 class SecPeAudit(_Mechanism):
     name = "secpe"
 
@@ -483,8 +528,8 @@ class SecPeAudit(_Mechanism):
                 "size + centre (likelihood ratio)": size + self.move_in_noise_units * centre}
 
 
-AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "markov": MarkovPairsAudit,
-                                       "augpe": AugPeAudit, "secpe": SecPeAudit}
+AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "histogram": HistogramAudit,
+                                       "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -773,7 +773,7 @@ EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["metho
 #: Where an experiment writes its results when neither its file nor --out says
 EXPERIMENT_OUT = "experiments/results"
 #: The mechanisms `privseed audit` can audit (tasks/audit_trials.py)
-AUDIT_MECHANISMS = ("vocabulary", "kde", "markov", "augpe", "secpe")
+AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
 #: figures of docs/privacy.md (500 evaluation trials per side bound epsilon by about 4.9 at most)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}

@@ -138,13 +138,35 @@ def test_audit_catches_a_pair_stage_whose_sensitivity_is_understated_10x(tmp_pat
     assert row.exceeds_claim and row.verdict == "VIOLATED", row
 
 
+def test_audit_catches_a_class_histogram_whose_sensitivity_is_understated_10x(tmp_path, monkeypatch):
+    """The histogram methods' term stage calibrated to a tenth of S adds 10x too little noise while its ledger
+    still claims epsilon 1: the canary moves S = 4 counts of class 0 by 1 (true epsilon 10), and the audit measures
+    more than the claim."""
+    from tasks import audit_trials, histogram_seeds
+
+    real = histogram_seeds.l1_sensitivity
+    monkeypatch.setattr(histogram_seeds, "l1_sensitivity", lambda max_terms: real(max_terms) / 10)
+    [row] = audit_trials.run_audit(["histogram"], audit_trials.PROFILES["quick"], workdir=tmp_path, progress=False)
+    assert row.noise == "secure" and row.claimed_epsilon == 1.0
+    assert row.exceeds_claim and row.verdict == "VIOLATED", row
+
+
+def test_quick_audit_finds_the_class_histograms_consistent_with_secret_noise(tmp_path):
+    from tasks import audit_trials
+
+    [row] = audit_trials.run_audit(["histogram"], audit_trials.PROFILES["quick"], workdir=tmp_path, progress=False,
+                                   alpha=1e-5)
+    assert row.noise == "secure" and row.claimed_epsilon == 1.0
+    assert row.verdict == "consistent" and 0 <= row.epsilon_lower_bound <= 1.0, row
+
+
 @pytest.mark.slow
 def test_quick_audit_finds_every_mechanism_consistent_with_secret_noise(tmp_path, capsys):
     # At 95 % a tight, correct vocabulary mechanism says VIOLATED in about 1 quick audit of 400 (docs/privacy.md):
     # a test that must not fail by chance asks for 1 - 1e-5.
     status, rows = _audit(tmp_path, "--profile", "quick", "--confidence", "0.99999")
     table = capsys.readouterr().out
-    assert set(rows) == {"vocabulary", "kde", "markov", "augpe", "secpe"}
+    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe"}
     for name, row in rows.items():
         assert row["noise"] == "secure", name
         assert row["verdict"] == "consistent", (name, row)
@@ -159,7 +181,7 @@ def test_audit_refutes_every_claim_of_reproducible_noise(tmp_path, capsys):
     # 40 evaluation trials per corpus: a perfect test then bounds epsilon by 2.34, above every claim (1 to 2)
     status, rows = _audit(tmp_path, "--insecure-reproducible-noise", "--trials", "40")
     assert status == 1
-    assert set(rows) == {"vocabulary", "kde", "markov", "augpe", "secpe"}
+    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe"}
     for name, row in rows.items():
         assert row["noise"] == "insecure-reproducible", name
         assert (row["tpr"], row["fpr"]) == (1.0, 0.0), name
