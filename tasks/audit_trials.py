@@ -355,6 +355,22 @@ class AugPeAudit(_Mechanism):
         return {"noisy count of the canary's candidate": float(noisy[_ISOLATED_CANDIDATE])}
 
 
+def _exact_class_term_counts(audit: Any, corpus: pd.DataFrame) -> np.ndarray:
+    """Stage 1's exact per-class counts of ``corpus`` for the histogram audits (``matcher``, ``labels``,
+    ``vocabulary``, ``cfg`` of the audit)."""
+    from tasks.histogram_seeds import class_positions, class_term_counts
+
+    ids = [audit.matcher.match(t) for t in corpus["text"]]
+    positions = class_positions(audit.labels, corpus["label"])
+    return class_term_counts(ids, positions, len(audit.labels), len(audit.vocabulary), audit.cfg.first_terms)
+
+
+def _laplace_ratio_of_unit_shift(noisy: np.ndarray, scale: float) -> float:
+    """Log-likelihood ratio of released counts whose exact values are 0 on D and 1 on D' (the adversary knows D),
+    under Laplace noise of ``scale``."""
+    return float(np.sum(np.abs(noisy) - np.abs(noisy - 1.0))) / scale
+
+
 class MarkovPairsAudit(_Mechanism):
     """histogram-markov's pair stage (tasks/stages/histogram.py), with its term stage before it as in the flow."""
 
@@ -389,14 +405,14 @@ class MarkovPairsAudit(_Mechanism):
         self.scale = pair_mechanism(self.cfg.mechanism, self.cfg.markov_pair_terms, eps_2, delta_2).scale
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.histogram_seeds import class_pair_counts, class_positions, class_term_counts, pair_columns
+        from tasks.histogram_seeds import class_pair_counts, class_positions, pair_columns
         from tasks.stages.histogram import pair_candidate_ids, privatize_class_histograms, privatize_class_pairs
 
         corpus = self.canary if with_canary else self.private
         ids = [self.matcher.match(t) for t in corpus["text"]]
         positions = class_positions(self.labels, corpus["label"])
         with self.ledger() as ledger:
-            exact = class_term_counts(ids, positions, len(self.labels), len(self.vocabulary), self.cfg.first_terms)
+            exact = _exact_class_term_counts(self, corpus)
             terms = privatize_class_histograms.fn(exact, self.labels, self.cfg, ledger)
             candidates = pair_candidate_ids(terms, self.cfg)
             counts = class_pair_counts(ids, positions, candidates, self.cfg.markov_pair_terms)
@@ -408,7 +424,7 @@ class MarkovPairsAudit(_Mechanism):
                                                                   columns[at[1], at[2]]]]
         # D's exact counts of the three pairs are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
         return {"class 0, the canary's three pair counts, Laplace likelihood ratio":
-                float(np.sum(np.abs(noisy) - np.abs(noisy - 1.0))) / self.scale,
+                _laplace_ratio_of_unit_shift(noisy, self.scale),
                 "class 0, the canary's three pair counts, sum": float(noisy.sum())}
 
 
@@ -441,19 +457,16 @@ class HistogramAudit(_Mechanism):
         self.scale = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1).scale
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.histogram_seeds import class_positions, class_term_counts
         from tasks.stages.histogram import privatize_class_histograms
 
         corpus = self.canary if with_canary else self.private
-        ids = [self.matcher.match(t) for t in corpus["text"]]
-        positions = class_positions(self.labels, corpus["label"])
         with self.ledger() as ledger:
-            exact = class_term_counts(ids, positions, len(self.labels), len(self.vocabulary), self.cfg.first_terms)
-            released = privatize_class_histograms.fn(exact, self.labels, self.cfg, ledger)[0]
+            released = privatize_class_histograms.fn(_exact_class_term_counts(self, corpus), self.labels, self.cfg,
+                                                     ledger)[0]
         noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
         # D's exact counts of the S terms are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
         return {"class 0, the canary's S term counts, Laplace likelihood ratio":
-                float(np.sum(np.abs(noisy) - np.abs(noisy - 1.0))) / self.scale,
+                _laplace_ratio_of_unit_shift(noisy, self.scale),
                 "class 0, the canary's S term counts, sum": float(noisy.sum())}
 
 
