@@ -165,7 +165,8 @@ REJECTION_REASONS: tuple[str, ...] = (
     "repetition_loop",   # a token or phrase repeated back to back ("Australia, Australia, Australia, ...")
     "low_distinct",      # few distinct word pairs: the text goes round in circles
     "compressible",      # zlib squeezes it far more than prose: a loop that is not back to back
-    "glossary",          # "Term: definition. Term: definition." or "The X is ... The Y is ..." over the seeds
+    "glossary",          # "Term: definition. Term: definition.", "The X is ... The Y is ...", or "### X / ### Y"
+                         # (markdown headings or bold labels) over the seeds
     "wrong_language",    # another script, or not the declared language's function words
     "truncated",         # stopped at the token limit in the middle of a sentence
 )
@@ -195,7 +196,8 @@ class DocumentRules:
     compress_min_chars: int = 400
     # A run of this many seed terms joined only by separators (commas, "and", newlines, bullets) inside the text.
     max_seed_run: int = 5
-    # This many "Term: definition" entries (see glossary_headers) make the text a glossary of its seeds.
+    # This many "Term: definition" entries (see glossary_headers), seed terms as markdown headings or bold labels
+    # (markdown_labels), or "a term that ..." glosses make the text a glossary of its seeds.
     max_glossary_headers: int = 3
     # This many distinct seed terms each opening a sentence that defines them ("The el is a ...", "The term short
     # is used ...") make the text a glossary of its seeds written as prose.
@@ -428,6 +430,38 @@ def glossary_headers(text: str, keyphrases: Any = ()) -> int:
     return count
 
 
+# A line that is a markdown heading ("### Album", "## 2. Companies") or starts with a bold label ("**Film:**",
+# "- **Huts:** A type of housing", "1. **Bolo:**").
+_MARKDOWN_LABEL = re.compile(r"(?m)^[ \t]*(?:(?:[-*+]|\d+[.)])[ \t]+)?"
+                             r"(?:#{1,6}[ \t]+([^\n]+)|(?:\*\*|__)([^*_\n]{1,80}?)(?:\*\*|__))")
+_LABEL_NUMBER = re.compile(r"^\s*\d+[.)]\s*")
+_LABEL_END = re.compile(r"[:(\u2013\u2014]| - ")
+
+
+def _singular(term: str) -> str:
+    """"companies" -> "company", "albums" -> "album": enough to match a heading to its seed term."""
+    if term.endswith("ies") and len(term) > 4:
+        return term[:-3] + "y"
+    return term[:-1] if term.endswith("s") and not term.endswith("ss") and len(term) > 3 else term
+
+
+def markdown_labels(text: str, keyphrases: Any = ()) -> int:
+    """How many distinct seed terms are markdown headings or bold labels of their own ("### Cataract (Human
+    Anatomy)", "**Huts:** A type of housing ...", "### 2. Companies"): an outline of the seeds, one definition
+    each, which small instruction-tuned models write instead of an article. A label's head is its text before a
+    colon, a parenthesis or a dash, without list numbers; a plural heading matches its singular seed.
+    Sections of an article ("## Career", "**Early life**") are not seed terms, and one or two seed headings are
+    allowed."""
+    seeds = {_singular(" ".join(w)) for w in _seed_words(keyphrases)}
+    if not seeds or not isinstance(text, str):
+        return 0
+    heads = set()
+    for heading, bold in _MARKDOWN_LABEL.findall(text):
+        label = _LABEL_NUMBER.sub("", (heading or bold).strip(" *_"))
+        heads.add(_singular(" ".join(_tokens(_LABEL_END.split(label, maxsplit=1)[0]))))
+    return len(heads & seeds)
+
+
 def _script_share(text: str, script: str) -> float:
     """Share of letters whose Unicode name starts with `script` (1.0 when there are no letters)."""
     letters = [c for c in text if c.isalpha()]
@@ -488,6 +522,7 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
     if len(text) >= rules.compress_min_chars and zlib_ratio(text) < rules.min_zlib_ratio:
         return "compressible"
     if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
+            or markdown_labels(text, keyphrases) >= rules.max_glossary_headers
             or seed_definitions(text, keyphrases) >= rules.max_seed_definitions
             or term_glosses(text) >= rules.max_glossary_headers):
         return "glossary"

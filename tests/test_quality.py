@@ -393,6 +393,28 @@ DEGENERATE = {
         "I'm excited to share my World of Legends article with you. Ducati is a famous car made by a famous maker, "
         "and it starred in many races.", ["ducati", "calculated", "starred", "entered", "recollect", "ccm"], "stop",
         "meta_talk"),
+    # Rows of the same release with Qwen2.5-Coder-0.5B: outlines of the seeds in markdown, one definition each.
+    "qwen per-class-20: a heading per seed": (
+        "### Drama\n\nA genre of film, television, and theater that deals with the emotional aspects of an "
+        "individual's life.\n\n### Protestors\n\nAn organization that opposes certain policies, practices, or "
+        "ideas.\n\n### Offence\n\nAn act of violence, assault, or assault on someone's life or property.",
+        ["drama", "protestors", "offence", "listed", "schengen", "played", "talib", "minister"], "stop", "glossary"),
+    "qwen per-class-20: bold labels in a list": (
+        "**India:**\n- **Huts:** A type of housing structure where people stay together.\n- **General:** A broad "
+        "word for a business that provides services.\n- **Albums:** A type of musical work that has been released."
+        "\n- **Player:** A person who plays a role in a game or activity.",
+        ["india", "huts", "company", "player", "dubuque", "general", "album", "telemedicine"], "stop", "glossary"),
+    "qwen per-class-20: numbered headings and bold numbered labels": (
+        "### Unionization\n\n**Definition:** The act of combining band members into a single unit. This process "
+        "involves:\n\n1. **Bolo:** A group of musicians who work together.\n2. **Converges:** A process where two "
+        "bands merge in the same genre.\n3. **Skit:** A collaborative project of two or more musicians.",
+        ["unionization", "converges", "band", "album", "skit", "bolo"], "stop", "glossary"),
+    "qwen per-class-20: numbered section headings": (
+        "# Document on the Termology\n\n### 1. Jair\nJair is the body's ability to move through the air.\n\n### "
+        "2. Companies\nIn business, a company is any organization, from start-ups to corporations.\n\n### 3. Huts"
+        "\nIn technology, a hut is any office or building where employees work.\n\n### 4. Hydrolysis\nHydrolysis "
+        "is a reaction with water.", ["ajar", "companies", "huts", "group", "oc", "hydrolysis", "yeshiva"], "stop",
+        "glossary"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
@@ -419,6 +441,10 @@ NEAR_MISSES = [
      ["diner", "pancakes", "staff"]),
     ("Hoplite is a term used for the citizen-soldiers of Ancient Greece. They were armed with spears and shields.",
      ["hoplite", "citizen", "soldiers", "greece"]),
+    # An article with markdown sections, two of them seed terms: sections, not an outline of the seeds.
+    ("## Early life\nJohn Hale was born in Leeds in 1950 and learned the piano from his mother.\n\n## Career\nHis "
+     "career began with a folk band in Manchester, which toured Europe twice.\n\n## Albums\nHe released two albums "
+     "with the band before going solo.", ["born", "leeds", "career", "albums", "band", "piano"]),
 ]
 
 
