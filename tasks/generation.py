@@ -143,10 +143,31 @@ _PREAMBLE = re.compile(
 
 _LAST_SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(?=\s|$)")
 
+# The report scaffolding instruction-tuned models wrap around a document although the prompt asks for "no
+# title, no introduction": a first line that is a title ("**Document Title:** ...", "Title: ...", "# Heading"),
+# a line that is only a generic section name ("### Introduction", "**Abstract:**", "I. Introduction"), and
+# horizontal rules. Headings that name something else stay, so the predicate still sees an outline of the seeds.
+_TITLE_LINE = re.compile(r"\A[ \t]*(?:#{1,6}[ \t]+[^\n]*|"
+                         r"[*_]*[ \t]*(?:document[ \t]+title|document|title)[ \t]*[*_]*[ \t]*:[^\n]*)(?:\n|\Z)", re.I)
+_SECTION_LINE = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*)?[*_]*[ \t]*(?:(?:\d+|[IVX]+)[.)][ \t]*)?[*_]*[ \t]*"
+                           r"(?:introduction|abstract|overview|summary|background|conclusions?)[ \t]*[*_]*[ \t]*:?"
+                           r"[ \t]*[*_]*[ \t]*$\n?", re.I | re.M)
+_RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$\n?", re.M)
+_BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
+
+
+def strip_scaffolding(text: str) -> str:
+    """``text`` without a title line, generic section-name lines and horizontal rules (see _TITLE_LINE)."""
+    out = _RULE_LINE.sub("", text).lstrip()
+    out = _TITLE_LINE.sub("", out, count=1)
+    out = _SECTION_LINE.sub("", out)
+    return _BLANK_LINES.sub("\n\n", out).strip()
+
 
 def clean_text(text: str, finish_reason: str | None = None) -> str:
     """Drop what small models put before the document ("Here's a summary of ...:", "A Wikipedia-style
-    article:" lines, repeated) and quotes wrapped around the whole answer. An answer cut off at the token limit
+    article:" lines, repeated), report scaffolding around it (``strip_scaffolding``: a title line, "###
+    Introduction", "---") and quotes wrapped around the whole answer. An answer cut off at the token limit
     ("length") is trimmed back to its last full sentence when that keeps at least half of it (otherwise the
     document predicate calls it truncated). Touches nothing else."""
     out = text.strip()
@@ -155,6 +176,7 @@ def clean_text(text: str, finish_reason: str | None = None) -> str:
         if not m:
             break
         out = out[m.end():].lstrip()
+    out = strip_scaffolding(out)
     if len(out) >= 2 and out[0] == out[-1] and out[0] in "\"'":
         out = out[1:-1].strip()
     if finish_reason == "length":

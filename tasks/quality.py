@@ -77,6 +77,9 @@ TEMPLATE_RESIDUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("chat:<s>/</s>", re.compile(r"</?s>")),
     ("chat:role header", re.compile(r"^\s*(assistant|user|system)\s*:", re.I | re.M)),
     ("chat:### Instruction/Response", re.compile(r"^\s*#{2,}\s*(instruction|response|input)\b", re.I | re.M)),
+    # A letter or form template with its blanks left in ("Sincerely, [Your Name]", "Dear [Company Name],").
+    ("template:[Your ...] placeholder", re.compile(r"\[(?:your|insert|company|recipient|date|name)\b[^\]\n]{0,40}\]",
+                                                   re.I)),
 )
 
 _WHITESPACE = re.compile(r"\s+")
@@ -298,6 +301,12 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"\bI\s+(?:have\s+|['\u2019]ve\s+)?(?:incorporated|included)\s+(?:the|all|these|each)\s+(?:the\s+)?(?:terms|words)\b",
     r"\b(?:the|this)\s+document['\u2019]s\s+(?:clarity|grammar|readability|structure)\b",
     r"\bto\s+(?:craft|create|write|make)\s+(?:a|the|this)\s+document\b",
+    # A report about itself ("This document explores the significance of ...", "The document aims to ..."), the
+    # essay form Qwen 0.5B writes instead of an article. No real text of the public corpora says this.
+    r"\b(?:this|the)\s+document\s+(?:(?:also|will)\s+)?(?:explores?|delves?|aims?\s+to|serves?\s+as|"
+    r"highlights?|outlines?|is\s+structured|begins\s+with|covers|introduces|analy[sz]es|discuss(?:es)?|"
+    r"provides?\s+(?:a|an|information|insights?)|(?:will\s+be|is)\s+(?:focused|intended|designed))\b",
+    r"\bI\s*(?:['\u2019]?\s*m|\s+am)\s+writing\s+(?:this|the|a)\s+(?:document|article|text|summary|report)\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")

@@ -415,6 +415,17 @@ DEGENERATE = {
         "\nIn technology, a hut is any office or building where employees work.\n\n### 4. Hydrolysis\nHydrolysis "
         "is a reaction with water.", ["ajar", "companies", "huts", "group", "oc", "hydrolysis", "yeshiva"], "stop",
         "glossary"),
+    "qwen per-class-20: a report about itself": (
+        "As the world faces an unprecedented challenge, companies play a crucial role in the global economy. This "
+        "document explores the significance of corporation stars and their contributions to the global economy.",
+        ["company", "year", "member", "stars", "corporation"], "stop", "meta_talk"),
+    "qwen per-class-20: I am writing this document": (
+        "I am writing this document to provide a detailed analysis of the film industry and the rights involved in "
+        "the sale of the skit.", ["directed", "film", "rights", "skit", "sale"], "stop", "meta_talk"),
+    "qwen per-class-20: a letter with its blanks": (
+        "Dear [Company Name],\n\nI am pleased to introduce our corporation, a manufacturer of separate parts based "
+        "in the city.\n\nSincerely,\n[Your Name]", ["corporation", "manufacturer", "separate", "based", "city"],
+        "stop", "prompt_residue"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
@@ -441,6 +452,8 @@ NEAR_MISSES = [
      ["diner", "pancakes", "staff"]),
     ("Hoplite is a term used for the citizen-soldiers of Ancient Greece. They were armed with spears and shields.",
      ["hoplite", "citizen", "soldiers", "greece"]),
+    ("In 1648 the document was signed at Westphalia and ended the war; the treaty document is kept in Munster.",
+     ["document", "signed", "war", "treaty"]),
     # An article with markdown sections, two of them seed terms: sections, not an outline of the seeds.
     ("## Early life\nJohn Hale was born in Leeds in 1950 and learned the piano from his mother.\n\n## Career\nHis "
      "career began with a folk band in Manchester, which toured Europe twice.\n\n## Albums\nHe released two albums "
