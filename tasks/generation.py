@@ -144,11 +144,12 @@ _PREAMBLE = re.compile(
 _LAST_SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(?=\s|$)")
 
 # The report scaffolding instruction-tuned models wrap around a document although the prompt asks for "no
-# title, no introduction": a first line that is a title ("**Document Title:** ...", "Title: ...", "# Heading"),
+# title, no introduction": a title's label and markup ("**Document Title:** ...", "Title: ...", "# ..."; the
+# title's words stay, as the first line: they are the model's words for the subject and often carry seed terms),
 # a line that is only a generic section name ("### Introduction", "**Abstract:**", "I. Introduction"), and
-# horizontal rules. Headings that name something else stay, so the predicate still sees an outline of the seeds.
-_TITLE_LINE = re.compile(r"\A[ \t]*(?:#{1,6}[ \t]+[^\n]*|"
-                         r"[*_]*[ \t]*(?:document[ \t]+title|document|title)[ \t]*[*_]*[ \t]*:[^\n]*)(?:\n|\Z)", re.I)
+# horizontal rules. Other headings stay, so the predicate still sees an outline of the seeds.
+_TITLE_LINE = re.compile(r"\A[ \t]*(?:#{1,6}[ \t]+|[*_]*[ \t]*(?:document[ \t]+title|document|title)[ \t]*[*_]*[ \t]*:)"
+                         r"(?P<title>[^\n]*)(?:\n|\Z)", re.I)
 _SECTION_LINE = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*)?[*_]*[ \t]*(?:(?:\d+|[IVX]+)[.)][ \t]*)?[*_]*[ \t]*"
                            r"(?:introduction|abstract|overview|summary|background|conclusions?)[ \t]*[*_]*[ \t]*:?"
                            r"[ \t]*[*_]*[ \t]*$\n?", re.I | re.M)
@@ -157,9 +158,13 @@ _BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
 
 
 def strip_scaffolding(text: str) -> str:
-    """``text`` without a title line, generic section-name lines and horizontal rules (see _TITLE_LINE)."""
+    """``text`` with its title line reduced to the title's words, without generic section-name lines and
+    horizontal rules (see _TITLE_LINE)."""
     out = _RULE_LINE.sub("", text).lstrip()
-    out = _TITLE_LINE.sub("", out, count=1)
+    title = _TITLE_LINE.match(out)
+    if title:
+        words = title.group("title").strip(" \t*_#\"'\u201c\u201d")
+        out = (words + "\n\n" if words else "") + out[title.end():]
     out = _SECTION_LINE.sub("", out)
     return _BLANK_LINES.sub("\n\n", out).strip()
 

@@ -231,12 +231,14 @@ def test_clean_text_drops_preambles_only():
 def test_clean_text_drops_report_scaffolding_and_keeps_other_headings():
     from tasks.generation import clean_text
 
-    # As Qwen2.5-Coder-0.5B wraps a per-class-20 answer: title line, section name, rule.
+    # As Qwen2.5-Coder-0.5B wraps a per-class-20 answer: a labelled title (its words stay), a section name, a rule.
     answer = ("**Document Title:** The Ouse and its Mills\n\n**Introduction:**\nThe Ouse is a river in Yorkshire.\n\n"
               "---\n\n### II. Conclusion\nIts mills ground corn until 1900.")
-    assert clean_text(answer) == "The Ouse is a river in Yorkshire.\n\nIts mills ground corn until 1900."
-    assert clean_text("# The Ouse\n\nThe Ouse is a river.") == "The Ouse is a river."
-    assert clean_text("Title: The Ouse\nThe Ouse is a river.") == "The Ouse is a river."
+    assert clean_text(answer) == \
+        "The Ouse and its Mills\n\nThe Ouse is a river in Yorkshire.\n\nIts mills ground corn until 1900."
+    assert clean_text("# The Ouse\n\nThe Ouse is a river.") == "The Ouse\n\nThe Ouse is a river."
+    assert clean_text('Title: "The Ouse"\nThe Ouse is a river.') == "The Ouse\n\nThe Ouse is a river."
+    assert clean_text("**Document Title:**\n\nThe Ouse is a river.") == "The Ouse is a river."
     # A heading that names something stays (the document predicate counts seed terms used as headings).
     assert clean_text("The Ouse is a river.\n\n### Mills\nIts mills ground corn.") == \
         "The Ouse is a river.\n\n### Mills\nIts mills ground corn."
