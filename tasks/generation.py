@@ -150,6 +150,7 @@ _LAST_SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(?=\s|$)")
 # horizontal rules. Other headings stay, so the predicate still sees an outline of the seeds.
 _TITLE_LINE = re.compile(r"\A[ \t]*(?:#{1,6}[ \t]+|[*_]*[ \t]*(?:document[ \t]+title|document|title)[ \t]*[*_]*[ \t]*:)"
                          r"(?P<title>[^\n]*)(?:\n|\Z)", re.I)
+_TITLE_LABEL = re.compile(r"\A[ \t*_]*(?:document[ \t]+title|document|title)[ \t]*[*_]*[ \t]*:", re.I)
 _SECTION_LINE = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*)?[*_]*[ \t]*(?:(?:\d+|[IVX]+)[.)][ \t]*)?[*_]*[ \t]*"
                            r"(?:introduction|abstract|overview|summary|background|conclusions?)[ \t]*[*_]*[ \t]*:?"
                            r"[ \t]*[*_]*[ \t]*$\n?", re.I | re.M)
@@ -163,7 +164,7 @@ def strip_scaffolding(text: str) -> str:
     out = _RULE_LINE.sub("", text).lstrip()
     title = _TITLE_LINE.match(out)
     if title:
-        words = title.group("title").strip(" \t*_#\"'\u201c\u201d")
+        words = _TITLE_LABEL.sub("", title.group("title")).strip(" \t*_#\"'\u201c\u201d")
         out = (words + "\n\n" if words else "") + out[title.end():]
     out = _SECTION_LINE.sub("", out)
     return _BLANK_LINES.sub("\n\n", out).strip()

@@ -147,7 +147,21 @@ def is_keyphrase_passthrough(text: Any, keyphrases: Any) -> bool:
     if not words:
         return False
     others = sum(w not in phrase_words for w in words)
-    return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words)
+    return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words) or _bare_list_of_seeds(body, phrase_words)
+
+
+_LIST_ITEM_SPLIT = re.compile(r"[,;\n|/\u2022\u00b7]+|\s+(?:and|or|&)\s+", re.I)
+
+
+def _bare_list_of_seeds(body: str, phrase_words: set[str]) -> bool:
+    """A list and nothing else (four or more items of at most three words, no sentence), most of whose items
+    name a seed term: "Born, Home, Birth, Set, Playing, Hear, Birth, Played, World" echoes its seeds with a few
+    variants, more than PASSTHROUGH_MAX_OTHER_WORDS allows."""
+    items = [_words(i) for i in _LIST_ITEM_SPLIT.split(body.strip().rstrip(".!"))]
+    items = [i for i in items if i]
+    if len(items) < 4 or any(len(i) > 3 for i in items) or re.search(r"[.!?]\s", body):
+        return False
+    return 2 * sum(any(w in phrase_words for w in i) for i in items) >= len(items)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -296,6 +310,7 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     # "In this document, I have incorporated ...", "To craft a document that ..., I would suggest").
     r"\bI\s+(?:have\s+)?made\s+(?:several|the\s+following|some|a\s+few)\s+changes\b",
     r"\bin\s+this\s+(?:document|text|article)\s*,\s*I\b",
+    r"\bin\s+this\s+document\s*,\s*we\b",
     r"\bI\s*(?:['\u2019]?\s*m|\s+am)\s+(?:so\s+)?(?:excited|happy|thrilled|pleased)\s+to\s+share\s+(?:my|this|the|an?)\s+"
     r"[^.\n]{0,40}\b(?:article|document|text|summary)\b",
     r"\bI\s+(?:have\s+|['\u2019]ve\s+)?(?:incorporated|included)\s+(?:the|all|these|each)\s+(?:the\s+)?(?:terms|words)\b",

@@ -239,6 +239,7 @@ def test_clean_text_drops_report_scaffolding_and_keeps_other_headings():
     assert clean_text("# The Ouse\n\nThe Ouse is a river.") == "The Ouse\n\nThe Ouse is a river."
     assert clean_text('Title: "The Ouse"\nThe Ouse is a river.') == "The Ouse\n\nThe Ouse is a river."
     assert clean_text("**Document Title:**\n\nThe Ouse is a river.") == "The Ouse is a river."
+    assert clean_text("### Document Title: The Ouse\nThe Ouse is a river.") == "The Ouse\n\nThe Ouse is a river."
     # A heading that names something stays (the document predicate counts seed terms used as headings).
     assert clean_text("The Ouse is a river.\n\n### Mills\nIts mills ground corn.") == \
         "The Ouse is a river.\n\n### Mills\nIts mills ground corn."

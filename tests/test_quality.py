@@ -426,6 +426,12 @@ DEGENERATE = {
         "Dear [Company Name],\n\nI am pleased to introduce our corporation, a manufacturer of separate parts based "
         "in the city.\n\nSincerely,\n[Your Name]", ["corporation", "manufacturer", "separate", "based", "city"],
         "stop", "prompt_residue"),
+    "qwen per-class-20: the seeds with variants, as a list": (
+        "Born, Home, Birth, Set, Playing, Hear, Birth, Played, World",
+        ["born", "home", "born", "set", "playing", "hear", "born", "played", "world"], "stop", "seed_echo"),
+    "qwen per-class-20: in this document, we": (
+        "The rise of rivers has been a profound phenomenon. In this document, we will explore the role of rivers in "
+        "elevated areas.", ["river", "contemplated", "northern", "elevated", "seeks"], "stop", "meta_talk"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
