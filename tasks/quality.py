@@ -456,8 +456,10 @@ def glossary_headers(text: str, keyphrases: Any = ()) -> int:
 
 # A line that is a markdown heading ("### Album", "## 2. Companies") or starts with a bold label ("**Film:**",
 # "- **Huts:** A type of housing", "1. **Bolo:**").
+# Plain text outlines the same way with a dash: "Goo - A type of fruit ...\nPoland - A country ...".
 _MARKDOWN_LABEL = re.compile(r"(?m)^[ \t]*(?:(?:[-*+]|\d+[.)])[ \t]+)?"
-                             r"(?:#{1,6}[ \t]+([^\n]+)|(?:\*\*|__)([^*_\n]{1,80}?)(?:\*\*|__))")
+                             r"(?:#{1,6}[ \t]+([^\n]+)|(?:\*\*|__)([^*_\n]{1,80}?)(?:\*\*|__)|"
+                             r"([^\W\d_][\w'\-]*(?:[ \t]+[\w'\-]+){0,2})[ \t]+[-\u2013\u2014][ \t]+)")
 _LABEL_NUMBER = re.compile(r"^\s*\d+[.)]\s*")
 _LABEL_END = re.compile(r"[:(\u2013\u2014]| - ")
 
@@ -471,7 +473,8 @@ def _singular(term: str) -> str:
 
 def markdown_labels(text: str, keyphrases: Any = ()) -> int:
     """How many distinct seed terms are markdown headings or bold labels of their own ("### Cataract (Human
-    Anatomy)", "**Huts:** A type of housing ...", "### 2. Companies"): an outline of the seeds, one definition
+    Anatomy)", "**Huts:** A type of housing ...", "### 2. Companies"), or open a line before a dash ("Goo - A
+    type of fruit"): an outline of the seeds, one definition
     each, which small instruction-tuned models write instead of an article. A label's head is its text before a
     colon, a parenthesis or a dash, without list numbers; a plural heading matches its singular seed.
     Sections of an article ("## Career", "**Early life**") are not seed terms, and one or two seed headings are
@@ -480,8 +483,8 @@ def markdown_labels(text: str, keyphrases: Any = ()) -> int:
     if not seeds or not isinstance(text, str):
         return 0
     heads = set()
-    for heading, bold in _MARKDOWN_LABEL.findall(text):
-        label = _LABEL_NUMBER.sub("", (heading or bold).strip(" *_"))
+    for heading, bold, dashed in _MARKDOWN_LABEL.findall(text):
+        label = _LABEL_NUMBER.sub("", (heading or bold or dashed).strip(" *_"))
         heads.add(_singular(" ".join(_tokens(_LABEL_END.split(label, maxsplit=1)[0]))))
     return len(heads & seeds)
 

@@ -432,6 +432,11 @@ DEGENERATE = {
     "qwen per-class-20: in this document, we": (
         "The rise of rivers has been a profound phenomenon. In this document, we will explore the role of rivers in "
         "elevated areas.", ["river", "contemplated", "northern", "elevated", "seeks"], "stop", "meta_talk"),
+    "qwen per-class-20: a dash per seed": (
+        "Goo - A type of fruit that shines on its surface when exposed to sunlight.\n\nPoland - A country located in "
+        "Europe, known for its rich culture.\n\nJuly - The month that is known as the most beautiful of the year.\n\n"
+        "Offence - A crime that is punished by law.", ["goo", "glazing", "october", "haiku", "poland", "july",
+                                                         "offence", "highest"], "stop", "glossary"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
