@@ -147,19 +147,25 @@ def is_keyphrase_passthrough(text: Any, keyphrases: Any) -> bool:
     if not words:
         return False
     others = sum(w not in phrase_words for w in words)
-    return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words) or _bare_list_of_seeds(body, phrase_words)
+    return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words) or _bare_list_of_seeds(body, phrase_words) or any(
+        _bare_list_of_seeds(part, phrase_words, min_items=7) for part in _LIST_PART_SPLIT.split(text))
 
 
 _LIST_ITEM_SPLIT = re.compile(r"[,;\n|/\u2022\u00b7]+|\s+(?:and|or|&)\s+", re.I)
 
 
-def _bare_list_of_seeds(body: str, phrase_words: set[str]) -> bool:
-    """A list and nothing else (four or more items of at most three words, no sentence), most of whose items
-    name a seed term: "Born, Home, Birth, Set, Playing, Hear, Birth, Played, World" echoes its seeds with a few
-    variants, more than PASSTHROUGH_MAX_OTHER_WORDS allows."""
+# A line or sentence of a text, for lists of seeds inside it ("ducati, greenhouse, film, small, little, lar,
+# republican, fc, livery.\n\nducati was the name of a car ...").
+_LIST_PART_SPLIT = re.compile(r"\n|(?<=[.!?])\s+")
+
+
+def _bare_list_of_seeds(body: str, phrase_words: set[str], min_items: int = 4) -> bool:
+    """A list and nothing else (``min_items`` or more items of at most three words, no sentence), most of whose
+    items name a seed term: "Born, Home, Birth, Set, Playing, Hear, Birth, Played, World" echoes its seeds with
+    a few variants, more than PASSTHROUGH_MAX_OTHER_WORDS allows."""
     items = [_words(i) for i in _LIST_ITEM_SPLIT.split(body.strip().rstrip(".!"))]
     items = [i for i in items if i]
-    if len(items) < 4 or any(len(i) > 3 for i in items) or re.search(r"[.!?]\s", body):
+    if len(items) < min_items or any(len(i) > 3 for i in items) or re.search(r"[.!?]\s", body):
         return False
     return 2 * sum(any(w in phrase_words for w in i) for i in items) >= len(items)
 
@@ -182,6 +188,7 @@ REJECTION_REASONS: tuple[str, ...] = (
     "repetition_loop",   # a token or phrase repeated back to back ("Australia, Australia, Australia, ...")
     "low_distinct",      # few distinct word pairs: the text goes round in circles
     "compressible",      # zlib squeezes it far more than prose: a loop that is not back to back
+    "fragments",         # most lines one to three words: a list or broken verse, not prose
     "glossary",          # "Term: definition. Term: definition.", "The X is ... The Y is ...", or "### X / ### Y"
                          # (markdown headings or bold labels) over the seeds
     "wrong_language",    # another script, or not the declared language's function words
@@ -213,6 +220,10 @@ class DocumentRules:
     compress_min_chars: int = 400
     # A run of this many seed terms joined only by separators (commas, "and", newlines, bullets) inside the text.
     max_seed_run: int = 5
+    # A text of at least `fragment_min_lines` non-empty lines, more than `max_fragment_share` of them one to three
+    # words long ("Politician, / Ladies and Gentlemen, / Written, / Incentive, / ..."), is fragments, not prose.
+    fragment_min_lines: int = 6
+    max_fragment_share: float = 0.6
     # This many "Term: definition" entries (see glossary_headers), seed terms as markdown headings or bold labels
     # (markdown_labels), or "a term that ..." glosses make the text a glossary of its seeds.
     max_glossary_headers: int = 3
@@ -275,6 +286,7 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"artificial intelligence|(?:large\s+)?language model|"
     r"(?:helpful\s+|virtual\s+|AI\s+)?assistant|chatbot)\b",
     r"\bas\s+an?\s+(?:AI|artificial intelligence|(?:large\s+)?language model)\b",
+    r"\b(?:I\s*['\u2019]?\s*a?m|I\s+am)\s+[A-Z]\w*\s*,\s+(?:an?|your)\s+[^.\n]{0,40}\b(?:assistant|chatbot|AI)\b",
     r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+(?:ready(?:\s*[.!]|\s+to\s+(?:help|assist|write|start|begin))|here\s+to\s+help)",
     r"\bI\s*['\u2019]?\s*ll\s+be\s+(?:ready|happy|glad)\b",
     r"\bI\s*(?:['\u2019]\s*d|\s+would|['\u2019]?\s*m|\s+am)\s+(?:be\s+)?(?:happy|glad)\s+to\s+(?:help|assist|write|provide)\b",
@@ -489,6 +501,15 @@ def markdown_labels(text: str, keyphrases: Any = ()) -> int:
     return len(heads & seeds)
 
 
+def fragment_lines(text: str, min_lines: int = 6) -> float:
+    """Share of a text's non-empty lines that have one to three words (0.0 for texts of fewer than
+    ``min_lines`` lines: a short text's title line is not a list)."""
+    lines = [line for line in text.splitlines() if _tokens(line)]
+    if len(lines) < min_lines:
+        return 0.0
+    return sum(len(_tokens(line)) <= 3 for line in lines) / len(lines)
+
+
 def _script_share(text: str, script: str) -> float:
     """Share of letters whose Unicode name starts with `script` (1.0 when there are no letters)."""
     letters = [c for c in text if c.isalpha()]
@@ -548,6 +569,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "low_distinct"
     if len(text) >= rules.compress_min_chars and zlib_ratio(text) < rules.min_zlib_ratio:
         return "compressible"
+    if fragment_lines(text, rules.fragment_min_lines) > rules.max_fragment_share:
+        return "fragments"
     if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
             or markdown_labels(text, keyphrases) >= rules.max_glossary_headers
             or seed_definitions(text, keyphrases) >= rules.max_seed_definitions

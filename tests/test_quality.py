@@ -437,6 +437,20 @@ DEGENERATE = {
         "Europe, known for its rich culture.\n\nJuly - The month that is known as the most beautiful of the year.\n\n"
         "Offence - A crime that is punished by law.", ["goo", "glazing", "october", "haiku", "poland", "july",
                                                          "offence", "highest"], "stop", "glossary"),
+    # The SmolLM2-135M per-class-20 release re-checked after the Qwen fixtures.
+    "per-class-20: broken into fragments": (
+        "Advocacy of the giant,\n\nPolitician,\n\nLadies and Gentlemen,\n\nWritten,\n\nIncentive,\n\nLarge,\n\n"
+        "Overflowed,\n\nCommunicators,\n\nA\n\nreplenishment", ["politician", "hepatic", "novel", "written",
+                                                                  "incentive", "giant", "replenishment"], "stop",
+        "fragments"),
+    "per-class-20: a line that lists the seeds, then prose": (
+        "ducati, greenhouse, film, small, small, little, lar, republican, fc, livery, fair, sleeper, livery.\n\nducati "
+        "was the name of a car produced in 1910. The car was the first of its kind with a camshaft.",
+        ["ducati", "greenhouse", "film", "little", "lar", "republican", "sleeper", "fc"], "stop", "seed_echo"),
+    "per-class-20: an assistant with a name": (
+        "Hi there,\nI'm Emily, a creative writing assistant from the town of Eldoria. Lonnie, the town's resident, "
+        "is a charming person with a passion for storytelling.", ["lonnie", "iwo", "state", "grandmother", "cougar"],
+        "stop", "meta_talk"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
@@ -465,6 +479,9 @@ NEAR_MISSES = [
      ["hoplite", "citizen", "soldiers", "greece"]),
     ("In 1648 the document was signed at Westphalia and ended the war; the treaty document is kept in Munster.",
      ["document", "signed", "war", "treaty"]),
+    # A short text with a title line, and a sentence that lists a few of its terms.
+    ("The Ouse\n\nThe Ouse is a river in Yorkshire, England. Its tributaries include the Swale, the Ure, the Nidd, "
+     "the Wharfe and the Aire.", ["ouse", "river", "yorkshire", "swale", "ure", "nidd", "wharfe", "aire"]),
     # An article with markdown sections, two of them seed terms: sections, not an outline of the seeds.
     ("## Early life\nJohn Hale was born in Leeds in 1950 and learned the piano from his mother.\n\n## Career\nHis "
      "career began with a folk band in Manchester, which toured Europe twice.\n\n## Albums\nHe released two albums "
