@@ -70,7 +70,8 @@ TEMPLATE_RESIDUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("prompt:contains the following terms",
      re.compile(r"contains\s+the\s+following\s+(terms|keyphrases|keywords)", re.I)),
     ("prompt:write a", re.compile(r"^\W*write\s+an?\s", re.I)),
-    ("prompt:write a ... that contains", re.compile(r"\bwrite\s+an?\s+[^.\n]{0,80}\bthat\s+contains\b", re.I)),
+    ("prompt:write a ... that contains", re.compile(r"\b(?:write|produce|create|generate)\s+an?\s+[^.\n]{0,80}\bthat\s+"
+                                                    r"contains\s+the\b", re.I)),
     ("chat:<|...|> token", re.compile(r"<\|\s*(im_start|im_end|assistant|user|system|endoftext|eot_id|"
                                       r"start_header_id|end_header_id|begin_of_text|end|eos|bos)\s*\|>", re.I)),
     ("chat:[INST]", re.compile(r"\[/?INST\]")),
@@ -286,6 +287,8 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"artificial intelligence|(?:large\s+)?language model|"
     r"(?:helpful\s+|virtual\s+|AI\s+)?assistant|chatbot)\b",
     r"\bas\s+an?\s+(?:AI|artificial intelligence|(?:large\s+)?language model)\b",
+    # The model names itself ("Produced by SmolLM, written by ...").
+    r"\b(?:SmolLM|Qwen)\w*\b",
     r"\b(?:I\s*['\u2019]?\s*a?m|I\s+am)\s+[A-Z]\w*\s*,\s+(?:an?|your)\s+[^.\n]{0,40}\b(?:assistant|chatbot|AI)\b",
     r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+(?:ready(?:\s*[.!]|\s+to\s+(?:help|assist|write|start|begin))|here\s+to\s+help)",
     r"\bI\s*['\u2019]?\s*ll\s+be\s+(?:ready|happy|glad)\b",
@@ -423,7 +426,7 @@ def longest_seed_run(text: str, keyphrases: Any) -> int:
 
 # "The el is a luxury resort.", "Severing refers to ...", and the appositive "Legume, a game where ...".
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\s*(?:the\s+term\s+|the\s+word\s+)?(?:the\s+|a\s+|an\s+)?"
-                             r"([^\W_][\w'\-]*(?:\s+[\w'\-]+){0,2}?)(?:\s+(?:is|are|was|were|refers|means)\b|"
+                             r"([^\W_][\w'\-]*(?:\s+[\w'\-]+){0,2}?)(?:,?\s+(?:is|are|was|were|refers|means)\b|"
                              r",\s+(?:a|an)\s)", re.I)
 # "The term eto has numerous meanings", 'the word "village" in different contexts': a seed named as a word.
 _TERM_NAMED = re.compile(r"\bthe\s+(?:term|word)\s+[\"\u201c']?([^\W_][\w'\-]*)", re.I)

@@ -451,6 +451,16 @@ DEGENERATE = {
         "Hi there,\nI'm Emily, a creative writing assistant from the town of Eldoria. Lonnie, the town's resident, "
         "is a charming person with a passion for storytelling.", ["lonnie", "iwo", "state", "grandmother", "cougar"],
         "stop", "meta_talk"),
+    "per-class-20: the prompt, reworded, and the model's name": (
+        "Produced by SmolLM, written by Dexter. Produce a document that contains the terms born, playing, LAR and "
+        "plays.", ["plays", "lar", "owen", "born", "chinese"], "stop", "prompt_residue"),
+    "per-class-20: the model names itself": (
+        "Produced by SmolLM, written by Dexter, Natural. Sandy is a fictional character from the story of a "
+        "Canadian writer.", ["private", "canadian", "story", "sandy", "writer", "natural"], "stop", "meta_talk"),
+    "per-class-20: X, is something": (
+        "As for world, it is a wonderful place to live.\nBonding, is something that can make amazing things.\n"
+        "Causation, is something very special.\nProto, is a word for the first.\nMorocco, is a country.",
+        ["george", "bonding", "world", "causation", "proto", "built", "morocco"], "stop", "glossary"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
