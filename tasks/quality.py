@@ -376,6 +376,17 @@ def _longest_phrase_run(tokens: Sequence[str], max_n: int = 6) -> int:
     return best
 
 
+# Two to four letters repeated six times or more once spaces and doubled letters are gone: "Rerererere Rerere
+# ReRerere ReRecrere..." varies its tokens, so no token or phrase repeats back to back, but the letters loop.
+# ("hahaha" is 3 times; "buttttttt" and "Yummmmmm" are one letter held, not a loop.)
+_SYLLABLE_LOOP = re.compile(r"([^\W\d_]{2,4}?)\1{5,}")
+_HELD_LETTER = re.compile(r"(.)\1+")
+
+
+def syllable_loop(text: str) -> bool:
+    return bool(_SYLLABLE_LOOP.search(_HELD_LETTER.sub(r"\1", _WHITESPACE.sub("", text).lower())))
+
+
 def within_distinct_2(tokens: Sequence[str]) -> float:
     """Distinct word pairs / word pairs inside one text (1.0 for fewer than two words)."""
     pairs = list(zip(tokens, tokens[1:]))
@@ -566,7 +577,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
     if meta_talk(text):
         return "meta_talk"
     tokens = _tokens(text)
-    if _longest_token_run(tokens) >= rules.max_token_run or _longest_phrase_run(tokens) >= rules.max_phrase_run:
+    if (_longest_token_run(tokens) >= rules.max_token_run or _longest_phrase_run(tokens) >= rules.max_phrase_run
+            or syllable_loop(text)):
         return "repetition_loop"
     if len(tokens) >= rules.distinct_min_words and within_distinct_2(tokens) < rules.min_distinct_2:
         return "low_distinct"

@@ -461,6 +461,10 @@ DEGENERATE = {
         "As for world, it is a wonderful place to live.\nBonding, is something that can make amazing things.\n"
         "Causation, is something very special.\nProto, is a word for the first.\nMorocco, is a country.",
         ["george", "bonding", "world", "causation", "proto", "built", "morocco"], "stop", "glossary"),
+    "make demo: a syllable loop": (
+        "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
+        "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
+        ["coke", "states", "iii", "reappear", "japanese", "uss"], "stop", "repetition_loop"),
     "cut at the token limit": ("The river rises in the northern hills and flows past the village of Tarvola, where "
                                "its banks were first settled by", ["river", "village"], "length", "truncated"),
 }
