@@ -499,8 +499,10 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
 
 
 def document_rules(params: GenerationParams) -> DocumentRules:
-    """The document predicate's rules for this generation (the release gate builds the same from the config)."""
-    return DocumentRules(language=params.language)
+    """The document predicate's rules for this generation: the declared language, and the prompt's few-shot
+    documents, which a candidate must not copy. (The release gate builds the same from the config, without the
+    examples: rows that copied one were already regenerated or dropped here.)"""
+    return DocumentRules(language=params.language, examples=tuple(e.document for e in params.few_shot))
 
 
 def shard_seeds(seeds: Sequence[ReleasedSeed], shard_size: int) -> list[list[ReleasedSeed]]:

@@ -190,6 +190,7 @@ REJECTION_REASONS: tuple[str, ...] = (
     "low_distinct",      # few distinct word pairs: the text goes round in circles
     "compressible",      # zlib squeezes it far more than prose: a loop that is not back to back
     "fragments",         # most lines one to three words: a list or broken verse, not prose
+    "copies_example",    # a run of words copied from a few-shot example of the prompt (the example, not a document)
     "glossary",          # "Term: definition. Term: definition.", "The X is ... The Y is ...", or "### X / ### Y"
                          # (markdown headings or bold labels) over the seeds
     "wrong_language",    # another script, or not the declared language's function words
@@ -240,6 +241,11 @@ class DocumentRules:
     language_min_words: int = 12
     # The call stopped at max_tokens ("length") and the text does not end a sentence.
     reject_truncated: bool = True
+    # The few-shot example documents of the prompt (public, from the recipient): a text that shares a run of
+    # `max_example_run` words with one of them copies the example's frame ("... is the second studio album by the
+    # Scottish rock band The Harbour Lamps, released in 2004") instead of writing from its seed. Empty: no test.
+    examples: tuple[str, ...] = ()
+    max_example_run: int = 8
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_words <= self.max_words:
@@ -248,7 +254,7 @@ class DocumentRules:
         for name in ("min_distinct_2", "min_zlib_ratio", "max_foreign_script", "min_function_words"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be in [0, 1]")
-        for name in ("max_token_run", "max_phrase_run", "max_seed_run"):
+        for name in ("max_token_run", "max_phrase_run", "max_seed_run", "max_example_run"):
             if int(getattr(self, name)) < 2:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
         if self.language is not None and self.language not in FUNCTION_WORDS:
@@ -515,6 +521,16 @@ def markdown_labels(text: str, keyphrases: Any = ()) -> int:
     return len(heads & seeds)
 
 
+def _word_runs(tokens: Sequence[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}
+
+
+def copies_example(tokens: Sequence[str], examples: Sequence[str], n: int) -> bool:
+    """Whether the text shares a run of ``n`` words with one of ``examples``."""
+    runs = _word_runs(tokens, n)
+    return bool(runs) and any(runs & _word_runs(_tokens(e), n) for e in examples)
+
+
 def fragment_lines(text: str, min_lines: int = 6) -> float:
     """Share of a text's non-empty lines that have one to three words (0.0 for texts of fewer than
     ``min_lines`` lines: a short text's title line is not a list)."""
@@ -586,6 +602,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "compressible"
     if fragment_lines(text, rules.fragment_min_lines) > rules.max_fragment_share:
         return "fragments"
+    if rules.examples and copies_example(tokens, rules.examples, rules.max_example_run):
+        return "copies_example"
     if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
             or markdown_labels(text, keyphrases) >= rules.max_glossary_headers
             or seed_definitions(text, keyphrases) >= rules.max_seed_definitions

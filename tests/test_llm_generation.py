@@ -316,3 +316,12 @@ def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
     assert clean_text(text, "length") == "The river rises in the hills. It flows north to the sea past the village."
     assert clean_text(text, "stop") == text  # the model stopped on its own: nothing to trim
     assert clean_text("One. " + "and then " * 20, "length").endswith("then")  # would keep too little: left as is
+
+
+def test_generation_rules_carry_the_few_shot_documents():
+    from tasks.generation import GenerationParams, document_rules
+    from tasks.llm.released import RecipientExample
+
+    example = RecipientExample("Northern Lights is the second studio album by a rock band.", ("album", "band"))
+    assert document_rules(GenerationParams(few_shot=(example,))).examples == (example.document,)
+    assert document_rules(GenerationParams()).examples == ()

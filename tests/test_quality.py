@@ -547,3 +547,25 @@ def test_the_gate_names_the_reason_of_a_degenerate_row():
     assert result["failed"] == [f"document:no {reason}"]
     # Without an LLM a text is its keyphrase list: the document tests do not apply.
     assert run_gate(df.assign(text=[" ".join(k) for k in df["keyphrases"]]), llm_used=False, min_words=1)["success"]
+
+
+# The bundled few-shot album example (tasks/demo_data/few_shot_wikipedia.jsonl) and a `make demo` row that
+# copied its frame with seed words in the slots.
+ALBUM_EXAMPLE = ("Northern Lights is the second studio album by the Scottish rock band The Harbour Lamps, released in "
+                 "2004. It was recorded in Glasgow over six weeks and contains eleven songs, most written by the "
+                 "guitar player Ewan Moir.")
+
+
+def test_a_copy_of_the_prompts_few_shot_example_is_rejected_only_when_the_rules_know_the_example():
+    copied = ("Rural is the second studio album by the Scottish rock band The Harbour Lamps, released in 2004. It "
+              "was recorded in a school over six weeks and features the college choir.")
+    seed = ["rural", "school", "college", "choir", "recorded"]
+    rules = DocumentRules(examples=(ALBUM_EXAMPLE,))
+    assert document_rejection(copied, seed, "stop", rules) == "copies_example"
+    assert document_rejection(copied, seed, "stop") is None  # the release gate has no examples: not its test
+    # The same kind of article in its own words shares no 8-word run with the example.
+    own = ("Rural is the debut album of the Ohio folk duo Pine Hollow, recorded in a former school in 1998. The "
+           "duo later toured colleges across the Midwest.")
+    assert document_rejection(own, seed, "stop", rules) is None
+    with pytest.raises(ConfigError):
+        DocumentRules(max_example_run=1)
