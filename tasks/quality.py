@@ -506,8 +506,8 @@ def _singular(term: str) -> str:
 def markdown_labels(text: str, keyphrases: Any = ()) -> int:
     """How many distinct seed terms are markdown headings or bold labels of their own ("### Cataract (Human
     Anatomy)", "**Huts:** A type of housing ...", "### 2. Companies"), or open a line before a dash ("Goo - A
-    type of fruit"): an outline of the seeds, one definition
-    each, which small instruction-tuned models write instead of an article. A label's head is its text before a
+    type of fruit"): an outline of the seeds, one definition each, which small instruction-tuned models write
+    instead of an article. A label's head is its text before a
     colon, a parenthesis or a dash, without list numbers; a plural heading matches its singular seed.
     Sections of an article ("## Career", "**Early life**") are not seed terms, and one or two seed headings are
     allowed."""
