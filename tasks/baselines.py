@@ -45,7 +45,9 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
     class-names file or the benchmark's label names; a label without a name is named by itself). Calls go through
     tasks.generation's one path to a backend (concurrency, the API key's Secret block, the call cache under
     ``cache_uri``, whose folder also keeps Anthropic's batch state), so a re-run sends only the calls that never
-    finished. Call seeds come from the public ``public_rng(seed, "only-llm")``."""
+    finished. Call seeds come from the public ``public_rng(seed, "only-llm")``. Answers are cleaned, judged and
+    regenerated like a DP-KPS release's (``generate_unseeded``): rows that are still not documents after the
+    regeneration rounds are dropped, so both arms of the comparison are scored on documents only."""
     from tasks.generation import GenerationParams, generate_unseeded, llm_spec
     from tasks.ledger import public_rng
     from tasks.llm.released import PublicClassNames

@@ -438,6 +438,9 @@ def method_config(spec: ExperimentSpec, cell: GridCell, data: PreparedData, out:
               "insecure_reproducible_noise": spec.insecure_reproducible_noise,
               "allow_insecure_release": spec.allow_insecure_release,
               "labels": [str(label) for label in declared_labels(ds)]}
+    run_id = started_run(out)
+    if run_id is not None:
+        common["run_id"] = run_id
     flow = method_flow(method)
     if flow == "secpe":
         return {**spec.pe, **spec.secpe, **common, "public": data.public_path}
@@ -454,6 +457,19 @@ def method_config(spec: ExperimentSpec, cell: GridCell, data: PreparedData, out:
               {"epsilon": eps[1], "vocab_words": True, "eps_voc": eps[0],
                **{k: spec.dpkps[k] for k in ("vocab", "vocab_top", "first_terms", "vocab_size") if k in spec.dpkps}})
     return {**spec.pe, **common, **budget}
+
+
+def started_run(out: str) -> str | None:
+    """The run a cell's release already started in its private state (``OUT.private/runs/<id>``), or None.
+
+    A cell writes one release, so its state holds one run at most; a cell that was interrupted, or whose release
+    was removed to be written again, resumes that run: every drawn value is re-read and nothing is charged twice
+    (tasks/ledger.py), and the LLM answers already made come from the call cache. A state with several runs
+    was not written by the grid and is not guessed at: the cell starts a new run."""
+    from tasks.identity import default_state_uri
+
+    runs = [uri.rstrip("/").rsplit("/", 1)[-1] for uri in storage.listdir(storage.join(default_state_uri(out), "runs"))]
+    return runs[0] if len(runs) == 1 else None
 
 
 #: Beside a cell's release: the wall time its method took to write it, so a resumed grid still knows it.

@@ -31,7 +31,7 @@ Seed steering (``steer``, local llama.cpp only): see tasks/llm/steering.py.
 
 Unseeded prompts (``generate_unseeded``, the only-LLM baseline of ``privseed experiment``) take the same path to
 the backend (``llm_spec``: concurrency, the API key's Secret block, batch state; the call cache; the progress
-bar), from a template without seed terms.
+bar), from a template without seed terms, and their answers meet the same predicate and regeneration policy.
 """
 from __future__ import annotations
 
@@ -403,6 +403,12 @@ class CallProgress:
             self.bar.set_postfix(post, refresh=False)
             self.bar.update(calls)
 
+    def extend(self, calls: int) -> None:
+        """Calls not planned when the bar was made (a regeneration round) join its total."""
+        with self.lock:
+            self.bar.total += calls
+            self.bar.refresh()
+
     def close(self) -> None:
         self.bar.close()
 
@@ -732,7 +738,14 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
     prompt holds the document type and, with ``params.class_names``, the class's public name; nothing of any
     private corpus. One call per document, ``call_seeds[i]`` for row i (labels in order, ``per_class`` each),
     through the same backends, call cache and progress bar as seeded generation: a re-run sends only the calls
-    that never finished. No best-of and no regeneration: the text is the model's answer as it came."""
+    that never finished.
+
+    The answers go through the same cleaning and the same document predicate as a DP-KPS release, with the same
+    regeneration policy (``params.max_regenerations`` rounds, one new call seed per round, ``candidate_seed``),
+    and a row with no document after them is dropped. A baseline that kept its loops and meta-talk would be
+    scored on other texts than the method it is compared with. There are no seed terms, so the seed-echo tests
+    do not apply. The frame's ``attrs["quality"]`` is the same quality report a release writes
+    (``split_documents``)."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
     if spec.kind == "none":
         raise ConfigError("unseeded prompts need an LLM (--llm local or anthropic:MODEL)")
@@ -740,25 +753,51 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
     row_labels = [label for label in labels for _ in range(per_class)]
     if len(call_seeds) != len(row_labels):
         raise ConfigError(f"{len(row_labels)} documents but {len(call_seeds)} call seeds")
-    requests = [build_unseeded_request(template, label, params.doc_type, max_tokens=params.max_tokens,
-                                       temperature=params.temperature, top_p=params.top_p, call_seed=int(seed),
-                                       class_names=params.class_names)
-                for label, seed in zip(row_labels, call_seeds)]
+    rules = document_rules(params)
+
+    def request(row: int, j: int) -> ChatRequest:
+        return build_unseeded_request(template, row_labels[row], params.doc_type, max_tokens=params.max_tokens,
+                                      temperature=params.temperature, top_p=params.top_p,
+                                      call_seed=candidate_seed(call_seeds[row], j), class_names=params.class_names)
+
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
-    bar = CallProgress(len(requests), call_prices(spec, len(requests)), f"generate {spec.kind}", progress)
+    bar = CallProgress(len(row_labels), call_prices(spec, len(row_labels)), f"generate {spec.kind}", progress)
+    candidates: list[list[ChatResult]] = [[] for _ in row_labels]
+    reasons: list[list[str | None]] = [[] for _ in row_labels]
     try:
-        results = cached_complete(backend, requests, cache, on_result=bar)
+        todo = list(range(len(row_labels)))
+        for round_ in range(params.max_regenerations + 1):
+            if not todo:
+                break
+            if round_:
+                bar.extend(len(todo))
+            answers = cached_complete(backend, [request(i, len(candidates[i])) for i in todo], cache, on_result=bar)
+            for i, answer in zip(todo, answers):
+                answer = _cleaned(answer)
+                candidates[i].append(answer)
+                reasons[i].append(document_rejection(answer.text, (), answer.finish_reason, rules))
+            todo = [i for i in todo if reasons[i][-1] is not None]
     finally:
         bar.close()
         close_backend(spec)
-    return pd.DataFrame({
-        "text": [r.text for r in results], "label": row_labels, "keyphrases": [[] for _ in results],
-        "backend": backend.name, "model": backend.model,
-        "prompt_version": template.version_for(params.class_names is not None), "seed": [q.seed for q in requests],
-        "tokens_in": [r.tokens_in for r in results], "tokens_out": [r.tokens_out for r in results],
-        "finish_reason": [r.finish_reason for r in results],
+    best = [next((j for j, r in enumerate(rs) if r is None), 0) for rs in reasons]
+    rows = pd.DataFrame({
+        "text": [c[b].text for c, b in zip(candidates, best)], "label": row_labels,
+        "keyphrases": [[] for _ in row_labels], "backend": backend.name, "model": backend.model,
+        "prompt_version": template.version_for(params.class_names is not None),
+        "seed": [int(s) for s in call_seeds],
+        "tokens_in": [sum(a.tokens_in for a in c) for c in candidates],
+        "tokens_out": [sum(a.tokens_out for a in c) for c in candidates],
+        "finish_reason": [c[b].finish_reason for c, b in zip(candidates, best)],
+        "candidates": [len(c) for c in candidates], "regenerations": [len(c) - 1 for c in candidates],
+        "rejections": [[r for r in rs if r is not None] for rs in reasons],
+        "document_reason": [rs[b] for rs, b in zip(reasons, best)],
     })
+    kept, report = split_documents(rows, params.max_regenerations)
+    kept.attrs["quality"] = report
+    log.info("unseeded generation: %d rows kept of %d", report["rows_kept"], report["rows_generated"])
+    return kept
 
 
 def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | None, run_seed: int,

@@ -236,6 +236,27 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
     md = open(result["markdown"]).read()
     assert "| tiny | secpe |" in md and "(p, r)" in md and "LLM calls" in md
 
+    # A cell whose release is gone (interrupted, or removed to be written again) resumes its run: the noise
+    # drawn the first time is re-read, not drawn again, and the state's ledger still counts one run.
+    import shutil
+
+    cell_out = tmp_path / "results" / "pe" / "runs" / "tiny" / "independent" / "local_fake-topics" / "eps1+5" / "seed0"
+    first_rows = read_release(str(cell_out)).rows["text"].tolist()
+    first_ledger = json.loads((cell_out / "ledger.json").read_text())
+    assert grid.started_run(str(cell_out)) == first_ledger["run_id"]
+    shutil.rmtree(cell_out)
+    (tmp_path / "results" / "pe" / "cells.jsonl").unlink()
+    register_backend("local:fake-topics", backend)
+    try:
+        ex.experiment({"progress": False, "cell_reports": False}, grid=overrides)
+    finally:
+        register_backend("local:fake-topics", None)
+    again = json.loads((cell_out / "ledger.json").read_text())
+    assert again["run_id"] == first_ledger["run_id"] and again["total"] == first_ledger["total"]
+    assert read_release(str(cell_out)).rows["text"].tolist() == first_rows
+    assert len(list((tmp_path / "results" / "pe" / "runs" / "tiny" / "independent" / "local_fake-topics" / "eps1+5"
+                     / "seed0.private" / "runs").iterdir())) == 1
+
 
 def test_experiment_refuses_a_dataset_without_declared_labels():
     base = {"eps": [[1, 5]], "seeds": [0], "methods": ["independent"]}
@@ -274,7 +295,8 @@ def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
             out = []
             for i, r in enumerate(requests):
                 self.prompts.append(r.messages[-1].content)
-                out.append(ChatResult(text=f"doc {r.seed}", tokens_in=5, tokens_out=7))
+                out.append(ChatResult(text=f"Document {r.seed} is a short article about its class, in plain prose.",
+                                      tokens_in=5, tokens_out=7))
                 if on_each:
                     on_each(i, out[-1])
             return out
@@ -297,6 +319,57 @@ def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
         only_llm_corpus("none", "x", {}, [0], 1, seed=0, cache_uri=str(tmp_path / "c2"))
 
 
+def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_path):
+    """The baseline is held to the same bar as the method it is compared with: a loop or an assistant's
+    meta-talk is regenerated with a new call seed, a row that never becomes a document is dropped, and the counts
+    are the release's quality report."""
+    from tasks.generation import candidate_seed
+    from tasks.llm import register_backend
+    from tasks.llm.base import ChatResult, LLMBackend
+
+    answers = {}  # call seed -> answer; anything not listed is a document
+
+    class Scripted(LLMBackend):
+        name, model = "openai-compatible", "scripted"
+
+        def __init__(self):
+            self.seeds = []
+
+        def complete(self, requests, on_each=None):
+            out = []
+            for i, r in enumerate(requests):
+                self.seeds.append(r.seed)
+                text = answers.get(r.seed, "The club was founded in 1902 and plays its home games in the old town.")
+                out.append(ChatResult(text=text, tokens_in=3, tokens_out=4))
+                if on_each:
+                    on_each(i, out[-1])
+            return out
+
+    from tasks.ledger import public_rng
+
+    seeds = public_rng(0, "only-llm").integers(0, 2**31 - 1, size=3).tolist()
+    loop = "Australia, " * 40
+    answers[seeds[0]] = "I'm an AI assistant designed to help with Wikipedia articles. I'm ready to help."
+    answers[seeds[2]] = loop  # ... and every regeneration of row 2 loops too
+    for j in range(1, 4):
+        answers[candidate_seed(seeds[2], j)] = loop
+    spec = "openai-compatible:http://127.0.0.1:9/v1#scripted"
+    backend = Scripted()
+    register_backend(spec, backend)
+    try:
+        df = only_llm_corpus(spec, "Wikipedia article", {"0": "Club"}, [0], 3, seed=0,
+                             cache_uri=str(tmp_path / "cache"))
+    finally:
+        register_backend(spec, None)
+    assert list(df["seed"]) == seeds[:2] and "founded in 1902" in df["text"].iloc[0]
+    assert list(df["regenerations"]) == [1, 0] and list(df["rejections"]) == [["meta_talk"], []]
+    assert backend.seeds.count(seeds[2]) == 1 and len(backend.seeds) == 3 + 1 + 3  # round 0, row 0 once, row 2 thrice
+    quality = df.attrs["quality"]
+    assert (quality["rows_generated"], quality["rows_kept"]) == (3, 2)
+    assert quality["dropped_by_reason"] == {"repetition_loop": 1}
+    assert quality["regeneration_calls"] == 4 and df["tokens_out"].tolist() == [8, 4]
+
+
 def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path, monkeypatch):
     """Concurrency and the API key's Secret block reach the backend like every method's, from [generation]."""
     from tasks import generation
@@ -308,7 +381,8 @@ def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path,
         name, model = "openai-compatible", "answering"
 
         def complete(self, requests, on_each=None):
-            return [ChatResult(text="A document.", tokens_in=1, tokens_out=2) for _ in requests]
+            return [ChatResult(text="A memo about the new office hours for all staff.", tokens_in=1, tokens_out=2)
+                    for _ in requests]
 
     monkeypatch.setattr(generation, "get_backend", lambda spec: specs.append(spec) or Answering())
     df = only_llm_corpus("openai-compatible:http://127.0.0.1:9/v1#answering", "memo", {}, ["a"], 2, seed=0,
