@@ -243,7 +243,8 @@ class DocumentRules:
     reject_truncated: bool = True
     # The few-shot example documents of the prompt (public, from the recipient): a text that shares a run of
     # `max_example_run` words with one of them copies the example's frame ("... is the second studio album by the
-    # Scottish rock band The Harbour Lamps, released in 2004") instead of writing from its seed. Empty: no test.
+    # Scottish rock band The Harbour Lamps, released in 2004") instead of writing from its seed; so does a text
+    # that names one of their entities none of its seed terms is part of (borrows_example_name). Empty: no test.
     examples: tuple[str, ...] = ()
     max_example_run: int = 8
 
@@ -525,10 +526,52 @@ def _word_runs(tokens: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}
 
 
+@functools.lru_cache(maxsize=64)
+def _example_runs(example: str, n: int) -> frozenset[tuple[str, ...]]:
+    # Generation judges every candidate against the same few examples: tokenize each once.
+    return frozenset(_word_runs(_tokens(example), n))
+
+
 def copies_example(tokens: Sequence[str], examples: Sequence[str], n: int) -> bool:
     """Whether the text shares a run of ``n`` words with one of ``examples``."""
     runs = _word_runs(tokens, n)
-    return bool(runs) and any(runs & _word_runs(_tokens(e), n) for e in examples)
+    return bool(runs) and any(runs & _example_runs(e, n) for e in examples)
+
+
+# A run of two or more capitalized words ("The Harbour Lamps", "Ewan Moir", "Kemi River"), "of" allowed inside
+# ("Bank of Scotland"); the function word that opens a sentence or a phrase is not part of the name.
+_NAME_RUN = re.compile(r"\b[A-Z][\w'-]*(?:[ \t]+(?:of[ \t]+)?[A-Z][\w'-]*)+")
+_NAME_OPENERS = frozenset({"the", "a", "an", "in", "it", "its", "on", "at", "by", "for", "from", "this", "that",
+                           "his", "her", "their", "after", "during", "with", "and", "but"})
+
+
+@functools.lru_cache(maxsize=64)
+def example_names(example: str) -> frozenset[str]:
+    """The proper names of a few-shot example: its runs of two or more capitalized words (see _NAME_RUN)."""
+    names = set()
+    for match in _NAME_RUN.finditer(example):
+        words = match.group().split()
+        while words and words[0].lower() in _NAME_OPENERS:
+            words = words[1:]
+        if len(words) >= 2:
+            names.add(" ".join(words))
+    return frozenset(names)
+
+
+def borrows_example_name(text: str, keyphrases: Any, examples: Sequence[str]) -> bool:
+    """Whether the text names an entity of a few-shot example ("The Harbour Lamps", "Ewan Moir") that none of
+    its seed terms is part of: the example's subject under another title ("Northern Lights is the second member
+    of the band The Harbour Lamps"), which shares too few words in a row for ``copies_example``. A name that
+    holds a seed term is the seed's, not the example's ("Kemi River" for a seed with "river")."""
+    seed_words = ({w for k in keyphrases for w in _words(str(k))}
+                  if isinstance(keyphrases, (list, tuple, np.ndarray)) else set())
+    for example in examples:
+        for name in example_names(example):
+            if seed_words & set(_words(name)):
+                continue
+            if re.search(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", text):
+                return True
+    return False
 
 
 def fragment_lines(text: str, min_lines: int = 6) -> float:
@@ -602,7 +645,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "compressible"
     if fragment_lines(text, rules.fragment_min_lines) > rules.max_fragment_share:
         return "fragments"
-    if rules.examples and copies_example(tokens, rules.examples, rules.max_example_run):
+    if rules.examples and (copies_example(tokens, rules.examples, rules.max_example_run)
+                           or borrows_example_name(text, keyphrases, rules.examples)):
         return "copies_example"
     if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
             or markdown_labels(text, keyphrases) >= rules.max_glossary_headers

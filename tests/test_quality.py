@@ -19,6 +19,7 @@ from tasks.quality import (
     DocumentRules,
     derive_quality_columns,
     document_rejection,
+    example_names,
     is_document,
     is_keyphrase_passthrough,
     release_gate,
@@ -569,3 +570,22 @@ def test_a_copy_of_the_prompts_few_shot_example_is_rejected_only_when_the_rules_
     assert document_rejection(own, seed, "stop", rules) is None
     with pytest.raises(ConfigError):
         DocumentRules(max_example_run=1)
+
+
+def test_a_text_that_takes_the_examples_names_is_rejected_unless_a_seed_term_is_in_the_name():
+    """The `make demo` row of d98819a: the album example paraphrased, five words in a row at most, its band kept."""
+    borrowed = ("Northern Lights is the second member of the band The Harbour Lamps. The band formed in a small "
+                "school and its choir sang on every record they made in the college hall.")
+    seed = ["member", "band", "school", "choir", "college"]
+    rules = DocumentRules(examples=(ALBUM_EXAMPLE,))
+    assert example_names(ALBUM_EXAMPLE) == {"Northern Lights", "Harbour Lamps", "Ewan Moir"}
+    assert document_rejection(borrowed, seed, "stop", rules) == "copies_example"
+    player = "The school choir was led for ten years by Ewan Moir, who taught music at the college until 1990."
+    assert document_rejection(player, seed, "stop", rules) == "copies_example"
+    # A name that holds a seed term is the seed's ("northern" and "lights" are seed words here), and names the
+    # example does not hold are the model's own.
+    aurora = ("The Northern Lights were seen over the village school on Friday, and the choir sang under them "
+              "while the college band played in the Market Square.")
+    assert document_rejection(aurora, ["northern", "lights", "school", "choir", "college"], "stop", rules) is None
+    assert document_rejection(aurora.replace("Northern Lights", "Pale Lanterns"), seed, "stop", rules) is None
+    assert document_rejection(borrowed, seed, "stop") is None  # the release gate has no examples
