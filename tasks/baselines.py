@@ -4,6 +4,7 @@ class, so no private data reaches the LLM)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ def only_llm_label_names(ds: DatasetSpec, data: PreparedData) -> dict[str, str]:
 
 def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], labels: Sequence[Any], per_class: int,
                     seed: int, cache_uri: str, max_tokens: int = 160, temperature: float = 1.0, *,
+                    max_regenerations: int | None = None,
                     llm_concurrency: int | None = None, llm_secret: str | None = None,
                     storage_options: dict | None = None, progress: bool = False) -> pd.DataFrame:
     """Unseeded prompts to the LLM: per_class documents per class, no private data involved at all.
@@ -47,7 +49,8 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
     ``cache_uri``, whose folder also keeps Anthropic's batch state), so a re-run sends only the calls that never
     finished. Call seeds come from the public ``public_rng(seed, "only-llm")``. Answers are cleaned, judged and
     regenerated like a DP-KPS release's (``generate_unseeded``): rows that are still not documents after the
-    regeneration rounds are dropped, so both arms of the comparison are scored on documents only."""
+    regeneration rounds (``max_regenerations``, default GenerationParams') are dropped, so both arms of the
+    comparison are scored on documents only."""
     from tasks.generation import GenerationParams, generate_unseeded, llm_spec
     from tasks.ledger import public_rng
     from tasks.llm.released import PublicClassNames
@@ -58,6 +61,8 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
                              source="the experiment's label names")
     params = GenerationParams(doc_type=doc_type, template=ONLY_LLM_TEMPLATE, max_tokens=max_tokens,
                               temperature=temperature, class_names=names)
+    if max_regenerations is not None:
+        params = dataclasses.replace(params, max_regenerations=max_regenerations)
     spec = llm_spec(llm, state_uri=cache_uri, storage_options=storage_options, llm_concurrency=llm_concurrency,
                     llm_secret=llm_secret)
     call_seeds = public_rng(seed, "only-llm").integers(0, 2**31 - 1, size=len(labels) * per_class)

@@ -369,6 +369,20 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
     assert quality["dropped_by_reason"] == {"repetition_loop": 1}
     assert quality["regeneration_calls"] == 4 and df["tokens_out"].tolist() == [8, 4]
 
+    # The grid gives only-LLM as many rounds as its DP-KPS releases ([dpkps] max_regenerations): with none,
+    # the meta-talk row is dropped too.
+    from tasks.stages import experiment as stages
+
+    spec = grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0], "synthetic_per_class": 3},
+                                       "methods": ["only-llm"], "eps": [[1, 5]], "seeds": [0], "llm": spec,
+                                       "dpkps": {"max_regenerations": 0}})
+    register_backend(spec.llms[0], backend)
+    try:
+        df = stages.only_llm_documents.fn(spec, grid.grid_cells(spec)[0], {"0": "Club"}, str(tmp_path / "grid"))
+    finally:
+        register_backend(spec.llms[0], None)
+    assert list(df["seed"]) == [seeds[1]] and df.attrs["quality"]["max_regenerations"] == 0
+
 
 def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path, monkeypatch):
     """Concurrency and the API key's Secret block reach the backend like every method's, from [generation]."""

@@ -86,11 +86,15 @@ def real_documents(spec: ExperimentSpec, cell: GridCell, data: PreparedData) -> 
 def only_llm_documents(spec: ExperimentSpec, cell: GridCell, label_names: dict[str, str],
                        run_dir: str) -> pd.DataFrame:
     """The only-LLM baseline's texts, from public values only (the declared labels and their public names,
-    ``tasks.baselines.only_llm_label_names``); every call is cached under the cell's folder, so a retry or a
-    re-run sends only the calls that never finished."""
+    ``tasks.baselines.only_llm_label_names``), judged and regenerated like the grid's DP-KPS releases; every call
+    is cached under the cell's folder, so a retry or a re-run sends only the calls that never finished."""
     ds = cell.ds
+    # As many regeneration rounds as the grid's DP-KPS releases get ([dpkps] max_regenerations), so both arms
+    # drop the same kind of row after the same number of tries.
+    rounds = spec.dpkps.get("max_regenerations")
     return only_llm_corpus(cell.llm, ds.doc_type, label_names, declared_labels(ds), ds.synthetic_per_class,
-                           cell.seed, storage.join(run_dir, "_llm_cache"), **spec.generation)
+                           cell.seed, storage.join(run_dir, "_llm_cache"), max_regenerations=rounds,
+                           **spec.generation)
 
 
 def score_cell(spec: ExperimentSpec, cell: GridCell, grid: GridData, train: pd.DataFrame, release: Release | None,
