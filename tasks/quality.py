@@ -344,6 +344,15 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"highlights?|outlines?|is\s+structured|begins\s+with|covers|introduces|analy[sz]es|discuss(?:es)?|"
     r"provides?\s+(?:a|an|information|insights?)|(?:will\s+be|is)\s+(?:focused|intended|designed))\b",
     r"\bI\s*(?:['\u2019]?\s*m|\s+am)\s+writing\s+(?:this|the|a)\s+(?:document|article|text|summary|report)\b",
+    # Talk about looking things up or about the article form, and a tutor's voice (the SmolLM2 per-class-20
+    # release with class names): "A search on Wikipedia reveals a page ...", "In a Wikipedia article, Manta is ...",
+    # "This article contains a scotland, a politician ...", "you have added the genus ...", "I wrote:". None of
+    # the 29,388 real texts in the public corpora matches (one DBPedia abstract cites "the main Wikipedia entry").
+    r"\b(?:in|on|from)\s+(?:a|the|this)\s+wikipedia\s+(?:article|page)\b",
+    r"\b(?:search(?:es|ing|ed)?|look(?:s|ed|ing)?\s+up)\s+(?:on|in)\s+wikipedia\b",
+    r"\bthis\s+article\s+contains\b",
+    r"\byou\s*(?:have|['\u2019]ve)\s+(?:added|used|included|written|provided)\b",
+    r"\bI\s+wrote\s*:",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")

@@ -462,6 +462,27 @@ DEGENERATE = {
         "As for world, it is a wonderful place to live.\nBonding, is something that can make amazing things.\n"
         "Causation, is something very special.\nProto, is a word for the first.\nMorocco, is a country.",
         ["george", "bonding", "world", "causation", "proto", "built", "morocco"], "stop", "glossary"),
+    # The SmolLM2 per-class-20 release with class names (docs/generation.md, the fair only-LLM comparison).
+    "per-class-20 names: a search on Wikipedia": (
+        "Crawley: River\n\nA search on Wikipedia reveals a page with the tag \"march. 2023\" that is actually for "
+        "California. This article is about a search for lake in the state of Michigan.",
+        ["closer", "crawley", "river", "california", "march", "persian", "lake"], "stop", "meta_talk"),
+    "per-class-20 names: in a Wikipedia article": (
+        "In a Wikipedia article, Manta is a colloquialism that refers to a school of fish in a particular region. "
+        "Cum is the name of a type of appendicitis.", ["manta", "cum", "school", "american", "appendicitis"],
+        "stop", "meta_talk"),
+    "per-class-20 names: this article contains": (
+        "This article contains a scotland, a politician, and a council of europeans, a part of a corporation. It "
+        "covers the district and the council.", ["usernames", "district", "scotland", "politician", "corporation"],
+        "stop", "meta_talk"),
+    "per-class-20 names: a tutor's voice": (
+        "This family of animals is said to be elf-like, but you have added the genus of the animals in the "
+        "article. Gawker is a word that means a member of the group.", ["family", "genus", "south", "member",
+                                                                         "gawker"], "stop", "meta_talk"),
+    "per-class-20 names: I wrote": (
+        "In a 2022 school article, I wrote:\n\nRiddles:\n\n\"In a university, a biggs was a graduate student. The "
+        "students were served by the july.\"", ["riddles", "school", "served", "university", "biggs"], "stop",
+        "meta_talk"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
