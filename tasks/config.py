@@ -904,6 +904,9 @@ class ExperimentConfig(BaseModel):
     synthetic_per_class: int | None = Field(default=None, ge=1, le=1_000_000, description="texts per class of "
                                             "every release, in every dataset (give the grid another --name)",
                                             json_schema_extra=cli(metavar="N", default_text="each dataset's"))
+    max_regenerations: int | None = Field(default=None, ge=0, le=20, description="regeneration rounds of DP-KPS "
+                                          "releases and of only-LLM texts alike ([dpkps] max_regenerations)",
+                                          json_schema_extra=cli(metavar="N", default_text="the file's, else 3"))
     out: str | None = Field(default=None, description="results folder",
                             json_schema_extra=cli(metavar="DIR", default_text=f"the file's, else {EXPERIMENT_OUT}"))
     cell_reports: bool = Field(default=True, description="a report.html beside every run's release")

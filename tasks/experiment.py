@@ -133,7 +133,7 @@ def experiment_overrides(cfg: ExperimentConfig) -> dict[str, Any]:
                  "eps": [list(pair) for pair in cfg.eps] if cfg.eps else None, "classifier": cfg.classifier,
                  "coral": SWITCH_VALUES[cfg.coral] if cfg.coral else None,
                  "class_names": SWITCH_VALUES[cfg.class_names] if cfg.class_names else None, "out": cfg.out,
-                 "synthetic_per_class": cfg.synthetic_per_class,
+                 "synthetic_per_class": cfg.synthetic_per_class, "max_regenerations": cfg.max_regenerations,
                  "insecure_reproducible_noise": cfg.insecure_reproducible_noise,
                  "allow_insecure_release": cfg.allow_insecure_release}
     return {key: value for key, value in overrides.items() if value is not None}
@@ -155,6 +155,9 @@ def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -
             raise ConfigError(f"cannot parse {path}: {exc}") from exc
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     per_class = overrides.pop("synthetic_per_class", None)  # applies to every [dataset]
+    rounds = overrides.pop("max_regenerations", None)  # a [dpkps] setting, which only-LLM follows too
+    if rounds is not None:
+        overrides["dpkps"] = {**raw.get("dpkps", {}), **overrides.get("dpkps", {}), "max_regenerations": rounds}
     raw.update(overrides)
     raw.setdefault("name", Path(path).stem if path else "experiment")
     if "{data}" in json.dumps(raw):

@@ -434,11 +434,14 @@ def test_experiment_options_replace_the_files_settings(monkeypatch, tmp_path):
     plain = grid.load_experiment(path)
     cfg = validate_config(ExperimentConfig, {"config_path": path, "name": "other", "methods": "real,independent",
                                              "llm": "none", "class_names": "no", "classifier": "finetune",
-                                             "synthetic_per_class": 7, "insecure_reproducible_noise": True})
+                                             "synthetic_per_class": 7, "insecure_reproducible_noise": True,
+                                             "max_regenerations": 8})
     spec = grid.load_experiment(cfg.config_path, grid.experiment_overrides(cfg))
     assert (spec.name, spec.methods, spec.llm, spec.class_names, spec.classifier) == (
         "other", ["real", "independent"], "none", [False], "finetune")
     assert {ds.synthetic_per_class for ds in spec.datasets} == {7} and spec.insecure_reproducible_noise
+    # --max-regenerations joins the file's [dpkps] settings (which only-LLM's rounds follow) and keeps the others
+    assert spec.dpkps == {**plain.dpkps, "max_regenerations": 8}
     assert (spec.eps, spec.seeds, spec.coral, spec.out) == (plain.eps, plain.seeds, plain.coral, plain.out)
     with pytest.raises(ConfigError, match="--classifier: Input should be 'mlp' or 'finetune'"):
         grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0]}, "methods": ["real"],
