@@ -511,7 +511,7 @@ class DpKpsConfig(ReleaseConfig):
                                  "coverage, or a YAML file", json_schema_extra=cli(group=GENERATION, metavar="NAME"))
     best_of: int = Field(default=1, ge=1, le=16, description="candidates per seed, best by seed-term coverage",
                          json_schema_extra=cli(group=GENERATION))
-    max_regenerations: int = Field(default=3, ge=0, le=20, description="rounds of regeneration (a new call seed) for "
+    max_regenerations: int = Field(default=8, ge=0, le=20, description="rounds of regeneration (a new call seed) for "
                                    "a seed with no document among its candidates; still none: the row is dropped "
                                    "and counted in quality.json", json_schema_extra=cli(group=GENERATION))
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
@@ -906,7 +906,7 @@ class ExperimentConfig(BaseModel):
                                             json_schema_extra=cli(metavar="N", default_text="each dataset's"))
     max_regenerations: int | None = Field(default=None, ge=0, le=20, description="regeneration rounds of DP-KPS "
                                           "releases and of only-LLM texts alike ([dpkps] max_regenerations)",
-                                          json_schema_extra=cli(metavar="N", default_text="the file's, else 3"))
+                                          json_schema_extra=cli(metavar="N", default_text="the file's, else 8"))
     out: str | None = Field(default=None, description="results folder",
                             json_schema_extra=cli(metavar="DIR", default_text=f"the file's, else {EXPERIMENT_OUT}"))
     cell_reports: bool = Field(default=True, description="a report.html beside every run's release")
