@@ -353,6 +353,13 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"\bthis\s+article\s+contains\b",
     r"\byou\s*(?:have|['\u2019]ve)\s+(?:added|used|included|written|provided)\b",
     r"\bI\s+wrote\s*:",
+    # The same release at 8 rounds: the model's name garbled ("Produced by SmolRoles ... SmolLAM"; case-sensitive,
+    # so the village of Smolniki stays), "I'm a conversational AI", "I'm here to assist you", 'The word "SHARE" is
+    # used in the document'.
+    r"(?-i:\bSmol[A-Z]\w*)",
+    r"\bconversational\s+(?:AI|assistant|agent)\b",
+    r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+here\s+(?:to|for)\s+(?:help|assist)",
+    r"\bis\s+used\s+in\s+the\s+(?:document|text)\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")

@@ -483,6 +483,16 @@ DEGENERATE = {
         "In a 2022 school article, I wrote:\n\nRiddles:\n\n\"In a university, a biggs was a graduate student. The "
         "students were served by the july.\"", ["riddles", "school", "served", "university", "biggs"], "stop",
         "meta_talk"),
+    "per-class-20, 8 rounds: the model's name garbled": (
+        "Produced by SmolRoles: Pants, based on roles in the fashion industry, hajj business and denim. Produced by "
+        "Shatterer: Shorts, in the business.", ["pants", "based", "roles", "hajj", "company"], "stop", "meta_talk"),
+    "per-class-20, 8 rounds: a conversational AI": (
+        "A: Hello, I'm here to assist you with your digital world. I'm a conversational AI that can help with "
+        "everything from business planning to tech.", ["company", "aircraft", "state", "records"], "stop",
+        "meta_talk"),
+    "per-class-20, 8 rounds: words used in the document": (
+        "PART I: Unspoken Terms:\n1. The word \"SHARE\" is used in the document.\n2. The word Family is used, and "
+        "the dog is a person.", ["population", "species", "unspoken", "family", "chagrin"], "stop", "meta_talk"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
@@ -501,6 +511,8 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 
 # Prose that sits next to the meta-talk and glossary patterns and must stay a document.
 NEAR_MISSES = [
+    ("Smolniki is a village in the administrative district of Gmina Szypliszki, in north-eastern Poland.",
+     ["village", "district", "poland"]),
     ("Under the terms of the treaty, the river became the border, and the village was ceded to the crown.",
      ["river", "village", "treaty"]),
     ('The term "Mediterranean" derives from the Latin word mediterraneus. The sea is almost enclosed by land.',
