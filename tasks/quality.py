@@ -406,8 +406,34 @@ _SYLLABLE_LOOP = re.compile(r"([^\W\d_]{2,4}?)\1{5,}")
 _HELD_LETTER = re.compile(r"(.)\1+")
 
 
+_LETTER_WORD = re.compile(r"[^\W\d_]+")
+
+
+def letter_loop(text: str, min_words: int = 4, min_letters: int = 12) -> bool:
+    """``min_words`` words or more in a row spelled with the same one or two letters, ``min_letters`` letters in
+    all: "GG GG GgG GGG GGgG GggGG GgHHHHGG GhGG" (a `make demo` row). Held letters make the syllable test see
+    only "ghghg"; English words of one or two letters ("a", "in", "so") never run that long together."""
+    # Whole tokens only: "5th 6th 9th 10th" is not a word "th" four times.
+    words = [t.strip(".,;:!?\"'()[]") for t in text.lower().split()]
+    words = [w if _LETTER_WORD.fullmatch(w) else "" for w in words]
+    for i in range(len(words)):
+        letters: set[str] = set()
+        total = 0
+        for j in range(i, len(words)):
+            if not words[j]:
+                break
+            letters |= set(words[j])
+            if len(letters) > 2:
+                break
+            total += len(words[j])
+            if j - i + 1 >= min_words and total >= min_letters:
+                return True
+    return False
+
+
 def syllable_loop(text: str) -> bool:
-    return bool(_SYLLABLE_LOOP.search(_HELD_LETTER.sub(r"\1", _WHITESPACE.sub("", text).lower())))
+    return (bool(_SYLLABLE_LOOP.search(_HELD_LETTER.sub(r"\1", _WHITESPACE.sub("", text).lower())))
+            or letter_loop(text))
 
 
 def within_distinct_2(tokens: Sequence[str]) -> float:

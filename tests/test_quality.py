@@ -493,6 +493,10 @@ DEGENERATE = {
     "per-class-20, 8 rounds: words used in the document": (
         "PART I: Unspoken Terms:\n1. The word \"SHARE\" is used in the document.\n2. The word Family is used, and "
         "the dog is a person.", ["population", "species", "unspoken", "family", "chagrin"], "stop", "meta_talk"),
+    "make demo: a loop of two letters": (
+        "The Australian is a film and television series created by the American comedy-drama team GG GG GgG GGG "
+        "GGgG GggGG GgHHHHGG GhGG GHGGG Gfs. It is a new film series that has been released in 2019.",
+        ["australian", "region", "gfs", "ship", "compilations", "new", "hologram"], "stop", "repetition_loop"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
