@@ -431,9 +431,27 @@ def letter_loop(text: str, min_words: int = 4, min_letters: int = 12) -> bool:
     return False
 
 
+_CASE_SWITCH = re.compile(r"[a-z][A-Z]")
+
+
+def garbled_token(text: str, min_letters: int = 20, min_switches: int = 5) -> bool:
+    """A word of ``min_letters`` letters or more that switches from lower to upper case ``min_switches`` times or
+    more, 30-90 % of it capitals: "FakarakunLtrLtrLFFFFLFFLtrLLtrLlLtrL" (a `make demo` row), letters looping
+    inside one token. Real compound names switch less and are shorter ("DiethelmKellerSiberHegner": 3 switches;
+    the peptide "GlyProGlyArgAlaPhe": 18 letters); URLs are not all letters."""
+    for token in text.split():
+        word = token.strip(".,;:!?\"'()[]")
+        if len(word) < min_letters or not word.isalpha():
+            continue
+        capitals = sum(c.isupper() for c in word) / len(word)
+        if 0.3 <= capitals <= 0.9 and len(_CASE_SWITCH.findall(word)) >= min_switches:
+            return True
+    return False
+
+
 def syllable_loop(text: str) -> bool:
     return (bool(_SYLLABLE_LOOP.search(_HELD_LETTER.sub(r"\1", _WHITESPACE.sub("", text).lower())))
-            or letter_loop(text))
+            or letter_loop(text) or garbled_token(text))
 
 
 def within_distinct_2(tokens: Sequence[str]) -> float:

@@ -497,6 +497,10 @@ DEGENERATE = {
         "The Australian is a film and television series created by the American comedy-drama team GG GG GgG GGG "
         "GGgG GggGG GgHHHHGG GhGG GHGGG Gfs. It is a new film series that has been released in 2019.",
         ["australian", "region", "gfs", "ship", "compilations", "new", "hologram"], "stop", "repetition_loop"),
+    "make demo: letters looping inside a word": (
+        "The FakarakunLtrLtrLFFFFLFFLtrLLtrLlLtrL ltr is the first published edition of the book by the Japanese "
+        "fiction writer Takashi Murakami. It was released in 2015.", ["fiction", "unfold", "published", "ltr"],
+        "stop", "repetition_loop"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
@@ -515,6 +519,8 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 
 # Prose that sits next to the meta-talk and glossary patterns and must stay a document.
 NEAR_MISSES = [
+    ("DiethelmKellerSiberHegner is a Swiss trading group; the peptide GlyProGlyArgAlaPhe was synthesized in 1990.",
+     ["trading", "group", "peptide"]),
     ("Smolniki is a village in the administrative district of Gmina Szypliszki, in north-eastern Poland.",
      ["village", "district", "poland"]),
     ("Under the terms of the treaty, the river became the border, and the village was ceded to the crown.",
