@@ -358,7 +358,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
     register_backend(spec, backend)
     try:
         df = only_llm_corpus(spec, "Wikipedia article", {"0": "Club"}, [0], 3, seed=0,
-                             cache_uri=str(tmp_path / "cache"))
+                             cache_uri=str(tmp_path / "cache"), max_regenerations=3)
     finally:
         register_backend(spec, None)
     assert list(df["seed"]) == seeds[:2] and "founded in 1902" in df["text"].iloc[0]
