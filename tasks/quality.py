@@ -360,6 +360,16 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"\bconversational\s+(?:AI|assistant|agent)\b",
     r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+here\s+(?:to|for)\s+(?:help|assist)",
     r"\bis\s+used\s+in\s+the\s+(?:document|text)\b",
+    # The grid's 20/class releases with class names (80-token answers): 'the article contains the phrase "filth"',
+    # "the article uses every single one of the terms mentioned in the category", "In the context of Wikipedia,",
+    # "I'm here to share a school with you", "I'm thrilled to share with you", "In the article, it is stated".
+    r"\b(?:the|this)\s+(?:article|text|document|passage)\s+(?:also\s+)?(?:contains|uses|mentions|includes)\s+"
+    r"(?:the\s+|every\s+single\s+one\s+of\s+the\s+|all\s+(?:of\s+)?the\s+)?(?:phrases?|words?|terms?|letters?)\b",
+    r"\bthe\s+(?:terms|words|phrases)\s+(?:mentioned|listed|given)\b",
+    r"\bin\s+the\s+context\s+of\s+wikipedia\b",
+    r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+(?:here|(?:so\s+)?(?:excited|thrilled|delighted))\s+to\s+"
+    r"(?:share|help|introduce|present)\b",
+    r"\bin\s+the\s+article\s*,\s+it\s+is\s+stated\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")

@@ -493,6 +493,19 @@ DEGENERATE = {
     "per-class-20, 8 rounds: words used in the document": (
         "PART I: Unspoken Terms:\n1. The word \"SHARE\" is used in the document.\n2. The word Family is used, and "
         "the dog is a person.", ["population", "species", "unspoken", "family", "chagrin"], "stop", "meta_talk"),
+    "grid 20/class names: the article contains the phrase": (
+        "In the category \"Warships\", the article contains the phrase \"filth\", which is misspelled as \"flask\" "
+        "and \"species\" is misspelled.", ["filth", "warships", "species", "grieving"], "stop", "meta_talk"),
+    "grid 20/class names: the terms mentioned": (
+        "A movie about the film-making process. In this instance, the article uses every single one of the terms "
+        "mentioned in the category \"Piety\" to describe the subject.", ["film", "piety", "reversals"], "stop",
+        "meta_talk"),
+    "grid 20/class names: in the context of Wikipedia": (
+        "In the context of Wikipedia, East and West is a genre of music that has a musician named Scott Carre. "
+        "Carre is best known for his soundtrack.", ["east", "west", "musician", "soundtrack"], "stop", "meta_talk"),
+    "grid 20/class names: here to share": (
+        "I'm here to share a school with you. You know, riddles, which are like puzzles that have been passed "
+        "down for centuries.", ["school", "riddles", "college", "university"], "stop", "meta_talk"),
     "make demo: a loop of two letters": (
         "The Australian is a film and television series created by the American comedy-drama team GG GG GgG GGG "
         "GGgG GggGG GgHHHHGG GhGG GHGGG Gfs. It is a new film series that has been released in 2019.",
