@@ -1,14 +1,15 @@
 """DP-KPS step 7: one LLM prompt per released keyphrase sequence (post-processing, no privacy cost).
 
 Pure parts (no I/O): ``candidate_seed``, ``build_generation_requests``, ``candidate_rounds`` (best-of-k and
-regeneration, the calls left to a ``send`` function), ``select_best``, ``assemble_rows``, ``no_llm_rows``,
-``split_documents``, ``merge_generation_reports``, ``estimate_cost``. I/O part: ``generate_shard`` (backend +
-call cache + progress bar) runs on Dask workers over shards of seeds (each worker process loads the local model
-once, see tasks.llm.get_backend). A release is written by the shards themselves (``generate_release_parts``:
-each shard writes and gate-checks one part, the flow gathers descriptors only; the Prefect task
-``generate_release(sequences, cfg, gate)``); ``generate_seeds`` / the task ``generate_documents(sequences,
-cfg)`` return the rows as a frame for callers that keep them in memory. Either way the call cache is listed
-once per generation and a batching Anthropic run submits all its Message Batches at once (``fill_cache``).
+regeneration, the calls left to a ``send`` function; ``seeded_rounds`` for released seeds), ``select_best``,
+``assemble_rows``, ``no_llm_rows``, ``split_documents``, ``merge_generation_reports``, ``estimate_cost``. I/O part:
+``generate_shard`` (backend + call cache + progress bar) runs on Dask workers over shards of seeds (each worker
+process loads the local model once, see tasks.llm.get_backend). A release is written by the shards themselves
+(``generate_release_parts``: each shard writes and gate-checks one part, the flow gathers descriptors only; the
+Prefect task ``generate_release(sequences, cfg, gate)``); ``generate_seeds`` / the task
+``generate_documents(sequences, cfg)`` return the rows as a frame for callers that keep them in memory. Either way
+the call cache is listed once per generation and a batching Anthropic run submits all its Message Batches at once
+(``fill_cache``).
 
 Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabulary V~, sampled from released
 DP-KDEs), recipient few-shot examples and public configuration. Nothing here reads the private corpus, and
@@ -223,34 +224,44 @@ def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
 SendCandidates = Callable[[list[ChatRequest], list[int], OnEach], None]
 
 
-def candidate_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
-                     backend_kind: str, send: SendCandidates, rules: DocumentRules) -> None:
-    """Best-of-k, then regeneration (the control flow only; ``send`` makes the calls). Round 0 asks for
-    candidates 0..k-1 of every seed; each later round asks for one more candidate (the next index) of every seed
-    none of whose candidates so far is a document (``rejection`` of the cleaned text), for at most
-    ``params.max_regenerations`` rounds. Deterministic in the answers: run twice over the same cache, it asks
-    for the same calls."""
-    has_document = [False] * len(seeds)
-    n_candidates = [params.best_of] * len(seeds)
+def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
+                     request: Callable[[int, int], ChatRequest], is_document: Callable[[int, ChatResult], bool],
+                     send: SendCandidates) -> None:
+    """Best-of-k, then regeneration (the control flow only; ``request(i, j)`` builds candidate j of owner i and
+    ``send`` makes the calls). Round 0 asks for candidates 0..first_round-1 of every owner; each later round asks
+    for one more candidate (the next index) of every owner none of whose candidates so far ``is_document``, for
+    at most ``max_regenerations`` rounds. Deterministic in the answers: run twice over the same cache, it asks
+    for the same calls. Seeded generation (``seeded_rounds``) and the only-LLM baseline (``generate_unseeded``)
+    both regenerate through it, so the two arms of a comparison follow one policy."""
+    has_document = [False] * owners
+    n_candidates = [first_round] * owners
 
-    def judge(owners: list[int]) -> OnEach:
+    def judge(asked: list[int]) -> OnEach:
         def on_each(j: int, result: ChatResult) -> None:
-            i = owners[j]
-            if not has_document[i] and rejection(seeds[i], _cleaned(result), rules) is None:
+            i = asked[j]
+            if not has_document[i] and is_document(i, result):
                 has_document[i] = True
         return on_each
 
-    first = [r for per_seed in build_generation_requests(seeds, template, params, backend_kind) for r in per_seed]
-    owners = [i for i in range(len(seeds)) for _ in range(params.best_of)]
-    send(first, owners, judge(owners))
-    for _ in range(params.max_regenerations):
+    first = [i for i in range(owners) for _ in range(first_round)]
+    send([request(i, j) for i in range(owners) for j in range(first_round)], first, judge(first))
+    for _ in range(max_regenerations):
         bad = [i for i, ok in enumerate(has_document) if not ok]
         if not bad:
             break
-        extra = [candidate_request(template, seeds[i], params, n_candidates[i], backend_kind) for i in bad]
+        extra = [request(i, n_candidates[i]) for i in bad]
         for i in bad:
             n_candidates[i] += 1
         send(extra, bad, judge(bad))
+
+
+def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
+                  backend_kind: str, send: SendCandidates, rules: DocumentRules) -> None:
+    """``candidate_rounds`` over released seeds: ``params.best_of`` candidates each (``candidate_request``), then
+    up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected."""
+    candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
+                     lambda i, j: candidate_request(template, seeds[i], params, j, backend_kind),
+                     lambda i, result: rejection(seeds[i], _cleaned(result), rules) is None, send)
 
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
@@ -489,13 +500,13 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
 
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
         if any(per_seed):
-            bar.bar.total += len(requests)
+            bar.extend(len(requests))
         for i, result in zip(owners, cached_complete(backend, requests, cache, on_result=on_result,
                                                      on_each=on_each)):
             per_seed[i].append(result)
 
     try:
-        candidate_rounds(seeds, template, params, spec.kind, send, rules)
+        seeded_rounds(seeds, template, params, spec.kind, send, rules)
     finally:
         bar.close()
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
@@ -639,7 +650,7 @@ def generate_part(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, para
 def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams, cache_uri: str,
                storage_options: dict | None, cache_index: CacheIndex | None, progress: bool = False) -> CacheIndex:
     """Every call of a batching run, sent at once (the backend submits all Message Batches together) with the
-    regeneration rounds of ``candidate_rounds``; answers go to the call cache only (and are judged as they
+    regeneration rounds of ``seeded_rounds``; answers go to the call cache only (and are judged as they
     arrive), so the shards that write the parts afterwards find every call there. Returns the cache index with
     the new entries (the shards read it instead of listing the cache again)."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
@@ -653,12 +664,12 @@ def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: Gener
 
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
         if sent:
-            bar.bar.total += len(requests)
+            bar.extend(len(requests))
         sent.append(len(requests))
         cached_complete(backend, requests, cache, on_result=bar, on_each=on_each, keep=False)
 
     try:
-        candidate_rounds(seeds, template, params, spec.kind, send, document_rules(params))
+        seeded_rounds(seeds, template, params, spec.kind, send, document_rules(params))
     finally:
         bar.close()
     log.info("batched calls: %d requests in %d round(s), %d served from the cache", sum(sent), len(sent), bar.cached)
@@ -762,27 +773,27 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
                                       temperature=params.temperature, top_p=params.top_p,
                                       call_seed=candidate_seed(call_seeds[row], j), class_names=params.class_names)
 
+    def unseeded_document(i: int, answer: ChatResult) -> bool:
+        return document_rejection(_cleaned(answer).text, (), answer.finish_reason, rules) is None
+
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
     bar = CallProgress(len(row_labels), call_prices(spec, len(row_labels)), f"generate {spec.kind}", progress)
-    candidates: list[list[ChatResult]] = [[] for _ in row_labels]
-    reasons: list[list[str | None]] = [[] for _ in row_labels]
+    answers: list[list[ChatResult]] = [[] for _ in row_labels]
+
+    def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
+        if any(answers):
+            bar.extend(len(requests))
+        for i, answer in zip(owners, cached_complete(backend, requests, cache, on_result=bar, on_each=on_each)):
+            answers[i].append(answer)
+
     try:
-        todo = list(range(len(row_labels)))
-        for round_ in range(params.max_regenerations + 1):
-            if not todo:
-                break
-            if round_:
-                bar.extend(len(todo))
-            answers = cached_complete(backend, [request(i, len(candidates[i])) for i in todo], cache, on_result=bar)
-            for i, answer in zip(todo, answers):
-                answer = _cleaned(answer)
-                candidates[i].append(answer)
-                reasons[i].append(document_rejection(answer.text, (), answer.finish_reason, rules))
-            todo = [i for i in todo if reasons[i][-1] is not None]
+        candidate_rounds(len(row_labels), 1, params.max_regenerations, request, unseeded_document, send)
     finally:
         bar.close()
         close_backend(spec)
+    candidates = [[_cleaned(a) for a in row] for row in answers]
+    reasons = [[document_rejection(c.text, (), c.finish_reason, rules) for c in row] for row in candidates]
     best = [next((j for j, r in enumerate(rs) if r is None), 0) for rs in reasons]
     rows = pd.DataFrame({
         "text": [c[b].text for c, b in zip(candidates, best)], "label": row_labels,

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from tasks.errors import ConfigError
-from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_seed,
-                              estimate_cost, generate_seeds, generate_shard, no_llm_rows, seeds_from_sequences,
-                              select_best, split_documents)
+from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_rounds,
+                              candidate_seed, estimate_cost, generate_seeds, generate_shard, no_llm_rows,
+                              seeds_from_sequences, select_best, split_documents)
 from tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from tasks.llm.base import ChatResult
 from tasks.quality import is_document
@@ -48,6 +48,31 @@ def test_candidate_seeds_are_distinct_and_stable():
     ks = [candidate_seed(5, j) for j in range(8)]
     assert len(set(ks)) == 8 and ks == [candidate_seed(5, j) for j in range(8)]
     assert all(0 <= k < 2**31 for k in ks)
+
+
+def test_candidate_rounds_asks_one_more_candidate_per_round_of_the_owners_without_a_document():
+    # owner 0 writes a document at once, owner 1 at its third candidate, owner 2 never: with 2 candidates in round
+    # 0 and 3 rounds, owner 1 stops after round 1 and owner 2 is asked up to candidate index 4
+    first_document = {0: 0, 1: 2, 2: None}
+    rounds: list[list[tuple[int, int]]] = []
+
+    def request(i, j):
+        return (i, j)
+
+    def is_document(i, result):
+        return first_document[i] is not None and result >= first_document[i]
+
+    def send(requests, owners, on_each):
+        rounds.append(list(requests))
+        for j, (i, k) in enumerate(requests):
+            assert owners[j] == i
+            on_each(j, k)
+
+    candidate_rounds(3, 2, 3, request, is_document, send)
+    assert rounds == [[(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)], [(1, 2), (2, 2)], [(2, 3)], [(2, 4)]]
+    rounds.clear()
+    candidate_rounds(3, 2, 0, request, is_document, send)
+    assert len(rounds) == 1
 
 
 def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
