@@ -514,6 +514,10 @@ DEGENERATE = {
         "The FakarakunLtrLtrLFFFFLFFLtrLLtrLlLtrL ltr is the first published edition of the book by the Japanese "
         "fiction writer Takashi Murakami. It was released in 2015.", ["fiction", "unfold", "published", "ltr"],
         "stop", "repetition_loop"),
+    "grid 20/class names: groups of letters repeated inside a word": (
+        "A stagger album is a compilation of multiple albums released simultaneously. This is a new feature in the "
+        "Wipk3WipwipedWipwipewipedwiped WipwipwipfairsWipwwipedFairswiped Fairs.",
+        ["stagger", "fairs", "wiped", "released", "album"], "stop", "repetition_loop"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
@@ -534,6 +538,8 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 NEAR_MISSES = [
     ("DiethelmKellerSiberHegner is a Swiss trading group; the peptide GlyProGlyArgAlaPhe was synthesized in 1990.",
      ["trading", "group", "peptide"]),
+    ("Hexamethylenetetramine and dimethylaminomethyl phenol were tested; the diner's pancakes were sooooooooo good.",
+     ["tested", "phenol", "pancakes"]),
     ("Smolniki is a village in the administrative district of Gmina Szypliszki, in north-eastern Poland.",
      ["village", "district", "poland"]),
     ("Under the terms of the treaty, the river became the border, and the village was ceded to the crown.",
