@@ -518,6 +518,26 @@ DEGENERATE = {
         "A stagger album is a compilation of multiple albums released simultaneously. This is a new feature in the "
         "Wipk3WipwipedWipwipewipedwiped WipwipwipfairsWipwwipedFairswiped Fairs.",
         ["stagger", "fairs", "wiped", "released", "album"], "stop", "repetition_loop"),
+    "grid 20/class names, resumed: a list of words with articles": (
+        "A company in California, a city, a glassy, a corporate, a live, a bonkers, a years.",
+        ["company", "california", "city", "glassy", "live", "bonkers", "years"], "stop", "fragments"),
+    "grid 20/class names, resumed: the subject of each term": (
+        "Pretty straightforward. I used april as the subject of the methodist. It's not the fringed village. I used "
+        "the district again.", ["fringed", "vertigo", "methodist", "district", "april"], "stop", "meta_talk"),
+    "grid 20/class names, resumed: in my article": (
+        "In my article, I am comparing film to its opposite. In my article, the tammy is a double edged sword.",
+        ["film", "holiest", "amorous", "tammy", "directed"], "stop", "meta_talk"),
+    "grid 20/class names, resumed: an article titled": (
+        'In an article titled "Company: East, Presents", the text concludes with "Presents", a Persian word, and a '
+        "kiss from the glassy predictability.", ["company", "east", "glassy", "predictability"], "stop", "meta_talk"),
+    "grid 20/class names, resumed: the article states": (
+        "Miki River, the official name of the tributary of the Amazons, is a significant part of the Amazonian "
+        "basin. The article states that the Amazons are a part of the Slicing rivers.",
+        ["miki", "river", "tributary", "amazons", "slicing"], "stop", "meta_talk"),
+    "grid 20/class names, resumed: not a term": (
+        "Agamemnon is a king from dillon that is not a quarterback. The legislative, which is not a term, was "
+        "weeded by the council.", ["weeding", "agamemnon", "dillon", "quarterback", "legislative"], "stop",
+        "meta_talk"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
@@ -538,6 +558,8 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 NEAR_MISSES = [
     ("DiethelmKellerSiberHegner is a Swiss trading group; the peptide GlyProGlyArgAlaPhe was synthesized in 1990.",
      ["trading", "group", "peptide"]),
+    ("We ordered a burger, a salad, a drink and a dessert. This article concludes that the diner was worth it.",
+     ["burger", "salad", "dessert"]),
     ("Hexamethylenetetramine and dimethylaminomethyl phenol were tested; the diner's pancakes were sooooooooo good.",
      ["tested", "phenol", "pancakes"]),
     ("Smolniki is a village in the administrative district of Gmina Szypliszki, in north-eastern Poland.",
