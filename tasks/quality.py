@@ -33,6 +33,7 @@ import re
 import unicodedata
 import uuid
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -482,9 +483,14 @@ def token_loop(text: str, min_length: int = 15, min_copies: int = 4) -> bool:
         if len(word) < min_length:
             continue
         for n in (3, 4, 5):
-            for i in range(len(word) - n + 1):
-                group = word[i:i + n]
-                if group.isalpha() and word.count(group) >= min_copies and 2 * n * word.count(group) >= len(word):
+            # Overlapping window counts bound str.count's from above, so only their frequent groups are counted
+            # again: linear in the word, not quadratic (a long URL or base64 token is not a slow path).
+            windows = Counter(word[i:i + n] for i in range(len(word) - n + 1))
+            for group, seen in windows.items():
+                if seen < min_copies or not group.isalpha():
+                    continue
+                copies = word.count(group)
+                if copies >= min_copies and 2 * n * copies >= len(word):
                     return True
     return False
 
