@@ -231,6 +231,11 @@ class DocumentRules:
     # This many "Term: definition" entries (see glossary_headers), seed terms as markdown headings or bold labels
     # (markdown_labels), or "a term that ..." glosses make the text a glossary of its seeds.
     max_glossary_headers: int = 3
+    # This many distinct seed terms each opening a line as a plain "Label: ..." ("Pawns: A very popular item ...",
+    # then on a line of its own "Roses: The most beautiful flowers ..."): the seeds filled in as a form. No real
+    # text of the four public corpora has even two line-opening labels of any kind (all-capital sections of
+    # structured abstracts aside).
+    max_seed_line_labels: int = 2
     # This many distinct seed terms each opening a sentence that defines them ("The el is a ...", "The term short
     # is used ...") make the text a glossary of its seeds written as prose.
     max_seed_definitions: int = 4
@@ -257,7 +262,7 @@ class DocumentRules:
         for name in ("min_distinct_2", "min_zlib_ratio", "max_foreign_script", "min_function_words"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be in [0, 1]")
-        for name in ("max_token_run", "max_phrase_run", "max_seed_run", "max_example_run"):
+        for name in ("max_token_run", "max_phrase_run", "max_seed_run", "max_example_run", "max_seed_line_labels"):
             if int(getattr(self, name)) < 2:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
         if self.language is not None and self.language not in FUNCTION_WORDS:
@@ -383,6 +388,14 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"\bin\s+my\s+(?:article|document|text|essay)\b",
     r"\bI\s+used\s+(?:\S+\s+){1,3}as\s+the\s+(?:subject|topic|title)\b",
     r"\b(?:is|are)\s+not\s+a\s+(?:term|word)\b",
+    # The same grid at the predicate of a20b1d2 (20 rows of seed 1 read): "The article on the subject is a novel
+    # ...", "Bravo! I'm thrilled to be your Patented, Driveway, ...", "A written article on Wikipedia, ...". None of
+    # the 29,388 real texts matches them. "This article details / explores ..." stays allowed: DBPedia-14 itself
+    # says "This article details Car Nos. 24-27 of the Manx Electric Railway", and OHSUMED "This article explores".
+    r"\bthe\s+article\s+on\s+the\s+(?:subject|topic)\b",
+    r"\b(?:I\s*['\u2019]?\s*m|I\s+am)\s+(?:so\s+)?(?:thrilled|excited|delighted|happy|glad|pleased)\s+to\s+be\s+"
+    r"your\b",
+    r"\ba\s+written\s+(?:article|piece|summary)\s+(?:on|for|about|from)\s+wikipedia\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")
@@ -628,6 +641,25 @@ def markdown_labels(text: str, keyphrases: Any = ()) -> int:
     return len(heads & seeds)
 
 
+# A line that opens with a plain label of one to three words and a colon, after an optional list marker or quote
+# ("Pawns: A very popular ...", "2. Weight: A physical element ...", "\"Rural: The Earth's ...").
+_LINE_LABEL = re.compile(r"(?m)^[ \t]*(?:(?:[-*+\u2022]|\d+[.)])[ \t]+)?[\"'*\u201c]*"
+                         r"([^\W\d_][\w'\-]*(?:[ \t]+[\w'\-]+){0,2})[\"'*\u201d]*[ \t]*:(?:[ \t]|$)")
+
+
+def seed_line_labels(text: str, keyphrases: Any = ()) -> int:
+    """How many distinct seed terms open a line as a plain label ("Producer: Pablo de la Cosa ...", and on the
+    next line "Killings: ..."). The glossary tests above need three entries, because an article may have a section
+    or two named like a seed; a form with two seed labels on lines of their own is already the seed list filled
+    in, not prose. All-capital labels ("OBJECTIVE:", "METHODS:") are a structured abstract's sections and are not
+    counted."""
+    seeds = {_singular(" ".join(w)) for w in _seed_words(keyphrases)}
+    if not seeds or not isinstance(text, str):
+        return 0
+    heads = {_singular(" ".join(_tokens(label))) for label in _LINE_LABEL.findall(text) if not label.isupper()}
+    return len(heads & seeds)
+
+
 def _word_runs(tokens: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}
 
@@ -766,6 +798,7 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "copies_example"
     if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
             or markdown_labels(text, keyphrases) >= rules.max_glossary_headers
+            or seed_line_labels(text, keyphrases) >= rules.max_seed_line_labels
             or seed_definitions(text, keyphrases) >= rules.max_seed_definitions
             or term_glosses(text) >= rules.max_glossary_headers):
         return "glossary"

@@ -538,6 +538,25 @@ DEGENERATE = {
         "Agamemnon is a king from dillon that is not a quarterback. The legislative, which is not a term, was "
         "weeded by the council.", ["weeding", "agamemnon", "dillon", "quarterback", "legislative"], "stop",
         "meta_talk"),
+    "grid 20/class names, a20b1d2: the seeds filled in as a form": (
+        "Pawns: A very popular and highly prized item on the world stage, best indeed.\nRoses: The most beautiful "
+        "and precious flowers, crafting is not just about creating something beautiful.",
+        ["accelerate", "pawns", "roses", "crafting", "karnataka", "music", "species"], "stop", "glossary"),
+    "grid 20/class names, a20b1d2: a numbered form of the seeds": (
+        "In a written work, there are several key elements that make up the guevara era:\n1. Glimpse: A brief "
+        "moment of vision, often a songwriter, which was inspired by dharma.\n2. Weight: A physical element, as "
+        "undamaged banner, which is a visible example of bromance.",
+        ["glimpse", "weight", "exemptions", "songwriter", "bromance", "written", "guevara"], "stop", "glossary"),
+    "grid 20/class names, a20b1d2: the article on the subject": (
+        "Preliminary Posters of a Magazine: The Northern Frontier\n\nThe article on the subject is a novel with a "
+        "history of the Gunnar and the Promenaders. It was published in 1998.",
+        ["posters", "magazine", "northern", "novel", "published"], "stop", "meta_talk"),
+    "grid 20/class names, a20b1d2: thrilled to be your": (
+        "Bravo! I'm thrilled to be your Patented, Driveway, Integrator, and the ultimate in cars. The company was "
+        "founded in 1990.", ["patented", "driveway", "integrator", "company"], "stop", "meta_talk"),
+    "grid 20/class names, a20b1d2: a written article on Wikipedia": (
+        "A written article on Wikipedia, in particular, published by the internet to the Portuguese community, is a "
+        "novel by the author.", ["written", "portuguese", "novel", "published"], "stop", "meta_talk"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
@@ -585,6 +604,17 @@ NEAR_MISSES = [
     ("## Early life\nJohn Hale was born in Leeds in 1950 and learned the piano from his mother.\n\n## Career\nHis "
      "career began with a folk band in Manchester, which toured Europe twice.\n\n## Albums\nHe released two albums "
      "with the band before going solo.", ["born", "leeds", "career", "albums", "band", "piano"]),
+    # One seed term as a line label, and labels that are not seed terms: a note's fields, not the seeds as a form.
+    ("Food: the pancakes were fluffy and the coffee was hot.\nService: slow on a Sunday, but friendly.",
+     ["pancakes", "coffee", "sunday", "friendly"]),
+    ("History: a 54-year-old man with chest pain for two days.\nPlan: admit for observation and repeat the ECG.",
+     ["history", "chest", "pain", "observation"]),
+    # A structured abstract's all-capital sections named like seed terms.
+    ("OBJECTIVE: To compare two treatments for migraine.\nMETHODS: A randomized trial of 120 patients.\nRESULTS: "
+     "Both treatments reduced the frequency of attacks.", ["objective", "methods", "results", "migraine"]),
+    # DBPedia-14 itself: "This article details ..." is a real opening.
+    ("This article details Car Nos. 24-27 of the Manx Electric Railway on the Isle of Man. They were built in 1898.",
+     ["car", "railway", "isle", "built"]),
 ]
 
 
