@@ -230,8 +230,9 @@ def flags_from_args(model: type[BaseModel], args: argparse.Namespace) -> dict[st
         if value is None:
             continue
         if get_origin(value_type(field.annotation)) is dict:
-            value = storage.parse_storage_options(value)
-            storage.refuse_literal_secrets(value)
+            value = storage.parse_storage_options(value, flag_of(model, name))
+            if name == "storage_options":
+                storage.refuse_literal_secrets(value)
         values[name] = value
     return values
 
@@ -318,6 +319,11 @@ class ReleaseConfig(BaseModel):
     max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call")
     language: str | None = Field(default="en", description="the corpus's declared language for the document test: "
                                  "en, de, fr, es, it, pt, nl, or none (no language test)")
+    document_rules: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a threshold of the document test by name (tasks/quality.py DocumentRules, docs/generation.md), "
+                    "e.g. max_seed_line_labels=4 for a corpus whose documents are forms (repeatable)",
+        json_schema_extra=cli(flag="document-rule", metavar="NAME=VALUE"))
     llm_concurrency: int = Field(default=4, ge=1, le=256, description="LLM calls in flight for remote APIs")
     llm_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key",
                                    json_schema_extra=cli(metavar="BLOCK", default_text="the environment "
@@ -399,6 +405,15 @@ class ReleaseConfig(BaseModel):
         if str(value) not in FUNCTION_WORDS:
             raise ValueError(f"unknown language {value!r}; known: {', '.join(sorted(FUNCTION_WORDS))} or none")
         return str(value)
+
+    @field_validator("document_rules")
+    @classmethod
+    def _known_document_rules(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Checked here, before any data is read: an unknown name or a bad value is a ConfigError that names it."""
+        from tasks.quality import DEFAULT_RULES
+
+        DEFAULT_RULES.with_settings(value)
+        return value
 
     @field_validator("llm")
     @classmethod

@@ -636,7 +636,7 @@ def candidate_documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.nd
     a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
     from tasks.quality import DocumentRules, is_document
 
-    rules = DocumentRules(min_words=cfg.min_words, language=cfg.language)
+    rules = DocumentRules(min_words=cfg.min_words, language=cfg.language).with_settings(cfg.document_rules)
     return np.array([is_document(t, rules=rules) for t in candidates["text"]], dtype=bool)
 
 

@@ -89,6 +89,8 @@ class GenerationParams:
     language: str | None = "en"
     # The owner's public class names (--class-names): when set, each prompt names its seed's class.
     class_names: PublicClassNames | None = None
+    # Thresholds of the document predicate set by name (--document-rule), as sorted (name, value) pairs.
+    document_rules: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_regenerations < 0:
@@ -105,6 +107,7 @@ class GenerationParams:
             raise ConfigError(f"best_of must be >= 1, got {self.best_of}")
         if self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        document_rules(self)  # an unknown rule or a bad value fails here, not on the first candidate
 
 
 def candidate_seed(seed: int, j: int) -> int:
@@ -518,10 +521,12 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
 
 
 def document_rules(params: GenerationParams) -> DocumentRules:
-    """The document predicate's rules for this generation: the declared language, and the prompt's few-shot
-    documents, which a candidate must not copy. (The release gate builds the same from the config, without the
+    """The document predicate's rules for this generation: the declared language, the prompt's few-shot
+    documents, which a candidate must not copy, and the thresholds the owner set (``--document-rule``). (The
+    release gate builds the same from the config, without the
     examples: rows that copied one were already regenerated or dropped here.)"""
-    return DocumentRules(language=params.language, examples=tuple(e.document for e in params.few_shot))
+    return DocumentRules(language=params.language, examples=tuple(e.document for e in params.few_shot)).with_settings(
+        dict(params.document_rules))
 
 
 def shard_seeds(seeds: Sequence[ReleasedSeed], shard_size: int) -> list[list[ReleasedSeed]]:
@@ -856,6 +861,8 @@ def params_from_config(cfg) -> GenerationParams:
           if getattr(cfg, k, None) is not None}
     if hasattr(cfg, "language"):
         kw["language"] = cfg.language
+    if getattr(cfg, "document_rules", None):
+        kw["document_rules"] = tuple(sorted(cfg.document_rules.items()))
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template

@@ -34,8 +34,8 @@ import unicodedata
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -269,6 +269,35 @@ class DocumentRules:
             raise ConfigError(f"document rules: unknown language {self.language!r}; known: {sorted(FUNCTION_WORDS)} "
                               "(or None to skip the language test)")
 
+    def with_settings(self, settings: Mapping[str, Any]) -> DocumentRules:
+        """These rules with some thresholds set by name, as the owner's configuration gives them
+        (``--document-rule max_seed_line_labels=4``; values may be text). The defaults fit prose corpora; a corpus
+        whose documents are forms (clinical notes with "History:" and "Plan:" lines) may need a looser one. The
+        language has its own option and the few-shot examples come from the prompt, so neither is set here."""
+        if not settings:
+            return self
+        values: dict[str, Any] = {}
+        for name, value in settings.items():
+            if name not in TUNABLE_RULES:
+                raise ConfigError(f"unknown document rule {name!r}; known: {', '.join(TUNABLE_RULES)}")
+            kind = type(getattr(DEFAULT_RULES, name))
+            try:
+                if kind is bool:
+                    text = str(value).strip().lower()
+                    if text not in ("true", "false", "1", "0", "yes", "no"):
+                        raise ValueError(text)
+                    values[name] = text in ("true", "1", "yes")
+                elif kind is int:
+                    number = float(value)
+                    if not number.is_integer():
+                        raise ValueError(value)
+                    values[name] = int(number)
+                else:
+                    values[name] = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"document rule {name}={value!r}: expected {kind.__name__}") from None
+        return replace(self, **values)
+
 
 # The most frequent function words of each language (articles, pronouns, prepositions, auxiliaries). A
 # stop-word share test: cheap, no model to download, and good enough to tell a page of German, or a bare list
@@ -293,6 +322,11 @@ _LANGUAGE_SCRIPT = {"en": "LATIN", "de": "LATIN", "fr": "LATIN", "es": "LATIN", 
                     "nl": "LATIN"}
 
 DEFAULT_RULES = DocumentRules()
+#: The thresholds an owner may set by name (``DocumentRules.with_settings``): every rule but the language (its own
+#: option), the few-shot examples (taken from the prompt) and the word bounds (the release gate's, one source for
+#: both: ``rules_from_bounds``).
+TUNABLE_RULES: tuple[str, ...] = tuple(f.name for f in fields(DocumentRules)
+                                       if f.name not in ("language", "examples", "min_words", "max_words"))
 
 # The assistant talking instead of writing the document. Each: (pattern, what it catches). Case-insensitive.
 META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.M) for p in (
@@ -817,8 +851,6 @@ def is_document(text: Any, keyphrases: Any = (), finish_reason: str | None = Non
 
 def rules_from_bounds(bounds: dict[str, Any], rules: DocumentRules | None = None) -> DocumentRules:
     """The document rules with the gate's word bounds (one source for both)."""
-    from dataclasses import replace
-
     base = rules or DEFAULT_RULES
     return replace(base, min_words=int(bounds["min_words"]), max_words=int(bounds["max_words"]))
 
@@ -1176,7 +1208,8 @@ def gate_from_config(cfg: Any, labels: Sequence[Any]) -> ReleaseGate | None:
     """The release gate a flow's config asks for (``--no-gate``: None), for the declared ``labels``."""
     if not getattr(cfg, "gate", True):
         return None
-    return release_gate(labels=labels, llm_used=cfg.llm != "none", rules=DocumentRules(language=cfg.language))
+    rules = DocumentRules(language=cfg.language).with_settings(getattr(cfg, "document_rules", None) or {})
+    return release_gate(labels=labels, llm_used=cfg.llm != "none", rules=rules)
 
 
 def _make_task() -> Any:

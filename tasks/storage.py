@@ -30,18 +30,19 @@ def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
 
-def parse_storage_options(pairs: Iterable[str] = ()) -> dict[str, Any]:
-    """``["endpoint_url=http://127.0.0.1:9000", "anon=false"]`` -> options for fsspec.
+def parse_storage_options(pairs: Iterable[str] = (), flag: str = "--storage-option") -> dict[str, Any]:
+    """``["endpoint_url=http://127.0.0.1:9000", "anon=false"]`` -> options for fsspec (or, named by ``flag``,
+    any other repeatable ``KEY=VALUE`` option).
 
     Values "true"/"false" and numbers are converted, because s3fs expects booleans and ints."""
     options: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ConfigError(f"--storage-option expects KEY=VALUE, got {pair!r}")
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
         key = key.strip()
         if not key:
-            raise ConfigError(f"--storage-option has an empty key in {pair!r}")
+            raise ConfigError(f"{flag} has an empty key in {pair!r}")
         options[key] = _coerce(value.strip())
     return options
 

@@ -149,3 +149,24 @@ def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_comm
     # refuses to re-read an insecure value as a secure one (tests/test_ledger.py)
     experiment = parser.parse_args(["experiment", "--config", "x.toml", "--insecure-reproducible-noise"])
     assert experiment.insecure_reproducible_noise and experiment.allow_insecure_release is None
+
+
+def test_document_rules_by_name_reach_generation_and_the_release_gate():
+    """--document-rule NAME=VALUE (text on the command line) sets the same threshold for the candidates and for the
+    gate; a name that is not a rule, or a value of the wrong type, is refused before anything runs."""
+    from tasks.generation import document_rules, params_from_config
+    from tasks.quality import DEFAULT_RULES, gate_from_config
+
+    cfg = validate_config(DpKpsConfig, base(llm="local", document_rules={"max_seed_line_labels": "4",
+                                                                          "reject_truncated": "false"}))
+    rules = document_rules(params_from_config(cfg))
+    assert (rules.max_seed_line_labels, rules.reject_truncated) == (4, False)
+    gate = gate_from_config(cfg, cfg.labels)
+    assert (gate.rules.max_seed_line_labels, gate.rules.reject_truncated) == (4, False)
+    assert document_rules(params_from_config(validate_config(DpKpsConfig, base(llm="local")))) == DEFAULT_RULES
+    for bad, message in [({"max_labels": 4}, "unknown document rule 'max_labels'"),
+                         ({"max_seed_line_labels": "2.5"}, "expected int"),
+                         ({"max_seed_line_labels": 1}, "must be >= 2"),
+                         ({"language": "de"}, "unknown document rule 'language'")]:
+        with pytest.raises(ConfigError, match=message):
+            validate_config(DpKpsConfig, base(document_rules=bad))

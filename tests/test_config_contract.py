@@ -81,6 +81,7 @@ VALIDATOR_INVALID: dict[str, list[Any]] = {
     "eps_voc": [0.0, float("inf")],
     "eps_kde": [0.0, float("nan")],
     "storage_options": ["endpoint_url"],  # not KEY=VALUE
+    "document_rules": ["max_seed_line_labels", {"nope": 1}, {"max_seed_line_labels": "many"}],
     # one TLS file without the other two (and without a tls:// address) is refused before anything runs
     "dask_tls_ca_file": ["ca.pem"],
     "dask_tls_cert": ["cert.pem"],

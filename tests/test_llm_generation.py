@@ -314,6 +314,28 @@ def test_degenerate_answers_are_regenerated_then_dropped_and_counted(tmp_path, r
     assert report["kept_per_class"] == {"0": 1, "1": 1}
 
 
+def test_the_owner_sets_a_document_rule_by_name_for_a_corpus_of_forms(tmp_path, recording):
+    """A note whose lines open with two of its seed terms as labels is the seed list filled in as a form by
+    default (glossary: regenerated, then dropped); an owner whose documents are forms raises the threshold with
+    --document-rule, and the same answers are kept. An unknown rule fails before any call."""
+    def answer(req):
+        first, second = req.messages[-1].content.split("terms: ")[1].split(", ")[:2]
+        return (f"{first.capitalize()}: the patient was seen in the morning and was comfortable.\n"
+                f"{second.capitalize()}: we will see the patient again in a week at the clinic.")
+
+    recording.answer = answer
+    strict = generate_shard(seeds(2), "local:recording-test", GenerationParams(doc_type="memo", max_regenerations=1),
+                            str(tmp_path / "a"), progress=False)
+    assert strict["rejections"].tolist() == [["glossary"] * 2] * 2
+    loose = GenerationParams(doc_type="memo", max_regenerations=1, document_rules=(("max_seed_line_labels", 9),))
+    kept = generate_shard(seeds(2), "local:recording-test", loose, str(tmp_path / "b"), progress=False)
+    assert kept["rejections"].tolist() == [[], []] and kept["candidates"].tolist() == [1, 1]
+    calls = len(recording.requests)
+    with pytest.raises(ConfigError, match="unknown document rule 'max_labels'"):
+        GenerationParams(doc_type="memo", document_rules=(("max_labels", 9),))
+    assert len(recording.requests) == calls
+
+
 def test_steering_is_sent_to_local_backends_only():
     template = PromptTemplate.load("generic")
     params = GenerationParams(doc_type="memo", steer=3.0, no_repeat_ngram=4)
