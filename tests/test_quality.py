@@ -557,6 +557,23 @@ DEGENERATE = {
     "grid 20/class names, a20b1d2: a written article on Wikipedia": (
         "A written article on Wikipedia, in particular, published by the internet to the Portuguese community, is a "
         "novel by the author.", ["written", "portuguese", "novel", "published"], "stop", "meta_talk"),
+    "per-class 20, 95a8d1e: quoted words explained one by one": (
+        'The term "la" is a masculine pronoun referring to the United States, while "LADY" is a feminine pronoun in '
+        'Northern Europe.\n\nThe term "abusing" is a Latin expression that translates to "to the hildebrand" in '
+        "German.", ["la", "united", "born", "abusing", "august", "northern", "hildebrand"], "stop", "glossary"),
+    "per-class 20, 95a8d1e: a chatbot": (
+        "As a chatbot, I am a good friend, ako. Ako is the town where goode, the best politician, gave an interview "
+        "to the newspaper.", ["ako", "goode", "politician", "interview", "newspaper"], "stop", "meta_talk"),
+    "per-class 20, 95a8d1e: a sample of": (
+        "As for a document, here is a sample of the songwriter's artwork, written in a style of church and border. "
+        "The music is the foundation of a tapestry.", ["songwriter", "church", "border", "music"], "stop",
+        "meta_talk"),
+    "per-class 20, 95a8d1e: a complete sentence": (
+        "A city on the river was founded by Harrier in 1820. This is a complete sentence with multiple words, and "
+        "the city grew.", ["city", "river", "harrier", "founded"], "stop", "meta_talk"),
+    "per-class 20, 95a8d1e: in the sentence": (
+        'In the sentence "ad hoc, fashion", the French word fashion has the same meaning as the Italian one. The '
+        "shop opened in Milan in 1990.", ["fashion", "french", "italian", "shop", "milan"], "stop", "meta_talk"),
     "make demo: a syllable loop": (
         "The Island of Japuncoke is a Japanese island in the Pacific Ocean, located in the Izu Rerererere Rerere "
         "ReRerere ReRecrerereRererereRecrereReRecrereRecRecrere Re RerereRe Re Re Re Rere Re Re ReRe Re RereRe.",
@@ -612,6 +629,12 @@ NEAR_MISSES = [
     # A structured abstract's all-capital sections named like seed terms.
     ("OBJECTIVE: To compare two treatments for migraine.\nMETHODS: A randomized trial of 120 patients.\nRESULTS: "
      "Both treatments reduced the frequency of attacks.", ["objective", "methods", "results", "migraine"]),
+    # One quoted word explained, and a review that quotes a word: prose, not a glossary.
+    ('The term "Mediterranean" derives from the Latin mediterraneus. It is not often that the word "sublime" '
+     "applies to a burger.", ["mediterranean", "latin", "burger"]),
+    # "a complete sentence" and "the sentence" in prose that is not about its own words.
+    ("After the stroke he could not say a complete sentence for a year. The judge reduced the sentence to five "
+     "years on appeal.", ["stroke", "judge", "appeal"]),
     # DBPedia-14 itself: "This article details ..." is a real opening.
     ("This article details Car Nos. 24-27 of the Manx Electric Railway on the Isle of Man. They were built in 1898.",
      ["car", "railway", "isle", "built"]),
