@@ -277,7 +277,8 @@ class DocumentRules:
         """These rules with some thresholds set by name, as the owner's configuration gives them
         (``--document-rule max_seed_line_labels=4``; values may be text). The defaults fit prose corpora; a corpus
         whose documents are forms (clinical notes with "History:" and "Plan:" lines) may need a looser one. The
-        language has its own option and the few-shot examples come from the prompt, so neither is set here."""
+        language and the shortest document (PE's ``min_words``) have their own settings and the few-shot examples
+        come from the prompt, so none of them, nor the longest document, is set here (``TUNABLE_RULES``)."""
         if not settings:
             return self
         values: dict[str, Any] = {}
@@ -636,20 +637,26 @@ def term_glosses(text: str) -> int:
 
 
 # 'The term "hassle" is ...', "the word 'Euro' was added", 'The word "Virus" refers to ...': a quoted word and
-# what it is, means or refers to.
-_QUOTED_TERM_GLOSS = re.compile(r"\bthe\s+(?:term|word)\s+[\"\u201c']([^\"\u201d'\n]{1,40})[\"\u201d']\s*,?\s+"
-                                r"(?:is|was|are|refers|means|meant|has|had|can|translates|derives|comes|describes)\b",
+# what it is, means or refers to; or the quoted word alone opening a line that says what it refers to or means
+# ('"washington" refers to ...', then '"Roles" refers to ...'), the same gloss without "the term".
+_QUOTED_TERM_GLOSS = re.compile(r"(?:\bthe\s+(?:term|word)\s+[\"\u201c']([^\"\u201d'\n]{1,40})[\"\u201d']\s*,?\s+"
+                                r"(?:is|was|are|refers|means|meant|has|had|can|translates|derives|comes|describes)\b"
+                                r"|(?:^|\n|[.!?]\s+)[ \t]*(?:[-*\u2022]\s*|\d{1,2}[.)]\s*)?"
+                                r"[\"\u201c]([^\"\u201d\n]{1,40})[\"\u201d]"
+                                r"\s*(?:\([^)\n]{0,40}\)\s*)?(?:,|:|-|\u2013)?\s*"
+                                r"(?:refers|means|meant|denotes|signifies|stands\s+for|translates)\b)",
                                 re.I)
 
 
 def quoted_term_glosses(text: str) -> int:
     """How many distinct quoted words the text explains ('The term "la" is a masculine pronoun ... The term
-    "abusing" is a Latin expression ...'): talk about the seed words instead of a document about something. Real
-    prose does it once ('The term "Mediterranean" derives from the Latin'); none of the 29,388 real texts of the
-    four public corpora does it twice."""
+    "abusing" is a Latin expression ...', or line by line: '"washington" refers to ... / "Roles" refers to ...'):
+    talk about the seed words instead of a document about something. Real prose does it once ('The term
+    "Mediterranean" derives from the Latin', 'The motto "First do no harm," means nothing to them'); none of the
+    29,388 real texts of the four public corpora does it twice."""
     if not isinstance(text, str):
         return 0
-    return len({" ".join(_tokens(m)) for m in _QUOTED_TERM_GLOSS.findall(text)})
+    return len({" ".join(_tokens(term or opening)) for term, opening in _QUOTED_TERM_GLOSS.findall(text)})
 
 
 def glossary_headers(text: str, keyphrases: Any = ()) -> int:

@@ -561,6 +561,10 @@ DEGENERATE = {
         'The term "la" is a masculine pronoun referring to the United States, while "LADY" is a feminine pronoun in '
         'Northern Europe.\n\nThe term "abusing" is a Latin expression that translates to "to the hildebrand" in '
         "German.", ["la", "united", "born", "abusing", "august", "northern", "hildebrand"], "stop", "glossary"),
+    "per-class 20 unsteered, 97785cc: quoted seed words opening lines": (
+        '"washington" refers to the capital city of the United States, where the government sits.\n"Roles" refers '
+        "to the parts that actors play in a film or on the stage.", ["washington", "roles", "film", "capital"],
+        "stop", "glossary"),
     "per-class 20, 95a8d1e: a chatbot": (
         "As a chatbot, I am a good friend, ako. Ako is the town where goode, the best politician, gave an interview "
         "to the newspaper.", ["ako", "goode", "politician", "interview", "newspaper"], "stop", "meta_talk"),
@@ -632,6 +636,9 @@ NEAR_MISSES = [
     # One quoted word explained, and a review that quotes a word: prose, not a glossary.
     ('The term "Mediterranean" derives from the Latin mediterraneus. It is not often that the word "sublime" '
      "applies to a burger.", ["mediterranean", "latin", "burger"]),
+    # A review's quoted motto that "means nothing", once: one quoted word explained is prose.
+    ('This company has no morals. "First do no harm," means nothing to them. Only the bottom line matters.',
+     ["company", "morals", "harm"]),
     # "a complete sentence" and "the sentence" in prose that is not about its own words.
     ("After the stroke he could not say a complete sentence for a year. The judge reduced the sentence to five "
      "years on appeal.", ["stroke", "judge", "appeal"]),
