@@ -388,7 +388,7 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     # essay form Qwen 0.5B writes instead of an article. No real text of the public corpora says this.
     r"\b(?:this|the)\s+document\s+(?:(?:also|will)\s+)?(?:explores?|delves?|aims?\s+to|serves?\s+as|"
     r"highlights?|outlines?|is\s+structured|begins\s+with|covers|introduces|analy[sz]es|discuss(?:es)?|"
-    r"provides?\s+(?:a|an|information|insights?)|(?:will\s+be|is)\s+(?:focused|intended|designed))\b",
+    r"provides?\s+(?:a|an|information|insights?)|(?:will\s+be|is)\s+(?:focused|intended|designed|provided))\b",
     r"\bI\s*(?:['\u2019]?\s*m|\s+am)\s+writing\s+(?:this|the|a)\s+(?:document|article|text|summary|report)\b",
     # Talk about looking things up or about the article form, and a tutor's voice (the SmolLM2 per-class-20
     # release with class names): "A search on Wikipedia reveals a page ...", "In a Wikipedia article, Manta is ...",
@@ -442,6 +442,12 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     r"\b(?:this|here)\s+is\s+(?:a|the)\s+complete\s+sentence\b",
     r"\bthe\s+sentence\s+[\"\u201c]",
     r"\bthe\s+sentence\s+should\s+be\b",
+    # The unsteered SmolLM2 release at the predicate of 97785cc: "In a document, you might use the following
+    # phrases", "The document is provided to help the user understand the terms" (the "provided" above). Legal
+    # and clinical text says "the document" about a real one, so only advice on writing one is named here; none of
+    # the 29,388 real texts matches.
+    r"\bin\s+a\s+document\s*,\s*(?:you|we|one|I)\b",
+    r"\byou\s+(?:might|could|can|may|should)\s+use\s+the\s+following\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")

@@ -565,6 +565,12 @@ DEGENERATE = {
         '"washington" refers to the capital city of the United States, where the government sits.\n"Roles" refers '
         "to the parts that actors play in a film or on the stage.", ["washington", "roles", "film", "capital"],
         "stop", "glossary"),
+    "per-class 20 unsteered, 97785cc: advice on writing a document": (
+        "In a document, you might use the following phrases to describe the river: it rises in the hills and "
+        "flows to the sea past the old mill.", ["river", "hills", "sea", "mill"], "stop", "meta_talk"),
+    "per-class 20 unsteered, 97785cc: the document explains itself": (
+        "The document is provided to help the user understand the history of the abbey, which was founded in 1120 "
+        "by monks from Normandy.", ["abbey", "founded", "monks", "normandy"], "stop", "meta_talk"),
     "per-class 20, 95a8d1e: a chatbot": (
         "As a chatbot, I am a good friend, ako. Ako is the town where goode, the best politician, gave an interview "
         "to the newspaper.", ["ako", "goode", "politician", "interview", "newspaper"], "stop", "meta_talk"),
@@ -642,6 +648,9 @@ NEAR_MISSES = [
     # "a complete sentence" and "the sentence" in prose that is not about its own words.
     ("After the stroke he could not say a complete sentence for a year. The judge reduced the sentence to five "
      "years on appeal.", ["stroke", "judge", "appeal"]),
+    # "The document" about a real one, in a clinical or legal text: prose, not talk about the answer.
+    ("The consent document was signed by the patient's daughter. In the document, the surgeon described the risks "
+     "of the procedure.", ["consent", "signed", "surgeon", "procedure"]),
     # DBPedia-14 itself: "This article details ..." is a real opening.
     ("This article details Car Nos. 24-27 of the Manx Electric Railway on the Isle of Man. They were built in 1898.",
      ["car", "railway", "isle", "built"]),
