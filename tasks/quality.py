@@ -643,8 +643,8 @@ def term_glosses(text: str) -> int:
 
 
 # 'The term "hassle" is ...', "the word 'Euro' was added", 'The word "Virus" refers to ...': a quoted word and
-# what it is, means or refers to; or the quoted word alone opening a line that says what it refers to or means
-# ('"washington" refers to ...', then '"Roles" refers to ...'), the same gloss without "the term".
+# what it is, means or refers to; or the quoted word alone opening a line or sentence that says what it refers to
+# or means ('"washington" refers to ...', then '"Roles" refers to ...'), the same gloss without "the term".
 _QUOTED_TERM_GLOSS = re.compile(r"(?:\bthe\s+(?:term|word)\s+[\"\u201c']([^\"\u201d'\n]{1,40})[\"\u201d']\s*,?\s+"
                                 r"(?:is|was|are|refers|means|meant|has|had|can|translates|derives|comes|describes)\b"
                                 r"|(?:^|\n|[.!?]\s+)[ \t]*(?:[-*\u2022]\s*|\d{1,2}[.)]\s*)?"
