@@ -518,6 +518,18 @@ DEGENERATE = {
         "A stagger album is a compilation of multiple albums released simultaneously. This is a new feature in the "
         "Wipk3WipwipedWipwipewipedwiped WipwipwipfairsWipwwipedFairswiped Fairs.",
         ["stagger", "fairs", "wiped", "released", "album"], "stop", "repetition_loop"),
+    "Qwen 0.5B, document type: whole words glued and repeated": (
+        "A long time ago, there was a boyfriends who lived in a rural area in a state called Ontario. They were all "
+        "friends and loved each other very much. They were also veryResignationEnzymaticResignationResignation "
+        "Resignation.", ["roman", "enzymatic", "rural", "state", "resignation", "drowsy"], "stop", "repetition_loop"),
+    "Qwen 0.5B, document type: the article covers": (
+        "A young man is in school, playing football. He is located in France. The article covers November, summer, "
+        "and the various schools where he plays.", ["november", "school", "summer", "football", "french"], "stop",
+        "meta_talk"),
+    "Qwen 0.5B, document type: the article provides an overview": (
+        "Passports are documents that identify individuals from different countries or regions, butternut is a "
+        "popular fruit that is produced in Brazil. The article provides a general overview of these concepts and "
+        "their relationships.", ["passports", "born", "business", "butternut", "produced"], "stop", "meta_talk"),
     "grid 20/class names, resumed: a list of words with articles": (
         "A company in California, a city, a glassy, a corporate, a live, a bonkers, a years.",
         ["company", "california", "city", "glassy", "live", "bonkers", "years"], "stop", "fragments"),
@@ -604,6 +616,8 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 NEAR_MISSES = [
     ("DiethelmKellerSiberHegner is a Swiss trading group; the peptide GlyProGlyArgAlaPhe was synthesized in 1990.",
      ["trading", "group", "peptide"]),
+    ("The ticket says getUserNameFromUserId returns null for guests. This article presents the fix; the second "
+     "section of the article focuses on tests.", ["ticket", "guests", "fix"]),
     ("We ordered a burger, a salad, a drink and a dessert. This article concludes that the diner was worth it.",
      ["burger", "salad", "dessert"]),
     ("Hexamethylenetetramine and dimethylaminomethyl phenol were tested; the diner's pancakes were sooooooooo good.",
