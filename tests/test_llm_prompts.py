@@ -232,16 +232,17 @@ def test_class_name_goes_into_the_prompt_only_when_declared(tmp_path):
         t = PromptTemplate.load(template)
         named = build_messages(t, seed, "Wikipedia article", class_names=names)[-1].content
         plain = build_messages(t, seed, "Wikipedia article")[-1].content
-        assert '"Album"' in named and "river, album" in named
-        assert "Album" not in plain and "category" not in plain
-        assert t.version_for(True) == t.version + "+class-name" and t.version_for(False) == t.version
+        # the topic in the only-LLM baseline's words, so the two arms differ only in the seed terms
+        assert "about the following topic: Album." in named and "river, album" in named
+        assert "Album" not in plain and "topic" not in plain
+        assert t.version_for(True) == t.version + "+class-name-v2" and t.version_for(False) == t.version
     # few-shot turns carry no label: they keep the plain prompt; only the seed's own turn names its class
     few = [RecipientExample("A river flows.", ("river",))]
     msgs = build_messages(PromptTemplate.load("generic"), seed, "memo", few, names)
-    assert "category" not in msgs[0].content and '"Album"' in msgs[-1].content
+    assert "topic" not in msgs[0].content and "topic: Album" in msgs[-1].content
     request = build_request(PromptTemplate.load("generic"), seed, "memo", max_tokens=8, temperature=0.0,
                             call_seed=1, class_names=names)
-    assert '"Album"' in request.messages[-1].content
+    assert "topic: Album" in request.messages[-1].content
     with pytest.raises(UnreleasedValueError):
         build_messages(PromptTemplate.load("generic"), seed, "memo", class_names={"3": "Album"})  # type: ignore[arg-type]
 
@@ -261,6 +262,18 @@ def test_class_name_slot_is_only_allowed_in_class_name_user(tmp_path):
     names = load_class_names(_names_file(tmp_path, "json"))
     with pytest.raises(ConfigError, match="has no class_name_user prompt"):
         build_messages(PromptTemplate.load(str(plain)), VOCAB.seed(["river"], 0, 1), "memo", class_names=names)
+
+
+def test_a_user_template_versions_its_class_name_prompt(tmp_path):
+    own = tmp_path / "own.yaml"
+    own.write_text("name: own\nversion: memo-v3\nuser: 'Terms: {terms}'\n"
+                   "class_name_user: 'A {doc_type} on {class_name}: {terms}'\n")
+    assert PromptTemplate.load(str(own)).version_for(True) == "memo-v3+class-name"  # the default suffix
+    own.write_text(own.read_text() + "class_name_version: named-v2\n")
+    assert PromptTemplate.load(str(own)).version_for(True) == "memo-v3+named-v2"
+    own.write_text(own.read_text().replace("named-v2", "''"))
+    with pytest.raises(ConfigError, match="has no version"):
+        PromptTemplate.load(str(own))
 
 
 def test_flow_config_checks_class_names_against_declared_labels(tmp_path):

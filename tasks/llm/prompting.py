@@ -7,7 +7,8 @@ takes ``ReleasedSeed``, ``RecipientExample`` and ``PublicClassNames`` values (ta
 
 Public class names (``--class-names``): a template may carry a second user prompt, ``class_name_user``, the
 only place ``{class_name}`` is allowed. It is used when, and only when, the data owner declared public class
-names; its rows carry the version ``<version>+class-name``. Without declared names no prompt can name a
+names; its rows carry the version ``<version>+<class_name_version>`` (``class-name`` unless the template says
+otherwise), so the two prompts are versioned apart. Without declared names no prompt can name a
 class (the paper's setting, where class topics are private).
 
 Unseeded templates (``seeded: false``, e.g. ``only_llm``, the only-LLM baseline of ``privseed experiment``) carry
@@ -53,6 +54,7 @@ class PromptTemplate:
     system: str | None = None
     terms_separator: str = ", "
     class_name_user: str | None = None  # the user prompt when the owner declared public class names
+    class_name_version: str = "class-name"  # appended to ``version`` in the rows written with class_name_user
     seeded: bool = True  # False: a prompt without seed terms (see the module docstring)
 
     def __post_init__(self) -> None:
@@ -76,7 +78,7 @@ class PromptTemplate:
                 raise ConfigError(f"prompt template {self.name!r}: class_name_user must contain "
                                   f"{' and '.join('{' + f + '}' for f in sorted(needed, reverse=True))} "
                                   "and no other placeholder than {doc_type}")
-        if not self.version:
+        if not self.version or not self.class_name_version:
             raise ConfigError(f"prompt template {self.name!r} has no version")
 
     @classmethod
@@ -95,7 +97,8 @@ class PromptTemplate:
             named = d.get("class_name_user")
             return cls(name=str(d["name"]), version=str(d["version"]), user=str(d["user"]),
                        system=d.get("system"), terms_separator=str(d.get("terms_separator", ", ")),
-                       class_name_user=None if named is None else str(named), seeded=bool(d.get("seeded", True)))
+                       class_name_user=None if named is None else str(named), seeded=bool(d.get("seeded", True)),
+                       class_name_version=str(d.get("class_name_version", "class-name")))
         except (KeyError, TypeError, yaml.YAMLError) as e:
             raise ConfigError(f"prompt template {name_or_path!r} is malformed: {type(e).__name__}: {e}") from e
 
@@ -110,7 +113,7 @@ class PromptTemplate:
 
     def version_for(self, class_names: bool) -> str:
         """The prompt version written into each row: prompts that name the class are told apart."""
-        return f"{self.version}+class-name" if class_names else self.version
+        return f"{self.version}+{self.class_name_version}" if class_names else self.version
 
     def render_system(self, doc_type: str) -> str | None:
         return None if self.system is None else self.system.format(doc_type=doc_type)
