@@ -455,6 +455,12 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     # article focuses on"; none of the 29,388 real texts opens a sentence with these.
     r"(?:^|[.!?]\s+)the\s+(?:article|summary)\s+(?:also\s+)?(?:covers|provides|highlights|explores|records|"
     r"touches|details|presents|offers|gives|focuses)\b",
+    # The same release at --max-tokens 128: "This comprehensive guide covers the key terms used in Aubre's album,
+    # including: 1. **Aggregates**: ...", a glossary cut before its third entry. "Key terms" is how the model
+    # names the seed terms; no real text of the corpora says it ("defines the terms of the lease" is legal prose,
+    # so only "key terms" is named).
+    r"\b(?:covers|explains|defines|lists|introduces|includes)\s+the\s+key\s+terms\b",
+    r"\bthe\s+key\s+terms\s+(?:used|mentioned|given|listed)\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")

@@ -530,6 +530,11 @@ DEGENERATE = {
         "Passports are documents that identify individuals from different countries or regions, butternut is a "
         "popular fruit that is produced in Brazil. The article provides a general overview of these concepts and "
         "their relationships.", ["passports", "born", "business", "butternut", "produced"], "stop", "meta_talk"),
+    "Qwen 0.5B, --max-tokens 128: a guide to the key terms": (
+        "Abreu's Live Sdp: A Comprehensive Guide to Clay Music\n\nRobert Aubre is a celebrated figure of the solo "
+        "music landscape. This comprehensive guide covers the key terms used in Aubre's album, including:\n\n1. "
+        "**Aggregates**: These are the musical objects that are used to create a cohesive track.\n\n2.",
+        ["abreu", "clay", "live", "sdp", "aggregates", "album", "solo", "robert"], "length", "meta_talk"),
     "grid 20/class names, resumed: a list of words with articles": (
         "A company in California, a city, a glassy, a corporate, a live, a bonkers, a years.",
         ["company", "california", "city", "glassy", "live", "bonkers", "years"], "stop", "fragments"),
@@ -616,6 +621,8 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 NEAR_MISSES = [
     ("DiethelmKellerSiberHegner is a Swiss trading group; the peptide GlyProGlyArgAlaPhe was synthesized in 1990.",
      ["trading", "group", "peptide"]),
+    ("The agreement defines the terms of the lease, and the tenant lists the key dates in a diary.",
+     ["agreement", "lease", "tenant"]),
     ("The ticket says getUserNameFromUserId returns null for guests. This article presents the fix; the second "
      "section of the article focuses on tests.", ["ticket", "guests", "fix"]),
     ("We ordered a burger, a salad, a drink and a dessert. This article concludes that the diner was worth it.",
