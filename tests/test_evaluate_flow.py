@@ -478,9 +478,11 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
                                 "cell_reports": True})
     finally:
         register_backend("local:fake-grid", None)
-    named = [p for p in backend.prompts if 'category "' in p]
-    assert named and all(any(n in p for n in ("Sport", "Music record", "Landscape")) for p in named)
-    assert sum("topic: Landscape" in p for p in backend.prompts) == 2  # only-LLM names the same classes
+    # DP-KPS prompts with names state the topic in the only-LLM baseline's words, then the seed terms
+    named = [p for p in backend.prompts if "It contains the following terms" in p]
+    assert named and all(any(f"topic: {n}." in p for n in ("Sport", "Music record", "Landscape")) for p in named)
+    only_llm = [p for p in backend.prompts if "topic: Landscape" in p and "following terms" not in p]
+    assert len(only_llm) == 2  # only-LLM names the same classes
     cells = pd.read_csv(tmp_path / "results" / "gen" / "cells.csv")
     by_cell = cells[cells["classifier"] == "TF-IDF + LR"].set_index("cell")
     assert by_cell.loc["tiny/independent+names/local_fake-grid/eps1+5/seed0", "class_names"]
