@@ -535,6 +535,10 @@ DEGENERATE = {
         "music landscape. This comprehensive guide covers the key terms used in Aubre's album, including:\n\n1. "
         "**Aggregates**: These are the musical objects that are used to create a cohesive track.\n\n2.",
         ["abreu", "clay", "live", "sdp", "aggregates", "album", "solo", "robert"], "length", "meta_talk"),
+    "Qwen 0.5B, 20/class, class names: the topic echoed": (
+        "The topic is about a company. It mentions the creation of a Dalmatian restaurant in Salvadoran, where it "
+        "conveys goods and services to local customers.", ["company", "dalmatian", "founded", "salvadoran"], "stop",
+        "meta_talk"),
     "grid 20/class names, resumed: a list of words with articles": (
         "A company in California, a city, a glassy, a corporate, a live, a bonkers, a years.",
         ["company", "california", "city", "glassy", "live", "bonkers", "years"], "stop", "fragments"),
@@ -621,6 +625,8 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 NEAR_MISSES = [
     ("DiethelmKellerSiberHegner is a Swiss trading group; the peptide GlyProGlyArgAlaPhe was synthesized in 1990.",
      ["trading", "group", "peptide"]),
+    ("Physicians most interested in the topic responded to the survey. The topics of the course were set in May.",
+     ["physicians", "survey", "course"]),
     ("The agreement defines the terms of the lease, and the tenant lists the key dates in a diary.",
      ["agreement", "lease", "tenant"]),
     ("The ticket says getUserNameFromUserId returns null for guests. This article presents the fix; the second "
