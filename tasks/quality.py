@@ -465,6 +465,13 @@ META_TALK_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.I | re.
     # 4 of 262 rows: "The topic is about a company.", 'The topic "Means of transportation" is about ...'. Only a
     # sentence that opens so: real text says "most interested in the topic" (OHSUMED); none opens a sentence so.
     r"(?:^|[.!?]\s+)the\s+topic\s+(?:is|of|[\"\u201c])",
+    # Qwen 0.5B at --max-tokens 128 (the first-bar release, 20 rows read): 'The term "short" suggests that the
+    # sanders were quite small ... The term al also suggests ...', a reading of the seed words instead of a text
+    # that uses them. Real text defines a term ('The term "hacker" refers to ...'), which stays allowed, and says
+    # "the word order suggests", so only a quoted word is read as a seed term; none of the 29,388 real texts opens
+    # a sentence 'The term / word "X" suggests / implies / indicates', quoted or not.
+    r"(?:^|[.!?]\s+)the\s+(?:term|word)\s+[\"'\u201c][\w-]+[\"'\u201d]\s+(?:also\s+)?"
+    r"(?:suggests|implies|indicates)\b",
 ))
 
 _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")

@@ -539,6 +539,10 @@ DEGENERATE = {
         "The topic is about a company. It mentions the creation of a Dalmatian restaurant in Salvadoran, where it "
         "conveys goods and services to local customers.", ["company", "dalmatian", "founded", "salvadoran"], "stop",
         "meta_talk"),
+    "Qwen 0.5B, --max-tokens 128: what each term suggests": (
+        'The summer sanders of the British company were exhumed in Canada. The term "short" suggests that the '
+        "sanders were quite small. The term al also suggests that the Sanders were based in an island.",
+        ["summer", "sanders", "company", "british", "short", "al", "exhumed", "canada"], "stop", "meta_talk"),
     "grid 20/class names, resumed: a list of words with articles": (
         "A company in California, a city, a glassy, a corporate, a live, a bonkers, a years.",
         ["company", "california", "city", "glassy", "live", "bonkers", "years"], "stop", "fragments"),
@@ -627,6 +631,8 @@ NEAR_MISSES = [
      ["trading", "group", "peptide"]),
     ("Physicians most interested in the topic responded to the survey. The topics of the course were set in May.",
      ["physicians", "survey", "course"]),
+    ('The term "hacker" refers to a skilled programmer. The word order suggests nothing here, and the term was '
+     "coined at MIT.", ["hacker", "programmer", "coined"]),
     ("The agreement defines the terms of the lease, and the tenant lists the key dates in a diary.",
      ["agreement", "lease", "tenant"]),
     ("The ticket says getUserNameFromUserId returns null for guests. This article presents the fix; the second "
