@@ -521,12 +521,17 @@ _HELD_LETTER = re.compile(r"(.)\1+")
 _LETTER_WORD = re.compile(r"[^\W\d_]+")
 
 
+def _bare(token: str) -> str:
+    """A whitespace token without the punctuation that sentences put around words."""
+    return token.strip(".,;:!?\"'()[]")
+
+
 def letter_loop(text: str, min_words: int = 4, min_letters: int = 12) -> bool:
     """``min_words`` words or more in a row spelled with the same one or two letters, ``min_letters`` letters in
     all: "GG GG GgG GGG GGgG GggGG GgHHHHGG GhGG" (a `make demo` row). Held letters make the syllable test see
     only "ghghg"; English words of one or two letters ("a", "in", "so") never run that long together."""
     # Whole tokens only: "5th 6th 9th 10th" is not a word "th" four times.
-    words = [t.strip(".,;:!?\"'()[]") for t in text.lower().split()]
+    words = [_bare(t) for t in text.lower().split()]
     words = [w if _LETTER_WORD.fullmatch(w) else "" for w in words]
     for i in range(len(words)):
         letters: set[str] = set()
@@ -552,7 +557,7 @@ def garbled_token(text: str, min_letters: int = 20, min_switches: int = 5) -> bo
     inside one token. Real compound names switch less and are shorter ("DiethelmKellerSiberHegner": 3 switches;
     the peptide "GlyProGlyArgAlaPhe": 18 letters); URLs are not all letters."""
     for token in text.split():
-        word = token.strip(".,;:!?\"'()[]")
+        word = _bare(token)
         if len(word) < min_letters or not word.isalpha():
             continue
         capitals = sum(c.isupper() for c in word) / len(word)
@@ -568,7 +573,7 @@ def token_loop(text: str, min_length: int = 15, min_copies: int = 4) -> bool:
     nor the case-switch test (one capital in four, a digit) sees. Chemical names repeat a group twice
     ("dimethylaminomethyl"); none of the corpora's 29,388 texts has such a word."""
     for token in text.split():
-        word = _HELD_LETTER.sub(r"\1", token.strip(".,;:!?\"'()[]").lower())
+        word = _HELD_LETTER.sub(r"\1", _bare(token).lower())
         if len(word) < min_length:
             continue
         for n in (3, 4, 5):
@@ -596,7 +601,7 @@ def camel_loop(text: str, min_length: int = 15, min_segment: int = 4, min_copies
     part twice ("getUserNameFromUserId"). None of the corpora's 29,388 texts has a glued word with even two
     repeated segments."""
     for token in text.split():
-        word = token.strip(".,;:!?\"'()[]")
+        word = _bare(token)
         if len(word) < min_length or not word.isalpha():
             continue
         segments = [s.lower() for s in _CAMEL_SEGMENT.findall(word)]

@@ -96,9 +96,9 @@ class PromptTemplate:
             d = yaml.safe_load(text)
             named = d.get("class_name_user")
             return cls(name=str(d["name"]), version=str(d["version"]), user=str(d["user"]),
-                       system=d.get("system"), terms_separator=str(d.get("terms_separator", ", ")),
+                       system=d.get("system"), terms_separator=str(d.get("terms_separator", cls.terms_separator)),
                        class_name_user=None if named is None else str(named), seeded=bool(d.get("seeded", True)),
-                       class_name_version=str(d.get("class_name_version", "class-name")))
+                       class_name_version=str(d.get("class_name_version", cls.class_name_version)))
         except (KeyError, TypeError, yaml.YAMLError) as e:
             raise ConfigError(f"prompt template {name_or_path!r} is malformed: {type(e).__name__}: {e}") from e
 
