@@ -539,6 +539,10 @@ DEGENERATE = {
         "The topic is about a company. It mentions the creation of a Dalmatian restaurant in Salvadoran, where it "
         "conveys goods and services to local customers.", ["company", "dalmatian", "founded", "salvadoran"], "stop",
         "meta_talk"),
+    "Qwen 0.5B, only-LLM baseline: the named article provides": (
+        "The Athlete Wikipedia article provides a comprehensive overview of athletes, including their physical "
+        "characteristics, achievements, and background. It also covers their sport and competition history.",
+        [], "stop", "meta_talk"),
     "Qwen 0.5B, --max-tokens 128: what each term suggests": (
         'The summer sanders of the British company were exhumed in Canada. The term "short" suggests that the '
         "sanders were quite small. The term al also suggests that the Sanders were based in an island.",
@@ -633,6 +637,8 @@ NEAR_MISSES = [
      ["physicians", "survey", "course"]),
     ('The term "hacker" refers to a skilled programmer. The word order suggests nothing here, and the term was '
      "coined at MIT.", ["hacker", "programmer", "coined"]),
+    ("The discharge summary provides the history of the fall. The review article cited in the notes was read.",
+     ["discharge", "fall", "notes"]),
     ("The agreement defines the terms of the lease, and the tenant lists the key dates in a diary.",
      ["agreement", "lease", "tenant"]),
     ("The ticket says getUserNameFromUserId returns null for guests. This article presents the fix; the second "
