@@ -3,8 +3,12 @@ two classifiers trained on the release only, and the documents' seed-term covera
 
     python benchmarks/plot_generation_grid.py experiments/results/dbpedia14-generation-cpu/table.csv \
         docs/img/generation_grid.png [--chance 0.0714]
+    python benchmarks/plot_generation_grid.py --out docs/img/generation_names_20pc.png --chance 0.0714 \
+        --title "..." experiments/results/dbpedia14-generation-cpu-20pc-names/table.csv \
+        experiments/results/dbpedia14-generation-cpu-20pc-names-qwen/table.csv
 
-Reads the experiment's table.csv (privseed experiment writes it); plots what it holds, nothing else.
+Reads experiments' table.csv files (privseed experiment writes them; several grids are drawn as one, in the
+order given); plots what they hold, nothing else. Each row's label says how many seeds its mean is over.
 """
 from __future__ import annotations
 
@@ -29,12 +33,19 @@ def setting_name(row: pd.Series) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("table")
-    ap.add_argument("out")
+    ap.add_argument("paths", nargs="+", metavar="TABLE [OUT]",
+                    help="one or more table.csv files, then the image to write (unless --out is given)")
+    ap.add_argument("--out", default=None, help="the image to write")
     ap.add_argument("--chance", type=float, default=None, help="chance accuracy line (1 / classes)")
+    ap.add_argument("--title", default="DP-KPS generation on DBPedia-14 at eps 1 + 10: what the LLM makes of "
+                                        "the DP seeds")
     args = ap.parse_args()
-    table = pd.read_csv(args.table)
-    table["setting"] = table.apply(setting_name, axis=1)
+    tables, out = (args.paths, args.out) if args.out else (args.paths[:-1], args.paths[-1])
+    if not tables:
+        ap.error("give at least one table.csv and the image to write")
+    table = pd.concat([pd.read_csv(t) for t in tables], ignore_index=True)
+    table["setting"] = table.apply(lambda row: f"{setting_name(row)} [{int(row['seeds'])} seed"
+                                               f"{'s' if int(row['seeds']) != 1 else ''}]", axis=1)
     settings = list(dict.fromkeys(table["setting"]))
     classifiers = list(dict.fromkeys(table["classifier"]))
     fig, (acc_ax, gen_ax) = plt.subplots(1, 2, figsize=(13, 0.55 * len(settings) + 2.2),
@@ -59,10 +70,10 @@ def main() -> None:
     gen_ax.set_xlim(0, 100)
     gen_ax.set_xlabel("% of documents (LLM rows only)")
     gen_ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle("DP-KPS generation on DBPedia-14 at eps 1 + 10: what the LLM makes of the DP seeds", fontsize=10)
+    fig.suptitle(args.title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}: {len(settings)} settings x {len(classifiers)} classifiers")
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}: {len(settings)} settings x {len(classifiers)} classifiers")
 
 
 if __name__ == "__main__":
