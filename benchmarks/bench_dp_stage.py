@@ -28,15 +28,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from tasks.embedding import embed_texts  # noqa: E402
-from tasks.kde import FeatureSpec, release_sketch, shard_sketch_sums, sketch_mechanism  # noqa: E402
-from tasks.ledger import public_rng  # noqa: E402
-from tasks.mechanisms import secure_noise  # noqa: E402
-from tasks.sampling import (  # noqa: E402
+from privseed.tasks.embedding import embed_texts  # noqa: E402
+from privseed.tasks.kde import FeatureSpec, release_sketch, shard_sketch_sums, sketch_mechanism  # noqa: E402
+from privseed.tasks.ledger import public_rng  # noqa: E402
+from privseed.tasks.mechanisms import secure_noise  # noqa: E402
+from privseed.tasks.sampling import (  # noqa: E402
     METHODS, SelectionRule, SketchTables, default_device, ensemble_blocks, fast_scores, naive_scores,
     sample_sequences, split_budget,
 )
-from tasks.vocabulary import (  # noqa: E402
+from privseed.tasks.vocabulary import (  # noqa: E402
     PhraseMatcher, english_vocabulary, first_terms_histogram, privatize_vocabulary, vocabulary_mechanism,
 )
 
@@ -91,7 +91,7 @@ def main() -> None:
 
     term_ids = timed("histogram", histogram, shared)
     terms = tuple(vocabulary.terms[i] for i in term_ids)
-    from tasks.embedding import load_embedder
+    from privseed.tasks.embedding import load_embedder
 
     timed("load model", lambda: load_embedder("minilm"), shared)  # imports + weights, once per process
     embeddings = timed("embed", lambda: embed_texts(list(terms), batch_size=256), shared)
@@ -160,7 +160,7 @@ def main() -> None:
 def extraction_scale(texts: list[str], n_docs: int) -> None:
     """Phrase extraction with a ~400K-term vocabulary (wordfreq top 400K + the medical term file) over
     ``n_docs`` documents (the corpus repeated)."""
-    from tasks.vocabulary import Vocabulary, file_vocabulary
+    from privseed.tasks.vocabulary import Vocabulary, file_vocabulary
 
     start = time.perf_counter()
     english = english_vocabulary(400_000)

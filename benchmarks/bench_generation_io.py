@@ -13,8 +13,8 @@ N uncached ones (the first run), it times the check the way it was (one probe pe
 ``publish``: N synthetic rows (demo-corpus texts, as benchmarks/bench_release_gate.py builds them), published
 the old way (the whole frame in this process: the release gate over every row, then the parts written one after
 another, ``publish_release(frame)``) and the new way (parts of 5,000 rows, already on the Dask workers as
-generation shards leave them, written and gate-checked there by ``tasks.corpus.write_part`` as the shards call it,
-then ``publish_release(staged)``, which combines the checks and commits the manifest). GX is warmed up in every
+generation shards leave them, written and gate-checked there by ``privseed.tasks.corpus.write_part`` as the shards call
+it, then ``publish_release(staged)``, which combines the checks and commits the manifest). GX is warmed up in every
 process first; building the rows is not timed. It prints both times, and what the driver held: the frame's
 memory against the pickled size of the staged descriptors.
 """
@@ -41,8 +41,8 @@ def _keys(n: int, salt: str) -> list[str]:
 
 
 def _fill(root: str, keys: list[str]) -> None:
-    from tasks.llm.base import ChatResult
-    from tasks.llm.cache import CallCache
+    from privseed.tasks.llm.base import ChatResult
+    from privseed.tasks.llm.cache import CallCache
 
     cache = CallCache(root)
     document = ("The old church by the river was rebuilt after the flood, and the village grew around it. " * 16)[:1400]
@@ -58,7 +58,7 @@ def _timed(fn) -> tuple[float, object]:
 
 def bench_cache(calls: list[int], stores: list[str], s3_calls: list[int], scenarios: list[str],
                 probe_max: int | None, repeat: int) -> None:
-    from tasks.llm.cache import CallCache
+    from privseed.tasks.llm.cache import CallCache
 
     server = None
     if "s3" in stores:
@@ -121,7 +121,7 @@ def _part_rows(item: tuple[int, int, int]):
 
 def _write_part(rows, index: int, out: str, release_id: str, gate):
     """A generation shard's last step, on its worker: its rows written and checked as one part."""
-    from tasks.corpus import write_part
+    from privseed.tasks.corpus import write_part
 
     return write_part(out, release_id, index, rows, None, gate)
 
@@ -134,11 +134,11 @@ def _warm_gate(gate) -> None:
 def bench_publish(rows_list: list[int], workers: int) -> None:
     from distributed import wait
 
-    from tasks.cluster import dask_client
-    from tasks.corpus import StagedRelease, new_release_id, publish_release
-    from tasks.generation import MAX_PART_ROWS
-    from tasks.ledger import PrivacyLedger
-    from tasks.quality import release_gate
+    from privseed.tasks.cluster import dask_client
+    from privseed.tasks.corpus import StagedRelease, new_release_id, publish_release
+    from privseed.tasks.generation import MAX_PART_ROWS
+    from privseed.tasks.ledger import PrivacyLedger
+    from privseed.tasks.quality import release_gate
 
     with dask_client(n_workers=workers) as client:
         for rows in rows_list:

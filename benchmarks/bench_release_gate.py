@@ -1,4 +1,4 @@
-"""Time the Great Expectations release gate (tasks.quality.validate_release) on candidates of growing size.
+"""Time the Great Expectations release gate (privseed.tasks.quality.validate_release) on candidates of growing size.
 
     python benchmarks/bench_release_gate.py [--rows 100 1000 10000 50000]
 
@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 
 
 def candidate(rows: int) -> tuple[pd.DataFrame, list]:
-    from flows.demo import demo_corpus_path
+    from privseed.flows.demo import demo_corpus_path
 
     demo = pd.read_parquet(demo_corpus_path()).sample(frac=1.0, random_state=0)  # classes interleaved
     texts = demo["text"].astype(str).tolist()
@@ -41,9 +41,9 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
-    from tasks.quality import validate_release
+    from privseed.tasks.quality import validate_release
 
-    print(f"import tasks.quality: {time.perf_counter() - started:.2f} s")
+    print(f"import privseed.tasks.quality: {time.perf_counter() - started:.2f} s")
     for i, rows in enumerate(args.rows):
         frame, labels = candidate(rows)
         started = time.perf_counter()

@@ -8,7 +8,7 @@ into common English words, shards of 100K rows in row groups of 10K) on a local 
 
   passes   this process connects to the scheduler and runs pass 1 (labels, keyed identity, first-S counts over
            the English top-50K vocabulary) and pass 2 (independent sketch sums over a V~ of 1,000 terms, I = 300)
-           with tasks.units.map_reduce_units, exactly as the flow's stages do; documents per CPU-second of the
+           with privseed.tasks.units.map_reduce_units, exactly as the flow's stages do; documents per CPU-second of the
            workers (psutil, worker processes only) and per wall second; graph bytes (the pickled per-unit tasks
            the driver submits) and the once-scattered spec bytes.
   flow     `privseed dpkps s3://... --dask-address ... --llm none` in a subprocess of its own (the driver):
@@ -185,20 +185,20 @@ def run_passes(cluster: Cluster, data: str, storage_options: dict, check_in_memo
     """Pass 1 and pass 2 over the units of ``data`` on ``cluster``, timed, as the flow's stages run them."""
     from distributed import Client
 
-    from tasks.kde import FeatureSpec
-    from tasks.passes import (
-        DeclaredLabels,
-        ScanPart,
-        ScanSpec,
-        SketchSpec,
-        TermCounting,
-        UnitReader,
-        combine_sums,
-        scan_unit,
-        sketch_unit,
-    )
-    from tasks.units import map_reduce_units, plan_corpus
-    from tasks.vocabulary import load_vocabulary
+    from privseed.tasks.kde import FeatureSpec
+    from privseed.tasks.passes import (
+                                       DeclaredLabels,
+                                       ScanPart,
+                                       ScanSpec,
+                                       SketchSpec,
+                                       TermCounting,
+                                       UnitReader,
+                                       combine_sums,
+                                       scan_unit,
+                                       sketch_unit,
+                                       )
+    from privseed.tasks.units import map_reduce_units, plan_corpus
+    from privseed.tasks.vocabulary import load_vocabulary
 
     result: dict = {}
     with Client(cluster.address) as client:
@@ -240,17 +240,17 @@ def run_passes(cluster: Cluster, data: str, storage_options: dict, check_in_memo
 
 def warm_worker() -> None:
     """What a worker does once, not per unit: import the passes and index the public vocabulary."""
-    import tasks.passes  # noqa: F401
-    from tasks.vocabulary import load_vocabulary, phrase_matcher
+    import privseed.tasks.passes  # noqa: F401
+    from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
     phrase_matcher(load_vocabulary("english", 50_000))
 
 
 def in_memory_equivalence(data, storage_options, counts, terms, embeddings, specs, sums) -> dict:
     """The whole corpus read into memory, every document fully extracted, one sum: today's reference."""
-    from tasks.corpus import read_corpus
-    from tasks.kde import shard_sketch_sums
-    from tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
+    from privseed.tasks.corpus import read_corpus
+    from privseed.tasks.kde import shard_sketch_sums
+    from privseed.tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
 
     corpus = read_corpus(data, storage_options=storage_options)
     vocabulary = load_vocabulary("english", 50_000)
@@ -289,20 +289,20 @@ def driver_main(argv: list[str]) -> None:
 
     import psutil
 
-    import flows.dpkps
-    from flows.cli import main
+    import privseed.flows.dpkps
+    from privseed.flows.cli import main
 
     after: dict[str, float] = {}
 
-    def measured(name: str, stage):  # the flow looks its stages up in flows.dpkps at call time
+    def measured(name: str, stage):  # the flow looks its stages up in privseed.flows.dpkps at call time
         def run(*args, **kwargs):
             result = stage(*args, **kwargs)
             after[name] = psutil.Process().memory_info().rss / 2**20
             return result
         return run
 
-    flows.dpkps.scan_private_corpus = measured("pass1", flows.dpkps.scan_private_corpus)
-    flows.dpkps.exact_sketch_sums = measured("pass2", flows.dpkps.exact_sketch_sums)
+    privseed.flows.dpkps.scan_private_corpus = measured("pass1", privseed.flows.dpkps.scan_private_corpus)
+    privseed.flows.dpkps.exact_sketch_sums = measured("pass2", privseed.flows.dpkps.exact_sketch_sums)
     with contextlib.redirect_stdout(sys.stderr):
         code = main(argv)
     if code != 0:

@@ -66,8 +66,8 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("PREFECT_HOME", str(Path(args.out) / ".prefect"))
-    from flows.dpkps import dpkps_flow
-    from flows.evolution import run_augpe, run_secpe
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.flows.evolution import run_augpe, run_secpe
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def main() -> None:
         released keyphrases (best of 3 by term coverage). Two steps only because dpkps_flow on main does not yet
         hand V~ to generate_documents (sequences.attrs['released_vocabulary']); the prompts, cache and
         selection are exactly the generation layer's."""
-        from tasks.generation import GenerationParams, generate_seeds, seeds_from_sequences
+        from privseed.tasks.generation import GenerationParams, generate_seeds, seeds_from_sequences
 
         base = str(out / "dpkps-seeds")
         dpkps_flow({**common, "llm": "none", "out": base, "eps_voc": 1.0, "eps_kde": e - 1.0})

@@ -1,4 +1,5 @@
-"""False-reject rate of the "is this a document" predicate (tasks.quality.document_rejection) on REAL documents.
+"""False-reject rate of the "is this a document" predicate (privseed.tasks.quality.document_rejection) on REAL
+documents.
 
     nice -n 10 python benchmarks/document_predicate_real.py [--examples 3]
 
@@ -15,7 +16,7 @@ import re
 
 import pandas as pd
 
-from tasks.quality import DEFAULT_RULES, document_rejection
+from privseed.tasks.quality import DEFAULT_RULES, document_rejection
 
 CORPORA = {
     "dbpedia14": "/work/shared/data/dbpedia14/test.parquet",

@@ -4,13 +4,13 @@
         [--test /work/shared/data/dbpedia14/test.parquet]
 
 Prints: rows generated / kept / dropped (and why), rejected candidates by reason and regeneration calls (the
-release's quality.json), mean seed-term coverage of the kept rows (tasks.metrics.term_coverage), their degenerate
-rate by the document predicate (tasks.metrics.degenerate_rate; 0 by construction for a gated release, so the
-candidates' rejection rate is printed too), TF-IDF + LR accuracy on the real test split of the documents and of
-the same rows' keyphrase sequences (flows.demo.documents_vs_seeds: what `--llm none` would release from the same
-seeds), output tokens, median words, and, given the flow's log (`privseed dpkps ... > RUN.log 2>&1`), the
-generation stage's wall time (from the end of `sample-sequences` to the end of `generate-documents`) with its
-output tokens/s and documents/min. Reads only the published release (and the public test split).
+release's quality.json), mean seed-term coverage of the kept rows (privseed.tasks.metrics.term_coverage), their
+degenerate rate by the document predicate (privseed.tasks.metrics.degenerate_rate; 0 by construction for a gated
+release, so the candidates' rejection rate is printed too), TF-IDF + LR accuracy on the real test split of the
+documents and of the same rows' keyphrase sequences (privseed.flows.demo.documents_vs_seeds: what `--llm none` would
+release from the same seeds), output tokens, median words, and, given the flow's log (`privseed dpkps ... > RUN.log
+2>&1`), the generation stage's wall time (from the end of `sample-sequences` to the end of `generate-documents`) with
+its output tokens/s and documents/min. Reads only the published release (and the public test split).
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import json
 import re
 from pathlib import Path
 
-from flows.demo import documents_vs_seeds
-from flows.evaluate import read_release
-from tasks.metrics import degenerate_rate, seed_term_coverage
+from privseed.flows.demo import documents_vs_seeds
+from privseed.flows.evaluate import read_release
+from privseed.tasks.metrics import degenerate_rate, seed_term_coverage
 
 _FINISHED = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) \| INFO +\| "
                        r"Task run '([a-z-]+)-[0-9a-f]+' - Finished in state Completed")

@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from tasks.generation import GenerationParams, generate_shard
-from tasks.llm import LLMSpec, RecipientExample, ReleasedVocabulary, get_backend
+from privseed.tasks.generation import GenerationParams, generate_shard
+from privseed.tasks.llm import LLMSpec, RecipientExample, ReleasedVocabulary, get_backend
 
 DATA = "/work/shared/data/dbpedia14"
 DOC_TYPE = "summary of a Wikipedia-style article"
@@ -109,7 +109,7 @@ def main() -> None:
         acc = utility(df["text"], df["label"], test)
         words = df["text"].str.split().str.len()
         toks = int(df["tokens_out"].sum())
-        from tasks.quality import is_document
+        from privseed.tasks.quality import is_document
 
         ok = sum(is_document(t, k, f) for t, k, f in zip(df["text"], df["keyphrases"], df["finish_reason"])) / len(df)
         print(f"{name:18s} documents {ok:6.1%}  coverage {df['coverage'].mean():6.1%}  accuracy {acc:6.1%}  "

@@ -1,7 +1,7 @@
 """Downstream utility of published releases: TF-IDF + logistic regression trained on each release's synthetic
 text, tested on a real test set, beside the same classifier trained on the keyphrase sequences of the same rows
 (what `--llm none` releases from those seeds). Also: mean seed-term coverage and the rows the document
-predicate (tasks.quality.document_rejection) rejects, by reason.
+predicate (privseed.tasks.quality.document_rejection) rejects, by reason.
 
     python benchmarks/llm_release_utility.py OUT [OUT ...] [--test /work/shared/data/dbpedia14/test.parquet]
 """
@@ -13,9 +13,9 @@ import collections
 import pandas as pd
 
 from benchmarks.llm_local_utility import utility
-from tasks.corpus import read_release
-from tasks.llm import term_coverage
-from tasks.quality import document_rejection
+from privseed.tasks.corpus import read_release
+from privseed.tasks.llm import term_coverage
+from privseed.tasks.quality import document_rejection
 
 
 def main() -> None:

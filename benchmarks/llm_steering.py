@@ -10,7 +10,7 @@ which mix terms that rarely co-occur, but built from public data), the first --p
 the data results are reported on: the reported runs use DP seeds released from the TRAIN split. No
 regeneration, one candidate, so the degenerate rate is the model's own. A name ending in "-flat" runs the
 first ("flat") steering schedule; the others run the default "budget" schedule (tasks/llm/steering.py). Prints
-per configuration: seed-term coverage (tasks.metrics.term_coverage),
+per configuration: seed-term coverage (privseed.tasks.metrics.term_coverage),
 the share of answers the document predicate rejects and why, output tokens/s and documents/min, and two texts.
 """
 from __future__ import annotations
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from document_predicate_real import first_terms, public_vocabulary
-from tasks.generation import GenerationParams, generate_shard
-from tasks.llm import LLMSpec, ReleasedVocabulary, load_few_shot
-from tasks.quality import document_rejection
+from privseed.tasks.generation import GenerationParams, generate_shard
+from privseed.tasks.llm import LLMSpec, ReleasedVocabulary, load_few_shot
+from privseed.tasks.quality import document_rejection
 
 CONFIGS = {
     "off": dict(steer=0.0),
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=2, help="texts printed per configuration")
     args = ap.parse_args()
     if args.seeds_from:
-        from flows.evaluate import read_release
+        from privseed.flows.evaluate import read_release
 
         rows = read_release(args.seeds_from).rows
         rows = rows.groupby("label", sort=True).head(args.per_class)

@@ -5,8 +5,8 @@
 
 For each (r/p, T) the binding secret is the one a single document holds: SecretNoise's LP gives that document
 w = min(1, eta) with eta = Phi^-1(1-p) - Phi^-1(1-r), so rho = min(1, eta) under ``--rho-norm max``. The joint
-calibration (tasks.accounting.calibrate_secret_sigma) composes T mixtures with shift sqrt(2) per sampled holder;
-the earlier one composed 2T mixtures with shift 1, which under-counts because one Bernoulli draw drives both
+calibration (privseed.tasks.accounting.calibrate_secret_sigma) composes T mixtures with shift sqrt(2) per sampled
+holder; the earlier one composed 2T mixtures with shift 1, which under-counts because one Bernoulli draw drives both
 released parts. Prints a Markdown table (docs/baselines.md).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from tasks import accounting
+from privseed.tasks import accounting
 
 
 def main(argv: list[str] | None = None) -> int:

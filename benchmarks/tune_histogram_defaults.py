@@ -5,7 +5,7 @@ and a validation part (20 %, seed 7). The same pure functions as the flow (tasks
 tasks/vocabulary.py) build the release; noise comes from tasks/mechanisms.py's *research* source
 (insecure_noise, seeded, so the comparison is reproducible; a release uses the secure sampler). The validation
 documents are turned into their own phrase sequences (the no-LLM protocol) and scored by TF-IDF + logistic
-regression trained on the synthetic sequences. Coherence: tasks.histogram_seeds.pair_coherence against the
+regression trained on the synthetic sequences. Coherence: privseed.tasks.histogram_seeds.pair_coherence against the
 validation documents of the sequence's class.
 
     PYTHONPATH=$PWD nice -n 10 python benchmarks/tune_histogram_defaults.py --out tune.jsonl
@@ -25,12 +25,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions, class_term_counts,
-                                   class_term_releases, noise_floor, pair_candidates, pair_coherence, pair_matrix,
-                                   pair_mechanism, release_all, sample_class_sequences, stage_budgets)
-from tasks.mechanisms import insecure_noise
-from tasks.sampling import SelectionRule
-from tasks.vocabulary import load_vocabulary, phrase_matcher
+from privseed.tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions, class_term_counts,
+                                            class_term_releases, noise_floor, pair_candidates, pair_coherence,
+                                            pair_matrix, pair_mechanism, release_all, sample_class_sequences,
+                                            stage_budgets)
+from privseed.tasks.mechanisms import insecure_noise
+from privseed.tasks.sampling import SelectionRule
+from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
 DATA = Path(os.environ.get("PRIVSEED_DATA_ROOT") or next(
     (p / "shared" / "data" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
@@ -45,7 +46,8 @@ BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 
         "denoise": "fdr", "M": 500, "share": 0.8, "T": 1.0, "P": 30, "S2": 2, "mu": 0.5}
 # denoise / M: class_term_releases; share, T (pair floor: expected pure-noise pairs per class), P (pair candidates
 # per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov
-#: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of tasks.accounting.default_delta
+#: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of
+#: privseed.tasks.accounting.default_delta
 GAUSSIAN_DELTA = 7.238241365054197e-08
 
 
@@ -70,7 +72,7 @@ def grid_splits(names: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame,
     """(private, test, synthetic_per_class) of each corpus exactly as experiments/seeds_grid.toml prepares them."""
     import tempfile
 
-    from tasks.experiment import load_experiment, prepare_data
+    from privseed.tasks.experiment import load_experiment, prepare_data
 
     spec = load_experiment(str(Path(__file__).resolve().parents[1] / "experiments" / "seeds_grid.toml"))
     out = {}

@@ -37,8 +37,8 @@ def accuracy(out: str, test_path: Path) -> tuple[float, float]:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from tasks.corpus import read_release
-    from tasks.vocabulary import PhraseMatcher, Vocabulary
+    from privseed.tasks.corpus import read_release
+    from privseed.tasks.vocabulary import PhraseMatcher, Vocabulary
 
     _, synthetic = read_release(out)
     test = pd.read_parquet(test_path)
@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--extra", default="", help="more privseed dpkps flags, e.g. '--features 500'")
     args = parser.parse_args()
 
-    from flows.cli import main as privseed
+    from privseed.flows.cli import main as privseed
 
     budgets = [tuple(float(x) for x in b.split("+")) for b in args.budgets.split(",")]
     rows = []

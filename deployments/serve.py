@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO))  # entrypoints are paths relative to the repository root
-    import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+    import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
     from prefect import serve
 
     deployments = runner_deployments(load_deployment_specs(args.prefect_file), args.only)

@@ -11,12 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from tasks import __version__
-from tasks import audit as stats
-from tasks import audit_trials
-from tasks.audit_trials import Profile, run_audit, write_outputs
-from tasks.config import AuditConfig, add_config_arguments, config_from_args
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+from privseed import __version__
+from privseed.tasks import audit as stats
+from privseed.tasks import audit_trials
+from privseed.tasks.audit_trials import Profile, run_audit, write_outputs
+from privseed.tasks.config import AuditConfig, add_config_arguments, config_from_args
 
 
 # ---------------------------------------------------------------------------------------------------------

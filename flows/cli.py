@@ -8,12 +8,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from tasks import __version__
-from tasks.errors import PrivseedError
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+from privseed import __version__
+from privseed.tasks.errors import PrivseedError
 
 # Flow modules that add subcommands, in the order they appear in --help.
-COMMAND_MODULES = ("flows.dpkps", "flows.demo", "flows.evolution", "flows.evaluate", "flows.experiment", "flows.audit")
+COMMAND_MODULES = ("privseed.flows.dpkps", "privseed.flows.demo", "privseed.flows.evolution", "privseed.flows.evaluate",
+                   "privseed.flows.experiment", "privseed.flows.audit")
 
 
 def build_parser() -> argparse.ArgumentParser:

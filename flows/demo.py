@@ -12,9 +12,9 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from tasks import storage
-from tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, add_config_arguments, config_from_args,
-                          validate_config)
+from privseed.tasks import storage
+from privseed.tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, add_config_arguments, config_from_args,
+                                   validate_config)
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
@@ -60,7 +60,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
 
 def run_demo(demo: DemoConfig) -> int:
     """DP-KPS on the bundled corpus with the demo's settings, then the recipient's evaluation of the release."""
-    from flows.dpkps import dpkps_flow
+    from privseed.flows.dpkps import dpkps_flow
 
     out = str(Path(demo.out).resolve()) if "://" not in demo.out else demo.out
     cfg = validate_config(DpKpsConfig, demo_config(out, demo.llm))
@@ -68,7 +68,7 @@ def run_demo(demo: DemoConfig) -> int:
     started = time.perf_counter()
     manifest = dpkps_flow(cfg.model_dump())
     # The data recipient's side: train on the synthetic corpus only, score on the bundled real test split.
-    from flows.evaluate import evaluate
+    from privseed.flows.evaluate import evaluate
 
     evaluation = evaluate({"synthetic": out, "test": demo_corpus_path(DEMO_TEST),
                            "json_path": storage.join(out, "evaluation.json"),
@@ -82,9 +82,9 @@ def run_demo(demo: DemoConfig) -> int:
     print(f"  private state:    {cfg.state_uri}  (the owner's: identity key, drawn values, LLM cache; never share it)")
     print(f"  evaluation:       {storage.join(out, 'evaluation.json')}  {_headline(evaluation)}")
     if cfg.llm != "none":
-        from tasks.corpus import read_corpus
-        from tasks.evaluation import documents_vs_seeds
-        from tasks.release_reader import read_release
+        from privseed.tasks.corpus import read_corpus
+        from privseed.tasks.evaluation import documents_vs_seeds
+        from privseed.tasks.release_reader import read_release
 
         docs, seeds = documents_vs_seeds(read_release(out).rows, read_corpus(demo_corpus_path(DEMO_TEST)))
         print(f"  TF-IDF + LR on the real test split: the documents {100 * docs:.1f}%, their DP seeds alone "

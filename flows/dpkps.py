@@ -19,25 +19,25 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger
 
-from tasks import storage
-from tasks.cluster import cluster_security, dask_client
-from tasks.config import DpKpsConfig, build_config
-from tasks.histogram_seeds import HISTOGRAM_METHODS
-from tasks.ledger import PrivacyLedger
-from tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
-from tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
-                                privatize_vocabulary_stage, sample_keyphrase_sequences, term_counting)
-from tasks.stages.generation import check_local_model, dry_run, generate_release_documents, with_class_names
-from tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
-                                    sample_histogram_sequences)
-from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
-from tasks.stages.release import publish, render_without_llm
-from tasks.units import CorpusPlan
+from privseed.tasks import storage
+from privseed.tasks.cluster import cluster_security, dask_client
+from privseed.tasks.config import DpKpsConfig, build_config
+from privseed.tasks.histogram_seeds import HISTOGRAM_METHODS
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
+from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
+                                         privatize_vocabulary_stage, sample_keyphrase_sequences, term_counting)
+from privseed.tasks.stages.generation import check_local_model, dry_run, generate_release_documents, with_class_names
+from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
+                                             sample_histogram_sequences)
+from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
+from privseed.tasks.stages.release import publish, render_without_llm
+from privseed.tasks.units import CorpusPlan
 
 
 @flow(name="dpkps", log_prints=True)
@@ -93,7 +93,7 @@ def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: 
 # ---------------------------------------------------------------------------------------------------
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     """``privseed dpkps``: every flag comes from DpKpsConfig (tasks/config.py), help and defaults included."""
-    from tasks.config import add_config_arguments
+    from privseed.tasks.config import add_config_arguments
 
     parser = subparsers.add_parser("dpkps", help="DP-KPS: DP keyphrase sequences seed one LLM prompt per document",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,7 +102,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_from_cli(args: argparse.Namespace) -> int:
-    from tasks.config import config_from_args
+    from privseed.tasks.config import config_from_args
 
     cfg = config_from_args(DpKpsConfig, args)
     manifest = dpkps_flow(cfg.model_dump())

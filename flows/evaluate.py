@@ -18,16 +18,16 @@ from typing import Any
 
 import pandas as pd
 
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from prefect import flow  # noqa: E402  (after tasks._runtime)
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
 
-from tasks import classify
-from tasks.config import EvaluateConfig, add_config_arguments, build_config, config_from_args
-from tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
-                              resolve_test_view)
-from tasks.release_reader import release_vocabulary, written_without_llm
-from tasks.stages.evaluation import (load_client_texts, load_release, load_test_set, phrase_view, score_corpus,
-                                    write_evaluation)
+from privseed.tasks import classify
+from privseed.tasks.config import EvaluateConfig, add_config_arguments, build_config, config_from_args
+from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
+                                       resolve_test_view)
+from privseed.tasks.release_reader import release_vocabulary, written_without_llm
+from privseed.tasks.stages.evaluation import (load_client_texts, load_release, load_test_set, phrase_view, score_corpus,
+                                              write_evaluation)
 
 
 # The flow that deployments/prefect.yaml names (flows/evaluate.py:evaluate).

@@ -17,19 +17,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from prefect import flow
 
-from tasks import evolution as ev
-from tasks import storage
-from tasks.cluster import cluster_security, dask_client
-from tasks.config import AugPeConfig, SecPeConfig, build_config
-from tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
-from tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
-from tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
-from tasks.stages.pe import (charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets, dry_run_plan,
-                             private_units, public_clusters, publish_evolution)
-from tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
+from privseed.tasks import evolution as ev
+from privseed.tasks import storage
+from privseed.tasks.cluster import cluster_security, dask_client
+from privseed.tasks.config import AugPeConfig, SecPeConfig, build_config
+from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
+from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
+from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
+from privseed.tasks.stages.pe import (charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets, dry_run_plan,
+                                      private_units, public_clusters, publish_evolution)
+from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 
 
 @flow(name="augpe", log_prints=True)
@@ -103,7 +103,7 @@ def run_secpe(config: dict[str, Any]) -> str:
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     """``privseed augpe`` and ``privseed secpe``: every flag comes from AugPeConfig / SecPeConfig (tasks/config.py)."""
-    from tasks.config import add_config_arguments
+    from privseed.tasks.config import add_config_arguments
 
     p = subparsers.add_parser("augpe", help="Aug-PE baseline (add --vocab-words for AugPE+V~)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -117,7 +117,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
-    from tasks.config import config_from_args
+    from privseed.tasks.config import config_from_args
 
     cfg = config_from_args(model, args)
     manifest = flow_fn(cfg.model_dump())

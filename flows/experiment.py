@@ -21,22 +21,22 @@ import time
 from typing import Any
 
 import pandas as pd
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from prefect import flow  # noqa: E402  (after tasks._runtime)
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
 
-from flows.dpkps import dpkps_flow
-from flows.evolution import augpe_flow, secpe_flow
-from tasks.baselines import only_llm_label_names
-from tasks.config import ExperimentConfig, add_config_arguments, build_config, config_from_args
-from tasks.errors import ConfigError
-from tasks.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides, grid_cells,
-                              load_experiment, method_config, method_flow, record_release_seconds,
-                              recorded_release_seconds)
-from tasks.release_reader import Release
-from tasks.stages.evaluation import load_release
-from tasks.stages.experiment import GridData, only_llm_documents, real_documents, score_cell, tabulate
+from privseed.flows.dpkps import dpkps_flow
+from privseed.flows.evolution import augpe_flow, secpe_flow
+from privseed.tasks.baselines import only_llm_label_names
+from privseed.tasks.config import ExperimentConfig, add_config_arguments, build_config, config_from_args
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides,
+                                       grid_cells, load_experiment, method_config, method_flow, record_release_seconds,
+                                       recorded_release_seconds)
+from privseed.tasks.release_reader import Release
+from privseed.tasks.stages.evaluation import load_release
+from privseed.tasks.stages.experiment import GridData, only_llm_documents, real_documents, score_cell, tabulate
 
-#: The flow that writes each method's release (tasks.experiment.method_flow names it).
+#: The flow that writes each method's release (privseed.tasks.experiment.method_flow names it).
 METHOD_FLOWS = {"dpkps": dpkps_flow, "augpe": augpe_flow, "secpe": secpe_flow}
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import norm
 
-from tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError
 
 ADJACENCY = "add/remove one document"
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError
 
 #: 1 - confidence of the reported lower bounds (95 %).
 DEFAULT_ALPHA = 0.05

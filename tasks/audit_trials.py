@@ -53,16 +53,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from tasks import audit as stats
-from tasks import jsonable, storage
-from tasks.config import AUDIT_MECHANISMS, AUDIT_PROFILES
-from tasks.errors import ConfigError
-from tasks.ledger import PrivacyLedger
+from privseed.tasks import audit as stats
+from privseed.tasks import jsonable, storage
+from privseed.tasks.config import AUDIT_MECHANISMS, AUDIT_PROFILES
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +222,8 @@ class VocabularyAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from tasks.config import DpKpsConfig
-        from tasks.vocabulary import load_vocabulary
+        from privseed.tasks.config import DpKpsConfig
+        from privseed.tasks.vocabulary import load_vocabulary
 
         path = workdir / "audit-vocabulary.txt"
         path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
@@ -237,7 +237,7 @@ class VocabularyAudit(_Mechanism):
         self.canary = _with(self.private, " ".join([VOCABULARY_CANARY_TERM] * self.cfg.first_terms), 0)
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
+        from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
 
         corpus = self.canary if with_canary else self.private
         with self.ledger() as ledger:
@@ -265,9 +265,9 @@ class KdeAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from tasks.config import DpKpsConfig
-        from tasks.stages.dpkps import embed_released_vocabulary, feature_specs
-        from tasks.kde import laplace_scale
+        from privseed.tasks.config import DpKpsConfig
+        from privseed.tasks.stages.dpkps import embed_released_vocabulary, feature_specs
+        from privseed.tasks.kde import laplace_scale
 
         # V~ is taken as released (all of the audit vocabulary): the audit isolates the eps_kde of the sketches.
         self.terms = audit_vocabulary_terms()
@@ -290,15 +290,15 @@ class KdeAudit(_Mechanism):
         return self._exact(corpus)[0, 0]
 
     def _exact(self, corpus: pd.DataFrame) -> np.ndarray:
-        from tasks.kde import sketch_sums_of_shard
-        from tasks.stages.dpkps import feature_specs
+        from privseed.tasks.kde import sketch_sums_of_shard
+        from privseed.tasks.stages.dpkps import feature_specs
 
         specs = feature_specs(self.cfg, self.embeddings.shape[1])
         shard = (corpus["text"].tolist(), corpus["label"].tolist())
         return sketch_sums_of_shard(shard, self.labels, tuple(self.terms), self.embeddings, specs, True)
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.stages.dpkps import privatize_sketches, sample_keyphrase_sequences
+        from privseed.tasks.stages.dpkps import privatize_sketches, sample_keyphrase_sequences
 
         corpus = self.canary if with_canary else self.private
         with self.ledger() as ledger:
@@ -320,10 +320,10 @@ class AugPeAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from tasks.config import AugPeConfig
-        from tasks.evolution import candidate_documents as _documents, class_index as _per_class_index
-        from tasks.stages.pe import embed_candidates, embed_private
-        from tasks import evolution as ev
+        from privseed.tasks.config import AugPeConfig
+        from privseed.tasks.evolution import candidate_documents as _documents, class_index as _per_class_index
+        from privseed.tasks.stages.pe import embed_candidates, embed_private
+        from privseed.tasks import evolution as ev
 
         self.cfg = AugPeConfig(**self.config_values(dict(
             epsilon=2.0, delta=1e-5, iterations=1, per_class=2, progress=False), AugPeConfig))
@@ -345,7 +345,7 @@ class AugPeAudit(_Mechanism):
                                   f"{'with' if with_canary else 'without'} the canary, expected {expected}")
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.stages.pe import augpe_round_histogram, charge_augpe_schedule
+        from privseed.tasks.stages.pe import augpe_round_histogram, charge_augpe_schedule
 
         private_emb, private_class = self.sides[with_canary]
         with self.ledger() as ledger:
@@ -358,7 +358,7 @@ class AugPeAudit(_Mechanism):
 def _exact_class_term_counts(audit: Any, corpus: pd.DataFrame) -> np.ndarray:
     """Stage 1's exact per-class counts of ``corpus`` for the histogram audits (``matcher``, ``labels``,
     ``vocabulary``, ``cfg`` of the audit)."""
-    from tasks.histogram_seeds import class_positions, class_term_counts
+    from privseed.tasks.histogram_seeds import class_positions, class_term_counts
 
     ids = [audit.matcher.match(t) for t in corpus["text"]]
     positions = class_positions(audit.labels, corpus["label"])
@@ -379,9 +379,9 @@ class MarkovPairsAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from tasks.config import DpKpsConfig
-        from tasks.histogram_seeds import pair_mechanism, stage_budgets
-        from tasks.vocabulary import load_vocabulary, phrase_matcher
+        from privseed.tasks.config import DpKpsConfig
+        from privseed.tasks.histogram_seeds import pair_mechanism, stage_budgets
+        from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
         path = workdir / "audit-markov-vocabulary.txt"
         path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
@@ -405,8 +405,9 @@ class MarkovPairsAudit(_Mechanism):
         self.scale = pair_mechanism(self.cfg.mechanism, self.cfg.markov_pair_terms, eps_2, delta_2).scale
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.histogram_seeds import class_pair_counts, class_positions, pair_columns
-        from tasks.stages.histogram import pair_candidate_ids, privatize_class_histograms, privatize_class_pairs
+        from privseed.tasks.histogram_seeds import class_pair_counts, class_positions, pair_columns
+        from privseed.tasks.stages.histogram import (pair_candidate_ids, privatize_class_histograms,
+                                                     privatize_class_pairs)
 
         corpus = self.canary if with_canary else self.private
         ids = [self.matcher.match(t) for t in corpus["text"]]
@@ -437,9 +438,9 @@ class HistogramAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from tasks.config import DpKpsConfig
-        from tasks.histogram_seeds import build_mechanism, stage_budgets
-        from tasks.vocabulary import load_vocabulary, phrase_matcher
+        from privseed.tasks.config import DpKpsConfig
+        from privseed.tasks.histogram_seeds import build_mechanism, stage_budgets
+        from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
         path = workdir / "audit-histogram-vocabulary.txt"
         path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
@@ -457,7 +458,7 @@ class HistogramAudit(_Mechanism):
         self.scale = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1).scale
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.stages.histogram import privatize_class_histograms
+        from privseed.tasks.stages.histogram import privatize_class_histograms
 
         corpus = self.canary if with_canary else self.private
         with self.ledger() as ledger:
@@ -475,9 +476,9 @@ class SecPeAudit(_Mechanism):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from tasks.config import SecPeConfig
-        from tasks.stages.pe import embed_candidates, embed_private
-        from tasks import evolution as ev
+        from privseed.tasks.config import SecPeConfig
+        from privseed.tasks.stages.pe import embed_candidates, embed_private
+        from privseed.tasks import evolution as ev
 
         secrets = workdir / "audit-secrets.txt"
         secrets.write_text(_NOBODY_HOLDS_THIS_SECRET + "\n", encoding="utf-8")
@@ -496,7 +497,7 @@ class SecPeAudit(_Mechanism):
     def _adversary_view(self, embeddings: np.ndarray) -> None:
         """What the adversary, who knows every document of D, expects: the canary's cluster k, the exact class-0
         centre of k on D, and the direction and length of the canary's move of it, in units of its noise."""
-        from tasks import evolution as ev
+        from privseed.tasks import evolution as ev
 
         radius, sizes, centres = self.cfg.radius, self.clusters.sizes, self.clusters.centres
         clipped = ev.clip_rows(embeddings, radius)
@@ -516,9 +517,9 @@ class SecPeAudit(_Mechanism):
         self.move_in_noise_units = float(np.linalg.norm(move)) / self.scale
 
     def trial(self, with_canary: bool) -> dict[str, float]:
-        from tasks.evolution import secpe_noise
-        from tasks.stages.pe import charge_secpe_schedule, detect_secrets, secpe_round_release
-        from tasks import evolution as ev
+        from privseed.tasks.evolution import secpe_noise
+        from privseed.tasks.stages.pe import charge_secpe_schedule, detect_secrets, secpe_round_release
+        from privseed.tasks import evolution as ev
 
         classes = self.classes[with_canary]
         scales = ev.centre_noise_scales(self.clusters, self.cfg.radius)
@@ -557,12 +558,12 @@ def _trial_environment(insecure: bool = False) -> Iterator[None]:
     import torch
     from threadpoolctl import threadpool_limits
 
-    names = ("flows", "tasks", "prefect", "tasks.ledger")
+    names = ("privseed.flows", "privseed.tasks", "prefect", "privseed.tasks.ledger")
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     threads = torch.get_num_threads()
     for name, lg in zip(names, loggers):
-        floor = logging.ERROR if insecure and name == "tasks.ledger" else logging.WARNING
+        floor = logging.ERROR if insecure and name == "privseed.tasks.ledger" else logging.WARNING
         lg.setLevel(max(lg.getEffectiveLevel(), floor))
     torch.set_num_threads(1)
     try:

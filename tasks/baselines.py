@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.errors import ConfigError
-from tasks.experiment import DatasetSpec, PreparedData, balanced_sample, declared_labels
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.experiment import DatasetSpec, PreparedData, balanced_sample, declared_labels
 
 #: The packaged unseeded prompt template of the only-LLM baseline (tasks/llm/prompts/only_llm.yaml).
 ONLY_LLM_TEMPLATE = "only_llm"
@@ -28,7 +28,7 @@ def only_llm_label_names(ds: DatasetSpec, data: PreparedData) -> dict[str, str]:
     """The topics of only-LLM's prompts: the dataset's public class-names file when it has one (the same names
     DP-KPS gets with class names, so the two compare fairly), else the benchmark's label names."""
     if ds.class_names:
-        from tasks.llm.released import load_class_names
+        from privseed.tasks.llm.released import load_class_names
 
         names = load_class_names(ds.class_names)
         names.check_labels(declared_labels(ds))  # the declared set: configuration, never read from the data
@@ -45,15 +45,15 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
 
     The prompt is the packaged ``only_llm`` template naming each class by ``label_names`` (public: the dataset's
     class-names file or the benchmark's label names; a label without a name is named by itself). Calls go through
-    tasks.generation's one path to a backend (concurrency, the API key's Secret block, the call cache under
+    privseed.tasks.generation's one path to a backend (concurrency, the API key's Secret block, the call cache under
     ``cache_uri``, whose folder also keeps Anthropic's batch state), so a re-run sends only the calls that never
     finished. Call seeds come from the public ``public_rng(seed, "only-llm")``. Answers are cleaned, judged and
     regenerated like a DP-KPS release's (``generate_unseeded``): rows that are still not documents after the
     regeneration rounds (``max_regenerations``, default GenerationParams') are dropped, so both arms of the
     comparison are scored on documents only."""
-    from tasks.generation import GenerationParams, generate_unseeded, llm_spec
-    from tasks.ledger import public_rng
-    from tasks.llm.released import PublicClassNames
+    from privseed.tasks.generation import GenerationParams, generate_unseeded, llm_spec
+    from privseed.tasks.ledger import public_rng
+    from privseed.tasks.llm.released import PublicClassNames
 
     if llm == "none":
         raise ConfigError("the only-llm method needs an LLM (--llm local or anthropic:MODEL)")

@@ -4,7 +4,7 @@ The client (the data recipient) trains on the synthetic release only and is scor
 test set. Everything here is pure: arrays or texts in, a trained model / predictions out; no I/O,
 no Prefect. Test labels never enter this module: every training function takes training data (and
 optionally unlabelled client data) and returns a model; `predict_*` returns labels for texts or
-features. Scoring happens elsewhere (tasks.metrics.classification_scores) with the labels.
+features. Scoring happens elsewhere (privseed.tasks.metrics.classification_scores) with the labels.
 
 Classifiers
 - `train_mlp`: a 3-layer MLP over frozen sentence embeddings (fast; CPU default).

@@ -24,12 +24,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError
 
 if TYPE_CHECKING:
     from distributed import Client, Security
 
-    from tasks.config import ReleaseConfig
+    from privseed.tasks.config import ReleaseConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,7 +55,7 @@ SCHEDULER_PACKAGES = ("dask", "distributed", "cloudpickle", "tornado")
 WORKER_WAIT_S = 120.0
 #: The packages of the privseed distribution, whose source the workers must share (an editable install
 #: reports the same version for every edit).
-PRIVSEED_PACKAGES = ("tasks", "flows")
+PRIVSEED_PACKAGES = ("privseed",)
 TLS_FLAGS = ("--dask-tls-ca-file", "--dask-tls-cert", "--dask-tls-key")
 
 

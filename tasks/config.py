@@ -27,9 +27,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from tasks import storage
-from tasks.errors import ConfigError
-from tasks.mechanisms import NoiseSource, noise_source
+from privseed.tasks import storage
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.mechanisms import NoiseSource, noise_source
 
 #: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
 #: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
@@ -337,7 +337,7 @@ class ReleaseConfig(BaseModel):
             return values
         if not values.get("labels_file") and values.get("labels") is None and values.get("class_names"):
             # The owner's public class names file is configuration too: its labels are the declared set.
-            from tasks.llm.released import load_class_names
+            from privseed.tasks.llm.released import load_class_names
 
             values = dict(values)
             values["labels"] = list(load_class_names(values["class_names"], values.get("storage_options")).labels)
@@ -373,7 +373,7 @@ class ReleaseConfig(BaseModel):
     def _declared(self) -> "ReleaseConfig":
         if self.labels is None:
             raise ValueError("no label set declared; " + LABELS_HELP)
-        from tasks.identity import check_state_outside_release
+        from privseed.tasks.identity import check_state_outside_release
 
         if self.state is not None:
             check_state_outside_release(self.out, self.state)
@@ -382,7 +382,7 @@ class ReleaseConfig(BaseModel):
     @model_validator(mode="after")
     def _tls_together(self) -> "ReleaseConfig":
         # Checked here so a half-configured TLS setup fails before any data is read; that the files exist is
-        # checked when the client connects (tasks.cluster.cluster_security), where they are read.
+        # checked when the client connects (privseed.tasks.cluster.cluster_security), where they are read.
         paths = {"--dask-tls-ca-file": self.dask_tls_ca_file, "--dask-tls-cert": self.dask_tls_cert,
                  "--dask-tls-key": self.dask_tls_key}
         if any(paths.values()):
@@ -398,7 +398,7 @@ class ReleaseConfig(BaseModel):
     @field_validator("language", mode="before")
     @classmethod
     def _known_language(cls, value: Any) -> str | None:
-        from tasks.quality import FUNCTION_WORDS
+        from privseed.tasks.quality import FUNCTION_WORDS
 
         if value is None or str(value).lower() in ("none", ""):
             return None
@@ -410,7 +410,7 @@ class ReleaseConfig(BaseModel):
     @classmethod
     def _known_document_rules(cls, value: dict[str, Any]) -> dict[str, Any]:
         """Checked here, before any data is read: an unknown name or a bad value is a ConfigError that names it."""
-        from tasks.quality import DEFAULT_RULES
+        from privseed.tasks.quality import DEFAULT_RULES
 
         DEFAULT_RULES.with_settings(value)
         return value
@@ -418,8 +418,8 @@ class ReleaseConfig(BaseModel):
     @field_validator("llm")
     @classmethod
     def _known_llm(cls, value: str) -> str:
-        """The one --llm grammar: tasks.llm.parse_llm_spec's (its ConfigError is this field's error)."""
-        from tasks.llm import parse_llm_spec
+        """The one --llm grammar: privseed.tasks.llm.parse_llm_spec's (its ConfigError is this field's error)."""
+        from privseed.tasks.llm import parse_llm_spec
 
         return str(parse_llm_spec(value))
 
@@ -431,7 +431,7 @@ class ReleaseConfig(BaseModel):
     @property
     def state_uri(self) -> str:
         """The owner's private state (tasks/identity.py): ``--state``, or ``OUT.private`` beside the release."""
-        from tasks.identity import default_state_uri
+        from privseed.tasks.identity import default_state_uri
 
         return self.state or default_state_uri(self.out)
 
@@ -762,7 +762,7 @@ def describe_error(model: type[BaseModel], error: Any) -> str:
     flag = flag_of(model, name)
     if error["type"] == "extra_forbidden":
         message = f"unknown option ({model.__name__} has no field {name!r})"
-    if message.startswith((flag + " ", flag + ":")):  # the message names its flag already (tasks.llm)
+    if message.startswith((flag + " ", flag + ":")):  # the message names its flag already (privseed.tasks.llm)
         return message
     spelled_otherwise = name in model.model_fields and flag != "--" + _dashed(name) and flag != name.upper()
     return f"{flag} ({name}): {message}" if spelled_otherwise else f"{flag}: {message}"
@@ -795,8 +795,8 @@ AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 
 
 
 def _llm_spec(value: str) -> str:
-    """The one --llm grammar (tasks.llm.parse_llm_spec), normalised; its ConfigError is the field's error."""
-    from tasks.llm import parse_llm_spec
+    """The one --llm grammar (privseed.tasks.llm.parse_llm_spec), normalised; its ConfigError is the field's error."""
+    from privseed.tasks.llm import parse_llm_spec
 
     return str(parse_llm_spec(value))
 

@@ -32,12 +32,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks import jsonable, storage
-from tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
+from privseed.tasks import jsonable, storage
+from privseed.tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
 
 if TYPE_CHECKING:
-    from tasks.ledger import PrivacyLedger
-    from tasks.quality import PartCheck, ReleaseGate
+    from privseed.tasks.ledger import PrivacyLedger
+    from privseed.tasks.quality import PartCheck, ReleaseGate
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def column_names(path: str, storage_options: Mapping[str, Any] | None = None) ->
 
 
 def _parquet_file(path: str, storage_options: Mapping[str, Any] | None) -> pq.ParquetFile:
-    """One whole shard, fetched through ``tasks.storage`` (a dropped connection or a throttled read is retried,
+    """One whole shard, fetched through ``privseed.tasks.storage`` (a dropped connection or a throttled read is retried,
     then a transient StorageError) and opened as Parquet; a missing or malformed shard is a CorpusError naming it."""
     try:
         data = storage.read_bytes(path, storage_options)
@@ -120,13 +120,13 @@ def read_columns(path: str, columns: list[str] | None = None,
                  storage_options: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Every shard of a small public file (a test split, a client's unlabelled documents, a benchmark file an
     experiment splits), ``columns`` only (all when None), as one DataFrame. Nothing is validated beyond the
-    columns' presence; the private corpus is read through ``read_shard`` / ``tasks.units.read_unit``."""
+    columns' presence; the private corpus is read through ``read_shard`` / ``privseed.tasks.units.read_unit``."""
     frames = [_read_table(uri, columns, storage_options).to_pandas() for uri in list_shards(path, storage_options)]
     return pd.concat(frames, ignore_index=True)
 
 
 def write_parquet(uri: str, frame: pd.DataFrame, storage_options: Mapping[str, Any] | None = None) -> str:
-    """Write ``frame`` as one Parquet file, atomically (``tasks.storage.write_bytes``); returns ``uri``."""
+    """Write ``frame`` as one Parquet file, atomically (``privseed.tasks.storage.write_bytes``); returns ``uri``."""
     storage.write_bytes(uri, _parquet_bytes(frame), storage_options)
     return uri
 
@@ -226,7 +226,7 @@ class StagedRelease:
     """A candidate release whose parts are written under ``out`` and named by no manifest yet: what a flow holds
     between generation and ``publish_release`` instead of the synthetic rows. ``gate`` is the gate that checked
     the parts (publish_release refuses to combine them under another); ``generation_report`` the counts for
-    quality.json (tasks.generation.split_documents, summed over parts)."""
+    quality.json (privseed.tasks.generation.split_documents, summed over parts)."""
 
     out: str
     release_id: str
@@ -295,8 +295,8 @@ def publish_release(
     """Gate, then publish ``synthetic`` under ``out`` atomically; return the manifest.
 
     ``synthetic`` is the candidate frame, or a :class:`StagedRelease` whose parts the generation shards already
-    wrote (and the gate, a :class:`tasks.quality.ReleaseGate`, already checked part by part: here the checks are
-    combined, no row is read). Order of writes: the parts under new names (a frame's, here); the release's
+    wrote (and the gate, a :class:`privseed.tasks.quality.ReleaseGate`, already checked part by part: here the checks
+    are combined, no row is read). Order of writes: the parts under new names (a frame's, here); the release's
     ledger (the recipient's view), quality result and extra files under ``_releases/<id>/`` and as top-level
     copies; the owner's full ledger into the private state; then ``manifest.json`` (the commit point); then the
     parts of older releases (and of runs that died before their commit) are removed. Everything under ``out``
@@ -309,7 +309,7 @@ def publish_release(
     A ledger with any release drawn from reproducible noise (``--insecure-reproducible-noise``) is refused the
     same way, whether or not a gate runs, unless ``allow_insecure``; when allowed, manifest.json and
     ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp."""
-    from tasks.mechanisms import INSECURE_STAMP
+    from privseed.tasks.mechanisms import INSECURE_STAMP
 
     staged = synthetic if isinstance(synthetic, StagedRelease) else None
     frame = synthetic if isinstance(synthetic, pd.DataFrame) else None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -60,7 +60,7 @@ def embed_sharded(texts: Sequence[str], model: str = "minilm", shard_size: int =
     """``embed_texts`` over shards of ``shard_size`` texts on the running flow's Dask workers (each worker loads
     the model once), rows in input order; in this process when there is no client. ``progress`` shows a bar of
     texts embedded (per batch here, per shard on the workers)."""
-    from tasks.cluster import current_client, map_shards
+    from privseed.tasks.cluster import current_client, map_shards
 
     shards = [list(texts[i:i + shard_size]) for i in range(0, len(texts), max(1, int(shard_size)))]
     if current_client() is None or len(shards) <= 1:

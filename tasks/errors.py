@@ -60,7 +60,7 @@ _TRANSIENT_FOREIGN_NAMES = frozenset({
     "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError", "ConnectTimeoutError",  # botocore
     "ServerDisconnectedError", "ClientConnectorError",  # aiohttp (s3fs)
     "CommClosedError",  # distributed: a connection dropped, not a worker killed
-    "RetryableCallError",  # tasks.llm.retry: 429 / 5xx after the backend's own backoff
+    "RetryableCallError",  # privseed.tasks.llm.retry: 429 / 5xx after the backend's own backoff
 })
 
 

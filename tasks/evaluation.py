@@ -3,7 +3,7 @@ the scores, figures and report of one evaluation are.
 
 A classifier is trained on synthetic (or, for the experiment's `real` baseline, real private) documents only
 and scored on the recipient's real test set, whose labels are read once, after every classifier is trained
-(``tasks.classify.HeldOutTestSet``). The Prefect stages around these functions are in
+(``privseed.tasks.classify.HeldOutTestSet``). The Prefect stages around these functions are in
 tasks/stages/evaluation.py; the `evaluate` flow (flows/evaluate.py) wires them.
 """
 
@@ -20,9 +20,9 @@ from typing import Any, get_args
 import numpy as np
 import pandas as pd
 
-from tasks import classify, corpus, metrics, report, storage
-from tasks.config import EvaluationOptions, NeuralClassifier
-from tasks.errors import ConfigError
+from privseed.tasks import classify, corpus, metrics, report, storage
+from privseed.tasks.config import EvaluationOptions, NeuralClassifier
+from privseed.tasks.errors import ConfigError
 
 #: Every classifier an evaluation may train: the neural ones of --classifier, and TF-IDF + LR beside them.
 CLASSIFIERS = (*get_args(NeuralClassifier), "tfidf")
@@ -48,8 +48,8 @@ def embedding_cache_dir() -> Path:
 
 
 def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarray:
-    """Sentence embeddings (tasks.embedding, unit norm), cached on disk by the hash of model + texts."""
-    from tasks.embedding import embed_texts
+    """Sentence embeddings (privseed.tasks.embedding, unit norm), cached on disk by the hash of model + texts."""
+    from privseed.tasks.embedding import embed_texts
 
     digest = hashlib.sha256(("\x1e".join([model, *map(str, texts)])).encode("utf-8")).hexdigest()[:32]
     path = cache_dir / f"{digest}.npy"
@@ -68,9 +68,9 @@ def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarra
 def _extractor(vocabulary: Mapping[str, Any]) -> tuple[Any, Any]:
     """The public vocabulary V a release recorded (``vocab``, ``vocab_top``) and its phrase matcher."""
     try:
-        from tasks.vocabulary import load_vocabulary, phrase_matcher
+        from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
     except ImportError as exc:
-        raise ConfigError("the phrase view needs tasks.vocabulary, which this installation lacks") from exc
+        raise ConfigError("the phrase view needs privseed.tasks.vocabulary, which this installation lacks") from exc
     spec = str(vocabulary.get("vocab", "english"))
     top = vocabulary.get("vocab_top")
     vocab = load_vocabulary(spec, int(top)) if top else load_vocabulary(spec)
@@ -136,7 +136,7 @@ def train_and_predict(kind: str, train_texts: Sequence[str], train_labels: Seque
         predictions = classify.predict_mlp(clf, predict_x)
         history, best_epoch = clf.history, clf.best_epoch
     elif kind == "finetune":
-        from tasks.embedding import load_embedder
+        from privseed.tasks.embedding import load_embedder
 
         clf = classify.train_finetune(train_texts, train_labels, load_embedder(embed_model), client_texts=client_texts,
                                       cfg=cfg, device=device)
@@ -180,9 +180,9 @@ def documents_vs_seeds(rows: pd.DataFrame, test: pd.DataFrame) -> tuple[float, f
 
 def generation_quality(train: pd.DataFrame, llm: str, release_s: float) -> dict[str, float | None]:
     """What the LLM made of its prompts, from the released rows: mean seed-term coverage (the measure best-of-k
-    ranks by), the share of rows that are not documents (tasks.metrics.degenerate_rate: the one document
-    predicate of the release gate, tasks.quality.document_rejection), and output tokens per second of release wall time
-    (an end-to-end lower bound: for DP-KPS it includes the DP stage). None where it does not apply."""
+    ranks by), the share of rows that are not documents (privseed.tasks.metrics.degenerate_rate: the one document
+    predicate of the release gate, privseed.tasks.quality.document_rejection), and output tokens per second of release
+    wall time (an end-to-end lower bound: for DP-KPS it includes the DP stage). None where it does not apply."""
     if llm == "none" or train.empty:
         return {"coverage": None, "degenerate_rate": None, "tokens_per_s": None, "release_s": None}
     keyphrases = [list(k) if k is not None and len(k) else [] for k in train["keyphrases"]]

@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from tasks import accounting
-from tasks.errors import ConfigError
-from tasks.ledger import public_rng
-from tasks.mechanisms import GaussianMechanism, NoiseSource
+from privseed.tasks import accounting
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.ledger import public_rng
+from privseed.tasks.mechanisms import GaussianMechanism, NoiseSource
 
 if TYPE_CHECKING:
-    from tasks.config import EvolutionConfig, SecPeConfig
+    from privseed.tasks.config import EvolutionConfig, SecPeConfig
 
 #: One LLM call: (system message or None, user message, call seed).
 Prompt = tuple[str | None, str, int]
@@ -159,7 +159,7 @@ def vote_mechanism(sigma: float, epsilon: float, delta: float) -> GaussianMechan
 
     Sensitivity 1 in L2 under add/remove of one private document: the document casts one vote, for one
     candidate of its class (``class_votes``). ``epsilon`` and ``delta`` are what sigma was calibrated for over
-    all T rounds by dp-accounting (tasks.accounting); they are recorded with the mechanism."""
+    all T rounds by dp-accounting (privseed.tasks.accounting); they are recorded with the mechanism."""
     if not (sigma > 0 and math.isfinite(sigma)):
         raise ConfigError(f"noise multiplier must be a finite number > 0, got {sigma}")
     return GaussianMechanism(sensitivity=1.0, sigma=float(sigma), epsilon=float(epsilon), delta=float(delta))
@@ -178,7 +178,8 @@ def select_population(scores: np.ndarray, n: int, mode: str, rng: np.random.Gene
     rank:   the n highest scores (ties towards the lower index), distinct candidates.
     sample: n draws with replacement in proportion to the scores (Aug-PE's original rule). If every score is
             0 (all votes thresholded away) the draw is uniform: the noisy histogram carried no signal.
-    eligible: optional mask of candidates that are documents (``tasks.quality.is_document``, public). rank takes
+    eligible: optional mask of candidates that are documents (``privseed.tasks.quality.is_document``, public). rank
+    takes
             eligible candidates first and the others only to fill n; sample draws from the eligible ones when
             there are any.
     """
@@ -632,9 +633,9 @@ def class_index(labels: Sequence[Any], values: Iterable[Any]) -> np.ndarray:
 
 
 def candidate_documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
-    """Which candidates are documents (tasks.quality.is_document): a failed or degenerate LLM answer ("Lullaby.",
-    a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
-    from tasks.quality import DocumentRules, is_document
+    """Which candidates are documents (privseed.tasks.quality.is_document): a failed or degenerate LLM answer
+    ("Lullaby.", a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
+    from privseed.tasks.quality import DocumentRules, is_document
 
     rules = DocumentRules(min_words=cfg.min_words, language=cfg.language).with_settings(cfg.document_rules)
     return np.array([is_document(t, rules=rules) for t in candidates["text"]], dtype=bool)

@@ -19,11 +19,11 @@ from typing import Any, get_args
 import numpy as np
 import pandas as pd
 
-from tasks import corpus, jsonable, storage
-from tasks.config import (BASELINE_METHODS, EXPERIMENT_METHODS, EXPERIMENT_OUT, PE_METHODS, SWITCH_VALUES,
-                          DpKpsConfig, EvaluationOptions, ExperimentConfig, validate_config)
-from tasks.errors import ConfigError
-from tasks.release_reader import Release
+from privseed.tasks import corpus, jsonable, storage
+from privseed.tasks.config import (BASELINE_METHODS, EXPERIMENT_METHODS, EXPERIMENT_OUT, PE_METHODS, SWITCH_VALUES,
+                                   DpKpsConfig, EvaluationOptions, ExperimentConfig, validate_config)
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.release_reader import Release
 
 REPO = Path(__file__).resolve().parents[1]
 # The histogram methods (tasks/histogram_seeds.py) are privseed's own comparator on the same pipeline; they spend
@@ -244,7 +244,7 @@ _CELL_FIELDS = {"data", "out", "seed", "per_class", "llm", "doc_type", "epsilon"
 
 def _check_section(values: dict[str, Any], section: str, model: str) -> None:
     """Refuse unknown or cell-owned keys in [pe] / [secpe] before any run starts (not at the first PE cell)."""
-    from tasks import config
+    from privseed.tasks import config
 
     fields = set(getattr(config, model).model_fields)
     unknown = sorted(set(values) - fields)
@@ -258,8 +258,8 @@ def _check_section(values: dict[str, Any], section: str, model: str) -> None:
 
 def calls_per_text(spec: ExperimentSpec) -> int:
     """LLM calls a PE method spends per released text: N (K+1) RANDOM + (T-1) N K VARIATION per class = N (1 + T K)."""
-    from tasks.config import AugPeConfig
-    from tasks.evolution import evolution_call_plan
+    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.evolution import evolution_call_plan
 
     defaults = AugPeConfig.model_fields
     t = int(spec.pe.get("iterations", defaults["iterations"].default))
@@ -469,7 +469,7 @@ def started_run(out: str) -> str | None:
     was removed to be written again, resumes that run: every drawn value is re-read and nothing is charged twice
     (tasks/ledger.py), and the LLM answers already made come from the call cache. A state with several runs
     was not written by the grid and is not guessed at: the cell starts a new run."""
-    from tasks.identity import default_state_uri
+    from privseed.tasks.identity import default_state_uri
 
     runs = [uri.rstrip("/").rsplit("/", 1)[-1] for uri in storage.listdir(storage.join(default_state_uri(out), "runs"))]
     return runs[0] if len(runs) == 1 else None
@@ -517,8 +517,8 @@ def round_timings(release: Release | None, state: str | None = None) -> dict[str
     private state, ``state`` (default: the run's ``--state``, else ``OUT.private`` beside the release)."""
     if release is None:
         return {}
-    from tasks.evolution import OPERATOR_TIMINGS
-    from tasks.identity import default_state_uri
+    from privseed.tasks.evolution import OPERATOR_TIMINGS
+    from privseed.tasks.identity import default_state_uri
 
     state = state or release.manifest.get("config", {}).get("state") or default_state_uri(release.path)
     info_uri = storage.join(state, OPERATOR_TIMINGS)

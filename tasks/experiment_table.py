@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks import metrics, report
-from tasks.experiment import (BASELINE_METHODS, DPKPS_METHODS, HISTOGRAM_METHODS, PE_METHODS, ExperimentSpec,
-                              spec_dict)
+from privseed.tasks import metrics, report
+from privseed.tasks.experiment import (BASELINE_METHODS, DPKPS_METHODS, HISTOGRAM_METHODS, PE_METHODS, ExperimentSpec,
+                                       spec_dict)
 
 
 def paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, coral: bool,
@@ -173,7 +173,7 @@ def build_experiment_report(spec: ExperimentSpec, table: pd.DataFrame, cells: pd
                f"{', with and without public class names' if len(spec.class_names) > 1 else ''}. "
                "Every classifier is trained on synthetic data only and scored on the real test set.")
     if spec.insecure_reproducible_noise:
-        from tasks.mechanisms import INSECURE_STAMP
+        from privseed.tasks.mechanisms import INSECURE_STAMP
 
         summary = (f"{INSECURE_STAMP}: every release of this grid drew its noise from the cell's public seed "
                    "(insecure_reproducible_noise); the epsilons below are not guarantees. " + summary)

@@ -4,7 +4,7 @@ Pure parts (no I/O): ``candidate_seed``, ``build_generation_requests``, ``candid
 regeneration, the calls left to a ``send`` function; ``seeded_rounds`` for released seeds), ``select_best``,
 ``assemble_rows``, ``no_llm_rows``, ``split_documents``, ``merge_generation_reports``, ``estimate_cost``. I/O part:
 ``generate_shard`` (backend + call cache + progress bar) runs on Dask workers over shards of seeds (each worker
-process loads the local model once, see tasks.llm.get_backend). A release is written by the shards themselves
+process loads the local model once, see privseed.tasks.llm.get_backend). A release is written by the shards themselves
 (``generate_release_parts``: each shard writes and gate-checks one part, the flow gathers descriptors only; the
 Prefect task ``generate_release(sequences, cfg, gate)``); ``generate_seeds`` / the task
 ``generate_documents(sequences, cfg)`` return the rows as a frame for callers that keep them in memory. Either way
@@ -16,9 +16,9 @@ DP-KDEs), recipient few-shot examples and public configuration. Nothing here rea
 logs carry counts only.
 
 Best-of-k (``best_of``): k candidates per seed, each a separate call with its own derived seed. Every candidate
-is checked by THE document predicate (``tasks.quality.document_rejection``: loops, meta-talk, seed echo, other
+is checked by THE document predicate (``privseed.tasks.quality.document_rejection``: loops, meta-talk, seed echo, other
 language, truncation, ...); among the documents, the one with the highest seed-term coverage
-(``tasks.metrics.term_coverage``, the measure the report shows) is kept, ties to the lowest index.
+(``privseed.tasks.metrics.term_coverage``, the measure the report shows) is kept, ties to the lowest index.
 
 Regeneration (``max_regenerations``): a seed none of whose candidates is a document gets one more candidate,
 with a new call seed, per round, for at most that many rounds. A seed that still has no document is marked
@@ -45,16 +45,16 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from tasks.corpus import ReleasePart, StagedRelease, new_release_id, write_part
-from tasks.errors import ConfigError
-from tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
-from tasks.llm.cache import CacheIndex, CallCache, cached_complete
-from tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
-from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
-from tasks.llm.steering import SCHEDULES
-from tasks.metrics import term_coverage
-from tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection
+from privseed.tasks.corpus import ReleasePart, StagedRelease, new_release_id, write_part
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
+from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
+from privseed.tasks.llm.cache import CacheIndex, CallCache, cached_complete
+from privseed.tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
+from privseed.tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
+from privseed.tasks.llm.steering import SCHEDULES
+from privseed.tasks.metrics import term_coverage
+from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection
 
 log = logging.getLogger("privseed.generation")
 
@@ -192,7 +192,7 @@ def clean_text(text: str, finish_reason: str | None = None) -> str:
     if len(out) >= 2 and out[0] == out[-1] and out[0] in "\"'":
         out = out[1:-1].strip()
     if finish_reason == "length":
-        from tasks.quality import ends_a_sentence
+        from privseed.tasks.quality import ends_a_sentence
 
         ends = list(_LAST_SENTENCE_END.finditer(out))
         if not ends_a_sentence(out) and ends:
@@ -208,14 +208,15 @@ def _cleaned(c: ChatResult) -> ChatResult:
 
 
 def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -> str | None:
-    """Why a (cleaned) candidate is not a document, or None: THE predicate, tasks.quality.document_rejection."""
+    """Why a (cleaned) candidate is not a document, or None: THE predicate,
+    privseed.tasks.quality.document_rejection."""
     return document_rejection(candidate.text, seed.keyphrases, candidate.finish_reason, rules)
 
 
 def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
                 rules: DocumentRules = DEFAULT_RULES) -> tuple[int, float]:
     """Index and coverage of the best candidate: documents first, then the most seed terms covered
-    (tasks.metrics.term_coverage), then the lowest index. Candidates are ranked as given (clean them first)."""
+    (privseed.tasks.metrics.term_coverage), then the lowest index. Candidates are ranked as given (clean them first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
     ok = [rejection(seed, c, rules) is None for c in candidates]
     best = max(range(len(covs)), key=lambda i: (ok[i], covs[i], -i))
@@ -352,7 +353,7 @@ def call_prices(spec: LLMSpec, n_calls: int) -> tuple[float, float] | None:
         return 0.0, 0.0
     opts: dict[str, Any] = dict(spec.options)
     if spec.kind == "anthropic":
-        from tasks.llm.anthropic_backend import BATCH_DISCOUNT, anthropic_price
+        from privseed.tasks.llm.anthropic_backend import BATCH_DISCOUNT, anthropic_price
 
         p = anthropic_price(spec.model or "")
         if p is None:
@@ -390,7 +391,7 @@ def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCac
 # -- I/O -------------------------------------------------------------------------------------------------------
 class CallProgress:
     """tqdm bar of LLM calls: calls done, tokens in/out, cost so far (thread-safe). Pass it as ``on_result``
-    to :func:`tasks.llm.cached_complete` for per-call steps; shards on other processes go through
+    to :func:`privseed.tasks.llm.cached_complete` for per-call steps; shards on other processes go through
     :class:`ShardProgress`."""
 
     def __init__(self, total: int, prices: tuple[float, float] | None, desc: str, enabled: bool):
@@ -432,8 +433,8 @@ class CallProgress:
 class ShardProgress:
     """Per-call progress of a generation split into shards that finish long after their first call (a local
     model writes a few documents a minute): each call of shard i arrives as a message (``on_call``, from
-    :func:`tasks.cluster.publish_event` on whichever process runs the shard) and moves the bar at once; when shard
-    i finishes, ``finished`` adds whatever its messages did not carry yet (messages are best-effort), and
+    :func:`privseed.tasks.cluster.publish_event` on whichever process runs the shard) and moves the bar at once; when
+    shard i finishes, ``finished`` adds whatever its messages did not carry yet (messages are best-effort), and
     later messages of that shard are ignored, so the bar counts each call once. Calls beyond a shard's
     ``planned`` (regenerations) raise the bar's total as they happen."""
 
@@ -468,7 +469,7 @@ def call_messages(topic: str | None, shard: int) -> Callable[[ChatResult], None]
     """What a shard's calls report to ``ShardProgress.on_call`` through ``topic`` (None: no progress wanted)."""
     if topic is None:
         return None
-    from tasks.cluster import publish_event
+    from privseed.tasks.cluster import publish_event
 
     def report(result: ChatResult) -> None:
         publish_event(topic, {"shard": shard, "in": result.tokens_in, "out": result.tokens_out,
@@ -565,7 +566,7 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     n_calls = len(seeds) * params.best_of
     if _batched(spec, n_calls):
         shard_size = len(seeds)
-    from tasks.cluster import current_client
+    from privseed.tasks.cluster import current_client
 
     client = current_client()
     shards = shard_seeds(seeds, shard_size)
@@ -579,7 +580,7 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
             # teardown (workers keep theirs for their next shard and free them when they exit).
             close_backend(spec)
         return pd.concat(frames, ignore_index=True)
-    from tasks.cluster import map_shards
+    from privseed.tasks.cluster import map_shards
 
     bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
     calls = ShardProgress(bar, [len(shard) * params.best_of for shard in shards])
@@ -597,10 +598,10 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
 
 
 def _call_topic(calls: ShardProgress, progress: bool) -> Any:
-    """The topic shards report their calls on (``tasks.cluster.shard_events``), or none without a bar."""
+    """The topic shards report their calls on (``privseed.tasks.cluster.shard_events``), or none without a bar."""
     import contextlib
 
-    from tasks.cluster import shard_events
+    from privseed.tasks.cluster import shard_events
 
     return shard_events(calls.on_call) if progress else contextlib.nullcontext(None)
 
@@ -641,7 +642,7 @@ def generate_part(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, para
                   release_id: str, gate: ReleaseGate | None, topic: str | None = None) -> GeneratedPart:
     """One generation shard, on a Dask worker: its documents (``generate_shard``), the non-documents dropped
     (``split_documents``), the rest written as part ``shard[0]`` of the release and checked by the gate there
-    (``tasks.corpus.write_part``). Only the small descriptor leaves the worker; each call is reported on
+    (``privseed.tasks.corpus.write_part``). Only the small descriptor leaves the worker; each call is reported on
     ``topic`` as it finishes (the driver's progress bar)."""
     number, seeds = shard
     rows = generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index,
@@ -704,15 +705,15 @@ def generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, p
     """One document per seed, written straight into a release: each generation shard (a Dask task, or a loop
     here without a cluster) writes its documents as one part of release ``release_id`` under ``out`` and checks
     it with ``gate``; this process gathers the parts' descriptors only, never the rows, and hands them to
-    ``tasks.corpus.publish_release``, which combines the checks and commits the manifest. Until then no manifest
-    names the parts, so the last good release is untouched whatever happens here.
+    ``privseed.tasks.corpus.publish_release``, which combines the checks and commits the manifest. Until then no
+    manifest names the parts, so the last good release is untouched whatever happens here.
 
     The call cache is listed once, here; a batching Anthropic run first sends all its calls at once
     (``fill_cache``, on a worker when there is a cluster), then the shards read their answers from the cache."""
     spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
     if spec.kind == "none":
         raise ConfigError("--llm none writes no documents; its release is the keyphrase sequences themselves")
-    from tasks.cluster import current_client, map_shards
+    from privseed.tasks.cluster import current_client, map_shards
 
     release_id = release_id or new_release_id()
     client = current_client()
@@ -823,7 +824,7 @@ def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | No
     """Mint prompt seeds from the sampler's output (columns ``label``, ``keyphrases``). ``vocabulary`` is the
     released V~ (default: ``sequences.attrs["released_vocabulary"]``): every keyphrase must belong to it.
     Call seeds come from ``public_rng(run_seed, "generate")``, one per row, so a re-run repeats every call."""
-    from tasks.ledger import public_rng
+    from privseed.tasks.ledger import public_rng
 
     if vocabulary is None:
         vocabulary = sequences.attrs.get("released_vocabulary")
@@ -839,7 +840,7 @@ def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | No
 def class_names_from_config(cfg) -> PublicClassNames | None:
     """The owner's public class names (``--class-names FILE``), checked against the declared labels when the
     config declares them (a flow that has none takes the file's labels as the declared set); None when unset."""
-    from tasks.llm.released import load_class_names
+    from privseed.tasks.llm.released import load_class_names
 
     path = getattr(cfg, "class_names", None)
     if not path:
@@ -852,7 +853,7 @@ def class_names_from_config(cfg) -> PublicClassNames | None:
 
 def params_from_config(cfg) -> GenerationParams:
     """GenerationParams from a flow config (DpKpsConfig or any ReleaseConfig); fields it lacks keep defaults."""
-    from tasks.llm.released import load_few_shot
+    from privseed.tasks.llm.released import load_few_shot
 
     few = getattr(cfg, "few_shot", None)
     class_names = class_names_from_config(cfg)
@@ -907,7 +908,7 @@ def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] 
 
 
 def _cache_uri(cfg) -> str:
-    from tasks import storage
+    from privseed.tasks import storage
 
     return storage.join(cfg.state_uri, "llm-cache")
 
@@ -938,5 +939,5 @@ def _task(fn, name: str):
 #: Prefect task: ``generate_documents(sequences, cfg)`` -> synthetic rows (ROW_COLUMNS), in sequence order.
 generate_documents = _task(_generate_documents, "generate-documents")
 #: Prefect task: ``generate_release(sequences, cfg, gate)`` -> the release's parts, written and checked by the
-#: generation shards (a StagedRelease for ``tasks.corpus.publish_release``); non-documents already dropped.
+#: generation shards (a StagedRelease for ``privseed.tasks.corpus.publish_release``); non-documents already dropped.
 generate_release = _task(_generate_release, "generate-release")

@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from tasks.errors import ConfigError
-from tasks.sampling import SelectionRule
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.sampling import SelectionRule
 
 HISTOGRAM_METHODS = ("histogram", "histogram-markov")
 
@@ -189,12 +189,12 @@ def pair_mechanism(kind: str, pair_terms: int, epsilon: float, delta: float) -> 
 def _mechanism(kind: str, l1: float, epsilon: float, delta: float) -> Any:
     """Laplace(l1 / eps), or Gaussian on L2 sensitivity sqrt(l1): each coordinate moves by at most 1, so the
     L2 norm of a change is the square root of its L1 norm."""
-    from tasks.mechanisms import GaussianMechanism, LaplaceMechanism
+    from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism
 
     if kind == "laplace":
         return LaplaceMechanism(sensitivity=l1, epsilon=epsilon)
     if kind == "gaussian":
-        from tasks.kde import gaussian_noise_multiplier
+        from privseed.tasks.kde import gaussian_noise_multiplier
 
         if not 0.0 < delta < 1.0:
             raise ConfigError(f"the Gaussian mechanism needs 0 < delta < 1, got {delta}")

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks import storage
-from tasks.errors import ConfigError, LedgerMismatchError
+from privseed.tasks import storage
+from privseed.tasks.errors import ConfigError, LedgerMismatchError
 
 KEY_FILE = "identity.key"
 KEY_BYTES = 32

@@ -18,7 +18,7 @@ Privacy (add/remove adjacency, one document = one individual):
   (The appendix writes Laplace(2 sqrt(2) I / eps) on a MEAN without the 1/|X| factor, |X| times too noisy;
   we use sums, so the private |D| is never needed: scores are only needed up to a constant factor.)
 The feature draw (w, b) is data-independent and public (``public_rng(seed, ...)``); the noise comes from
-tasks.mechanisms' secure sampler, never from the seed.
+privseed.tasks.mechanisms' secure sampler, never from the seed.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.errors import ConfigError
-from tasks.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseSource
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseSource
 
 SQRT2 = math.sqrt(2.0)
 MECHANISMS = ("laplace", "gaussian")
@@ -278,7 +278,7 @@ class FeatureSpec:
     bandwidth: float
 
     def draw(self) -> RffFeatures:
-        from tasks.ledger import public_rng
+        from privseed.tasks.ledger import public_rng
 
         return _draw_cached(self, public_rng(self.seed, "kde-features", self.name))
 
@@ -311,7 +311,7 @@ def shard_sketch_sums(
     ``class_sketch_sums``. The in-memory reference of the streaming pass (tasks/passes.py), which computes the
     same sums unit by unit.
     """
-    from tasks.vocabulary import phrase_matcher, released_vocabulary
+    from privseed.tasks.vocabulary import phrase_matcher, released_vocabulary
 
     matcher = phrase_matcher(released_vocabulary(tuple(released_terms)))
     index = {label: i for i, label in enumerate(class_labels)}

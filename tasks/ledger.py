@@ -1,7 +1,7 @@
 """The privacy ledger and the draw-once store of privatized values.
 
 Guarantee this module enforces (docs/privacy.md, "Draw once, charge once"): a privatized value is drawn
-**once**, by applying a mechanism of tasks.mechanisms to the exact value, and persisted with the parameters and
+**once**, by applying a mechanism of privseed.tasks.mechanisms to the exact value, and persisted with the parameters and
 the data identity it was drawn under. A retry or a resumed run (same ``--run-id``) re-reads it and charges
 nothing; the same name asked for under other parameters, or for another corpus, is refused with
 :class:`LedgerMismatchError` (silently redrawing would spend the budget twice, silently reusing would misreport
@@ -44,11 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from tasks import storage
-from tasks.errors import LedgerMismatchError, PrivseedError
-from tasks.identity import DataIdentity
-from tasks.jsonable import to_jsonable
-from tasks.mechanisms import INSECURE_STAMP, Mechanism, NoiseSource, as_noise_source
+from privseed.tasks import storage
+from privseed.tasks.errors import LedgerMismatchError, PrivseedError
+from privseed.tasks.identity import DataIdentity
+from privseed.tasks.jsonable import to_jsonable
+from privseed.tasks.mechanisms import INSECURE_STAMP, Mechanism, NoiseSource, as_noise_source
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,9 @@ def public_rng(seed: int, *names: str) -> np.random.Generator:
     released sketches, selection from released histograms, LLM call seeds, masks.
 
     ``--seed`` is published in the manifest, so nothing drawn from this stream is secret: it is never noise.
-    The mechanisms of tasks.mechanisms refuse a Generator; noise comes from ``tasks.mechanisms.secure_noise()``
-    (or, opted in and stamped, ``insecure_noise``). Streams are independent per name, so changing how many
-    sequences are sampled never changes the features."""
+    The mechanisms of privseed.tasks.mechanisms refuse a Generator; noise comes from
+    ``privseed.tasks.mechanisms.secure_noise()`` (or, opted in and stamped, ``insecure_noise``). Streams are
+    independent per name, so changing how many sequences are sampled never changes the features."""
     words = [int.from_bytes(hashlib.sha256(n.encode()).digest()[:4], "little") for n in names]
     return np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *words]))
 
@@ -75,7 +75,7 @@ def canonical_params(params: Mapping[str, Any]) -> str:
 class PrivacyLedger:
     """Records every privatized release of one run and stores its values so they are drawn once.
 
-    ``data_identity`` is the keyed identity of the corpus (:func:`tasks.identity.data_identity`); a plain
+    ``data_identity`` is the keyed identity of the corpus (:func:`privseed.tasks.identity.data_identity`); a plain
     string is accepted for tests and tools that have no corpus. It lives in the private state only."""
 
     def __init__(
@@ -206,7 +206,7 @@ class PrivacyLedger:
         stage: str | None = None,
         draw: Callable[[], Mapping[str, np.ndarray]],
     ) -> dict[str, np.ndarray]:
-        """Transitional, for SecPE only until its noise is drawn through tasks.mechanisms: the caller draws the
+        """Transitional, for SecPE only until its noise is drawn through privseed.tasks.mechanisms: the caller draws the
         value and declares its guarantee. Recorded with ``secure: None`` (the ledger cannot vouch for noise it
         did not apply) and listed as unverified in ``ledger.json``."""
         self._check_name(name)
@@ -441,7 +441,8 @@ class PrivacyLedger:
     @staticmethod
     def _describe(name: str, mechanism: Any, noise: Any) -> dict[str, Any]:
         if isinstance(mechanism, str) or not callable(getattr(mechanism, "describe", None)):
-            raise TypeError(f"ledger entry {name!r}: pass a mechanism object of tasks.mechanisms, not {mechanism!r}")
+            raise TypeError(f"ledger entry {name!r}: pass a mechanism object of privseed.tasks.mechanisms, "
+                            f"not {mechanism!r}")
         noise = as_noise_source(noise)
         description = dict(mechanism.describe(noise))
         for key in ("mechanism", "epsilon", "delta", "sensitivity", "scale", "noise_source", "secure"):

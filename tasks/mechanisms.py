@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError
 
 INSECURE_STAMP = "NOT DIFFERENTIALLY PRIVATE"
 
@@ -179,13 +179,14 @@ def as_noise_source(noise: NoiseSource | None) -> NoiseSource:
     """``noise`` checked to be a noise source (None: the secure one).
 
     A ``numpy.random.Generator`` is refused: in privseed generators are public randomness
-    (``tasks.ledger.public_rng``, derived from the published ``--seed``), and noise drawn from one is a
+    (``privseed.tasks.ledger.public_rng``, derived from the published ``--seed``), and noise drawn from one is a
     deterministic function of public configuration."""
     if noise is None:
         return secure_noise()
     if isinstance(noise, (np.random.Generator, np.random.RandomState)) or not isinstance(noise, NoiseSource):
         raise TypeError(
-            f"a mechanism's noise must come from tasks.mechanisms (secure_noise() or, opted in, insecure_noise()), "
+            f"a mechanism's noise must come from privseed.tasks.mechanisms (secure_noise() or, opted in, "
+            f"insecure_noise()), "
             f"not {type(noise).__name__}: generators are public randomness"
         )
     return noise

@@ -152,9 +152,9 @@ def seed_term_coverage(texts: Sequence[str], keyphrases: Sequence[Sequence[str]]
 
 
 def degenerate_rate(texts: Sequence[str], keyphrases: Sequence[Sequence[str]] | None = None) -> float:
-    """Share of texts that the document predicate (tasks.quality.document_rejection) rejects: loops, assistant
+    """Share of texts that the document predicate (privseed.tasks.quality.document_rejection) rejects: loops, assistant
     talk, seed echoes, another language, ... A keyphrase list (an `--llm none` release) is not a document either."""
-    from tasks.quality import document_rejection
+    from privseed.tasks.quality import document_rejection
 
     if not len(texts):
         return float("nan")

@@ -7,9 +7,9 @@
             pair_unit    each batch: per-class co-occurrence counts of pairs among each class's candidate terms
                          (histogram-markov)
 
-A unit is read from storage by every pass that needs it (``tasks.units.read_unit``), streamed in record batches,
-and folded into a partial result the size of V or of the sketches: nothing here returns rows, texts or labels.
-The partials of a pass add up over units (``tasks.units.map_reduce_units`` combines them on the cluster); noise
+A unit is read from storage by every pass that needs it (``privseed.tasks.units.read_unit``), streamed in record
+batches, and folded into a partial result the size of V or of the sketches: nothing here returns rows, texts or labels.
+The partials of a pass add up over units (``privseed.tasks.units.map_reduce_units`` combines them on the cluster); noise
 is added once to the final sum, on the driver, through the ledger (tasks/stages/). The math is that of the
 pure functions of tasks/vocabulary.py, tasks/histogram_seeds.py and tasks/kde.py; only the batching is here.
 
@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.corpus import declared_positions
-from tasks.identity import IdentityPart, identity_part
-from tasks.kde import FeatureSpec, class_sketch_sums, sketch_tables
-from tasks.units import WorkUnit, read_unit
+from privseed.tasks.corpus import declared_positions
+from privseed.tasks.identity import IdentityPart, identity_part
+from privseed.tasks.kde import FeatureSpec, class_sketch_sums, sketch_tables
+from privseed.tasks.units import WorkUnit, read_unit
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class TermCounting:
     """What pass 1 counts over the public vocabulary V (``vocab``, cut at ``english_top_n`` for the English list).
 
     ``per_class`` False: the vocabulary histogram of DP-KPS and AugPE+V~, (|V|,) counts of each document's first
-    S matched terms (``tasks.vocabulary.first_terms_histogram``). True: the histogram methods, (classes, |V|)
-    counts of each document's first S distinct terms in its class's row (``tasks.histogram_seeds``)."""
+    S matched terms (``privseed.tasks.vocabulary.first_terms_histogram``). True: the histogram methods, (classes, |V|)
+    counts of each document's first S distinct terms in its class's row (``privseed.tasks.histogram_seeds``)."""
 
     vocab: str
     english_top_n: int
@@ -76,12 +76,12 @@ class TermCounting:
               n_classes: int = 1) -> np.ndarray:
         """The counts of these documents (additive over disjoint sets of documents); ``positions`` (each
         document's class among ``n_classes``) only for ``per_class``."""
-        from tasks.histogram_seeds import class_term_counts
-        from tasks.vocabulary import (
-            first_terms_histogram,
-            load_vocabulary,
-            phrase_matcher,
-        )
+        from privseed.tasks.histogram_seeds import class_term_counts
+        from privseed.tasks.vocabulary import (
+                                               first_terms_histogram,
+                                               load_vocabulary,
+                                               phrase_matcher,
+                                               )
 
         vocabulary = load_vocabulary(self.vocab, self.english_top_n)  # loaded and indexed once per process
         matcher = phrase_matcher(vocabulary)
@@ -151,8 +151,8 @@ class SketchSpec:
 
 
 def sketch_unit(unit: WorkUnit, spec: SketchSpec) -> np.ndarray:
-    """Exact per-class sketch sums (classes, sketches, I) of one unit (``tasks.kde.class_sketch_sums``)."""
-    from tasks.vocabulary import phrase_matcher, released_vocabulary
+    """Exact per-class sketch sums (classes, sketches, I) of one unit (``privseed.tasks.kde.class_sketch_sums``)."""
+    from privseed.tasks.vocabulary import phrase_matcher, released_vocabulary
 
     matcher = phrase_matcher(released_vocabulary(spec.released_terms))
     tables = sketch_tables(spec.specs, spec.embeddings)  # once per unit: they depend on public values only
@@ -182,9 +182,10 @@ class PairSpec:
 
 
 def pair_unit(unit: WorkUnit, spec: PairSpec) -> np.ndarray:
-    """Exact co-occurrence counts (C, P (P - 1) / 2) of one unit (``tasks.histogram_seeds.class_pair_counts``)."""
-    from tasks.histogram_seeds import class_pair_counts
-    from tasks.vocabulary import load_vocabulary, phrase_matcher
+    """Exact co-occurrence counts (C, P (P - 1) / 2) of one unit
+    (``privseed.tasks.histogram_seeds.class_pair_counts``)."""
+    from privseed.tasks.histogram_seeds import class_pair_counts
+    from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
     matcher = phrase_matcher(load_vocabulary(spec.counting.vocab, spec.counting.english_top_n))
     allowed = [frozenset(int(t) for t in ids) for ids in spec.candidate_ids]

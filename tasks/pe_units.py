@@ -1,11 +1,11 @@
 """Aug-PE's and SecPE's private work, one work unit at a time, on the Dask workers.
 
-Each function here receives a work unit (``tasks.units``: a shard URI and some of its Parquet row groups) and
+Each function here receives a work unit (``privseed.tasks.units``: a shard URI and some of its Parquet row groups) and
 small public arguments, reads the unit's private documents from storage on the worker, embeds them there and
 returns only a part of a statistic that adds up across units: Aug-PE's per-candidate vote counts, SecPE's
 per-(class, cluster) counts and sums of sampled points, SecPE's secret incidence. The parts are summed on the
-cluster (``tasks.units.map_reduce_units``) before the noise is drawn once through the ledger, so neither the driver
-nor the scheduler ever holds a private document or its embedding.
+cluster (``privseed.tasks.units.map_reduce_units``) before the noise is drawn once through the ledger, so neither the
+driver nor the scheduler ever holds a private document or its embedding.
 
 Embeddings of a unit are kept in the worker process's memory for the run (``unit_embeddings``): a module
 variable, never a Dask result (Dask may spill results to disk) and never a Prefect result; the flow forgets
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from tasks import evolution as ev
-from tasks.mechanisms import NoiseSource
-from tasks.units import WorkUnit, read_unit
+from privseed.tasks import evolution as ev
+from privseed.tasks.mechanisms import NoiseSource
+from privseed.tasks.units import WorkUnit, read_unit
 
 #: Embeddings one worker process keeps between rounds (float32, 1.5 KB per document with MiniLM); units beyond
 #: it are embedded again in every round.
@@ -55,7 +55,7 @@ _cache_lock = threading.Lock()
 def unit_embeddings(unit: WorkUnit, spec: PrivateUnits) -> tuple[np.ndarray, np.ndarray]:
     """The unit's documents embedded (float32, unit rows) and their class indices in ``spec.labels``, read in
     record batches; from this process's cache when this run embedded the unit here before."""
-    from tasks.embedding import embed_texts
+    from privseed.tasks.embedding import embed_texts
 
     key = (spec.run, unit.uri, unit.row_groups)
     with _cache_lock:

@@ -20,7 +20,7 @@ Three parts, following the project's stage shape:
 The gate only reads the synthetic candidate, which is differentially private by post-processing, so the
 details it reports (counts, a few truncated example values) leak nothing about the private corpus.
 
-``release_gate`` makes the ``gate=`` of ``tasks.corpus.publish_release`` (callable on a frame, or combining the
+``release_gate`` makes the ``gate=`` of ``privseed.tasks.corpus.publish_release`` (callable on a frame, or combining the
 checks of staged parts); ``validate_release_task`` is the Prefect task for flows that gate outside of publishing.
 """
 
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError
 
 # GX must not phone home or draw progress bars; set before great_expectations is imported.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -1042,8 +1042,8 @@ def build_expectations(labels: Sequence[Any], llm_used: bool, bounds: dict[str, 
             column="q_template_residue", mostly=1.0 - float(bounds["max_residue_rate"]))),
     ]
     if llm_used:
-        # One expectation per reason of the document predicate (tasks.quality.document_rejection), all read from
-        # the same q_document_reason column, so the gate names what is wrong. Type and length problems have
+        # One expectation per reason of the document predicate (privseed.tasks.quality.document_rejection), all read
+        # from the same q_document_reason column, so the gate names what is wrong. Type and length problems have
         # their own expectations above.
         for reason in REJECTION_REASONS:
             if reason in ("not_text", "too_short", "too_long", "prompt_residue"):
@@ -1297,7 +1297,7 @@ def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool,
 
 def release_gate(*, labels: Sequence[Any], llm_used: bool, rules: DocumentRules | None = None,
                  **bounds: Any) -> ReleaseGate:
-    """The ``gate=`` of ``tasks.corpus.publish_release``: a :class:`ReleaseGate` (call it on a candidate frame,
+    """The ``gate=`` of ``privseed.tasks.corpus.publish_release``: a :class:`ReleaseGate` (call it on a candidate frame,
     or check parts and combine them)."""
     return ReleaseGate(tuple(labels), bool(llm_used), rules, tuple(sorted(bounds.items())))
 

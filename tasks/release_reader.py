@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from tasks import corpus, metrics, storage
-from tasks.errors import ConfigError, CorpusError
+from privseed.tasks import corpus, metrics, storage
+from privseed.tasks.errors import ConfigError, CorpusError
 
 #: Written beside the rows of a PE release: the RANDOM and VARIATION calls that made its candidates.
 EVOLUTION_INFO = "evolution.json"
@@ -29,7 +29,7 @@ class Release:
 
 
 def read_release(out: str, storage_options: Mapping[str, Any] | None = None) -> Release:
-    """The release at ``out``, read through its manifest (``tasks.corpus.read_release`` verifies each part).
+    """The release at ``out``, read through its manifest (``privseed.tasks.corpus.read_release`` verifies each part).
     Rows without keyphrases (a release written without seeds) get empty ones."""
     manifest, rows = corpus.read_release(out, storage_options)
     for column in ("text", "label"):
@@ -89,7 +89,7 @@ def release_budget(release: Release | None) -> str:
     total = release.ledger.get("total", {})
     eps, delta = float(total.get("epsilon", float("nan"))), float(total.get("delta", 0.0))
     if total.get("secure") is False:
-        from tasks.mechanisms import INSECURE_STAMP
+        from privseed.tasks.mechanisms import INSECURE_STAMP
 
         return f"{INSECURE_STAMP} (reproducible noise; eps {eps:.3g} is not a guarantee)"
     return f"eps {eps:.3g}" + (f", delta {delta:.2g}" if delta > 0 else " (pure)")

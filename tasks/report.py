@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from tasks import jsonable  # noqa: E402
+from privseed.tasks import jsonable  # noqa: E402
 
 REAL_COLOR = "#1f77b4"
 SYNTHETIC_COLOR = "#d62728"
@@ -313,7 +313,7 @@ def insecure_stamp(*documents: Mapping[str, Any] | None) -> str | None:
             privacy = document["privacy"] if isinstance(document.get("privacy"), Mapping) else {}
             total = document["total"] if isinstance(document.get("total"), Mapping) else {}
             if document.get("stamp") or privacy.get("secure") is False or total.get("secure") is False:
-                from tasks.mechanisms import INSECURE_STAMP
+                from privseed.tasks.mechanisms import INSECURE_STAMP
 
                 return str(document.get("stamp") or INSECURE_STAMP)
     return None

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tasks.errors import ConfigError
-from tasks.kde import SQRT2, RffFeatures
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.kde import SQRT2, RffFeatures
 
 METHODS = ("independent", "iterative-linear", "iterative-log")
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.core import url_to_fs
 
-from tasks.errors import ConfigError, StorageError
+from privseed.tasks.errors import ConfigError, StorageError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

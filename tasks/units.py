@@ -30,9 +30,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks import storage
-from tasks.corpus import list_shards, validate_corpus_frame
-from tasks.errors import CorpusError, StorageError, is_transient
+from privseed.tasks import storage
+from privseed.tasks.corpus import list_shards, validate_corpus_frame
+from privseed.tasks.errors import CorpusError, StorageError, is_transient
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -151,7 +151,7 @@ def read_unit(unit: WorkUnit, text_column: str = "text", label_column: str = "la
               storage_options: Mapping[str, Any] | None = None, *,
               batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pd.DataFrame]:
     """Stream one unit as validated frames with exactly the columns ``text`` and ``label`` (as
-    ``tasks.corpus.read_shard`` returns them), ``batch_rows`` rows at a time.
+    ``privseed.tasks.corpus.read_shard`` returns them), ``batch_rows`` rows at a time.
 
     A transient storage failure (throttling, a dropped connection) raises ``StorageError`` (transient: the unit
     is retried); a deterministic one (missing shard, not Parquet, a missing column) raises ``CorpusError``
@@ -277,14 +277,14 @@ def map_reduce_units(fn: Callable[..., T], units: Sequence[Any], combine: Callab
     """``combine`` over ``fn(unit, *args)`` for every unit (``tree_reduce``), each unit run by ``run_unit``.
     A unit is a ``WorkUnit`` or an item that carries one (its repr names the shard, never data).
 
-    On the cluster of the running flow (``tasks.cluster.current_client``): the arguments are scattered once to
+    On the cluster of the running flow (``privseed.tasks.cluster.current_client``): the arguments are scattered once to
     every worker (the graph holds the units and a reference to them, never data), one task per unit, the
     reduction tree as tasks on the partials where they lie, and only the root comes back. Without a cluster,
     in-process in the same tree. ``on_done(done, total)`` is called as units finish (for the operator's
     progress: unit counts only). ``affinity`` runs unit i on the same worker at every call (the i-th of the
     sorted workers, another one if it is gone), so what a worker keeps in memory for a unit between calls (Aug-PE
     and SecPE keep its embeddings for the rounds) is found again."""
-    from tasks.cluster import current_client
+    from privseed.tasks.cluster import current_client
 
     if not units:
         raise ValueError("nothing to reduce: no work units")

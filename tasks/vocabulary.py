@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.errors import ConfigError
-from tasks.mechanisms import LaplaceMechanism, NoiseSource
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.mechanisms import LaplaceMechanism, NoiseSource
 
 # Unicode word characters without the underscore; one rule for documents and vocabulary terms,
 # so a term matches exactly when its tokens appear consecutively in a document.
@@ -273,7 +273,7 @@ def first_terms_histogram(sequences: Iterable[Sequence[int]], vocab_size: int, m
 def require_vocabulary_hits(counts: np.ndarray, vocab: str) -> None:
     """Stops a run whose documents contain no term of V (wrong --vocab or --text-column) before any noise is
     drawn; the message says nothing about any document."""
-    from tasks.errors import CorpusError
+    from privseed.tasks.errors import CorpusError
 
     if not np.any(counts):
         raise CorpusError(f"no document contains a term of the public vocabulary {vocab!r}: "

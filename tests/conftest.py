@@ -74,7 +74,7 @@ def write_shards(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group
 
 def corpus_plan(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group_rows: int = 4, unit_rows: int = 8):
     """The work units of ``frame`` written by ``write_shards`` (several units per shard)."""
-    from tasks.units import plan_corpus
+    from privseed.tasks.units import plan_corpus
 
     return plan_corpus(write_shards(frame, folder, n_shards, row_group_rows), unit_rows=unit_rows)
 

@@ -13,25 +13,34 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Composing flows and the flows they run as subflows (by their @flow functions).
 SUBFLOWS = {
-    "flows/experiment.py": {"flows.dpkps": {"dpkps_flow"}, "flows.evolution": {"augpe_flow", "secpe_flow"}},
-    "flows/demo.py": {"flows.dpkps": {"dpkps_flow"}, "flows.evaluate": {"evaluate"}},
+    "flows/experiment.py": {"privseed.flows.dpkps": {"dpkps_flow"},
+                            "privseed.flows.evolution": {"augpe_flow", "secpe_flow"}},
+    "flows/demo.py": {"privseed.flows.dpkps": {"dpkps_flow"}, "privseed.flows.evaluate": {"evaluate"}},
 }
 #: The module that registers every flow's subcommand.
 CLI = "flows/cli.py"
+
+
+#: The flows' package as it is imported (flows/ is installed as privseed.flows).
+FLOWS = "privseed.flows"
+
+
+def _is_flows(module: str) -> bool:
+    return module == FLOWS or module.startswith(FLOWS + ".")
 
 
 def _imports(path: Path) -> list[tuple[str, set[str]]]:
     """(module, names imported from it) for every import of a flows module in ``path``, at any depth."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "flows":
-            if node.module == "flows":  # `from flows import evaluate`
+        if isinstance(node, ast.ImportFrom) and node.module and _is_flows(node.module):
+            if node.module == FLOWS:  # `from privseed.flows import evaluate`
                 for alias in node.names:
-                    found.append((f"flows.{alias.name}", {"*"}))
+                    found.append((f"{FLOWS}.{alias.name}", {"*"}))
             else:
                 found.append((node.module, {alias.name for alias in node.names}))
         elif isinstance(node, ast.Import):
-            found.extend((alias.name, {"*"}) for alias in node.names if alias.name.split(".")[0] == "flows")
+            found.extend((alias.name, {"*"}) for alias in node.names if _is_flows(alias.name))
     return found
 
 

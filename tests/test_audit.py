@@ -8,17 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from tasks.audit import (
-    AuditRow,
-    ThresholdTest,
-    choose_test,
-    clopper_pearson,
-    epsilon_lower_bound,
-    evaluate_test,
-    format_table,
-    run_trials,
-)
-from tasks.errors import ConfigError
+from privseed.tasks.audit import (
+                                  AuditRow,
+                                  ThresholdTest,
+                                  choose_test,
+                                  clopper_pearson,
+                                  epsilon_lower_bound,
+                                  evaluate_test,
+                                  format_table,
+                                  run_trials,
+                                  )
+from privseed.tasks.errors import ConfigError
 
 
 def test_clopper_pearson_has_the_closed_form_at_the_ends_and_brackets_the_rate():
@@ -103,7 +103,7 @@ def test_a_row_is_violated_only_above_its_claim():
 # The command, through the flows' own stages
 # -------------------------------------------------------------------------------------------------------------
 def _audit(tmp_path, *flags):
-    from flows.cli import main
+    from privseed.flows.cli import main
 
     out = tmp_path / "audit"
     status = main(["audit", "--no-progress", "--out", str(out), *flags])
@@ -115,8 +115,8 @@ def _audit(tmp_path, *flags):
 def test_audit_catches_a_vocabulary_mechanism_whose_noise_is_4x_too_small(tmp_path, monkeypatch):
     """Issue 13, item 5: a mechanism that understates its sensitivity (S / 4) adds 4x too little noise while its
     ledger still claims eps_voc. The canary moves one count by S, so the audit measures about 4 x eps_voc."""
-    from tasks import audit_trials, vocabulary
-    from tasks.mechanisms import LaplaceMechanism
+    from privseed.tasks import audit_trials, vocabulary
+    from privseed.tasks.mechanisms import LaplaceMechanism
 
     monkeypatch.setattr(vocabulary, "vocabulary_mechanism",
                         lambda epsilon, max_terms_per_doc: LaplaceMechanism(max(1, max_terms_per_doc // 4), epsilon))
@@ -129,7 +129,7 @@ def test_audit_catches_a_pair_stage_whose_sensitivity_is_understated_10x(tmp_pat
     """histogram-markov's pair stage calibrated to a tenth of S_2 (S_2 - 1) / 2 adds 10x too little noise while its
     ledger still claims epsilon 1: the canary moves three pair counts by 1 (true eps_2 7.5), and the audit measures
     more than the claim. (At 4x the quick profile's bound, 2-3 against a claim of 2, was too close to call.)"""
-    from tasks import audit_trials, histogram_seeds
+    from privseed.tasks import audit_trials, histogram_seeds
 
     real = histogram_seeds.pair_l1_sensitivity
     monkeypatch.setattr(histogram_seeds, "pair_l1_sensitivity", lambda pair_terms: real(pair_terms) / 10)
@@ -142,7 +142,7 @@ def test_audit_catches_a_class_histogram_whose_sensitivity_is_understated_10x(tm
     """The histogram methods' term stage calibrated to a tenth of S adds 10x too little noise while its ledger
     still claims epsilon 1: the canary moves S = 4 counts of class 0 by 1 (true epsilon 10), and the audit measures
     more than the claim."""
-    from tasks import audit_trials, histogram_seeds
+    from privseed.tasks import audit_trials, histogram_seeds
 
     real = histogram_seeds.l1_sensitivity
     monkeypatch.setattr(histogram_seeds, "l1_sensitivity", lambda max_terms: real(max_terms) / 10)
@@ -152,7 +152,7 @@ def test_audit_catches_a_class_histogram_whose_sensitivity_is_understated_10x(tm
 
 
 def test_quick_audit_finds_the_class_histograms_consistent_with_secret_noise(tmp_path):
-    from tasks import audit_trials
+    from privseed.tasks import audit_trials
 
     [row] = audit_trials.run_audit(["histogram"], audit_trials.PROFILES["quick"], workdir=tmp_path, progress=False,
                                    alpha=1e-5)

@@ -1,7 +1,7 @@
 import pytest
 
-from tasks.config import DpKpsConfig, build_config, validate_config
-from tasks.errors import ConfigError
+from privseed.tasks.config import DpKpsConfig, build_config, validate_config
+from privseed.tasks.errors import ConfigError
 
 
 def base(**overrides):
@@ -110,7 +110,7 @@ def test_public_dict_redacts_storage_secrets():
 
 
 def test_literal_credentials_in_storage_flags_are_refused():
-    from tasks.storage import parse_storage_options, refuse_literal_secrets
+    from privseed.tasks.storage import parse_storage_options, refuse_literal_secrets
 
     refuse_literal_secrets(parse_storage_options(["endpoint_url=http://127.0.0.1:9000", "secret=prefect-secret:s3"]))
     with pytest.raises(ConfigError, match="secret=... would store a credential"):
@@ -118,7 +118,7 @@ def test_literal_credentials_in_storage_flags_are_refused():
 
 
 def test_selection_rule_flags_reach_the_sampler():
-    from tasks.stages.dpkps import selection_rule
+    from privseed.tasks.stages.dpkps import selection_rule
 
     assert selection_rule(validate_config(DpKpsConfig, base())) == "power-2"
     assert selection_rule(validate_config(DpKpsConfig, base(method="iterative-log"))) == "top-5"
@@ -129,9 +129,9 @@ def test_selection_rule_flags_reach_the_sampler():
 
 
 def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_command():
-    from flows.cli import build_parser
-    from tasks.config import AugPeConfig, SecPeConfig, config_from_args
-    from tasks.mechanisms import secure_noise
+    from privseed.flows.cli import build_parser
+    from privseed.tasks.config import AugPeConfig, SecPeConfig, config_from_args
+    from privseed.tasks.mechanisms import secure_noise
 
     parser = build_parser()
     cfg = config_from_args(DpKpsConfig, parser.parse_args(["dpkps", "d.parquet", "--out", "o", "--labels", "a,b"]))
@@ -154,8 +154,8 @@ def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_comm
 def test_document_rules_by_name_reach_generation_and_the_release_gate():
     """--document-rule NAME=VALUE (text on the command line) sets the same threshold for the candidates and for the
     gate; a name that is not a rule, or a value of the wrong type, is refused before anything runs."""
-    from tasks.generation import document_rules, params_from_config
-    from tasks.quality import DEFAULT_RULES, gate_from_config
+    from privseed.tasks.generation import document_rules, params_from_config
+    from privseed.tasks.quality import DEFAULT_RULES, gate_from_config
 
     cfg = validate_config(DpKpsConfig, base(llm="local", document_rules={"max_seed_line_labels": "4",
                                                                           "reject_truncated": "false"}))

@@ -23,14 +23,14 @@ import pandas as pd
 import pytest
 from pydantic import BaseModel
 
-from tasks.config import (AugPeConfig, AuditConfig, DemoConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig,
-                          ReleaseConfig, SecPeConfig, value_type, config_from_args, default_text, flag_of, flags_of,
-                          render_value, validate_config)
-from tasks.errors import ConfigError
+from privseed.tasks.config import (AugPeConfig, AuditConfig, DemoConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig,
+                                   ReleaseConfig, SecPeConfig, value_type, config_from_args, default_text, flag_of,
+                                   flags_of, render_value, validate_config)
+from privseed.tasks.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: Each command and its model; the command line is built by flows.cli.build_parser().
+#: Each command and its model; the command line is built by privseed.flows.cli.build_parser().
 COMMANDS: dict[str, type[BaseModel]] = {"dpkps": DpKpsConfig, "augpe": AugPeConfig, "secpe": SecPeConfig,
                                         "evaluate": EvaluateConfig, "experiment": ExperimentConfig,
                                         "audit": AuditConfig, "demo": DemoConfig}
@@ -157,7 +157,7 @@ def all_fields() -> list[tuple[str, str]]:
 @functools.cache
 def _parser() -> argparse.ArgumentParser:
     """The real ``privseed`` command line (built once: every flow module registers its commands)."""
-    from flows.cli import build_parser
+    from privseed.flows.cli import build_parser
 
     return build_parser()
 
@@ -239,7 +239,7 @@ def test_errors_of_renamed_fields_name_the_flag_and_the_key():
 
 
 def test_one_llm_grammar_one_message():
-    from tasks.llm import parse_llm_spec
+    from privseed.tasks.llm import parse_llm_spec
 
     for bad in ("gpt", "anthropic", "openai-compatible:", "none:x"):
         with pytest.raises(ConfigError) as direct:
@@ -255,7 +255,7 @@ def test_one_llm_grammar_one_message():
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_shows_every_flag_with_its_true_default(command, capsys):
-    from flows.cli import build_parser
+    from privseed.flows.cli import build_parser
 
     model = COMMANDS[command]
     parser = _subparser(build_parser(), command)
@@ -290,9 +290,9 @@ def test_help_shows_every_flag_with_its_true_default(command, capsys):
 
 
 def test_defaults_described_in_words_are_the_ones_the_code_applies():
-    from tasks.stages.dpkps import DEFAULT_SELECTION, selection_rule
-    from tasks.stages.pe import augpe_schedule
-    from tasks import accounting
+    from privseed.tasks.stages.dpkps import DEFAULT_SELECTION, selection_rule
+    from privseed.tasks.stages.pe import augpe_schedule
+    from privseed.tasks import accounting
 
     base = REQUIRED["dpkps"]
     for method, rule in DEFAULT_SELECTION.items():
@@ -308,8 +308,8 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
 
 
 def test_defaults_of_the_other_commands_described_in_words_are_the_ones_the_code_applies(tmp_path):
-    from tasks.config import AUDIT_PROFILES, SWITCH_VALUES
-    from tasks.experiment import load_experiment
+    from privseed.tasks.config import AUDIT_PROFILES, SWITCH_VALUES
+    from privseed.tasks.experiment import load_experiment
 
     # experiment: an option left unset leaves the file's setting, and a file without it gets the stated default
     spec = load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["real"],
@@ -335,7 +335,7 @@ def test_defaults_of_the_other_commands_described_in_words_are_the_ones_the_code
 
 def test_the_fixed_drift_stays_fixed(capsys):
     """augpe --help once showed DP-KPS's 256 tokens and temperature 0.7 (its real defaults are 128 and 1.0)."""
-    from flows.cli import build_parser
+    from privseed.flows.cli import build_parser
 
     actions = {a.dest: a for a in _subparser(build_parser(), "augpe")._actions}
     assert actions["max_tokens"].help.endswith("(default: 128)")
@@ -371,7 +371,8 @@ class FieldReads:
     def __init__(self) -> None:
         self.reads: dict[type, set[str]] = defaultdict(set)
         self._fields = {model: frozenset(model.model_fields) for model in COMMANDS.values()}
-        self._roots = (str(REPO / "tasks") + "/", str(REPO / "flows") + "/")
+        # Frames name the files by the path they were imported through: privseed/tasks is a link to tasks/.
+        self._roots = tuple(str(REPO / root) + "/" for root in ("privseed", "tasks", "flows"))
         skip = {ReleaseConfig.public_dict.__code__}
         for model in COMMANDS.values():
             decorators = model.__pydantic_decorators__
@@ -409,10 +410,10 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
     fake LLM (histogram-markov, few-shot, class names) and as a dry run; augpe and AugPE+V~ and secpe with a fake
     LLM, and their dry runs; then, from the command line, evaluate, a one-cell experiment, a one-mechanism audit
     and the demo without an LLM."""
-    from flows.cli import main
-    from flows.dpkps import dpkps_flow
-    from flows.evolution import augpe_flow, secpe_flow
-    from tasks.llm import register_backend
+    from privseed.flows.cli import main
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.flows.evolution import augpe_flow, secpe_flow
+    from privseed.tasks.llm import register_backend
     from tests.fakes.recording import RecordingBackend
 
     tmp = tmp_path_factory.mktemp("contract")
@@ -489,7 +490,7 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
             # the demo without an LLM, its bundled corpus (7,000 documents: minutes) swapped for the small one
             demo_files = {"dbpedia14_demo_train.parquet": corpus, "dbpedia14_demo_test.parquet": corpus,
                           "dbpedia14_labels.txt": _labels_file(tmp), "few_shot_wikipedia.jsonl": few_shot}
-            patch.setattr("flows.demo.demo_corpus_path", lambda name="dbpedia14_demo_train.parquet":
+            patch.setattr("privseed.flows.demo.demo_corpus_path", lambda name="dbpedia14_demo_train.parquet":
                           str(demo_files[name]))
             assert main(["demo", "--llm", "none", "--out", str(tmp / "demo")]) == 0
             assert (tmp / "demo" / "manifest.json").exists() and (tmp / "demo" / "evaluation.json").exists()

@@ -5,10 +5,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks import storage
-from tasks.corpus import list_shards, publish_release, read_corpus, read_release
-from tasks.errors import CorpusError, GateFailedError, StorageError
-from tasks.ledger import PrivacyLedger
+from privseed.tasks import storage
+from privseed.tasks.corpus import list_shards, publish_release, read_corpus, read_release
+from privseed.tasks.errors import CorpusError, GateFailedError, StorageError
+from privseed.tasks.ledger import PrivacyLedger
 
 
 def test_reads_file_folder_and_prefix(tmp_path, tiny_corpus):
@@ -120,7 +120,7 @@ def test_tampered_part_is_detected(tmp_path):
 
 
 def test_public_files_are_read_by_column_and_written_atomically(tmp_path, tiny_corpus):
-    from tasks.corpus import column_names, read_columns, write_parquet
+    from privseed.tasks.corpus import column_names, read_columns, write_parquet
 
     folder = tmp_path / "public"
     write_parquet(str(folder / "part-0.parquet"), tiny_corpus.iloc[:10].assign(label_name="x"))

@@ -42,7 +42,8 @@ def test_prefect_yaml_parses_into_deployments_for_every_method():
 def test_deployment_parameters_are_valid_configurations():
     from prefect.flows import load_flow_from_entrypoint
 
-    from tasks.config import AugPeConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig, SecPeConfig, validate_config
+    from privseed.tasks.config import (AugPeConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig, SecPeConfig,
+                                       validate_config)
 
     # every flow a deployment names takes its configuration as one dict of its model's fields
     models = {"dpkps_flow": DpKpsConfig, "augpe_flow": AugPeConfig, "secpe_flow": SecPeConfig,
@@ -128,7 +129,7 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
     finally:
         _stop(runner)
 
-    from tasks.corpus import read_release
+    from privseed.tasks.corpus import read_release
 
     manifest, synthetic = read_release(str(out))
     assert manifest["rows"] == len(synthetic) == 12  # 3 classes x per_class 4, from the run's parameters

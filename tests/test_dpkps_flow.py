@@ -6,8 +6,8 @@ import os
 import pandas as pd
 import pytest
 
-from flows.cli import main
-from tasks.corpus import read_release
+from privseed.flows.cli import main
+from privseed.tasks.corpus import read_release
 
 pytestmark = pytest.mark.slow
 

@@ -5,20 +5,20 @@ class with no documents."""
 import numpy as np
 import pytest
 
-from tasks.config import DpKpsConfig
-from tasks.stages.corpus import scan_private_corpus
-from tasks.stages.dpkps import (
-    embed_released_vocabulary,
-    exact_sketch_sums,
-    privatize_sketches,
-    privatize_vocabulary_stage,
-    sample_keyphrase_sequences,
-    term_counting,
-    vocabulary_histogram,
-)
+from privseed.tasks.config import DpKpsConfig
+from privseed.tasks.stages.corpus import scan_private_corpus
+from privseed.tasks.stages.dpkps import (
+                                         embed_released_vocabulary,
+                                         exact_sketch_sums,
+                                         privatize_sketches,
+                                         privatize_vocabulary_stage,
+                                         sample_keyphrase_sequences,
+                                         term_counting,
+                                         vocabulary_histogram,
+                                         )
 from tests.conftest import corpus_plan
-from tasks.errors import CorpusError, LedgerMismatchError
-from tasks.ledger import PrivacyLedger
+from privseed.tasks.errors import CorpusError, LedgerMismatchError
+from privseed.tasks.ledger import PrivacyLedger
 
 
 def _config(tmp_path, **overrides):

@@ -4,18 +4,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows import evaluate as ev
-from flows import experiment as ex
-from tasks import classify, evaluation, experiment_table, report
-from tasks import experiment as grid
-from tasks.baselines import only_llm_corpus
-from tasks.corpus import read_corpus
-from tasks.release_reader import read_release
-from tasks.stages.evaluation import score_corpus
-from tasks.config import EvaluationOptions
-from tasks.corpus import publish_release
-from tasks.errors import ConfigError
-from tasks.ledger import PrivacyLedger
+from privseed.flows import evaluate as ev
+from privseed.flows import experiment as ex
+from privseed.tasks import classify, evaluation, experiment_table, report
+from privseed.tasks import experiment as grid
+from privseed.tasks.baselines import only_llm_corpus
+from privseed.tasks.corpus import read_corpus
+from privseed.tasks.release_reader import read_release
+from privseed.tasks.stages.evaluation import score_corpus
+from privseed.tasks.config import EvaluationOptions
+from privseed.tasks.corpus import publish_release
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.ledger import PrivacyLedger
 
 TOPICS = {
     0: ("Athlete", ["football", "striker", "goal", "league", "coach", "stadium", "match", "season"]),
@@ -112,8 +112,8 @@ def test_client_documents_are_disjoint_from_test_and_half_the_synthetic_size():
 
 
 def test_cli_registers_evaluate_and_experiment():
-    from flows.cli import build_parser
-    from tasks.config import EvaluateConfig, ExperimentConfig, config_from_args
+    from privseed.flows.cli import build_parser
+    from privseed.tasks.config import EvaluateConfig, ExperimentConfig, config_from_args
 
     parser = build_parser()
     args = parser.parse_args(["evaluate", "--synthetic", "OUT", "--test", "t.parquet", "--coral", "--client", "c",
@@ -194,7 +194,7 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
     """Table 2's protocol in the grid: every method releases the same texts per class and spends the same LLM
     calls (DP-KPS best of 1 + T K); Aug-PE spends eps_voc + eps_kde, AugPE+V~ splits it like DP-KPS, SecPE runs
     at (p, r) once per seed. A deterministic fake LLM stands in for the model."""
-    from tasks.llm import register_backend
+    from privseed.tasks.llm import register_backend
     from tests.test_evolution_flow import FakeBackend
 
     monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
@@ -282,8 +282,8 @@ def test_experiment_refuses_bad_pe_sections():
 
 
 def test_only_llm_ablation_prompts_name_the_class_and_are_cached(tmp_path):
-    from tasks.llm import register_backend
-    from tasks.llm.base import ChatResult, LLMBackend
+    from privseed.tasks.llm import register_backend
+    from privseed.tasks.llm.base import ChatResult, LLMBackend
 
     class Recording(LLMBackend):
         name, model = "openai-compatible", "recorder"
@@ -323,9 +323,9 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
     """The baseline is held to the same bar as the method it is compared with: a loop or an assistant's
     meta-talk is regenerated with a new call seed, a row that never becomes a document is dropped, and the counts
     are the release's quality report."""
-    from tasks.generation import candidate_seed
-    from tasks.llm import register_backend
-    from tasks.llm.base import ChatResult, LLMBackend
+    from privseed.tasks.generation import candidate_seed
+    from privseed.tasks.llm import register_backend
+    from privseed.tasks.llm.base import ChatResult, LLMBackend
 
     answers = {}  # call seed -> answer; anything not listed is a document
 
@@ -345,7 +345,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
                     on_each(i, out[-1])
             return out
 
-    from tasks.ledger import public_rng
+    from privseed.tasks.ledger import public_rng
 
     seeds = public_rng(0, "only-llm").integers(0, 2**31 - 1, size=3).tolist()
     loop = "Australia, " * 40
@@ -371,7 +371,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
 
     # The grid gives only-LLM as many rounds as its DP-KPS releases ([dpkps] max_regenerations): with none,
     # the meta-talk row is dropped too.
-    from tasks.stages import experiment as stages
+    from privseed.tasks.stages import experiment as stages
 
     spec = grid.load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0], "synthetic_per_class": 3},
                                        "methods": ["only-llm"], "eps": [[1, 5]], "seeds": [0], "llm": spec,
@@ -386,8 +386,8 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
 
 def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path, monkeypatch):
     """Concurrency and the API key's Secret block reach the backend like every method's, from [generation]."""
-    from tasks import generation
-    from tasks.llm.base import ChatResult, LLMBackend
+    from privseed.tasks import generation
+    from privseed.tasks.llm.base import ChatResult, LLMBackend
 
     specs = []
 
@@ -424,7 +424,7 @@ def test_deployable_entry_points_validate_their_config(prefect_harness):
 
 
 def test_experiment_options_replace_the_files_settings(monkeypatch, tmp_path):
-    from tasks.config import ExperimentConfig, validate_config
+    from privseed.tasks.config import ExperimentConfig, validate_config
 
     try:
         grid.data_root()
@@ -452,7 +452,7 @@ def test_grid_over_llms_and_class_names_keeps_the_settings_apart(prefect_harness
     """The generation grid: `--llm none` seeds and a (fake) LLM, DP-KPS with and without the public class names,
     only-LLM naming the same classes; the table and cells say which setting each row is, and the LLM rows carry
     seed coverage, the degenerate rate and tokens/s."""
-    from tasks.llm import register_backend
+    from privseed.tasks.llm import register_backend
     from tests.test_evolution_flow import FakeBackend
 
     monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))

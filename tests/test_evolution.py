@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from tasks import evolution as ev
-from tasks.errors import ConfigError
+from privseed.tasks import evolution as ev
+from privseed.tasks.errors import ConfigError
 from tests.noise_checks import assert_noise_is
 
 
@@ -58,7 +58,7 @@ def test_votes_stay_within_class():
 
 
 def test_vote_mechanism_adds_sigma_on_sensitivity_one():
-    from tasks.mechanisms import secure_noise
+    from privseed.tasks.mechanisms import secure_noise
 
     mech = ev.vote_mechanism(3.0, epsilon=4.0, delta=1e-5)
     assert (mech.sensitivity, mech.sigma, mech.epsilon, mech.delta) == (1.0, 3.0, 4.0, 1e-5)
@@ -211,7 +211,7 @@ def test_joint_statistics_round_trip():
 
 def _clustering_noise(sigma: float, noise=None, sampling=None, k: int = 1000, d: int = 8):
     """(released - exact) of sizes and of centres in noise units, from the code path the flow uses."""
-    from tasks.mechanisms import GaussianMechanism, secure_noise
+    from privseed.tasks.mechanisms import GaussianMechanism, secure_noise
 
     rng = np.random.default_rng(3)
     clusters = ev.PublicClusters(_unit(rng, k, d).astype(np.float64), rng.integers(1, 20, size=k))
@@ -233,7 +233,7 @@ def test_secret_clustering_adds_the_mechanisms_gaussian_to_sizes_and_centres():
 
 
 def test_secret_clustering_noise_and_sampling_are_secret_by_default():
-    from tasks.mechanisms import insecure_noise
+    from privseed.tasks.mechanisms import insecure_noise
 
     a, _ = _clustering_noise(2.0)
     b, _ = _clustering_noise(2.0)
@@ -245,7 +245,7 @@ def test_secret_clustering_noise_and_sampling_are_secret_by_default():
 
 
 def test_secret_clustering_samples_with_the_given_source():
-    from tasks.mechanisms import GaussianMechanism, secure_noise
+    from privseed.tasks.mechanisms import GaussianMechanism, secure_noise
 
     class Counting:
         name, secure = "counting", True
@@ -300,7 +300,7 @@ def test_pe_prompt_templates_take_only_public_placeholders():
 
 
 def test_selection_takes_documents_first():
-    from tasks.evolution import select_population
+    from privseed.tasks.evolution import select_population
 
     rng = np.random.default_rng(0)
     scores = np.array([9.0, 1.0, 8.0, 0.5, 7.0])
@@ -319,7 +319,7 @@ def test_selection_takes_documents_first():
 
 
 def test_non_documents_receive_no_votes():
-    from tasks.evolution import class_votes
+    from privseed.tasks.evolution import class_votes
 
     rng = np.random.default_rng(1)
     private = rng.normal(size=(50, 8))
@@ -333,7 +333,7 @@ def test_non_documents_receive_no_votes():
 
 
 def test_is_document_matches_the_release_gate():
-    from tasks.quality import DocumentRules, is_document
+    from privseed.tasks.quality import DocumentRules, is_document
 
     assert not is_document("Lullaby.")
     assert not is_document("Write a Wikipedia article about a river in the north.")  # prompt echo

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.errors import ConfigError, LedgerMismatchError
+from privseed.tasks.errors import ConfigError, LedgerMismatchError
 from tests.noise_checks import assert_noise_is
 
 TOPICS = {
@@ -45,7 +45,7 @@ class FakeBackend:
         return f"{topic} number {req.seed % 1000}"
 
     def complete(self, requests, on_each=None):
-        from tasks.llm import ChatResult
+        from privseed.tasks.llm import ChatResult
 
         out = []
         for j, req in enumerate(requests):
@@ -69,7 +69,7 @@ class FakeBackend:
 
 @pytest.fixture
 def fake_llm():
-    from tasks.llm import register_backend
+    from privseed.tasks.llm import register_backend
 
     backend = FakeBackend()
     register_backend("local:fake-topics", backend)
@@ -94,8 +94,8 @@ def _read_release(out: Path) -> tuple[dict, pd.DataFrame, dict]:
 
 
 def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
-    from flows.evolution import augpe_flow, run_augpe
-    from tasks import accounting
+    from privseed.flows.evolution import augpe_flow, run_augpe
+    from privseed.tasks import accounting
 
     out = tmp_path / "augpe"
     manifest = augpe_flow(_cfg(corpus_file, out))
@@ -117,7 +117,7 @@ def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path,
     assert not any(p in private for p in fake_llm.prompts)
     assert not any(str(lbl) in p for p in fake_llm.prompts[:12] for lbl in ("Athlete", "label"))
     # with little noise, selection pulls each class's population towards its private documents
-    from tasks.evolution import call_seed as _call_seed
+    from privseed.tasks.evolution import call_seed as _call_seed
 
     topic_of = {0: "football", 1: "river", 2: "album"}
     # precondition: with seed 3 every class's initial candidates include one of its own topic
@@ -151,8 +151,8 @@ class TerseBackend(FakeBackend):
 
 
 def test_non_documents_are_kept_out_of_the_release(prefect_harness, corpus_file, tmp_path):
-    from flows.evolution import run_augpe
-    from tasks.llm import register_backend
+    from privseed.flows.evolution import run_augpe
+    from privseed.tasks.llm import register_backend
 
     backend = TerseBackend()
     register_backend("local:fake-topics", backend)
@@ -168,12 +168,12 @@ def test_non_documents_are_kept_out_of_the_release(prefect_harness, corpus_file,
 
 
 def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file, tmp_path, fake_llm):
-    from flows.evolution import augpe_flow
-    from tasks.config import AugPeConfig
-    from tasks.stages.pe import augpe_schedule, check_schedule
-    from tasks.corpus import read_corpus
-    from tasks.identity import data_identity, load_or_create_key
-    from tasks.ledger import PrivacyLedger
+    from privseed.flows.evolution import augpe_flow
+    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.stages.pe import augpe_schedule, check_schedule
+    from privseed.tasks.corpus import read_corpus
+    from privseed.tasks.identity import data_identity, load_or_create_key
+    from privseed.tasks.ledger import PrivacyLedger
 
     out = tmp_path / "resume"
     augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=1))
@@ -194,8 +194,8 @@ def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file
 
 
 def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_file, tmp_path):
-    from flows.evolution import augpe_flow
-    from tasks.llm import register_backend
+    from privseed.flows.evolution import augpe_flow
+    from privseed.tasks.llm import register_backend
 
     out = tmp_path / "crash"
     crashing = FakeBackend(fail_after=9)  # 12 random calls are needed: dies in the first round
@@ -213,8 +213,8 @@ def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_
 
 
 def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, fake_llm):
-    from tasks.config import AugPeConfig
-    from tasks.stages.pe import llm_calls
+    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.stages.pe import llm_calls
 
     cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, llm_shards=3))
     prompts = [("sys", f"Write a short text. river {i}" if i % 2 else f"Write a short text. {i}", 100 + i)
@@ -228,8 +228,8 @@ def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, f
 
 
 def test_augpe_config_validation(corpus_file, tmp_path):
-    from tasks.config import AugPeConfig
-    from tasks.config import validate_config
+    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.config import validate_config
 
     with pytest.raises(ConfigError, match="not both"):
         validate_config(AugPeConfig, _cfg(corpus_file, tmp_path, noise_multiplier=3.0))
@@ -238,9 +238,9 @@ def test_augpe_config_validation(corpus_file, tmp_path):
 
 
 def test_augpe_default_delta_uses_public_bound(corpus_file, tmp_path):
-    from tasks.config import AugPeConfig
-    from tasks.stages.pe import augpe_schedule
-    from tasks import accounting
+    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.stages.pe import augpe_schedule
+    from privseed.tasks import accounting
 
     cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, delta=None, n_upper_bound=10_000, epsilon=2.0))
     sched = augpe_schedule(cfg)
@@ -250,7 +250,7 @@ def test_augpe_default_delta_uses_public_bound(corpus_file, tmp_path):
 
 
 def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
-    from flows.evolution import secpe_flow
+    from privseed.flows.evolution import secpe_flow
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
@@ -289,8 +289,8 @@ def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fa
 def test_secpe_insecure_reproducible_noise_repeats_and_is_stamped(prefect_harness, corpus_file, tmp_path, fake_llm):
     """The sub-sampling and the noise go through the config's noise source: only the explicit opt-in makes two
     runs bit-identical, and that release is stamped NOT DIFFERENTIALLY PRIVATE."""
-    from flows.evolution import secpe_flow
-    from tasks.mechanisms import INSECURE_STAMP
+    from privseed.flows.evolution import secpe_flow
+    from privseed.tasks.mechanisms import INSECURE_STAMP
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
@@ -314,7 +314,7 @@ def test_secpe_insecure_reproducible_noise_repeats_and_is_stamped(prefect_harnes
 
 def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, fake_llm, capsys):
     """The CLI reports SecPE's (p, r) protection, and its DP epsilon only as conditional."""
-    from flows.cli import main
+    from privseed.flows.cli import main
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
@@ -331,8 +331,8 @@ def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, 
 
 @pytest.mark.parametrize("llm", ["local:fake-topics", "anthropic:claude-haiku-4-5"])
 def test_dry_run_plans_and_prices_without_sending(prefect_harness, corpus_file, tmp_path, fake_llm, capsys, llm):
-    from flows.cli import main
-    from tasks.evolution import evolution_call_plan
+    from privseed.flows.cli import main
+    from privseed.tasks.evolution import evolution_call_plan
 
     out = tmp_path / "dry"
     argv = ["augpe", corpus_file, "--out", str(out), "--llm", llm, "--epsilon", "4", "--delta", "1e-5",
@@ -351,7 +351,7 @@ def test_dry_run_plans_and_prices_without_sending(prefect_harness, corpus_file, 
 
 def test_flows_handle_dry_run_themselves_before_the_ledger_opens(prefect_harness, corpus_file, tmp_path, fake_llm):
     """A deployment that passes dry_run: true (no CLI involved) draws, charges and sends nothing."""
-    from flows.evolution import augpe_flow, secpe_flow
+    from privseed.flows.evolution import augpe_flow, secpe_flow
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
@@ -366,8 +366,8 @@ def test_flows_handle_dry_run_themselves_before_the_ledger_opens(prefect_harness
 
 @pytest.mark.parametrize("method", ["augpe", "secpe"])
 def test_pe_methods_refuse_undeclared_labels(prefect_harness, corpus_file, tmp_path, fake_llm, method):
-    from flows.evolution import augpe_flow, secpe_flow
-    from tasks.errors import ConfigError
+    from privseed.flows.evolution import augpe_flow, secpe_flow
+    from privseed.tasks.errors import ConfigError
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
@@ -386,8 +386,8 @@ def test_pe_methods_refuse_undeclared_labels(prefect_harness, corpus_file, tmp_p
 def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     from scipy import sparse
 
-    from tasks.config import SecPeConfig
-    from tasks.evolution import secpe_noise
+    from privseed.tasks.config import SecPeConfig
+    from privseed.tasks.evolution import secpe_noise
 
     incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
     base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
@@ -409,8 +409,8 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
     same for a corpus and for one with 1,000 more documents (with r >= 1 the capacity was |D| before)."""
     from scipy import sparse
 
-    from tasks.config import SecPeConfig
-    from tasks.evolution import secpe_noise
+    from privseed.tasks.config import SecPeConfig
+    from privseed.tasks.evolution import secpe_noise
 
     cfg = SecPeConfig.model_validate({"data": "d", "out": str(tmp_path), "public": "p", "llm": "local",
                                       "iterations": 2, "p": 1e-4, "r_over_p": r_over_p,
@@ -429,8 +429,8 @@ def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, t
     in its noise unit c_k, too; two runs with the same flags release different values. r = 1 and a public
     --noise-multiplier (the issue's case) make every rho 1, so the test computes the exact statistics itself from
     the corpus, with no sampling mask to store anywhere."""
-    from tasks import evolution as ev
-    from tasks.embedding import embed_texts
+    from privseed.tasks import evolution as ev
+    from privseed.tasks.embedding import embed_texts
 
     sigma, clusters_k = 3.0, 40
     public = tmp_path / "public.parquet"
@@ -441,7 +441,7 @@ def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, t
     cfg = _cfg(corpus_file, tmp_path / "ks", public=str(public), secrets=str(secrets), clusters=clusters_k, p=1e-4,
                r_over_p=1e4, noise_multiplier=sigma, radius=0.5, state=str(tmp_path / "ks-state"))
     cfg.pop("epsilon")
-    from flows.evolution import secpe_flow
+    from privseed.flows.evolution import secpe_flow
 
     secpe_flow(cfg)
     # the same flags again, into another folder: --seed is public, so the noise must not come from it
@@ -473,7 +473,7 @@ def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, t
 
 
 def test_cli_registers_both_commands():
-    from flows.cli import build_parser
+    from privseed.flows.cli import build_parser
 
     parser = build_parser()
     args = parser.parse_args(["augpe", "d.parquet", "--out", "o", "--epsilon", "2", "--iterations", "3",
@@ -498,7 +498,7 @@ def two_class_corpus(tmp_path, tiny_corpus) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("vocab_words", [False, True])
 def test_augpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_path, vocab_words):
-    from flows.evolution import run_augpe
+    from privseed.flows.evolution import run_augpe
 
     extra = {"vocab_words": True, "vocab_size": 20, "vocab_top": 5000, "words_per_prompt": 3} if vocab_words else {}
     out = run_augpe(_cfg(two_class_corpus, tmp_path / "local", llm="local", per_class=1, max_tokens=32,
@@ -512,7 +512,7 @@ def test_augpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_
 
 @pytest.mark.slow
 def test_secpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_path):
-    from flows.evolution import run_secpe
+    from privseed.flows.evolution import run_secpe
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(12)]}).to_parquet(public)

@@ -1,6 +1,6 @@
 """A real external Dask cluster: `dask scheduler` and `dask worker` processes started with the commands and the
 environment of infra/compose.yaml (on 127.0.0.1, free ports, one thread per worker), a DP-KPS release run
-through them with ``--dask-address``, the refusals of :func:`tasks.cluster.check_cluster` (a worker that would
+through them with ``--dask-address``, the refusals of :func:`privseed.tasks.cluster.check_cluster` (a worker that would
 spill to disk, a worker with another package version) and mutual TLS with a CA made here."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tasks.cluster import NO_SPILL_ENV, dask_client, map_shards, version_mismatches
-from tasks.errors import ConfigError
+from privseed.tasks.cluster import NO_SPILL_ENV, dask_client, map_shards, version_mismatches
+from privseed.tasks.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -139,7 +139,7 @@ def test_release_runs_on_an_external_cluster_started_like_infra(prefect_harness,
     from distributed import Client
     from prefect.settings import get_current_settings
 
-    from tasks.corpus import read_release
+    from privseed.tasks.corpus import read_release
 
     address = dask_processes.scheduler()
     assert address.startswith("tcp://127.0.0.1:")
@@ -154,7 +154,7 @@ def test_release_runs_on_an_external_cluster_started_like_infra(prefect_harness,
     settings.write_text('labels = ["0", "1", "2"]\nper_class = 4\nlength = 5\nvocab_top = 20000\nvocab_size = 40\n'
                         'n_features = 64\nseed = 7\n')
     env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_API_URL": str(get_current_settings().api.url)}
-    run = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "flows.cli", "dpkps", str(corpus), "--out",
+    run = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "privseed.flows.cli", "dpkps", str(corpus), "--out",
                           str(out), "--config", str(settings), "--llm", "none", "--dask-address", address],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:] + dask_processes.logs()
@@ -253,14 +253,14 @@ def _square(x: float) -> float:
 
 
 def _release_config(**fields):
-    from tasks.config import DpKpsConfig, validate_config
+    from privseed.tasks.config import DpKpsConfig, validate_config
 
     return validate_config(DpKpsConfig, dict(data="corpus.parquet", out="release", labels=["0", "1"], **fields))
 
 
 @pytest.mark.slow
 def test_mutual_tls_to_an_external_scheduler(dask_processes, tmp_path):
-    from tasks.cluster import cluster_security
+    from privseed.tasks.cluster import cluster_security
 
     ca, cert, key = make_tls_files(tmp_path)
     tls = ["--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]
@@ -294,7 +294,7 @@ def test_mutual_tls_to_an_external_scheduler(dask_processes, tmp_path):
 def test_tls_settings_are_checked_before_connecting(fields, expected, tmp_path, monkeypatch):
     """Incomplete TLS settings are refused when the configuration is validated, files that do not exist when
     the client is built: both before any connection, naming the flags."""
-    from tasks.cluster import cluster_security
+    from privseed.tasks.cluster import cluster_security
 
     monkeypatch.chdir(tmp_path)
     assert cluster_security(_release_config()) is None  # no TLS settings: a plain tcp:// scheduler or a LocalCluster

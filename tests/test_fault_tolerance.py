@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import StorageError
+from privseed.tasks.errors import StorageError
 from tests.test_s3_pipeline import run_cli
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def ledger_state(out: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def cli(corpus: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", "dpkps", str(corpus), "--out", str(out), *SMALL]
+    return [sys.executable, "-m", "privseed.flows.cli", "dpkps", str(corpus), "--out", str(out), *SMALL]
 
 
 def subprocess_env() -> dict[str, str]:
@@ -49,8 +49,8 @@ def subprocess_env() -> dict[str, str]:
 
 def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harness, proxied_s3_bucket, tmp_path,
                                                                    tiny_corpus):
-    from flows.dpkps import dpkps_flow
-    from tasks.config import DpKpsConfig
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.config import DpKpsConfig
     from tests.s3server import clear_s3fs_cache
 
     corpus = tmp_path / "corpus.parquet"
@@ -106,7 +106,7 @@ def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_
         monkeypatch.setenv("OPENAI_API_KEY", "privseed-fake-openai-key")
         argv = [*cli(corpus, out)[3:]]
         argv[argv.index("none")] = f"openai-compatible:{fake.base_url}/v1#fake-model"
-        run = subprocess.Popen([sys.executable, "-m", "flows.cli", *argv], cwd=REPO, env=subprocess_env(),
+        run = subprocess.Popen([sys.executable, "-m", "privseed.flows.cli", *argv], cwd=REPO, env=subprocess_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 300
         while len(llm_cache_keys(out)) < 3:
@@ -151,7 +151,7 @@ def test_deterministic_errors_are_not_retried_transient_ones_are(prefect_harness
     (no repeated work or tracebacks); a storage hiccup or a crashed call is."""
     from prefect import flow, task
 
-    from tasks.errors import ConfigError, GateFailedError, StorageError, retry_if_transient
+    from privseed.tasks.errors import ConfigError, GateFailedError, StorageError, retry_if_transient
 
     attempts: dict[str, int] = {}
 

@@ -6,14 +6,14 @@ import pickle
 
 import pytest
 
-from tasks import storage
-from tasks.corpus import publish_release, read_release
-from tasks.errors import GateFailedError, StorageError
-from tasks.generation import (GenerationParams, candidate_seed, fill_cache, generate_release_parts, generate_seeds,
-                              merge_generation_reports, part_size, split_documents)
-from tasks.ledger import PrivacyLedger
-from tasks.llm import CallCache, ReleasedVocabulary, register_backend
-from tasks.quality import release_gate
+from privseed.tasks import storage
+from privseed.tasks.corpus import publish_release, read_release
+from privseed.tasks.errors import GateFailedError, StorageError
+from privseed.tasks.generation import (GenerationParams, candidate_seed, fill_cache, generate_release_parts,
+                                       generate_seeds, merge_generation_reports, part_size, split_documents)
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.llm import CallCache, ReleasedVocabulary, register_backend
+from privseed.tasks.quality import release_gate
 from tests.fakes.recording import RecordingBackend
 
 VOCAB = ReleasedVocabulary(["river", "village", "church", "album", "band", "football club"], "test")
@@ -161,7 +161,7 @@ def test_a_crash_before_the_manifest_keeps_the_last_release_and_the_next_commit_
 
 
 def test_parts_are_checked_by_the_gate_that_publishes_them(tmp_path, recording):
-    from tasks.errors import ConfigError
+    from privseed.tasks.errors import ConfigError
 
     out = str(tmp_path / "out")
     staged = generate_release_parts(seeds(8), SPEC, PARAMS, None, None, out=out,
@@ -191,8 +191,8 @@ def test_on_a_cluster_batches_go_out_together_and_workers_write_the_parts(tmp_pa
     """The flow's shape with a LocalCluster: a batching Anthropic run submits all its batches at once from one
     worker (fill_cache), then the shards (other tasks) find every answer in the cache, write and check their
     parts; the release read back holds one document per seed."""
-    from tasks.cluster import dask_client
-    from tasks.llm import LLMSpec
+    from privseed.tasks.cluster import dask_client
+    from privseed.tasks.llm import LLMSpec
     from tests.fakes.anthropic_server import FakeAnthropic
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "fake-key")
@@ -218,7 +218,7 @@ def test_on_a_cluster_batches_go_out_together_and_workers_write_the_parts(tmp_pa
 
 
 def test_the_call_bar_grows_with_regenerations_and_ends_at_its_total():
-    from tasks.generation import CallProgress
+    from privseed.tasks.generation import CallProgress
 
     bar = CallProgress(10, None, "generate", enabled=True)  # two shards of 5 seeds, best of 1
     bar.add(7, 10, 20, planned=5)  # the first shard regenerated twice
@@ -229,7 +229,7 @@ def test_the_call_bar_grows_with_regenerations_and_ends_at_its_total():
 
 
 def test_shard_progress_counts_each_call_once_whether_its_message_comes_early_late_or_never():
-    from tasks.generation import CallProgress, ShardProgress
+    from privseed.tasks.generation import CallProgress, ShardProgress
 
     bar = CallProgress(10, None, "generate", enabled=True)  # two shards of 5 seeds, best of 1
     calls = ShardProgress(bar, [5, 5])
@@ -249,7 +249,7 @@ def test_shard_progress_counts_each_call_once_whether_its_message_comes_early_la
 def test_the_bar_moves_with_every_call_not_only_when_a_shard_finishes(tmp_path, recording, monkeypatch):
     """Shards of a local model finish minutes apart: the bar must move per call. Each call's message reaches
     the bar before its shard's final count does, and the totals agree with what was sent."""
-    from tasks import generation
+    from privseed.tasks import generation
 
     events: list[tuple[str, int]] = []
     on_call, finished = generation.ShardProgress.on_call, generation.ShardProgress.finished
@@ -269,9 +269,9 @@ def test_the_bar_moves_with_every_call_not_only_when_a_shard_finishes(tmp_path, 
 def test_on_a_cluster_the_workers_calls_reach_the_drivers_bar_as_they_finish(tmp_path, monkeypatch):
     """The flow's shape: shards on two worker processes report each call through Dask's event stream; the
     driver's bar ends with every call counted once."""
-    from tasks import generation
-    from tasks.cluster import dask_client
-    from tasks.llm import LLMSpec
+    from privseed.tasks import generation
+    from privseed.tasks.cluster import dask_client
+    from privseed.tasks.llm import LLMSpec
     from tests.fakes.anthropic_server import FakeAnthropic
 
     messages, closed = [], []

@@ -6,42 +6,42 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.config import DpKpsConfig
-from tasks.errors import ConfigError, LedgerMismatchError
-from tasks.histogram_seeds import (
-    ClassRelease,
-    background_distribution,
-    bh_q_values,
-    build_mechanism,
-    class_pair_counts,
-    class_term_counts,
-    class_term_releases,
-    first_distinct_terms,
-    l1_sensitivity,
-    l2_sensitivity,
-    noise_tail,
-    pair_candidates,
-    pair_columns,
-    pair_coherence,
-    pair_l1_sensitivity,
-    pair_matrix,
-    pair_mechanism,
-    sample_class_sequences,
-    sample_independent,
-    sample_markov,
-    stage_budgets,
-)
-from tasks.ledger import PrivacyLedger
-from tasks.sampling import SelectionRule
-from tasks.stages.corpus import scan_private_corpus
-from tasks.stages.dpkps import term_counting
-from tasks.stages.histogram import (
-    exact_pair_counts,
-    privatize_class_histograms,
-    privatize_class_pairs,
-    sample_histogram_sequences,
-)
-from tasks.vocabulary import PhraseMatcher, Vocabulary
+from privseed.tasks.config import DpKpsConfig
+from privseed.tasks.errors import ConfigError, LedgerMismatchError
+from privseed.tasks.histogram_seeds import (
+                                            ClassRelease,
+                                            background_distribution,
+                                            bh_q_values,
+                                            build_mechanism,
+                                            class_pair_counts,
+                                            class_term_counts,
+                                            class_term_releases,
+                                            first_distinct_terms,
+                                            l1_sensitivity,
+                                            l2_sensitivity,
+                                            noise_tail,
+                                            pair_candidates,
+                                            pair_columns,
+                                            pair_coherence,
+                                            pair_l1_sensitivity,
+                                            pair_matrix,
+                                            pair_mechanism,
+                                            sample_class_sequences,
+                                            sample_independent,
+                                            sample_markov,
+                                            stage_budgets,
+                                            )
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.sampling import SelectionRule
+from privseed.tasks.stages.corpus import scan_private_corpus
+from privseed.tasks.stages.dpkps import term_counting
+from privseed.tasks.stages.histogram import (
+                                             exact_pair_counts,
+                                             privatize_class_histograms,
+                                             privatize_class_pairs,
+                                             sample_histogram_sequences,
+                                             )
+from privseed.tasks.vocabulary import PhraseMatcher, Vocabulary
 from tests.conftest import corpus_plan
 from tests.noise_checks import assert_noise_is
 
@@ -329,7 +329,7 @@ def test_released_pair_noise_is_laplace_of_the_pair_sensitivity(tmp_path, tiny_c
 
 
 def _vocabulary(cfg):
-    from tasks.vocabulary import load_vocabulary
+    from privseed.tasks.vocabulary import load_vocabulary
 
     return load_vocabulary(cfg.vocab, cfg.vocab_top)
 
@@ -357,7 +357,7 @@ def test_released_class_histogram_noise_is_laplace_s_over_eps(tmp_path, tiny_cor
 
 
 def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ignores_pairs_below_it():
-    from tasks.histogram_seeds import noise_floor
+    from privseed.tasks.histogram_seeds import noise_floor
 
     mech = build_mechanism("laplace", 10, 5.0, 0.0)  # scale 2
     floor = noise_floor(mech, 10_000, 1.0)
@@ -393,8 +393,8 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
     """The command line, a real (ephemeral) Prefect API and a LocalCluster: ledger total, layout, re-run."""
     import json
 
-    from flows.cli import main
-    from tasks.corpus import read_release
+    from privseed.flows.cli import main
+    from privseed.tasks.corpus import read_release
 
     out = tmp_path / "out"
     argv = ["dpkps", corpus_file, "--out", str(out), "--method", "histogram-markov", "--epsilon", "3",

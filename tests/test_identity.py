@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.identity import data_identity, load_or_create_key, new_run_id
+from privseed.tasks.identity import data_identity, load_or_create_key, new_run_id
 
 
 def test_identity_ignores_order_sees_content_and_depends_on_the_key(tiny_corpus, tmp_path):
@@ -42,7 +42,7 @@ def test_run_ids_are_random():
 
 
 def test_a_damaged_key_is_refused(tmp_path):
-    from tasks.errors import LedgerMismatchError
+    from privseed.tasks.errors import LedgerMismatchError
 
     (tmp_path / "identity.key").write_bytes(b"short")
     with pytest.raises(LedgerMismatchError, match="identity key"):

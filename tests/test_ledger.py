@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from tasks.errors import LedgerMismatchError, PrivseedError
-from tasks.ledger import PrivacyLedger, public_rng
-from tasks.mechanisms import INSECURE_STAMP, GaussianMechanism, LaplaceMechanism, insecure_noise, secure_noise
+from privseed.tasks.errors import LedgerMismatchError, PrivseedError
+from privseed.tasks.ledger import PrivacyLedger, public_rng
+from privseed.tasks.mechanisms import INSECURE_STAMP, GaussianMechanism, LaplaceMechanism, insecure_noise, secure_noise
 from tests.noise_checks import assert_noise_is
 
 LAPLACE = LaplaceMechanism(sensitivity=10.0, epsilon=1.0)
@@ -209,7 +209,7 @@ def test_recipient_json_has_the_run_only_and_no_identity(tmp_path):
 
 
 def _identity(rows):
-    from tasks.identity import DataIdentity
+    from privseed.tasks.identity import DataIdentity
 
     return DataIdentity(f"id-{min(rows)}-{max(rows)}", np.array(sorted(rows), dtype=np.uint64))
 
@@ -300,7 +300,7 @@ def test_the_loser_of_a_race_returns_the_winners_value(tmp_path):
 
 
 def test_create_exclusive_keeps_the_first_object(tmp_path):
-    from tasks import storage
+    from privseed.tasks import storage
 
     uri = str(tmp_path / "sub" / "x.bin")
     assert storage.create_exclusive(uri, b"first") is True
@@ -312,7 +312,7 @@ def test_create_exclusive_keeps_the_first_object(tmp_path):
 def test_create_exclusive_on_s3_is_a_conditional_put(s3_bucket):
     """On S3 the create-if-absent is one PUT with If-None-Match: * (s3fs mode="create"); the moto server
     refuses the second one, so the first object stays and the ledger's race logic holds on object storage."""
-    from tasks import storage
+    from privseed.tasks import storage
 
     uri = f"{s3_bucket.url}/state/x.bin"
     assert storage.create_exclusive(uri, b"first") is True

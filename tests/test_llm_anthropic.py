@@ -5,10 +5,10 @@ import logging
 
 import pytest
 
-from tasks.errors import ConfigError, PrivseedError
-from tasks.llm import CallCache, PromptTemplate, ReleasedVocabulary, build_request, cached_complete
-from tasks.llm.anthropic_backend import AnthropicBackend, anthropic_price, resolve_api_key
-from tasks.llm.retry import RetryPolicy
+from privseed.tasks.errors import ConfigError, PrivseedError
+from privseed.tasks.llm import CallCache, PromptTemplate, ReleasedVocabulary, build_request, cached_complete
+from privseed.tasks.llm.anthropic_backend import AnthropicBackend, anthropic_price, resolve_api_key
+from privseed.tasks.llm.retry import RetryPolicy
 from tests.fakes.anthropic_server import FakeAnthropic
 
 KEY = "sk-ant-test-0123456789-do-not-log"
@@ -203,7 +203,7 @@ def test_an_open_batch_the_api_no_longer_knows_is_submitted_again(fake, tmp_path
 
 @pytest.mark.slow
 def test_batch_state_on_s3_goes_through_storage_retries(fake, s3_bucket, monkeypatch):
-    """The batch id is written to s3:// through tasks.storage: a dropped connection is retried, and the
+    """The batch id is written to s3:// through privseed.tasks.storage: a dropped connection is retried, and the
     resumed run finds the state and collects the same batch."""
     import s3fs
 

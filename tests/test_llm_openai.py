@@ -1,10 +1,10 @@
 """OpenAI-compatible backend against a tiny local fake server (httpx, 127.0.0.1 only)."""
 import pytest
 
-from tasks.errors import ConfigError, PrivseedError
-from tasks.llm import PromptTemplate, ReleasedVocabulary, build_request, make_backend
-from tasks.llm.openai_compat import OpenAICompatibleBackend, _base_v1
-from tasks.llm.retry import RetryPolicy
+from privseed.tasks.errors import ConfigError, PrivseedError
+from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary, build_request, make_backend
+from privseed.tasks.llm.openai_compat import OpenAICompatibleBackend, _base_v1
+from privseed.tasks.llm.retry import RetryPolicy
 from tests.fakes.anthropic_server import FakeAnthropic
 
 VOCAB = ReleasedVocabulary(["river", "village", "church"], "test")

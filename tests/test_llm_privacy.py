@@ -11,9 +11,9 @@ import logging
 import pandas as pd
 import pytest
 
-from tasks.generation import GenerationParams, generate_seeds, generate_shard
-from tasks.llm import ReleasedVocabulary, UnreleasedValueError, register_backend
-from tasks.llm.retry import RetryPolicy
+from privseed.tasks.generation import GenerationParams, generate_seeds, generate_shard
+from privseed.tasks.llm import ReleasedVocabulary, UnreleasedValueError, register_backend
+from privseed.tasks.llm.retry import RetryPolicy
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.recording import RecordingBackend
 
@@ -81,7 +81,7 @@ def test_canary_never_reaches_a_backend_or_a_log(tiny_corpus, tmp_path, caplog, 
 
     with FakeAnthropic(api_key=KEY) as fake:
         for batched in (False, True):
-            from tasks.llm import LLMSpec
+            from privseed.tasks.llm import LLMSpec
 
             spec = LLMSpec("anthropic", "claude-haiku-4-5").with_options(
                 api_key=KEY, base_url=fake.base_url, use_batches=batched, poll_interval=0.0,
@@ -102,8 +102,8 @@ def test_canary_never_reaches_a_backend_or_a_log(tiny_corpus, tmp_path, caplog, 
 
 @pytest.mark.slow
 def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, monkeypatch, prefect_harness):
-    from flows.cli import main
-    from tasks.corpus import read_release
+    from privseed.flows.cli import main
+    from privseed.tasks.corpus import read_release
 
     caplog.set_level(logging.DEBUG)
     corpus_path = tmp_path / "corpus.parquet"
@@ -143,8 +143,8 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
     the canary reaches no request, log record, console line or file of the release and its state."""
     from pathlib import Path
 
-    from flows.evolution import run_augpe, run_secpe
-    from tasks.evolution import evolution_call_plan
+    from privseed.flows.evolution import run_augpe, run_secpe
+    from privseed.tasks.evolution import evolution_call_plan
 
     caplog.set_level(logging.DEBUG)
     corpus = private_corpus(tiny_corpus)

@@ -4,11 +4,11 @@ import pickle
 
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.llm import (LLMSpec, PromptTemplate, RecipientExample, ReleasedSeed, ReleasedVocabulary,
-                       UnreleasedValueError, build_messages, build_request, load_few_shot, parse_llm_spec,
-                       term_coverage)
-from tasks.llm.prompting import available_templates
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm import (LLMSpec, PromptTemplate, RecipientExample, ReleasedSeed, ReleasedVocabulary,
+                                UnreleasedValueError, build_messages, build_request, load_few_shot, parse_llm_spec,
+                                term_coverage)
+from privseed.tasks.llm.prompting import available_templates
 
 VOCAB = ReleasedVocabulary(["river", "village", "football club", "church", "album"], "test-vocabulary")
 
@@ -188,7 +188,7 @@ def _names_file(tmp_path, kind: str):
 
 @pytest.mark.parametrize("kind", ["json", "toml", "csv"])
 def test_class_names_load_from_json_toml_and_csv(tmp_path, kind):
-    from tasks.llm import load_class_names
+    from privseed.tasks.llm import load_class_names
 
     names = load_class_names(_names_file(tmp_path, kind))
     assert names.to_dict() == {"0": "Athlete", "1": "Natural place", "3": "Album"}
@@ -198,7 +198,7 @@ def test_class_names_load_from_json_toml_and_csv(tmp_path, kind):
 
 
 def test_class_names_must_be_exactly_the_declared_labels(tmp_path):
-    from tasks.llm import load_class_names
+    from privseed.tasks.llm import load_class_names
 
     names = load_class_names(_names_file(tmp_path, "json"))
     with pytest.raises(ConfigError, match=r"labels that are not declared: 3; no name for declared labels: 2"):
@@ -224,7 +224,7 @@ def test_class_names_must_be_exactly_the_declared_labels(tmp_path):
 
 
 def test_class_name_goes_into_the_prompt_only_when_declared(tmp_path):
-    from tasks.llm import load_class_names
+    from privseed.tasks.llm import load_class_names
 
     names = load_class_names(_names_file(tmp_path, "json"))
     seed = VOCAB.seed(["river", "album"], label=3, seed=2)
@@ -257,7 +257,7 @@ def test_class_name_slot_is_only_allowed_in_class_name_user(tmp_path):
         PromptTemplate.load(str(bad))
     plain = tmp_path / "plain.yaml"
     plain.write_text("name: plain\nversion: v1\nuser: 'Terms: {terms}'\n")
-    from tasks.llm import load_class_names
+    from privseed.tasks.llm import load_class_names
 
     names = load_class_names(_names_file(tmp_path, "json"))
     with pytest.raises(ConfigError, match="has no class_name_user prompt"):
@@ -277,8 +277,8 @@ def test_a_user_template_versions_its_class_name_prompt(tmp_path):
 
 
 def test_flow_config_checks_class_names_against_declared_labels(tmp_path):
-    from tasks.config import DpKpsConfig
-    from tasks.generation import class_names_from_config, params_from_config
+    from privseed.tasks.config import DpKpsConfig
+    from privseed.tasks.generation import class_names_from_config, params_from_config
 
     path = _names_file(tmp_path, "csv")
     cfg = DpKpsConfig(data="d.parquet", out=str(tmp_path / "out"), labels=["0", "1", "3"], class_names=path)
@@ -292,8 +292,8 @@ def test_flow_config_checks_class_names_against_declared_labels(tmp_path):
 
 
 def test_only_llm_template_is_unseeded_and_names_the_class_by_its_public_name():
-    from tasks.llm.prompting import build_unseeded_request
-    from tasks.llm.released import PublicClassNames
+    from privseed.tasks.llm.prompting import build_unseeded_request
+    from privseed.tasks.llm.released import PublicClassNames
 
     t = PromptTemplate.load("only_llm")
     assert not t.seeded and "only_llm" in available_templates()

@@ -13,9 +13,9 @@ import httpx
 import pandas as pd
 import pytest
 
-from flows.cli import main
-from tasks.corpus import read_release
-from tasks.llm.local import packaged_gguf
+from privseed.flows.cli import main
+from privseed.tasks.corpus import read_release
+from privseed.tasks.llm.local import packaged_gguf
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def llama_server(tmp_path_factory):
 
 
 def test_the_backend_talks_to_a_real_server(llama_server):
-    from tasks.llm import PromptTemplate, ReleasedVocabulary, build_request, make_backend
+    from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary, build_request, make_backend
 
     backend = make_backend(f"openai-compatible:{llama_server}")
     assert backend.model == "smollm2-served"  # discovered through GET /v1/models

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tasks.llm.steering import SeedSteeringProcessor, surface_forms
+from privseed.tasks.llm.steering import SeedSteeringProcessor, surface_forms
 
 # A toy vocabulary: whole words with and without a leading space, plus two pieces of "burrowing".
 PIECES = ["<eos>", " the", " a", " river", " River", "river", "River", " burr", " Burr", "burr", "Burr", "owing",

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.errors import ConfigError
-from tasks.mechanisms import (
-    GaussianMechanism,
-    LaplaceMechanism,
-    insecure_noise,
-    noise_source,
-    secure_noise,
-)
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.mechanisms import (
+                                       GaussianMechanism,
+                                       LaplaceMechanism,
+                                       insecure_noise,
+                                       noise_source,
+                                       secure_noise,
+                                       )
 from tests.noise_checks import FALSE_ALARM, assert_noise_is
 
 N = 20_000

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.llm import models
-from tasks.llm.models import ModelAssemblyError, PartedModel, assembled_model, concatenate_verified, find_parts
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm import models
+from privseed.tasks.llm.models import ModelAssemblyError, PartedModel, assembled_model, concatenate_verified, find_parts
 
 PART_BYTES = [b"GGUF" + bytes(range(256)) * 3, bytes(reversed(range(256))) * 5, b"tail-of-the-model"]
 WHOLE = b"".join(PART_BYTES)
@@ -58,7 +58,7 @@ def test_parts_are_found_in_part_order_and_assembled_into_the_cache(fake_model, 
 
 
 def test_resolve_local_model_assembles_a_parted_model(fake_model):
-    from tasks.llm.local import resolve_local_model
+    from privseed.tasks.llm.local import resolve_local_model
 
     kind, path = resolve_local_model("fake-model")
     assert kind == "gguf" and path.read_bytes() == WHOLE
@@ -139,7 +139,7 @@ def test_the_published_models_are_declared_consistently():
 def test_the_dpkps_flow_check_refuses_a_missing_opt_in_model(fake_model, monkeypatch):
     """dpkps_flow calls this check right after validating its config, before the corpus is read: missing parts
     stop the run with the install hint."""
-    from tasks.stages.generation import check_local_model
+    from privseed.tasks.stages.generation import check_local_model
 
     model, _ = fake_model
     missing = PartedModel(**{**model.__dict__, "name": "fake-missing",

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.mechanisms import INSECURE_STAMP
+from privseed.tasks.mechanisms import INSECURE_STAMP
 from tests.noise_checks import assert_noise_is
 
 pytestmark = pytest.mark.slow
@@ -75,7 +75,7 @@ def _exact_vocabulary_histogram(texts: list[str], terms: tuple[str, ...], first:
 @pytest.fixture(scope="module")
 def dpkps_runs(prefect_harness, tmp_path_factory):
     """Two DP-KPS runs with the same flags into two folders."""
-    from flows.dpkps import dpkps_flow
+    from privseed.flows.dpkps import dpkps_flow
 
     tmp = tmp_path_factory.mktemp("noise")
     data, frame = _corpus(tmp)
@@ -85,7 +85,7 @@ def dpkps_runs(prefect_harness, tmp_path_factory):
 
 
 def test_vocabulary_noise_is_discrete_laplace_of_scale_s_over_eps(dpkps_runs):
-    from tasks.vocabulary import english_vocabulary
+    from privseed.tasks.vocabulary import english_vocabulary
 
     _, frame, outs, _ = dpkps_runs
     terms = english_vocabulary(VOCAB_TOP).terms  # the public vocabulary (wordfreq), not the flow's counts
@@ -102,10 +102,10 @@ def test_vocabulary_noise_is_discrete_laplace_of_scale_s_over_eps(dpkps_runs):
 
 
 def test_one_sketch_noise_is_laplace_of_scale_sqrt2_I_over_eps(dpkps_runs):
-    from tasks.stages.dpkps import feature_specs
-    from tasks.config import DpKpsConfig
-    from tasks.embedding import embed_texts
-    from tasks.vocabulary import english_vocabulary
+    from privseed.tasks.stages.dpkps import feature_specs
+    from privseed.tasks.config import DpKpsConfig
+    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.vocabulary import english_vocabulary
 
     data, frame, outs, _ = dpkps_runs
     vocabulary = english_vocabulary(VOCAB_TOP)
@@ -133,7 +133,7 @@ def test_one_sketch_noise_is_laplace_of_scale_sqrt2_I_over_eps(dpkps_runs):
 
 
 def test_two_runs_with_the_same_flags_release_different_values(dpkps_runs):
-    from tasks.corpus import read_release
+    from privseed.tasks.corpus import read_release
 
     _, _, outs, manifests = dpkps_runs
     vocabularies = [_stored(out, "vocabulary")["noisy"] for out in outs]
@@ -152,9 +152,9 @@ def test_two_runs_with_the_same_flags_release_different_values(dpkps_runs):
 
 
 def test_insecure_reproducible_noise_repeats_is_stamped_and_refused_unless_allowed(dpkps_runs, tmp_path):
-    from flows.dpkps import dpkps_flow
-    from tasks.errors import GateFailedError
-    from tasks.report import insecure_stamp
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.errors import GateFailedError
+    from privseed.tasks.report import insecure_stamp
 
     data, _, _, _ = dpkps_runs
     with pytest.raises(GateFailedError, match="NOT DIFFERENTIALLY PRIVATE.*--allow-insecure-release"):
@@ -178,9 +178,9 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
     the sensitivity: a term is then released at most e^(eps / S) times as often as without the canary (fewer
     when the other canary terms compete for the same slots). Without noise every canary term is released; at
     half the scale the ratio reaches e^(2 eps / S) and the test fails."""
-    from tasks.stages.dpkps import release_vocabulary, vocabulary_histogram
-    from tasks.config import DpKpsConfig
-    from tasks.ledger import PrivacyLedger
+    from privseed.tasks.stages.dpkps import release_vocabulary, vocabulary_histogram
+    from privseed.tasks.config import DpKpsConfig
+    from privseed.tasks.ledger import PrivacyLedger
 
     eps, popular, rare, slots, trials = 6.0, 10, 200, 20, 500
     words = [f"pop{chr(97 + i)}" for i in range(popular)] + [f"rare{i:03d}" for i in range(rare)]
@@ -227,11 +227,11 @@ class _VoteSpy:
 def test_augpe_vote_noise_has_the_schedules_sigma(prefect_harness, tmp_path, monkeypatch):
     """Aug-PE (and AugPE+V~'s vocabulary) through augpe_flow with a deterministic fake LLM: every round's
     released histogram minus the exact votes is N(0, sigma^2) with the published schedule's sigma."""
-    from flows.evolution import augpe_flow
-    from tasks import accounting
-    from tasks.llm import register_backend
-    from tasks.stages.pe_rounds import AugPeVote
-    from tasks.vocabulary import english_vocabulary
+    from privseed.flows.evolution import augpe_flow
+    from privseed.tasks import accounting
+    from privseed.tasks.llm import register_backend
+    from privseed.tasks.stages.pe_rounds import AugPeVote
+    from privseed.tasks.vocabulary import english_vocabulary
     from tests.test_evolution_flow import FakeBackend
 
     data, frame = _corpus(tmp_path)
@@ -287,8 +287,8 @@ def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(p
     Laplace of scale S / eps_1, stage 2's (every pair among each class's P candidates) of scale
     S_2 (S_2 - 1) / 2 / eps_2; both recomputed here from the corpus and the stored releases. The pair noise is
     refused at half and at twice its scale, so a pair stage calibrated to another sensitivity fails."""
-    from flows.dpkps import dpkps_flow
-    from tasks.vocabulary import english_vocabulary
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.vocabulary import english_vocabulary
 
     data, frame = _corpus(tmp_path)
     out = tmp_path / "markov"

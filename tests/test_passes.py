@@ -8,24 +8,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.histogram_seeds import class_pair_counts, class_positions, class_term_counts
-from tasks.kde import FeatureSpec, shard_sketch_sums
-from tasks.passes import (
-    DeclaredLabels,
-    PairSpec,
-    ScanPart,
-    ScanSpec,
-    SketchSpec,
-    TermCounting,
-    UnitReader,
-    combine_sums,
-    pair_unit,
-    scan_unit,
-    sketch_unit,
-)
-from tasks.units import map_reduce_units
-from tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.histogram_seeds import class_pair_counts, class_positions, class_term_counts
+from privseed.tasks.kde import FeatureSpec, shard_sketch_sums
+from privseed.tasks.passes import (
+                                   DeclaredLabels,
+                                   PairSpec,
+                                   ScanPart,
+                                   ScanSpec,
+                                   SketchSpec,
+                                   TermCounting,
+                                   UnitReader,
+                                   combine_sums,
+                                   pair_unit,
+                                   scan_unit,
+                                   sketch_unit,
+                                   )
+from privseed.tasks.units import map_reduce_units
+from privseed.tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
 from tests.conftest import SHARED_DATA, corpus_plan
 
 LABELS = tuple(range(14))
@@ -64,7 +64,7 @@ def test_pass_one_counts_are_the_in_memory_counts(corpus, per_class):
         expected = first_terms_histogram(full, len(vocabulary), 7)
     assert expected.sum() > 1000
     np.testing.assert_array_equal(part.counts, expected)
-    from tasks.identity import data_identity
+    from privseed.tasks.identity import data_identity
 
     assert part.identity.finish(KEY).digest == data_identity(frame, KEY).digest
 
@@ -87,7 +87,7 @@ def test_pass_two_pair_counts_are_the_in_memory_counts(corpus):
 
 @pytest.mark.parametrize("method", ["independent", "iterative-log"])
 def test_pass_two_sketch_sums_are_the_in_memory_sums(corpus, method):
-    from tasks.sampling import ensemble_blocks
+    from privseed.tasks.sampling import ensemble_blocks
 
     frame, plan = corpus
     vocabulary = load_vocabulary("english", 20_000)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks import evolution as ev
+from privseed.tasks import evolution as ev
 from tests.test_evolution_flow import TOPICS, _cfg, fake_llm  # noqa: F401  (fake_llm is a fixture)
 
 LABELS = ["0", "1", "2"]
@@ -25,8 +25,8 @@ def _write_shards(frame: pd.DataFrame, folder: Path, shards: int = 3, row_group_
 
 
 def _units(folder: str, unit_rows: int = 1):
-    from tasks.pe_units import PrivateUnits
-    from tasks.units import plan_units
+    from privseed.tasks.pe_units import PrivateUnits
+    from privseed.tasks.units import plan_units
 
     return PrivateUnits(tuple(plan_units(folder, unit_rows=unit_rows)), "text", "label", {}, "minilm",
                         tuple(LABELS), "test-run")
@@ -36,10 +36,10 @@ def _units(folder: str, unit_rows: int = 1):
 # Partial statistics add up to the in-memory ones (pure, in this process)
 # ------------------------------------------------------------------------------------------------------------
 def test_unit_votes_and_cluster_sums_add_up_to_the_in_memory_statistics(tmp_path, tiny_corpus):
-    from tasks.units import add_parts, map_reduce_units
-    from tasks.embedding import embed_texts
-    from tasks.mechanisms import insecure_noise
-    from tasks.pe_units import SampledUnit, forget_run, unit_class_votes, unit_cluster_sums
+    from privseed.tasks.units import add_parts, map_reduce_units
+    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.mechanisms import insecure_noise
+    from privseed.tasks.pe_units import SampledUnit, forget_run, unit_class_votes, unit_cluster_sums
 
     units = _units(_write_shards(tiny_corpus, tmp_path / "corpus"))
     assert len(units.units) == 9  # 3 shards x 3 row groups: one unit per row group
@@ -77,7 +77,7 @@ def test_unit_votes_and_cluster_sums_add_up_to_the_in_memory_statistics(tmp_path
 
 @pytest.mark.parametrize("kind", ["words", "pii"])
 def test_secret_incidence_merged_across_units_is_the_corpus_incidence(tmp_path, tiny_corpus, kind):
-    from tasks.pe_units import SecretDetector, stack_incidence, unit_secret_incidence
+    from privseed.tasks.pe_units import SecretDetector, stack_incidence, unit_secret_incidence
 
     corpus = tiny_corpus.copy()
     corpus.loc[[1, 7, 20, 33], "text"] += [" mail ann@example.org", " call bob@example.org",
@@ -98,7 +98,7 @@ def test_secret_incidence_merged_across_units_is_the_corpus_incidence(tmp_path, 
 def test_map_reduce_units_combines_in_unit_order_with_and_without_affinity():
     from distributed import Client, LocalCluster
 
-    from tasks.units import add_parts, map_reduce_units
+    from privseed.tasks.units import add_parts, map_reduce_units
 
     items = list(range(7))
     assert map_reduce_units(lambda i: [i], items, add_parts) == items  # no client: in this process
@@ -127,8 +127,8 @@ class _Recorder:
 
 
 def test_both_flows_run_the_one_round_loop(prefect_harness, corpus_file, tmp_path, fake_llm, monkeypatch):
-    import flows.evolution as flows_evolution
-    from tasks.stages.pe_rounds import evolve
+    import privseed.flows.evolution as flows_evolution
+    from privseed.tasks.stages.pe_rounds import evolve
 
     seen = []
 
@@ -158,8 +158,8 @@ def test_the_loop_with_any_vote_step(prefect_harness, corpus_file, tmp_path, fak
     """``evolve`` with a vote step that records its calls and prefers each class's last candidates: RANDOM_API
     writes N (K + 1) per class, the step is asked once per round over all candidates, the population is what it
     scored highest, and VARIATION_API writes K per kept sample between rounds."""
-    from tasks.config import AugPeConfig
-    from tasks.stages.pe_rounds import evolve
+    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.stages.pe_rounds import evolve
 
     class LastWins:
         name, title, selection = "test", "Test", "rank"
@@ -189,9 +189,9 @@ def test_per_unit_votes_equal_in_memory_votes_through_the_flows(prefect_harness,
     """Both flows on a corpus of 3 shards: every round's exact statistic, summed over the work units on the
     workers, is what the in-memory computation on the whole corpus gives (Aug-PE's vote counts exactly, SecPE's
     counts exactly and cluster sums within 1e-9; r = 1 makes every rho 1, so no sampling mask is involved)."""
-    from flows.evolution import augpe_flow, secpe_flow
-    from tasks.embedding import embed_texts
-    from tasks.stages.pe_rounds import AugPeVote, SecPeVote
+    from privseed.flows.evolution import augpe_flow, secpe_flow
+    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote
 
     data = _write_shards(tiny_corpus, tmp_path / "corpus", shards=3, row_group_size=4)
     votes, sums = _Recorder(AugPeVote.exact_votes), _Recorder(SecPeVote.exact_sums)
@@ -233,8 +233,8 @@ def test_a_resumed_run_rereads_every_round_and_votes_no_more(prefect_harness, co
                                                               monkeypatch):
     """The exact votes are computed only when a round must be drawn: resuming a finished run (--run-id) re-reads
     every round from the ledger and sends no unit to the workers and no call to the LLM."""
-    from flows.evolution import augpe_flow
-    from tasks.stages.pe_rounds import AugPeVote
+    from privseed.flows.evolution import augpe_flow
+    from privseed.tasks.stages.pe_rounds import AugPeVote
 
     votes = _Recorder(AugPeVote.exact_votes)
     monkeypatch.setattr(AugPeVote, "exact_votes", lambda self, *a: votes(self, *a))
@@ -248,10 +248,10 @@ def test_a_resumed_run_rereads_every_round_and_votes_no_more(prefect_harness, co
 
 def test_a_units_transient_storage_error_retries_the_round_step_and_a_corpus_error_does_not(
         prefect_harness, tmp_path, tiny_corpus, monkeypatch):
-    import tasks.pe_units as pe_units
-    from tasks.embedding import embed_texts
-    from tasks.errors import CorpusError, StorageError
-    from tasks.stages.pe import exact_class_votes
+    import privseed.tasks.pe_units as pe_units
+    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.errors import CorpusError, StorageError
+    from privseed.tasks.stages.pe import exact_class_votes
 
     units = _units(_write_shards(tiny_corpus, tmp_path / "corpus"), unit_rows=12)
     candidates = embed_texts([f"{TOPICS[i % 3]} candidate {i}" for i in range(6)])

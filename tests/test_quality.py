@@ -12,21 +12,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.quality import (
-    DEFAULT_RULES,
-    REJECTION_REASONS,
-    DocumentRules,
-    derive_quality_columns,
-    document_rejection,
-    example_names,
-    is_document,
-    is_keyphrase_passthrough,
-    release_gate,
-    template_residue,
-    validate_release,
-    validate_release_task,
-)
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.quality import (
+                                    DEFAULT_RULES,
+                                    REJECTION_REASONS,
+                                    DocumentRules,
+                                    derive_quality_columns,
+                                    document_rejection,
+                                    example_names,
+                                    is_document,
+                                    is_keyphrase_passthrough,
+                                    release_gate,
+                                    template_residue,
+                                    validate_release,
+                                    validate_release_task,
+                                    )
 
 LABELS = ["business", "science", "sports"]
 TOPICS = {
@@ -279,7 +279,7 @@ def test_a_list_echo_fails_the_gate_and_prose_with_every_keyphrase_passes():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The document predicate (tasks.quality.document_rejection): degenerate rows fail with the right reason, real
+# The document predicate (privseed.tasks.quality.document_rejection): degenerate rows fail with the right reason, real
 # documents pass.
 # ---------------------------------------------------------------------------------------------------------------
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "real_documents.json").read_text(encoding="utf-8"))

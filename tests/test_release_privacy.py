@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from flows.cli import main
+from privseed.flows.cli import main
 
 pytestmark = pytest.mark.slow
 

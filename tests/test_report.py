@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tasks import report
+from privseed.tasks import report
 
 
 def _images(html_text: str) -> list[bytes]:
@@ -86,7 +86,7 @@ def test_ledger_rows_reads_the_foundation_ledger_format():
 
 
 def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():
-    from tasks.mechanisms import INSECURE_STAMP
+    from privseed.tasks.mechanisms import INSECURE_STAMP
 
     result = {"title": "t", "scores": {}, "privacy": "epsilon = 11"}
     secure = {"entries": [], "total": {"epsilon": 11.0, "delta": 0.0, "secure": True}}

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.cli import main
-from tasks.corpus import read_release
+from privseed.flows.cli import main
+from privseed.tasks.corpus import read_release
 from tests.s3server import TEST_ACCESS_KEY, TEST_SECRET_KEY
 
 pytestmark = pytest.mark.slow
@@ -135,8 +135,8 @@ def test_endpoint_from_storage_option_flags(prefect_harness, s3_bucket, tiny_cor
 def test_storage_secret_from_a_prefect_secret_block(prefect_harness, s3_bucket):
     from prefect.blocks.system import Secret
 
-    from tasks import storage
-    from tasks.errors import ConfigError
+    from privseed.tasks import storage
+    from privseed.tasks.errors import ConfigError
 
     Secret(value=TEST_SECRET_KEY).save("privseed-test-s3-secret", overwrite=True)
     options = {"key": TEST_ACCESS_KEY, "secret": "prefect-secret:privseed-test-s3-secret"}

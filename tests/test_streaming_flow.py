@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks import units
-from tasks.errors import CorpusError, StorageError
-from tasks.ledger import PrivacyLedger
+from privseed.tasks import units
+from privseed.tasks.errors import CorpusError, StorageError
+from privseed.tasks.ledger import PrivacyLedger
 from tests.conftest import SHARED_DATA, write_shards
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def _config(data: str, out, **overrides) -> dict:
 
 
 def _in_memory_counts(frame: pd.DataFrame, first_terms: int) -> np.ndarray:
-    from tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
+    from privseed.tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
 
     vocabulary = load_vocabulary("english", 20_000)
     return first_terms_histogram([phrase_matcher(vocabulary).match(t) for t in frame["text"]], len(vocabulary),
@@ -63,12 +63,12 @@ def _in_memory_counts(frame: pd.DataFrame, first_terms: int) -> np.ndarray:
 
 def test_dpkps_flow_privatizes_exactly_the_in_memory_histogram_and_sketch_sums(prefect_harness, corpus, tmp_path,
                                                                                exact_values):
-    from flows.dpkps import dpkps_flow
-    from tasks.config import DpKpsConfig
-    from tasks.embedding import embed_texts
-    from tasks.kde import shard_sketch_sums
-    from tasks.stages.dpkps import feature_specs
-    from tasks.vocabulary import load_vocabulary
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.config import DpKpsConfig
+    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.kde import shard_sketch_sums
+    from privseed.tasks.stages.dpkps import feature_specs
+    from privseed.tasks.vocabulary import load_vocabulary
 
     data, frame = corpus
     config = _config(data, tmp_path / "out", method="iterative-log")
@@ -93,13 +93,13 @@ def test_dpkps_flow_privatizes_exactly_the_in_memory_histogram_and_sketch_sums(p
 
 def test_histogram_markov_flow_privatizes_exactly_the_in_memory_counts(prefect_harness, corpus, tmp_path,
                                                                        exact_values):
-    from flows.dpkps import dpkps_flow
-    from tasks.histogram_seeds import (
-        class_pair_counts,
-        class_positions,
-        class_term_counts,
-    )
-    from tasks.vocabulary import load_vocabulary, phrase_matcher
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.histogram_seeds import (
+                                                class_pair_counts,
+                                                class_positions,
+                                                class_term_counts,
+                                                )
+    from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
     data, frame = corpus
     dpkps_flow(_config(data, tmp_path / "out", method="histogram-markov", hist_top_k=25, epsilon=6.0))
@@ -123,14 +123,14 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
     import dask
     from distributed import LocalCluster
 
-    import tasks.passes
-    from tasks.cluster import NO_SPILL
-    from flows.dpkps import dpkps_flow
+    import privseed.tasks.passes
+    from privseed.tasks.cluster import NO_SPILL
+    from privseed.flows.dpkps import dpkps_flow
 
     data, frame = corpus
     monkeypatch.setattr(units, "UNIT_RETRY_DELAYS_S", (0.1, 0.1))
     failing = {"unit": None, "failures": 0}
-    read_unit = tasks.passes.read_unit
+    read_unit = privseed.tasks.passes.read_unit
 
     def flaky_read(unit, *args, **kwargs):
         for number, batch in enumerate(read_unit(unit, *args, batch_rows=10, **kwargs)):
@@ -139,8 +139,8 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
                 raise StorageError(f"reading shard {unit.uri} failed: SlowDown (throttled)")
             yield batch
 
-    monkeypatch.setattr(tasks.passes, "read_unit", flaky_read)
-    # spill off, as the flow requires of any cluster it is given (tasks.cluster.check_cluster)
+    monkeypatch.setattr(privseed.tasks.passes, "read_unit", flaky_read)
+    # spill off, as the flow requires of any cluster it is given (privseed.tasks.cluster.check_cluster)
     with dask.config.set(dict(NO_SPILL)), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         manifest = dpkps_flow(_config(data, tmp_path / "out", method="independent",
@@ -152,7 +152,7 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
 def test_a_corrupt_shard_fails_the_run_naming_it(prefect_harness, corpus, tmp_path, exact_values):
     import pyarrow.parquet as pq
 
-    from flows.dpkps import dpkps_flow
+    from privseed.flows.dpkps import dpkps_flow
 
     _, frame = corpus
     folder = tmp_path / "corrupt"

@@ -11,12 +11,12 @@ import json
 import threading
 from dataclasses import dataclass, field
 
-from tasks.errors import ConfigError
-from tasks.llm.base import ChatMessage, ChatRequest, ChatResult, LLMBackend
-from tasks.llm.cache import CallCache, cached_complete
-from tasks.llm.prompting import PromptTemplate, build_messages, build_request, term_coverage
-from tasks.llm.released import (PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary,
-                                UnreleasedValueError, load_class_names, load_few_shot)
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm.base import ChatMessage, ChatRequest, ChatResult, LLMBackend
+from privseed.tasks.llm.cache import CallCache, cached_complete
+from privseed.tasks.llm.prompting import PromptTemplate, build_messages, build_request, term_coverage
+from privseed.tasks.llm.released import (PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary,
+                                         UnreleasedValueError, load_class_names, load_few_shot)
 
 __all__ = ["ChatMessage", "ChatRequest", "ChatResult", "LLMBackend", "CallCache", "cached_complete",
            "PromptTemplate", "build_messages", "build_request", "term_coverage", "RecipientExample",
@@ -80,15 +80,15 @@ def make_backend(spec: LLMSpec | str) -> LLMBackend:
         spec = parse_llm_spec(spec)
     opts = dict(spec.options)
     if spec.kind == "local":
-        from tasks.llm.local import local_backend
+        from privseed.tasks.llm.local import local_backend
 
         return local_backend(spec.model, **opts)
     if spec.kind == "anthropic":
-        from tasks.llm.anthropic_backend import AnthropicBackend
+        from privseed.tasks.llm.anthropic_backend import AnthropicBackend
 
         return AnthropicBackend(spec.model, **opts)  # type: ignore[arg-type]
     if spec.kind == "openai-compatible":
-        from tasks.llm.openai_compat import OpenAICompatibleBackend
+        from privseed.tasks.llm.openai_compat import OpenAICompatibleBackend
 
         return OpenAICompatibleBackend(spec.url, spec.model, **opts)  # type: ignore[arg-type]
     raise ConfigError(f"--llm {spec}: no backend to build (none means no LLM calls)")

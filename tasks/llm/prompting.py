@@ -31,11 +31,11 @@ from typing import Sequence
 
 import yaml
 
-from tasks.errors import ConfigError
-from tasks.llm.base import ChatMessage, ChatRequest, SeedSteering
-from tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, UnreleasedValueError
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm.base import ChatMessage, ChatRequest, SeedSteering
+from privseed.tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, UnreleasedValueError
 # One coverage measure in the codebase (tasks/metrics.py), re-exported for the prompt layer's users.
-from tasks.metrics import term_coverage  # noqa: F401
+from privseed.tasks.metrics import term_coverage  # noqa: F401
 
 ALLOWED_FIELDS = {"doc_type", "terms"}
 CLASS_NAME_FIELD = "class_name"
@@ -88,7 +88,7 @@ class PromptTemplate:
         if p.suffix in (".yaml", ".yml") and p.exists():
             text = p.read_text(encoding="utf-8")
         else:
-            res = resources.files("tasks.llm").joinpath("prompts", f"{name_or_path}.yaml")
+            res = resources.files("privseed.tasks.llm").joinpath("prompts", f"{name_or_path}.yaml")
             if not res.is_file():
                 raise ConfigError(f"unknown prompt template {name_or_path!r}; packaged: {available_templates()}")
             text = res.read_text(encoding="utf-8")
@@ -120,7 +120,7 @@ class PromptTemplate:
 
 
 def available_templates() -> list[str]:
-    folder = resources.files("tasks.llm").joinpath("prompts")
+    folder = resources.files("privseed.tasks.llm").joinpath("prompts")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 

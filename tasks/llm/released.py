@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from tasks.errors import ConfigError, PrivseedError
+from privseed.tasks.errors import ConfigError, PrivseedError
 
 _MINT = object()
 
@@ -112,9 +112,9 @@ class RecipientExample:
 def load_few_shot(path: str, storage_options: dict | None = None) -> list[RecipientExample]:
     """Read recipient few-shot examples: JSON list, JSONL or Parquet with columns ``text`` (or ``document``)
     and ``keyphrases`` (a list of strings, or one comma-separated string)."""
-    from tasks import storage
-    from tasks.corpus import read_columns
-    from tasks.errors import CorpusError
+    from privseed.tasks import storage
+    from privseed.tasks.corpus import read_columns
+    from privseed.tasks.errors import CorpusError
 
     try:
         if path.endswith(".parquet"):
@@ -199,7 +199,7 @@ def load_class_names(path: str, storage_options: dict | None = None) -> PublicCl
     import io
     import tomllib
 
-    from tasks import storage
+    from privseed.tasks import storage
 
     try:
         raw = storage.read_bytes(path, storage_options).decode("utf-8")

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
-from tasks.llm.base import ChatRequest, ChatResult, OnEach
+from privseed.tasks.llm.base import ChatRequest, ChatResult, OnEach
 
 T = TypeVar("T")
 log = logging.getLogger("privseed.llm")

@@ -2,7 +2,7 @@
 released seed terms not yet written, away from terms already used, and away from loops.
 
 Pure numpy plus two tokenizer callables, so it is tested without a model (tests/test_llm_steering.py) and
-used by ``tasks.llm.local.LlamaCppBackend`` through llama-cpp-python's ``logits_processor`` hook, which calls
+used by ``privseed.tasks.llm.local.LlamaCppBackend`` through llama-cpp-python's ``logits_processor`` hook, which calls
 it once per generated token with every token id so far (prompt first) and the logits of the whole vocabulary.
 
 At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``) and the push p (below):
@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tasks.metrics import terms_present
+from privseed.tasks.metrics import terms_present
 
 SCHEDULES = ("flat", "budget")
 
@@ -124,7 +124,7 @@ class SeedSteeringProcessor:
             self._written_at.append(self._written_text(self.detokenize(self._seen)))
 
     def written(self, generated: Sequence[int] | np.ndarray) -> set[str]:
-        """Terms the answer already contains (the coverage measure's own test, tasks.metrics.terms_present)."""
+        """Terms the answer already contains (the coverage measure's own test, privseed.tasks.metrics.terms_present)."""
         generated = [int(t) for t in generated]
         self._advance(generated)
         return set(self._written_at[len(generated)])

@@ -10,7 +10,7 @@ Retry and persistence are declared here, once, by what a stage touches:
 - ``public_stage``: the stage handles public or released values only; same persistence (nothing in it is worth
   caching across runs), fewer retries.
 
-Both retry only what ``tasks.errors.is_transient`` calls transient (a property of the error's class).
+Both retry only what ``privseed.tasks.errors.is_transient`` calls transient (a property of the error's class).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-import tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.errors import retry_if_transient
+from privseed.tasks.errors import retry_if_transient
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from tasks.config import LABELS_HELP, ReleaseConfig
-from tasks.errors import ConfigError
-from tasks.identity import DataIdentity
-from tasks.passes import TermCounting, UnitReader
-from tasks.stages import private_stage, stage_logger
-from tasks.units import CorpusPlan
+from privseed.tasks.config import LABELS_HELP, ReleaseConfig
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.identity import DataIdentity
+from privseed.tasks.passes import TermCounting, UnitReader
+from privseed.tasks.stages import private_stage, stage_logger
+from privseed.tasks.units import CorpusPlan
 
 
 # -- the streaming path ---------------------------------------------------------------------------------------
@@ -26,7 +26,7 @@ from tasks.units import CorpusPlan
 def plan_private_corpus(cfg: ReleaseConfig) -> CorpusPlan:
     """The work units of the private corpus, from its Parquet footers (no row is read). A missing column, an
     unreadable shard or an empty corpus fails here, naming the shard."""
-    from tasks.units import plan_corpus
+    from privseed.tasks.units import plan_corpus
 
     plan = plan_corpus(cfg.data, cfg.text_column, cfg.label_column, cfg.storage_options)
     stage_logger().info("private corpus: %d work unit(s) in %d shard(s)", len(plan.units),
@@ -38,7 +38,7 @@ def declared_labels(cfg: ReleaseConfig, integer: bool) -> list:
     """The declared label set, in the type of the label column (``integer``: the corpus stores integers).
     Declared labels are the only classes: a declared class with no documents is sampled from its noisy release
     like any other (no error, no special path, so emptiness is never revealed); a row whose label is not
-    declared stops the run before anything is drawn (``tasks.corpus.declared_positions``, on the workers)."""
+    declared stops the run before anything is drawn (``privseed.tasks.corpus.declared_positions``, on the workers)."""
     if cfg.labels is None:
         raise ConfigError("no label set declared; " + LABELS_HELP)
     return [as_label_type(label, integer, cfg.label_column) for label in cfg.labels]
@@ -66,15 +66,15 @@ def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
     """Pass 1 over every work unit on the cluster: the label check, the keyed data identity and (``counting``)
     the term counts, combined in a tree on the cluster; the identity key is loaded from the private state here.
     A corpus in which no document contains a term of V fails before any noise is drawn."""
-    from tasks.identity import load_or_create_key
-    from tasks.passes import DeclaredLabels, ScanPart, ScanSpec, scan_unit
-    from tasks.units import map_reduce_units
+    from privseed.tasks.identity import load_or_create_key
+    from privseed.tasks.passes import DeclaredLabels, ScanPart, ScanSpec, scan_unit
+    from privseed.tasks.units import map_reduce_units
 
     key = load_or_create_key(cfg.state_uri, cfg.storage_options)
     spec = ScanSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), key, counting)
     part = map_reduce_units(scan_unit, plan.units, ScanPart.combine, spec, on_done=unit_progress("pass 1"))
     if counting is not None:
-        from tasks.vocabulary import require_vocabulary_hits
+        from privseed.tasks.vocabulary import require_vocabulary_hits
 
         assert part.counts is not None  # a spec with a TermCounting counts every unit
         require_vocabulary_hits(part.counts, counting.vocab)

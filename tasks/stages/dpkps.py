@@ -1,8 +1,8 @@
 """The DP-KPS privatization stages (steps 2-6 of docs/dpkps.md): V~, its embedding, the per-class sketches and
 the sampled keyphrase sequences.
 
-The exact counts come from pass 1 (``tasks.stages.corpus.scan_private_corpus`` with ``term_counting``); the sketch
-sums from pass 2 here (``exact_sketch_sums``), unit by unit on the workers. Every release goes through the ledger
+The exact counts come from pass 1 (``privseed.tasks.stages.corpus.scan_private_corpus`` with ``term_counting``); the
+sketch sums from pass 2 here (``exact_sketch_sums``), unit by unit on the workers. Every release goes through the ledger
 (``PrivacyLedger.draw_once``), so noise is drawn once and re-read on retry or re-run. The math is in
 tasks/vocabulary.py, tasks/kde.py and tasks/sampling.py.
 """
@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from tasks.config import AugPeConfig, DpKpsConfig
-from tasks.ledger import PrivacyLedger
-from tasks.passes import TermCounting
-from tasks.stages import private_stage, public_stage, stage_logger
-from tasks.units import CorpusPlan
+from privseed.tasks.config import AugPeConfig, DpKpsConfig
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.passes import TermCounting
+from privseed.tasks.stages import private_stage, public_stage, stage_logger
+from privseed.tasks.units import CorpusPlan
 
 #: Selection rule used when --selection is not given, chosen on public data (docs/dpkps.md).
 DEFAULT_SELECTION = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5",
@@ -39,8 +39,8 @@ def selection_rule(cfg: DpKpsConfig) -> str:
 def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
     """What pass 1 counts for this configuration: per class for the histogram methods, the vocabulary histogram
     of DP-KPS and AugPE+V~ otherwise (``cfg`` carries vocab, vocab_top, first_terms)."""
-    from tasks.histogram_seeds import HISTOGRAM_METHODS
-    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N
+    from privseed.tasks.histogram_seeds import HISTOGRAM_METHODS
+    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N
 
     return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms,
                         per_class=getattr(cfg, "method", None) in HISTOGRAM_METHODS)
@@ -50,7 +50,7 @@ def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
 def vocabulary_histogram(texts: Sequence[str], cfg: DpKpsConfig | AugPeConfig) -> np.ndarray:
     """The vocabulary histogram of documents already in memory: the counts pass 1 makes unit by unit
     (``scan_private_corpus`` with ``term_counting``), for the audit's trials."""
-    from tasks.vocabulary import require_vocabulary_hits
+    from privseed.tasks.vocabulary import require_vocabulary_hits
 
     counts = term_counting(cfg).count(texts)
     require_vocabulary_hits(counts, cfg.vocab)
@@ -65,12 +65,12 @@ def release_vocabulary(counts: np.ndarray, cfg: DpKpsConfig | AugPeConfig, ledge
     The ledger stores the full noisy histogram next to the top-N ids, so the released values can be checked
     against the mechanism. The seed is not a parameter of this release: it does not influence the noise
     (except under --insecure-reproducible-noise, where the noise source names it)."""
-    from tasks.vocabulary import (
-        DEFAULT_ENGLISH_TOP_N,
-        load_vocabulary,
-        top_terms,
-        vocabulary_mechanism,
-    )
+    from privseed.tasks.vocabulary import (
+                                           DEFAULT_ENGLISH_TOP_N,
+                                           load_vocabulary,
+                                           top_terms,
+                                           vocabulary_mechanism,
+                                           )
 
     top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
     vocabulary = load_vocabulary(cfg.vocab, top_n)
@@ -95,15 +95,15 @@ def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig | AugPeConfi
 @public_stage("embed-released-vocabulary", retries=2)
 def embed_released_vocabulary(terms: list[str], cfg: DpKpsConfig) -> np.ndarray:
     """Unit-norm embeddings of V~ (public from here on); private documents are looked up, not embedded."""
-    from tasks.embedding import embed_texts
+    from privseed.tasks.embedding import embed_texts
 
     return embed_texts(terms, cfg.embedding_model)
 
 
 def feature_specs(cfg: DpKpsConfig, dim: int) -> list:
     """The public random-feature specs of the method's sketch ensemble (regenerated bit for bit on any worker)."""
-    from tasks.kde import FeatureSpec
-    from tasks.sampling import ensemble_blocks
+    from privseed.tasks.kde import FeatureSpec
+    from privseed.tasks.sampling import ensemble_blocks
 
     return [FeatureSpec(seed=cfg.seed, name=f"{cfg.method}-{k}", n_features=cfg.n_features, dim=dim, blocks=b,
                         bandwidth=cfg.bandwidth)
@@ -116,9 +116,9 @@ def exact_sketch_sums(plan: CorpusPlan, labels: list, terms: list[str], embeddin
     """Pass 2: exact per-class sketch sums (classes, sketches, I), each unit re-read from storage on a worker and
     matched against V~, the partial sums combined in a tree on the cluster. Private: only the released sums
     (``privatize_sketches``) leave this process."""
-    from tasks.passes import DeclaredLabels, SketchSpec, combine_sums, sketch_unit
-    from tasks.stages.corpus import unit_progress, unit_reader
-    from tasks.units import map_reduce_units
+    from privseed.tasks.passes import DeclaredLabels, SketchSpec, combine_sums, sketch_unit
+    from privseed.tasks.stages.corpus import unit_progress, unit_reader
+    from privseed.tasks.units import map_reduce_units
 
     spec = SketchSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), tuple(terms),
                       np.asarray(embeddings), tuple(feature_specs(cfg, embeddings.shape[1])),
@@ -132,8 +132,8 @@ def privatize_sketches(exact: np.ndarray, labels: list, terms: list[str], embedd
     """Noise once per (class, sketch) on the exact sums, through the ledger. Classes are disjoint (parallel
     composition); the sketches of one class split eps_kde (basic composition). Returns the released sums
     (classes, sketches, I)."""
-    from tasks.kde import sketch_mechanism
-    from tasks.sampling import split_budget
+    from privseed.tasks.kde import sketch_mechanism
+    from privseed.tasks.sampling import split_budget
 
     specs = feature_specs(cfg, embeddings.shape[1])
     budgets = split_budget(cfg.method, cfg.eps_kde, cfg.length)
@@ -165,13 +165,13 @@ def _terms_digest(terms: list[str]) -> str:
 def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[str], embeddings: np.ndarray,
                                cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released sketches: per_class sequences of length L per class."""
-    from tasks.ledger import public_rng
-    from tasks.sampling import (
-        SelectionRule,
-        SketchTables,
-        default_device,
-        sample_sequences,
-    )
+    from privseed.tasks.ledger import public_rng
+    from privseed.tasks.sampling import (
+                                         SelectionRule,
+                                         SketchTables,
+                                         default_device,
+                                         sample_sequences,
+                                         )
 
     device = default_device()
     rule = SelectionRule.parse(selection_rule(cfg))

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks import classify, corpus, evaluation, jsonable, storage
-from tasks.config import EvaluationOptions
-from tasks.errors import CorpusError
-from tasks.release_reader import Release, read_release
-from tasks.stages import public_stage
+from privseed.tasks import classify, corpus, evaluation, jsonable, storage
+from privseed.tasks.config import EvaluationOptions
+from privseed.tasks.errors import CorpusError
+from privseed.tasks.release_reader import Release, read_release
+from privseed.tasks.stages import public_stage
 
 
 @public_stage("read-release", retries=2)

@@ -1,8 +1,8 @@
 """The histogram seed methods' stages (tasks/histogram_seeds.py): privseed's own comparator, not the paper's
 method. No vocabulary stage and no embedding: per-class noisy histograms over the public V are the release.
 
-The exact per-class counts come from pass 1 (``tasks.stages.corpus.scan_private_corpus`` with
-``tasks.stages.dpkps.term_counting``); histogram-markov's pair counts from pass 2 here (``exact_pair_counts``).
+The exact per-class counts come from pass 1 (``privseed.tasks.stages.corpus.scan_private_corpus`` with
+``privseed.tasks.stages.dpkps.term_counting``); histogram-markov's pair counts from pass 2 here (``exact_pair_counts``).
 How the noisy rows become term weights (``term_releases``) and which terms stage 2 pairs (``pair_candidate_ids``)
 is post-processing of stage 1's release, recomputed from the stored noisy rows wherever it is needed.
 """
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from tasks.config import DpKpsConfig
-from tasks.ledger import PrivacyLedger
-from tasks.stages import private_stage, public_stage, stage_logger
-from tasks.units import CorpusPlan
+from privseed.tasks.config import DpKpsConfig
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.stages import private_stage, public_stage, stage_logger
+from privseed.tasks.units import CorpusPlan
 
 if TYPE_CHECKING:
-    from tasks.histogram_seeds import ClassRelease
+    from privseed.tasks.histogram_seeds import ClassRelease
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
@@ -37,8 +37,8 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
 
     Sensitivity: a document adds 1 to at most S distinct terms of its own class -> L1 S (Laplace(S/eps_1)),
     L2 sqrt(S) (Gaussian). Classes are disjoint: parallel composition (partition per class)."""
-    from tasks.histogram_seeds import build_mechanism, stage_budgets, top_k
-    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+    from privseed.tasks.histogram_seeds import build_mechanism, stage_budgets, top_k
+    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
@@ -56,9 +56,9 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
 
 
 def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[ClassRelease]:
-    """Each class's terms and weights (``tasks.histogram_seeds.class_term_releases``) from stage 1's stored noisy
-    rows: post-processing of released values and public parameters only."""
-    from tasks.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
+    """Each class's terms and weights (``privseed.tasks.histogram_seeds.class_term_releases``) from stage 1's stored
+    noisy rows: post-processing of released values and public parameters only."""
+    from privseed.tasks.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
 
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
     mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1)
@@ -68,7 +68,7 @@ def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[
 
 def pair_candidate_ids(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[np.ndarray]:
     """Each class's P heaviest stage-1 terms, among which stage 2 counts pairs (post-processing of stage 1)."""
-    from tasks.histogram_seeds import pair_candidates
+    from privseed.tasks.histogram_seeds import pair_candidates
 
     return [pair_candidates(r, cfg.markov_pair_top) for r in term_releases(terms, cfg)]
 
@@ -79,10 +79,10 @@ def exact_pair_counts(plan: CorpusPlan, labels: list, terms: list[dict[str, np.n
     """Pass 2 of histogram-markov: exact co-occurrence counts (C, P (P - 1) / 2) of pairs among each class's P
     candidate terms (``pair_candidate_ids``), each unit re-read from storage on a worker, combined in a tree on
     the cluster (private)."""
-    from tasks.passes import DeclaredLabels, PairSpec, combine_sums, pair_unit
-    from tasks.stages.corpus import unit_progress, unit_reader
-    from tasks.stages.dpkps import term_counting
-    from tasks.units import map_reduce_units
+    from privseed.tasks.passes import DeclaredLabels, PairSpec, combine_sums, pair_unit
+    from privseed.tasks.stages.corpus import unit_progress, unit_reader
+    from privseed.tasks.stages.dpkps import term_counting
+    from privseed.tasks.units import map_reduce_units
 
     spec = PairSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), term_counting(cfg),
                     tuple(pair_candidate_ids(terms, cfg)), cfg.markov_pair_terms)
@@ -97,11 +97,11 @@ def privatize_class_pairs(pair_counts: np.ndarray, labels: list, terms: list[dic
 
     Sensitivity: a document's first S_2 distinct candidate terms give at most S_2 (S_2 - 1) / 2 distinct pairs,
     each counted once -> L1 S_2 (S_2 - 1) / 2 (Laplace of that scale over eps_2), L2 its square root (Gaussian)
-    (``tasks.histogram_seeds.pair_mechanism``). Noise on every pair of every class, zero counts included; classes
-    in parallel; the candidates are post-processing of stage 1's release (public), so the stages compose
+    (``privseed.tasks.histogram_seeds.pair_mechanism``). Noise on every pair of every class, zero counts included;
+    classes in parallel; the candidates are post-processing of stage 1's release (public), so the stages compose
     sequentially: eps_1 + eps_2."""
-    from tasks.histogram_seeds import pair_mechanism, stage_budgets
-    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+    from privseed.tasks.histogram_seeds import pair_mechanism, stage_budgets
+    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     candidates = pair_candidate_ids(terms, cfg)
@@ -135,11 +135,12 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
     from dataclasses import replace
 
-    from tasks.histogram_seeds import noise_floor, pair_matrix, pair_mechanism, sample_class_sequences, stage_budgets
-    from tasks.ledger import public_rng
-    from tasks.sampling import SelectionRule
-    from tasks.stages.dpkps import selection_rule
-    from tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+    from privseed.tasks.histogram_seeds import (noise_floor, pair_matrix, pair_mechanism, sample_class_sequences,
+                                                stage_budgets)
+    from privseed.tasks.ledger import public_rng
+    from privseed.tasks.sampling import SelectionRule
+    from privseed.tasks.stages.dpkps import selection_rule
+    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     releases = term_releases(terms, cfg)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.config import ReleaseConfig
-from tasks.identity import DataIdentity
-from tasks.ledger import PrivacyLedger
-from tasks.stages import public_stage, stage_logger
+from privseed.tasks.config import ReleaseConfig
+from privseed.tasks.identity import DataIdentity
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.stages import public_stage, stage_logger
 
 
 @public_stage("open-ledger")
@@ -16,7 +16,7 @@ def open_ledger(cfg: ReleaseConfig, identity: DataIdentity) -> PrivacyLedger:
     (``scan_private_corpus``, tasks/stages/corpus.py; the key lives in the state folder)
     and the run id is random unless ``--run-id`` resumes a run: nothing about the data goes into a name or a
     release."""
-    from tasks.identity import new_run_id
+    from privseed.tasks.identity import new_run_id
 
     run_id = cfg.run_id or new_run_id()
     ledger = PrivacyLedger(cfg.state_uri, identity, run_id, cfg.storage_options)
@@ -38,7 +38,7 @@ def log_cumulative_total(ledger: PrivacyLedger) -> None:
 def warn_if_insecure(cfg: ReleaseConfig, logger: Any = None) -> None:
     """Says loudly, before anything is drawn, that this run's noise is reproducible from the public seed."""
     if cfg.insecure_reproducible_noise:
-        from tasks.mechanisms import INSECURE_STAMP
+        from privseed.tasks.mechanisms import INSECURE_STAMP
 
         (logger or stage_logger()).warning(
             "%s: --insecure-reproducible-noise draws every noise value from --seed %d, which is published; the "

@@ -1,11 +1,11 @@
 """The stages of Aug-PE, AugPE+V~ and SecPE (docs/baselines.md): LLM calls through the call cache, candidate and
 public embeddings, the private work per unit on the workers, the schedules charged once up front, each round's
 noisy statistic drawn once through the ledger, the dry-run plan and the release. The round loop that wires them
-is ``tasks.stages.pe_rounds``.
+is ``privseed.tasks.stages.pe_rounds``.
 
 Privacy boundary: private documents are read, embedded and voted per work unit on the workers
-(``tasks.pe_units``); what reaches the driver is a sum of exact counts or cluster sums, which goes straight into
-the ledger's draw-once, and what crosses the boundary is that noisy statistic and text the LLM wrote from public
+(``privseed.tasks.pe_units``); what reaches the driver is a sum of exact counts or cluster sums, which goes straight
+into the ledger's draw-once, and what crosses the boundary is that noisy statistic and text the LLM wrote from public
 prompts or from earlier synthetic text. Every LLM call is cached in the private state (``--state``, default
 ``OUT.private/llm-cache``) so a crash mid-round repeats none that finished.
 """
@@ -23,18 +23,18 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from tasks import accounting, storage
-from tasks import evolution as ev
-from tasks.cluster import current_client, map_shards
-from tasks.config import AUGPE_DEFAULT_EPSILON, AugPeConfig, EvolutionConfig, SecPeConfig
-from tasks.corpus import list_shards, publish_release
-from tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
-from tasks.ledger import PrivacyLedger
-from tasks.mechanisms import GaussianMechanism
-from tasks.pe_units import (PrivateUnits, SampledUnit, SecretDetector, forget_run, stack_incidence,
-                            unit_class_votes, unit_cluster_sums, unit_secret_incidence)
-from tasks.stages import private_stage, public_stage, stage_logger
-from tasks.units import CorpusPlan, add_parts, map_reduce_units
+from privseed.tasks import accounting, storage
+from privseed.tasks import evolution as ev
+from privseed.tasks.cluster import current_client, map_shards
+from privseed.tasks.config import AUGPE_DEFAULT_EPSILON, AugPeConfig, EvolutionConfig, SecPeConfig
+from privseed.tasks.corpus import list_shards, publish_release
+from privseed.tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.mechanisms import GaussianMechanism
+from privseed.tasks.pe_units import (PrivateUnits, SampledUnit, SecretDetector, forget_run, stack_incidence,
+                                     unit_class_votes, unit_cluster_sums, unit_secret_incidence)
+from privseed.tasks.stages import private_stage, public_stage, stage_logger
+from privseed.tasks.units import CorpusPlan, add_parts, map_reduce_units
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ from tasks.units import CorpusPlan, add_parts, map_reduce_units
 def _complete_chunk(requests: list, llm: Any, cache_root: str, storage_options: dict,
                     on_result: Callable | None = None) -> list[dict]:
     """One shard of calls on whichever process runs it (the backend is loaded once per process)."""
-    from tasks.llm import CallCache, cached_complete, get_backend
+    from privseed.tasks.llm import CallCache, cached_complete, get_backend
 
     backend = get_backend(llm)
     results = cached_complete(backend, requests, CallCache(cache_root, storage_options), on_result=on_result)
@@ -54,14 +54,14 @@ def _complete_chunk(requests: list, llm: Any, cache_root: str, storage_options: 
 def _numbered_chunk(chunk: tuple[int, list], llm: Any, cache_root: str, storage_options: dict,
                     topic: str | None) -> list[dict]:
     """``_complete_chunk`` on a worker, reporting each call on ``topic`` (the driver's bar)."""
-    from tasks.generation import call_messages
+    from privseed.tasks.generation import call_messages
 
     number, requests = chunk
     return _complete_chunk(requests, llm, cache_root, storage_options, on_result=call_messages(topic, number))
 
 
 def chat_requests(prompts: list[ev.Prompt], cfg: EvolutionConfig) -> list:
-    from tasks.llm import ChatMessage, ChatRequest
+    from privseed.tasks.llm import ChatMessage, ChatRequest
 
     return [ChatRequest(messages=((ChatMessage("system", system),) if system else ()) + (ChatMessage("user", user),),
                         max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=seed)
@@ -76,7 +76,7 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     With ``--llm-shards`` > 1 the calls are split into shards that run on the workers, each keeping its backend
     loaded and reporting each call to the bar here as it finishes. Otherwise they run here with a per-call bar.
     Answers come back in prompt order either way."""
-    from tasks.generation import CallProgress, ShardProgress, call_prices, spec_from_config
+    from privseed.tasks.generation import CallProgress, ShardProgress, call_prices, spec_from_config
 
     requests = chat_requests(prompts, cfg)
     cache_root = storage.join(cfg.state_uri, "llm-cache")
@@ -89,7 +89,7 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
         if current_client() is None or len(chunks) <= 1:
             parts = [_complete_chunk(chunk, spec, cache_root, cfg.storage_options, on_result=bar) for chunk in chunks]
         else:
-            from tasks.cluster import shard_events
+            from privseed.tasks.cluster import shard_events
 
             calls = ShardProgress(bar, [len(chunk) for chunk in chunks])
             with shard_events(calls.on_call) as topic:
@@ -119,7 +119,7 @@ def generate_candidates(cfg: EvolutionConfig, prompts: list[ev.Prompt], meta: pd
 @public_stage("embed-candidates", retries=2)
 def embed_candidates(texts: list[str], model: str, progress: bool = False) -> np.ndarray:
     """Embeddings of LLM-written (public) text: here, or sharded over the workers when there are many."""
-    from tasks.embedding import embed_sharded
+    from privseed.tasks.embedding import embed_sharded
 
     return embed_sharded(texts, model, progress=progress, desc="embed candidates")
 
@@ -129,7 +129,7 @@ def embed_private(texts: list[str], model: str, progress: bool = False) -> np.nd
     """Private documents held in memory, embedded (`privseed audit`, which runs one round on a corpus it made;
     the flows embed per unit on the workers instead). Never persisted or logged; no progress bar whatever
     ``progress`` says, since its total would print |D|."""
-    from tasks.embedding import embed_sharded
+    from privseed.tasks.embedding import embed_sharded
 
     return embed_sharded(texts, model, progress=False, desc="embed private documents")
 
@@ -161,7 +161,7 @@ def public_clusters(cfg: SecPeConfig) -> ev.PublicClusters:
 @contextlib.contextmanager
 def private_units(cfg: EvolutionConfig, labels: list, plan: CorpusPlan) -> Iterator[PrivateUnits]:
     """The work units of the private corpus (``plan``, from ``plan_private_corpus``) for the rounds of one run;
-    on the way out, every worker forgets the embeddings it kept for them (``tasks.pe_units``)."""
+    on the way out, every worker forgets the embeddings it kept for them (``privseed.tasks.pe_units``)."""
     units = PrivateUnits(plan.units, cfg.text_column, cfg.label_column, dict(cfg.storage_options or {}),
                          cfg.embedding_model, tuple(str(label) for label in labels), uuid.uuid4().hex)
     try:
@@ -375,8 +375,8 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list) -> Any:
     placeholders of the same shape: V~ is not drawn); every VARIATION_API prompt is bounded by its template around
     a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
     charged; calls already in the run's cache are counted as cached."""
-    from tasks.generation import estimate_cost, spec_from_config
-    from tasks.llm import CallCache
+    from privseed.tasks.generation import estimate_cost, spec_from_config
+    from privseed.tasks.llm import CallCache
 
     words = ["placeholder"] * 50 if getattr(cfg, "vocab_words", False) else None
     prompts, _ = ev.random_prompts(cfg, labels, cfg.per_class * (cfg.variations + 1), words,
@@ -433,7 +433,7 @@ def publish_evolution(cfg: EvolutionConfig, final: pd.DataFrame, ledger: Privacy
                       summary: dict[str, Any]) -> dict:
     """Gate and publish the final population, with ``summary`` (method, schedule, LLM calls, public per-round
     counts) as evolution.json; returns the manifest."""
-    from tasks.quality import gate_from_config
+    from privseed.tasks.quality import gate_from_config
 
     gate = gate_from_config(cfg, labels)
     files = {"evolution.json": (json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n").encode()}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.config import DpKpsConfig
-from tasks.corpus import StagedRelease
-from tasks.ledger import PrivacyLedger
-from tasks.stages import public_stage
+from privseed.tasks.config import DpKpsConfig
+from privseed.tasks.corpus import StagedRelease
+from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.stages import public_stage
 
 
 @public_stage("render-without-llm")
@@ -22,11 +22,11 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
 @public_stage("publish-release", retries=2)
 def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: PrivacyLedger, labels: list,
             class_names: dict[str, str] | None = None, generation_report: dict | None = None) -> dict:
-    """Gate and publish (``tasks.corpus.publish_release``: atomically, the manifest last) a frame, or the parts
+    """Gate and publish (``privseed.tasks.corpus.publish_release``: atomically, the manifest last) a frame, or the parts
     the generation shards wrote. ``generation_report`` (counts of synthetic rows and candidates from
-    tasks.generation.split_documents) goes into quality.json beside the gate's result."""
-    from tasks.corpus import publish_release
-    from tasks.quality import gate_from_config
+    privseed.tasks.generation.split_documents) goes into quality.json beside the gate's result."""
+    from privseed.tasks.corpus import publish_release
+    from privseed.tasks.quality import gate_from_config
 
     config = cfg.public_dict()
     # The manifest says whether prompts named the classes, and with which public names.

@@ -35,7 +35,7 @@ def fake_text(messages: list[dict]) -> str:
     m = re.search(r"terms:\s*(.*?)(?:\.\s*Use every|\.?$)", content, flags=re.S)
     terms = m.group(1).strip() if m else content
     # At most three terms per sentence: a comma list of five seed terms is what the document predicate calls a
-    # seed echo (tasks.quality.longest_seed_run), and the fake stands for a model that writes documents.
+    # seed echo (privseed.tasks.quality.longest_seed_run), and the fake stands for a model that writes documents.
     parts = [t for t in terms.split(", ")]
     text = f"A fake document that mentions {', '.join(parts[:3])}."
     for i in range(3, len(parts), 3):

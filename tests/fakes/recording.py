@@ -5,7 +5,7 @@ import re
 import threading
 from typing import Sequence
 
-from tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
+from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
 
 
 class RecordingBackend(LLMBackend):
