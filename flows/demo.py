@@ -25,7 +25,7 @@ DEMO_LABELS = "dbpedia14_labels.txt"
 
 
 def demo_corpus_path(name: str = DEMO_TRAIN) -> str:
-    return str(resources.files("tasks") / "demo_data" / name)
+    return str(resources.files("privseed.tasks") / "demo_data" / name)
 
 
 def demo_config(out: str, llm: str) -> dict:

@@ -248,7 +248,7 @@ def check_dockerfile(path: Path = DOCKERFILE, repo: Path = REPO, deployments: Pa
     for sources in image.copies:
         problems += [f"{where} copies {source}, which does not exist" for source in sources
                      if not (repo / source).exists()]
-    for name in ("flows", "tasks", "pyproject.toml", "constraints.txt"):
+    for name in ("flows", "tasks", "privseed", "pyproject.toml", "constraints.txt"):
         if name not in copied:
             problems.append(f"{where} does not copy {name}")
     if deployments is not None and deployments.exists():
