@@ -17,7 +17,6 @@ intermediates deterministically and re-reads every released value. The stages ar
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
@@ -26,9 +25,10 @@ from prefect import flow, get_run_logger
 
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
-from privseed.tasks.config import DpKpsConfig, build_config
+from privseed.tasks.config import DpKpsConfig, flow_config
 from privseed.tasks.histogram_seeds import HISTOGRAM_METHODS
 from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
                                          privatize_vocabulary_stage, sample_keyphrase_sequences, term_counting)
@@ -41,10 +41,10 @@ from privseed.tasks.units import CorpusPlan
 
 
 @flow(name="dpkps", log_prints=True)
-def dpkps_flow(config: dict[str, Any]) -> dict:
-    """DP-KPS end to end; ``config`` is a DpKpsConfig as a dict (JSON-able, so deployments can pass it)."""
-    # Environment defaults (PRIVSEED_*) apply under the parameters, so deployments honour them like the CLI.
-    cfg, class_names = with_class_names(build_config(DpKpsConfig, config))
+def dpkps_flow(config: DpKpsConfig) -> dict:
+    """DP-KPS end to end. ``config`` is typed, so a deployment's form shows every option with its type, default,
+    choices and help, and Prefect refuses a bad value when the run is submitted (a dict of fields is accepted)."""
+    cfg, class_names = with_class_names(flow_config(DpKpsConfig, config))
     check_local_model(cfg.llm)  # before any private data is read or budget is spent
     warn_if_insecure(cfg, get_run_logger())
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
@@ -60,6 +60,7 @@ def dpkps_flow(config: dict[str, Any]) -> dict:
         synthetic, report = ((render_without_llm(sequences), None) if cfg.llm == "none"
                              else generate_release_documents(sequences, cfg, labels))
         manifest = publish(cfg, synthetic, ledger, labels, class_names, report)
+        release_artifacts(manifest, ledger, cfg.out)  # the ledger summary and a link, in the Prefect UI
     epsilon, delta = ledger.total()
     get_run_logger().info("release %s: %d documents, epsilon=%g, delta=%g, at %s",
                           manifest["release_id"], manifest["rows"], epsilon, delta, cfg.out)

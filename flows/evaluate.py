@@ -22,21 +22,22 @@ import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect i
 from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
 
 from privseed.tasks import classify
-from privseed.tasks.config import EvaluateConfig, add_config_arguments, build_config, config_from_args
+from privseed.tasks.config import EvaluateConfig, add_config_arguments, config_from_args, flow_config
 from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
                                        resolve_test_view)
 from privseed.tasks.release_reader import release_vocabulary, written_without_llm
+from privseed.tasks.stages.artifacts import score_artifacts
 from privseed.tasks.stages.evaluation import (load_client_texts, load_release, load_test_set, phrase_view, score_corpus,
                                               write_evaluation)
 
 
 # The flow that deployments/prefect.yaml names (flows/evaluate.py:evaluate).
 @flow(name="evaluate", log_prints=True)
-def evaluate(config: dict[str, Any]) -> dict[str, Any]:
+def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set. ``config`` is
-    an EvaluateConfig as a dict (tasks/config.py; PRIVSEED_* variables fill what it leaves out, as on the
+    typed (tasks/config.py; a dict of fields is accepted; PRIVSEED_* variables fill what it leaves out, as on the
     command line)."""
-    cfg = build_config(EvaluateConfig, config)
+    cfg = flow_config(EvaluateConfig, config)
     release = load_release(cfg.synthetic)
     test_set: pd.DataFrame = load_test_set(cfg.test, cfg.text_column, cfg.label_column)
     view = resolve_test_view(cfg.test_view, written_without_llm(release.rows, release.manifest))
@@ -60,6 +61,7 @@ def evaluate(config: dict[str, Any]) -> dict[str, Any]:
                             ledger=release.ledger, opts=cfg)
     result["report"] = cfg.report_uri
     write_evaluation(result, html, result["report"], cfg.json_path)
+    score_artifacts(result["scores"], result["report"])  # the scores and the report's link, in the Prefect UI
     for label, s in result["scores"].items():
         print(f"{label}: accuracy {100 * s['accuracy']:.1f}%  macro-F1 {100 * s['macro_f1']:.1f}%  "
               f"(n_test={s['n_test']})")

@@ -23,7 +23,8 @@ from prefect import flow
 from privseed.tasks import evolution as ev
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
-from privseed.tasks.config import AugPeConfig, SecPeConfig, build_config
+from privseed.tasks.config import AugPeConfig, SecPeConfig, build_config, flow_config
+from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
 from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
@@ -33,10 +34,9 @@ from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 
 
 @flow(name="augpe", log_prints=True)
-def augpe_flow(config: dict[str, Any]) -> dict:
-    """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
-    # Environment defaults (PRIVSEED_*) apply under the parameters, as for DP-KPS; ConfigError names the problem.
-    cfg = build_config(AugPeConfig, config)
+def augpe_flow(config: AugPeConfig) -> dict:
+    """Aug-PE / AugPE+V~ end to end; ``config`` is typed like DP-KPS's (a dict of fields is accepted)."""
+    cfg = flow_config(AugPeConfig, config)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
@@ -55,14 +55,15 @@ def augpe_flow(config: dict[str, Any]) -> dict:
         summary = {"method": "augpe+vocab" if cfg.vocab_words else "augpe", "schedule": schedule,
                    "llm_calls": result.calls, "vocabulary_words": len(words) if words else 0, "rounds": result.rounds}
         manifest = publish_evolution(cfg, result.final, ledger, labels, summary)
+        release_artifacts(manifest, ledger, cfg.out)
     log_cumulative_total(ledger)
     return manifest
 
 
 @flow(name="secpe", log_prints=True)
-def secpe_flow(config: dict[str, Any]) -> dict:
-    """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
-    cfg = build_config(SecPeConfig, config)  # environment defaults under the parameters, as above
+def secpe_flow(config: SecPeConfig) -> dict:
+    """SecPE end to end; ``config`` is typed like DP-KPS's (a dict of fields is accepted)."""
+    cfg = flow_config(SecPeConfig, config)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
     warn_if_insecure(cfg)
@@ -80,6 +81,7 @@ def secpe_flow(config: dict[str, Any]) -> dict:
                                 "DP epsilon holds per document if rho and sigma are treated as fixed "
                                 "(docs/baselines.md)"}
         manifest = publish_evolution(cfg, result.final, ledger, labels, summary)
+        release_artifacts(manifest, ledger, cfg.out)
     log_cumulative_total(ledger)
     return manifest
 

@@ -27,7 +27,7 @@ from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
 from privseed.flows.dpkps import dpkps_flow
 from privseed.flows.evolution import augpe_flow, secpe_flow
 from privseed.tasks.baselines import only_llm_label_names
-from privseed.tasks.config import ExperimentConfig, add_config_arguments, build_config, config_from_args
+from privseed.tasks.config import ExperimentConfig, add_config_arguments, config_from_args, flow_config
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides,
                                        grid_cells, load_experiment, method_config, method_flow, record_release_seconds,
@@ -42,17 +42,17 @@ METHOD_FLOWS = {"dpkps": dpkps_flow, "augpe": augpe_flow, "secpe": secpe_flow}
 
 # The flow that deployments/prefect.yaml names (flows/experiment.py:experiment).
 @flow(name="experiment", log_prints=True)
-def experiment(config: dict[str, Any], grid: dict[str, Any] | None = None) -> dict[str, Any]:
+def experiment(config: ExperimentConfig, grid: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
 
-    ``config`` is an ExperimentConfig as a dict (tasks/config.py: the experiment file and what the command line
-    replaces in it); ``grid`` holds the file's settings inline (datasets, methods, sections), for callers without
-    a file. Resumable: a finished cell's scores are kept in cells.jsonl and its release in runs/<cell>/ (whose
-    ledger re-reads every drawn value), so a re-run only does the missing cells.
+    ``config`` is an ExperimentConfig, typed (tasks/config.py: the experiment file and what the command line
+    replaces in it; a dict of fields is accepted); ``grid`` holds the file's settings inline (datasets, methods,
+    sections), for callers without a file. Resumable: a finished cell's scores are kept in cells.jsonl and its
+    release in runs/<cell>/ (whose ledger re-reads every drawn value), so a re-run only does the missing cells.
     """
     from tqdm.auto import tqdm
 
-    cfg = build_config(ExperimentConfig, config)
+    cfg = flow_config(ExperimentConfig, config)
     spec = load_experiment(cfg.config_path, {**(grid or {}), **experiment_overrides(cfg)})
     log, shared = CellLog(spec.out_dir), GridData(spec)
     finished = log.finished()

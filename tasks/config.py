@@ -19,7 +19,7 @@ import json
 import os
 import tomllib
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
@@ -70,6 +70,11 @@ def cli(*, flag: str | None = None, aliases: tuple[str, ...] = (), default_text:
     meta = {"flag": flag, "aliases": list(aliases) or None, "default_text": default_text,
             "default_note": default_note, "metavar": metavar, "positional": positional or None, "group": group}
     return {key: value for key, value in meta.items() if value is not None}
+
+
+#: A budget's JSON-schema bound, for the fields whose own validator words the error for the command line
+#: (``_positive_epsilon``): a deployment's server refuses epsilon 0 when the run is submitted, before it starts.
+POSITIVE: dict[str, Any] = {"exclusiveMinimum": 0}
 
 
 def _meta(field: FieldInfo) -> dict[str, Any]:
@@ -458,9 +463,9 @@ class DpKpsConfig(ReleaseConfig):
     vocab_top: int | None = Field(default=50_000, ge=1, description="public frequency cut of the English list",
                                   json_schema_extra=cli(metavar="N"))
     eps_voc: float = Field(default=1.0, description="epsilon of the vocabulary histogram (Laplace)",
-                           json_schema_extra=cli(metavar="EPS"))
+                           json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
-                           json_schema_extra=cli(metavar="EPS"))
+                           json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     delta: float = Field(default=0.0, ge=0.0, lt=1.0, description="delta, for --mechanism gaussian only")
     mechanism: Literal["laplace", "gaussian"] = Field(default="laplace", description="noise of the sketches "
                                                       "and of the histogram methods")
@@ -473,7 +478,8 @@ class DpKpsConfig(ReleaseConfig):
         description="the DP-KPS sampler, or privseed's per-class DP term histograms (docs/dpkps.md)")
     # The histogram methods (tasks/histogram_seeds.py, privseed's own comparator; docs/dpkps.md) spend one budget.
     epsilon: float | None = Field(default=None, description="total budget of --method histogram / histogram-markov",
-                                  json_schema_extra=cli(metavar="EPS", default_text="eps_voc + eps_kde"))
+                                  json_schema_extra={**cli(metavar="EPS", default_text="eps_voc + eps_kde"),
+                                                     **POSITIVE})
     hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class by the "
                             "histogram methods", json_schema_extra=cli(metavar="K"))
     hist_denoise: Literal["clip", "fdr"] = Field(
@@ -740,6 +746,17 @@ def build_config(model: type[Config], flags: dict[str, Any], config_file: str | 
     merged.update(_from_env(model))
     merged.update({k: v for k, v in flags.items() if v is not None})
     return validate_config(model, merged)
+
+
+def flow_config(model: type[Config], config: BaseModel | Mapping[str, Any]) -> Config:
+    """A flow's typed parameter as the configuration it runs: what the caller set (a deployment's form, a
+    ``--params`` JSON, the CLI's validated model) over the PRIVSEED_* environment, over the defaults.
+
+    Prefect has already validated the parameter against ``model`` (and a deployment's server refused a value
+    its JSON schema rules out before the run was created); the environment is merged under the fields the caller
+    set, so a deployment honours PRIVSEED_* variables as the command line does."""
+    values = config.model_dump(exclude_unset=True) if isinstance(config, BaseModel) else dict(config)
+    return build_config(model, values)
 
 
 def validate_config(model: type[Config], values: dict[str, Any]) -> Config:

@@ -45,7 +45,7 @@ def test_deployment_parameters_are_valid_configurations():
     from privseed.tasks.config import (AugPeConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig, SecPeConfig,
                                        validate_config)
 
-    # every flow a deployment names takes its configuration as one dict of its model's fields
+    # every flow a deployment names takes its configuration as one typed parameter, its model (a dict validates)
     models = {"dpkps_flow": DpKpsConfig, "augpe_flow": AugPeConfig, "secpe_flow": SecPeConfig,
               "evaluate": EvaluateConfig, "experiment": ExperimentConfig}
     for spec in serve.load_deployment_specs():
@@ -65,6 +65,34 @@ def _paths(parameters: dict) -> list[str]:
         elif isinstance(value, str) and ("/" in value) and not value.startswith("tcp://"):
             found.append(value)
     return found
+
+
+@pytest.mark.parametrize("entrypoint, model", [
+    ("flows/dpkps.py:dpkps_flow", "DpKpsConfig"), ("flows/evolution.py:augpe_flow", "AugPeConfig"),
+    ("flows/evolution.py:secpe_flow", "SecPeConfig"), ("flows/evaluate.py:evaluate", "EvaluateConfig"),
+    ("flows/experiment.py:experiment", "ExperimentConfig")])
+def test_flow_parameters_are_typed_with_every_option(entrypoint, model):
+    """A deployment's form is built from this schema: every option of the command's model with its type,
+    default, choices and help, and no other key (a typo is refused when the run is submitted)."""
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+
+    from privseed.tasks import config as config_module
+
+    schema = parameter_schema(load_flow_from_entrypoint(entrypoint).fn).model_dump()
+    assert schema["properties"]["config"]["$ref"].endswith("/" + model) and "config" in schema["required"]
+    typed = schema["definitions"][model]
+    fields = getattr(config_module, model).model_fields
+    assert set(typed["properties"]) == set(fields)
+    assert typed["additionalProperties"] is False
+    for name, field in fields.items():
+        shown = typed["properties"][name]
+        assert shown.get("description") == field.description, name
+        assert "type" in shown or "anyOf" in shown or "enum" in shown or "$ref" in shown, name
+    if model == "DpKpsConfig":
+        assert typed["properties"]["method"]["enum"][:1] == ["independent"]
+        for budget in ("eps_voc", "eps_kde", "epsilon"):  # the server refuses epsilon 0 at submission
+            assert typed["properties"][budget]["exclusiveMinimum"] == 0
 
 
 def test_unknown_deployment_name_is_refused():
@@ -126,8 +154,25 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
         assert triggered.returncode == 0, shown + "\n--- serve.log ---\n" + log.read_text()[-4000:]
         assert "Flow run finished successfully in 'Completed'" in shown, shown
         assert "publish-release" in shown  # --watch shows every task run of the flow
+
+        # The server checks a submitted run against the flow's typed schema: epsilon 0 and an unknown option
+        # are refused before any run exists, and the message names the field.
+        for bad, named in (({**config, "eps_voc": 0}, "eps_voc"), ({**config, "eps_vocab": 1.0}, "eps_vocab")):
+            refused = subprocess.run(
+                [PREFECT, "deployment", "run", "dpkps/dpkps-demo", "--params", json.dumps({"config": bad})],
+                cwd=REPO, env=local_server, capture_output=True, text=True, timeout=120)
+            said = refused.stdout + refused.stderr
+            assert refused.returncode != 0 and named in said, said
     finally:
         _stop(runner)
+
+    wide = {**local_server, "COLUMNS": "300"}  # the CLI's tables cut their cells to the terminal's width
+    runs = subprocess.run([PREFECT, "flow-run", "ls", "--flow-name", "dpkps"], env=wide,
+                          capture_output=True, text=True, timeout=60)
+    assert runs.stdout.count("COMPLETED") == 1 and "FAILED" not in runs.stdout, runs.stdout  # no refused run
+    artifacts = subprocess.run([PREFECT, "artifact", "ls"], env=wide, capture_output=True, text=True, timeout=60)
+    for key in ("release-ledger", "release-link"):
+        assert key in artifacts.stdout, artifacts.stdout
 
     from privseed.tasks.corpus import read_release
 
@@ -139,4 +184,9 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
     inspected = subprocess.run([PREFECT, "deployment", "inspect", "dpkps/dpkps-demo"], env=local_server,
                                capture_output=True, text=True, timeout=60)
     assert "'active': False" in inspected.stdout  # the cron schedule ships inactive
+    assert "'enforce_parameter_schema': True" in inspected.stdout
+    from privseed.tasks.config import DpKpsConfig
+
+    for name in DpKpsConfig.model_fields:  # every option of the command line is a typed field of the form
+        assert f"'{name}': {{" in inspected.stdout, name
     assert "'cron': '0 3 * * *'" in inspected.stdout
