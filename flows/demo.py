@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 from privseed.tasks import storage
-from privseed.tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, add_config_arguments, config_from_args,
-                                   validate_config)
+from privseed.tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig, add_config_arguments,
+                                   config_from_args, validate_config)
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
@@ -66,13 +66,13 @@ def run_demo(demo: DemoConfig) -> int:
     cfg = validate_config(DpKpsConfig, demo_config(out, demo.llm))
     print(f"privseed demo: DP-KPS on {cfg.data} (7,000 documents, 14 classes), LLM: {cfg.llm}")
     started = time.perf_counter()
-    manifest = dpkps_flow(cfg.model_dump())
+    manifest = dpkps_flow(cfg)
     # The data recipient's side: train on the synthetic corpus only, score on the bundled real test split.
     from privseed.flows.evaluate import evaluate
 
-    evaluation = evaluate({"synthetic": out, "test": demo_corpus_path(DEMO_TEST),
-                           "json_path": storage.join(out, "evaluation.json"),
-                           "report_path": storage.join(out, "report.html")})
+    evaluation = evaluate(validate_config(EvaluateConfig, {
+        "synthetic": out, "test": demo_corpus_path(DEMO_TEST), "json_path": storage.join(out, "evaluation.json"),
+        "report_path": storage.join(out, "report.html")}))
     elapsed = time.perf_counter() - started
     print(f"\nDone in {elapsed:.0f} s: {manifest['rows']} synthetic documents, "
           f"epsilon = {manifest['privacy']['epsilon']:g} (eps_voc {cfg.eps_voc:g} + eps_kde {cfg.eps_kde:g})")

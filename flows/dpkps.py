@@ -106,7 +106,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
     from privseed.tasks.config import config_from_args
 
     cfg = config_from_args(DpKpsConfig, args)
-    manifest = dpkps_flow(cfg.model_dump())
+    manifest = dpkps_flow(cfg)
     if manifest.get("dry_run"):
         print(f"dry run, nothing drawn, charged or sent: {manifest['estimate']}")
         return 0

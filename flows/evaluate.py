@@ -79,5 +79,5 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_from_cli(args: argparse.Namespace) -> int:
-    evaluate(config_from_args(EvaluateConfig, args).model_dump())
+    evaluate(config_from_args(EvaluateConfig, args))
     return 0

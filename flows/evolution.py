@@ -92,14 +92,14 @@ def secpe_flow(config: SecPeConfig) -> dict:
 def run_augpe(config: dict[str, Any]) -> str:
     """Run Aug-PE (or AugPE+V~ with ``vocab_words=True``) from a config dict; returns the release path."""
     cfg = build_config(AugPeConfig, config)
-    augpe_flow(cfg.model_dump())
+    augpe_flow(cfg)
     return cfg.out
 
 
 def run_secpe(config: dict[str, Any]) -> str:
     """Run SecPE from a config dict; returns the release path."""
     cfg = build_config(SecPeConfig, config)
-    secpe_flow(cfg.model_dump())
+    secpe_flow(cfg)
     return cfg.out
 
 
