@@ -294,8 +294,7 @@ def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise:
     delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
     dp_epsilon = accounting.secpe_dp_epsilon(sigma, delta, cfg.iterations)
     # One Gaussian mechanism per round and class: sizes and centres (in noise units) as one vector.
-    mechanism = GaussianMechanism(sensitivity=accounting.SECPE_HOLDER_SHIFT, sigma=sigma, epsilon=dp_epsilon,
-                                  delta=delta)
+    mechanism = ev.secpe_round_mechanism(sigma, dp_epsilon, delta)
     schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
                 "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
                 "centre_noise_scale": "(R + max(R, ||e_k||)) / n_k", "rho_norm": cfg.rho_norm,
