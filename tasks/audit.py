@@ -208,6 +208,7 @@ class PooledNoise:
     claimed_scale: float
     values: list[np.ndarray] = field(default_factory=list)
     kept: int = 0
+    seen: int = 0
     move: float = math.inf
 
     def add(self, draws: Sequence[NoiseDraw]) -> None:
@@ -216,6 +217,7 @@ class PooledNoise:
                 else math.sqrt(sum(float((m * m).sum()) for m in moves)))
         self.move = min(self.move, move)
         for d in draws:
+            self.seen += int(np.asarray(d.residual).size)
             room = MAX_NOISE_VALUES - self.kept
             if room > 0:
                 values = np.asarray(d.residual, dtype=np.float64).ravel()[:room]
@@ -268,10 +270,13 @@ def calibration_check(pooled: Mapping[str, PooledNoise], delta: float, alpha: fl
     mu2 = [0.0, 0.0]
     groups = {}
     for name, group in pooled.items():
-        limit = scale_upper_limit(group.family, np.concatenate(group.values), each)
+        values = np.concatenate(group.values)
+        limit = scale_upper_limit(group.family, values, each)
         claimed = group.claimed_scale
         groups[name] = {"claimed_scale": claimed, "scale_upper_limit": limit, "canary_move": group.move,
-                        "noise_values": float(group.kept)}
+                        "noise_values": float(group.kept), "noise_values_seen": float(group.seen),
+                        "gaussian": float(group.family == "gaussian"),
+                        "discrete": float(group.family == "laplace" and bool(np.all(values == np.round(values))))}
         if group.family == "laplace":
             laplace[0] += group.move / limit
             laplace[1] += group.move / claimed
@@ -280,6 +285,44 @@ def calibration_check(pooled: Mapping[str, PooledNoise], delta: float, alpha: fl
             mu2[1] += (group.move / claimed) ** 2
     bounds = [max(laplace[i], gaussian_epsilon(math.sqrt(mu2[i]), delta) if mu2[i] > 0 else 0.0) for i in (0, 1)]
     return CalibrationCheck(bounds[0], bounds[1], groups)
+
+
+def flag_probability(family: str, discrete: bool, values: int, move: float, true_scale: float, claim: float,
+                     delta: float, alpha: float) -> float:
+    """The probability that one group of the calibration check, alone, bounds epsilon above ``claim``: ``values``
+    noise values of ``true_scale`` (what the mechanism really adds), the canary's ``move``, the group's share
+    ``alpha`` of the level. Exact for each family, because the limit grows with the sufficient statistic (sum|x|,
+    sum x^2): the check flags when that statistic is below a threshold whose probability is a Gamma, discrete
+    Laplace or chi2 distribution function. The power of a whole audit is at least the largest of its groups'."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, gamma
+
+    if move <= 0:
+        return 0.0
+    if family == "gaussian":
+        # the check flags when move / sigma_up > mu*, the mu whose epsilon at delta is the claim
+        high = 1.0
+        while gaussian_epsilon(high, delta) <= claim:
+            high *= 2
+        mu_star = brentq(lambda mu: gaussian_epsilon(mu, delta) - claim, 1e-9, high, xtol=1e-12)
+        q = float(chi2.ppf(alpha, values))
+        return float(chi2.cdf(q * (move / mu_star) ** 2 / true_scale ** 2, values))
+    limit = move / claim  # the check flags when the scale's upper limit is below this
+    if not discrete:
+        q = float(chi2.ppf(alpha, 2 * values))
+        return float(gamma.cdf(limit * q / 2, values, scale=true_scale))
+    # discrete: flags when P_limit(sum <= T) < alpha; the largest such T, by bisection (P grows with T)
+    a_limit = math.exp(-1 / limit)
+    low, high_t = -1, 1
+    while _discrete_laplace_sum_cdf(high_t, values, a_limit) < alpha:
+        low, high_t = high_t, 2 * high_t
+    while high_t - low > 1:
+        mid = (low + high_t) // 2
+        if _discrete_laplace_sum_cdf(mid, values, a_limit) < alpha:
+            low = mid
+        else:
+            high_t = mid
+    return 0.0 if low < 0 else _discrete_laplace_sum_cdf(low, values, math.exp(-1 / true_scale))
 
 
 @dataclass(frozen=True)

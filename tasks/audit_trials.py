@@ -1,13 +1,24 @@
 """The trials of `privseed audit`: an empirical privacy audit of every mechanism, run through the flows' own
 stage functions (tasks/audit.py holds the statistics; flows/audit.py the command line).
 
-For each mechanism the audit runs the stage exactly as the flow runs it (the same stage/task function, a fresh
-ledger in a fresh temporary state folder per trial, the same public configuration and the same ``--seed`` every
-trial) many times on a small public corpus D and on D' = D plus one canary document built to move the release as
-much as one document can. A threshold test on what the stage RELEASED (the values the ledger stores and the
-stage's output, never a private intermediate) tries to tell D' from D; its true and false positive rates become a
-95 % Clopper-Pearson lower bound on epsilon (tasks/audit.py). The claimed epsilon is what the trial's ledger
-charged. A lower bound above the claim refutes the claim: the command then exits with status 1.
+For each mechanism the audit runs the stage exactly as the flow runs it many times on a small public corpus D and
+on D' = D plus one canary document built to move the release as much as one document can. Both are Parquet
+corpora of three work units; a trial runs the flow's own passes over them (pass 1, pass 2, the PE vote and cluster
+passes, the same unit functions and reduction tree as on a cluster), hands its corpus's exact values to the stage
+that privatizes them (a fresh ledger in a fresh temporary state folder per trial, the same public configuration and
+the same ``--seed`` every trial), and reports two things about what the stage RELEASED (the values the ledger
+stores and the stage's output, never a private intermediate):
+
+* statistics for a threshold test that tries to tell D' from D; its true and false positive rates become a
+  Clopper-Pearson lower bound on epsilon;
+* every released block with its noise (released minus the exact value of the trial's corpus, which the adversary
+  who knows D knows) and the canary's move of it (the passes on D' minus the passes on D): the calibration check,
+  whose bound is the canary's analytic privacy loss at upper confidence limits of the measured noise scales.
+
+tasks/audit.py holds both. The claimed epsilon is what the trial's ledger charged. A lower bound above the claim
+refutes the claim: the command then exits with status 1. The calibration check catches half the noise and a
+sensitivity counted half in every mechanism at 10 + 10 trials per corpus (tests/test_audit.py, with the faults of
+tasks/audit_faults.py; the power table is in docs/privacy.md).
 
     vocabulary  DP-KPS's vocabulary histogram (privatize_vocabulary_stage). Canary: a document whose first S terms
                 are one term of V that no other document uses, so it moves that term's count by S, the whole L1
@@ -16,17 +27,20 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 term's noisy count is released (V~ membership and order are functions of those counts and cannot
                 make a stronger test).
     kde         DP-KPS's per-class DP-KDE (privatize_sketches, then sample_keyphrase_sequences). Canary: a class-0
-                document whose phrases are one term far from the class's. Tests: the released sketch's score of the
-                canary term, the Laplace likelihood ratio of the released sketch (the adversary knows D's exact
-                sum), and how often the term appears in class 0's sampled sequences.
+                document whose phrases are one term no document uses, the one whose public feature vector is the
+                longest in L1 (it moves the sketch by 0.67 of the sensitivity sqrt(2) I). Tests: the released
+                sketch's score of the canary term, the Laplace likelihood ratio of the released sketch (the
+                adversary knows D's exact sum), and how often the term appears in class 0's sampled sequences.
     markov      histogram-markov's pair stage (privatize_class_histograms, then privatize_class_pairs; the term stage
                 takes a quarter of the budget 1). Canary: a class-0 document of three terms no document uses, so its
                 S_2 = 3 candidate terms move three pair counts of class 0 by 1 each: its whole L1 sensitivity
                 S_2 (S_2 - 1) / 2. Tests: the Laplace likelihood ratio of those three released counts (the adversary
                 knows D's exact counts, 0) and their sum. K and P cover V, so the pairs are released every trial.
-    augpe       One Aug-PE round (charge_augpe_schedule + augpe_round_histogram, T = 1). Canary: a private
-                document identical to one candidate that no other document votes for. Test: its noisy count.
-    secpe       One SecPE round (detect_secrets, secpe_noise, charge_secpe_schedule, secpe_round_release, T = 1)
+    augpe       One Aug-PE round (exact_class_votes, charge_augpe_schedule, draw_augpe_round, T = 1) over 24
+                public candidates. Canary: a private document identical to one candidate that no other document
+                votes for. Test: its noisy count.
+    secpe       One SecPE round (detect_unit_secrets, secpe_noise, charge_secpe_schedule, exact_cluster_sums,
+                draw_secpe_round, T = 1)
                 with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE reports "if rho and sigma
                 are fixed". The canary holds no secret, so rho = 1 (it is always sampled). K = 2 public clusters,
                 and only the canary's class is drawn per trial (the other classes' releases are independent of
@@ -407,7 +421,10 @@ class AugPeAudit(_PeAudit):
 
         self.cfg = AugPeConfig(**self.config_values(dict(
             epsilon=2.0, delta=1e-5, iterations=1, per_class=2, progress=False), AugPeConfig))
-        self.candidates = pd.DataFrame(_CANDIDATES, columns=["text", "label"])
+        # Every candidate's noisy count is a noise value for the calibration check: the public texts join the pool
+        # (they take no vote from the canary, whose text is its own candidate's).
+        pool = _CANDIDATES + [(text, i * 3 // len(_PUBLIC_TEXTS)) for i, text in enumerate(_PUBLIC_TEXTS)]
+        self.candidates = pd.DataFrame(pool, columns=["text", "label"])
         self.syn_emb = embed_candidates.fn(self.candidates["text"].tolist(), self.cfg.embedding_model)
         self.syn_class = _per_class_index(self.labels, self.candidates["label"])
         self.voting = ev.voting_classes(self.syn_class, _documents(self.cfg, self.candidates))
