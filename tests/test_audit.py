@@ -193,6 +193,34 @@ def test_the_calibration_check_is_exact_for_each_noise_family():
         assert 0.9 * expected < check.epsilon_lower_bound <= expected, check
 
 
+def test_flag_probability_is_the_rate_at_which_the_check_flags():
+    """benchmarks/audit_power.py's P(catch): the exact probability that one group's bound exceeds the claim,
+    against the rate of the check itself on simulated noise (Laplace, discrete Laplace, Gaussian)."""
+    from privseed.tasks.audit import flag_probability, gaussian_epsilon, scale_upper_limit
+
+    rng = np.random.default_rng(13)  # test data: the noise of a simulated mechanism
+    n, alpha, runs = 60, 0.05, 300
+
+    def discrete(b, size):
+        p = 1 - math.exp(-1 / b)
+        return rng.geometric(p, size) - rng.geometric(p, size)
+
+    # scales where the check flags about half the time, so the comparison has power
+    cases = [("laplace", False, lambda: rng.laplace(0, 3.0, n), 4.0, 3.0, 1.0, 0.0),
+             ("laplace", True, lambda: discrete(3.0, n), 4.0, 3.0, 1.0, 0.0),
+             ("gaussian", False, lambda: rng.normal(0, 1.7, n), 1.0, 1.7, 2.0, 1e-5)]
+    def flags(family, values, move, claim, delta) -> bool:
+        limit = scale_upper_limit(family, values, alpha)
+        bound = move / limit if family == "laplace" else gaussian_epsilon(move / limit, delta)
+        return bound > claim
+
+    for family, is_discrete, draw, move, scale, claim, delta in cases:
+        rate = sum(flags(family, draw(), move, claim, delta) for _ in range(runs)) / runs
+        expected = flag_probability(family, is_discrete, n, move, scale, claim, delta, alpha)
+        assert 0.05 < expected < 0.95, (family, expected)
+        assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / runs), (family, rate, expected)
+
+
 @pytest.mark.slow
 def test_quick_audit_finds_every_mechanism_consistent_with_secret_noise(tmp_path, capsys):
     # At 95 % a tight, correct vocabulary mechanism says VIOLATED in about 1 quick audit of 400 (docs/privacy.md):
