@@ -110,7 +110,8 @@ _TOPICS = {
 VOCABULARY_CANARY_TERM = "zeppelin"
 #: Terms of V that no document uses (their counts are pure noise, as most of a real vocabulary's are).
 _UNUSED_TERMS = ("quasar", "obsidian", "marzipan", "lava", "eruption", "bakery", "recipe", "invoice", "pension")
-#: The KDE canary's one phrase, far (in MiniLM space) from class 0's football terms.
+#: A term no document uses, far (in MiniLM space) from class 0's football terms; like every unused term, a candidate
+#: for the KDE canary's one phrase (KdeAudit takes the one whose features move the sketch most).
 KDE_CANARY_TERM = "volcano"
 
 #: Aug-PE candidates (public synthetic texts). The last class-0 candidate is the one the canary is closest to.
