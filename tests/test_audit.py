@@ -154,6 +154,30 @@ def test_the_suite_audit_catches_a_2x_calibration_error(mechanism, fault):
         assert row.canary_epsilon > 1.3 * row.claimed_epsilon, row
 
 
+def test_the_faults_are_test_hooks_that_undo_themselves():
+    """No code path of the product reaches the faults (only tests and benchmarks import them), and each fault is
+    gone when its block ends, even when the block raises."""
+    import re
+    from pathlib import Path
+
+    from privseed.tasks import audit_faults, vocabulary
+    from privseed.tasks.mechanisms import SecureNoise
+
+    root = Path(__file__).resolve().parents[1]
+    users = [p.relative_to(root).as_posix() for folder in ("tasks", "flows") for p in (root / folder).rglob("*.py")
+             if re.search(r"(from|import)\s+[\w.]*audit_faults|import\s+audit_faults\b|audit_faults\s+import",
+                          p.read_text(encoding="utf-8"))]
+    assert users == []
+    sampler, factory = SecureNoise.laplace, vocabulary.vocabulary_mechanism
+    with pytest.raises(RuntimeError):
+        with audit_faults.half_noise(), audit_faults.half_sensitivity("vocabulary"):
+            assert vocabulary.vocabulary_mechanism(1.0, 4).scale == 2.0
+            assert SecureNoise.laplace is not sampler
+            raise RuntimeError
+    assert SecureNoise.laplace is sampler and vocabulary.vocabulary_mechanism is factory
+    assert vocabulary.vocabulary_mechanism(1.0, 4).scale == 4.0
+
+
 def test_a_sensitivity_bug_in_a_pass_is_caught(monkeypatch):
     """The trials run the flows' work-unit passes: a pass 1 that counts every document twice (its L1 move is 2 S
     while the mechanism is calibrated to S) is VIOLATED, though every mechanism and sampler is correct."""
