@@ -18,15 +18,38 @@ The test is a threshold on a statistic of the release ("statistic > threshold" m
 statistic and which threshold are chosen on calibration trials that are never reused for the evaluation: picking
 them on the evaluation trials would be a search over many tests and would void the confidence level.
 
-Nothing here knows about privseed's stages: a trial is any callable ``trial(with_canary) -> {statistic: value}``
-(tasks/audit_trials.py runs the flows' own stage functions in it). The module is pure apart from the progress callback.
+A threshold test sees one number per trial, and the tails where a 2x calibration error shows are rare: at a few
+hundred trials it cannot tell a Laplace mechanism of epsilon 1 from one of epsilon 2. The second check, the
+**calibration check**, uses what the adversary of DP knows (every document of D, the code, the noise family the
+mechanism states) to look at the whole release. In every trial, for every released block (one ledger draw), the
+auditor knows the block's exact value on the trial's corpus, so ``released - exact`` is the noise that was added, on
+every coordinate; and ``move = exact(D') - exact(D)``, computed by the same passes, is how far the canary moved the
+block. For the mechanism families privseed uses the canary's privacy loss is then analytic:
+
+    Laplace (continuous or discrete) of scale b on each coordinate:  eps_canary = sum ||move||_1 / b
+    Gaussian of standard deviation sigma:  mu = sqrt(sum ||move||_2^2 / sigma^2), eps_canary(delta) of N(0,1), N(mu,1)
+
+(the Gaussian's privacy profile: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), Balle and Wang 2018).
+The scales are not taken from the ledger: they are bounded from above by exact confidence limits from the pooled
+noise of every trial (Laplace: 2 sum|x| / b ~ chi2(2n); discrete Laplace: the exact distribution of sum|x|; Gaussian:
+sum x^2 / sigma^2 ~ chi2(n)), so eps_canary evaluated at those limits is a confidence lower bound on the epsilon the
+mechanism really spends, and the move comes from the passes, not from the stated sensitivity. A noise scale half as
+large as the claim needs, or a sensitivity counted half (a pass or a mechanism that moves twice what it states), both
+double eps_canary, and thousands of noise values per audit see it at any confidence. What this check assumes is the
+noise family (Laplace, Gaussian), which is part of the claim; the threshold test assumes nothing and is the one that
+catches noise that repeats (reproducible seeds). Each check gets half of alpha; the larger bound is reported.
+
+Nothing here knows about privseed's stages: a trial is any callable ``trial(with_canary)`` returning
+``{statistic: value}`` or a ``TrialOutcome`` (tasks/audit_trials.py runs the flows' own passes and stage functions in
+it). The module is pure apart from the progress callback.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,7 +65,36 @@ DEFAULT_ALPHA = 0.05
 #: trials: no run bounded at 0, against 0.7 % at 95 %).
 CALIBRATION_ALPHA = 0.01
 
-Trial = Callable[[bool], Mapping[str, float]]
+#: Noise values of one block kept for the calibration check (the first ones, in trial order: a fixed subset, so the
+#: limits stay exact; 20,000 bound a scale to within about 3 % at confidence 1 - 1e-5).
+MAX_NOISE_VALUES = 20_000
+NOISE_FAMILIES = ("laplace", "gaussian")
+
+
+@dataclass(frozen=True)
+class NoiseDraw:
+    """One released block of one trial, as the adversary who knows D sees it.
+
+    ``family``: the mechanism family the ledger recorded ("laplace" or "gaussian"); ``residual``: released minus the
+    exact value of this trial's corpus (the noise added, every coordinate); ``move``: exact(D') - exact(D), the
+    canary's move of the block through the same passes; ``claimed_scale``: the scale the ledger recorded (reported
+    next to the measured one, never used in the bound)."""
+
+    family: str
+    residual: np.ndarray = field(repr=False)
+    move: np.ndarray = field(repr=False)
+    claimed_scale: float
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What a trial reports: the threshold tests' statistics and, for the calibration check, its released blocks."""
+
+    statistics: Mapping[str, float]
+    draws: Mapping[str, NoiseDraw] = field(default_factory=dict)
+
+
+Trial = Callable[[bool], "Mapping[str, float] | TrialOutcome"]
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float = DEFAULT_ALPHA) -> tuple[float, float]:
@@ -75,6 +127,202 @@ def epsilon_lower_bound(true_positives: int, positives: int, false_positives: in
     # The test's region and its complement, with the same two limits: TPR >= tpr_lo and FPR <= fpr_hi.
     pairs = [(tpr_lo, fpr_hi), (1 - fpr_hi, 1 - tpr_lo)]
     return max([0.0] + [math.log((hit - delta) / miss) for hit, miss in pairs if hit - delta > 0 and miss > 0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The calibration check: the canary's analytic privacy loss at confidence limits of the measured noise scales
+# ---------------------------------------------------------------------------------------------------------
+def _discrete_laplace_sum_cdf(total: int, n: int, a: float) -> float:
+    """P(sum of n |X_i| <= total) for X_i discrete Laplace with P(k) proportional to a^|k|: |X| is 0 with
+    probability (1 - a) / (1 + a), else 1 + Geometric(1 - a); K nonzero values sum to K + NegBinomial(K, 1 - a)."""
+    from scipy.stats import binom, nbinom
+
+    k = np.arange(0, min(n, total) + 1)
+    weights = binom.pmf(k, n, 2 * a / (1 + a))
+    tails = np.where(k == 0, 1.0, nbinom.cdf(total - k, np.maximum(k, 1), 1 - a))
+    return float(np.sum(weights * tails))
+
+
+def scale_upper_limit(family: str, residuals: ArrayLike, alpha: float) -> float:
+    """A 1 - alpha upper confidence limit of the noise scale from i.i.d. noise values (mean 0 known).
+
+    "laplace": Laplace scale b (2 sum|x| / b is chi2(2n)); integer values are taken as discrete Laplace, P(k)
+    proportional to exp(-|k| / b) (OpenDP's), and get the exact limit of sum|x|. "gaussian": sigma
+    (sum x^2 / sigma^2 is chi2(n))."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2
+
+    x = np.asarray(residuals, dtype=np.float64).ravel()
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ConfigError("the calibration check needs finite noise values")
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha must lie in (0, 1), got {alpha}")
+    n = x.size
+    if family == "gaussian":
+        return math.sqrt(float(np.sum(x * x)) / float(chi2.ppf(alpha, n)))
+    if family != "laplace":
+        raise ConfigError(f"unknown noise family {family!r}; expected one of {NOISE_FAMILIES}")
+    total = float(np.sum(np.abs(x)))
+    if not np.all(x == np.round(x)):
+        return 2.0 * total / float(chi2.ppf(alpha, 2 * n))
+    # Discrete: P_a(sum <= observed) falls from 1 to 0 as a = exp(-1/b) grows; the limit is where it is alpha.
+    t = int(round(total))
+    if _discrete_laplace_sum_cdf(t, n, 1 - 1e-12) >= alpha:
+        return math.inf
+    a = brentq(lambda a: _discrete_laplace_sum_cdf(t, n, a) - alpha, 1e-12, 1 - 1e-12, xtol=1e-12)
+    return -1.0 / math.log(a)
+
+
+def gaussian_delta(epsilon: float, mu: float) -> float:
+    """The privacy profile of N(0, 1) against N(mu, 1): the smallest delta with which they are (epsilon, delta)
+    indistinguishable (Balle and Wang 2018, Theorem 8)."""
+    from scipy.stats import norm
+
+    if mu <= 0:
+        return 0.0
+    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2)))
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """The epsilon of N(0, 1) against N(mu, 1) at ``delta`` (``gaussian_delta`` inverted; inf when delta = 0)."""
+    from scipy.optimize import brentq
+
+    if mu <= 0 or gaussian_delta(0.0, mu) <= delta:
+        return 0.0
+    if delta <= 0:
+        return math.inf
+    high = 1.0
+    while gaussian_delta(high, mu) > delta:
+        high *= 2
+    return float(brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, high, xtol=1e-10))
+
+
+@dataclass
+class PooledNoise:
+    """The noise of one group of blocks drawn with one scale (the same ledger name up to class, sketch and round
+    numbers), pooled over every trial: the values (up to ``MAX_NOISE_VALUES``) and the canary's smallest move of
+    the group in one trial (L1 for Laplace, L2 for Gaussian: deterministic, the minimum only guards against a
+    trial whose passes moved less)."""
+
+    family: str
+    claimed_scale: float
+    values: list[np.ndarray] = field(default_factory=list)
+    kept: int = 0
+    seen: int = 0
+    move: float = math.inf
+
+    def add(self, draws: Sequence[NoiseDraw]) -> None:
+        moves = [np.asarray(d.move, dtype=np.float64) for d in draws]
+        move = (sum(float(np.abs(m).sum()) for m in moves) if self.family == "laplace"
+                else math.sqrt(sum(float((m * m).sum()) for m in moves)))
+        self.move = min(self.move, move)
+        for d in draws:
+            self.seen += int(np.asarray(d.residual).size)
+            room = MAX_NOISE_VALUES - self.kept
+            if room > 0:
+                values = np.asarray(d.residual, dtype=np.float64).ravel()[:room]
+                self.values.append(values)
+                self.kept += values.size
+
+
+def noise_group(name: str) -> str:
+    """The group a released block's noise is pooled in: its ledger name with every number replaced (the per-class,
+    per-sketch and per-round draws of one stage share one scale)."""
+    return re.sub(r"\d+", "#", name)
+
+
+def pool_draws(outcomes: Sequence[Mapping[str, NoiseDraw]]) -> dict[str, PooledNoise]:
+    """Every trial's blocks, pooled per noise group."""
+    pooled: dict[str, PooledNoise] = {}
+    for draws in outcomes:
+        groups: dict[str, list[NoiseDraw]] = {}
+        for name, draw in draws.items():
+            groups.setdefault(noise_group(name), []).append(draw)
+        for group, members in groups.items():
+            if group not in pooled:
+                pooled[group] = PooledNoise(members[0].family, members[0].claimed_scale)
+            if any(d.family != pooled[group].family for d in members):
+                raise ConfigError(f"the blocks of {group!r} were drawn from different noise families")
+            pooled[group].add(members)
+    return pooled
+
+
+@dataclass(frozen=True)
+class CalibrationCheck:
+    """The calibration check's result: the 1 - alpha lower bound on epsilon, the canary's epsilon at the scales
+    the ledger recorded (what a correct mechanism spends on this canary), and per group the recorded scale, the
+    upper limit of the measured one and the canary's move."""
+
+    epsilon_lower_bound: float
+    canary_epsilon: float
+    groups: dict[str, dict[str, float]]
+
+
+def calibration_check(pooled: Mapping[str, PooledNoise], delta: float, alpha: float) -> CalibrationCheck:
+    """The canary's privacy loss, analytic for its mechanism family, with every scale at its upper confidence
+    limit (alpha split evenly over the groups, so all limits hold together with probability >= 1 - alpha).
+    Laplace groups compose by adding their losses, Gaussian groups by adding mu^2; a release holding both is
+    bounded by the larger of the two (dropping blocks is post-processing)."""
+    if not pooled:
+        return CalibrationCheck(0.0, 0.0, {})
+    each = alpha / len(pooled)
+    laplace = [0.0, 0.0]  # (at the limits, at the claimed scales)
+    mu2 = [0.0, 0.0]
+    groups = {}
+    for name, group in pooled.items():
+        values = np.concatenate(group.values)
+        limit = scale_upper_limit(group.family, values, each)
+        claimed = group.claimed_scale
+        groups[name] = {"claimed_scale": claimed, "scale_upper_limit": limit, "canary_move": group.move,
+                        "noise_values": float(group.kept), "noise_values_seen": float(group.seen),
+                        "gaussian": float(group.family == "gaussian"),
+                        "discrete": float(group.family == "laplace" and bool(np.all(values == np.round(values))))}
+        if group.family == "laplace":
+            laplace[0] += group.move / limit
+            laplace[1] += group.move / claimed
+        else:
+            mu2[0] += (group.move / limit) ** 2
+            mu2[1] += (group.move / claimed) ** 2
+    bounds = [max(laplace[i], gaussian_epsilon(math.sqrt(mu2[i]), delta) if mu2[i] > 0 else 0.0) for i in (0, 1)]
+    return CalibrationCheck(bounds[0], bounds[1], groups)
+
+
+def flag_probability(family: str, discrete: bool, values: int, move: float, true_scale: float, claim: float,
+                     delta: float, alpha: float) -> float:
+    """The probability that one group of the calibration check, alone, bounds epsilon above ``claim``: ``values``
+    noise values of ``true_scale`` (what the mechanism really adds), the canary's ``move``, the group's share
+    ``alpha`` of the level. Exact for each family, because the limit grows with the sufficient statistic (sum|x|,
+    sum x^2): the check flags when that statistic is below a threshold whose probability is a Gamma, discrete
+    Laplace or chi2 distribution function. The power of a whole audit is at least the largest of its groups'."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, gamma
+
+    if move <= 0:
+        return 0.0
+    if family == "gaussian":
+        # the check flags when move / sigma_up > mu*, the mu whose epsilon at delta is the claim
+        high = 1.0
+        while gaussian_epsilon(high, delta) <= claim:
+            high *= 2
+        mu_star = brentq(lambda mu: gaussian_epsilon(mu, delta) - claim, 1e-9, high, xtol=1e-12)
+        q = float(chi2.ppf(alpha, values))
+        return float(chi2.cdf(q * (move / mu_star) ** 2 / true_scale ** 2, values))
+    limit = move / claim  # the check flags when the scale's upper limit is below this
+    if not discrete:
+        q = float(chi2.ppf(alpha, 2 * values))
+        return float(gamma.cdf(limit * q / 2, values, scale=true_scale))
+    # discrete: flags when P_limit(sum <= T) < alpha; the largest such T, by bisection (P grows with T)
+    a_limit = math.exp(-1 / limit)
+    low, high_t = -1, 1
+    while _discrete_laplace_sum_cdf(high_t, values, a_limit) < alpha:
+        low, high_t = high_t, 2 * high_t
+    while high_t - low > 1:
+        mid = (low + high_t) // 2
+        if _discrete_laplace_sum_cdf(mid, values, a_limit) < alpha:
+            low = mid
+        else:
+            high_t = mid
+    return 0.0 if low < 0 else _discrete_laplace_sum_cdf(low, values, math.exp(-1 / true_scale))
 
 
 @dataclass(frozen=True)
@@ -152,6 +400,13 @@ class AuditRow:
     alpha: float
     noise: str  # what drew the noise in these trials: "secure", "insecure-reproducible", "seeded (main)"
     seconds: float = 0.0
+    # The two checks behind epsilon_lower_bound (the larger of them): the threshold test's bound and the
+    # calibration check's; the canary's epsilon at the recorded scales (what a correct mechanism spends on it);
+    # the calibration check's groups (recorded scale, upper limit of the measured scale, canary's move).
+    threshold_bound: float = 0.0
+    calibration_bound: float = 0.0
+    canary_epsilon: float = 0.0
+    noise_groups: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def exceeds_claim(self) -> bool:
@@ -179,16 +434,21 @@ def evaluate_test(test: ThresholdTest, without: ArrayLike, with_canary: ArrayLik
     return tp / with_canary.size, fp / without.size, bound
 
 
-def run_trials(trial: Trial, per_side: int, on_trial: Callable[[], None] | None = None
-               ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def run_trials(trial: Trial, per_side: int, on_trial: Callable[[], None] | None = None,
+               draws: list[Mapping[str, NoiseDraw]] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``per_side`` trials on D and on D', interleaved (D, D', D, D', ...) so any drift of the machine or of a
-    cache hits both sides alike. Returns ``{statistic: (values on D, values on D')}``."""
+    cache hits both sides alike. Returns ``{statistic: (values on D, values on D')}``; the released blocks of
+    trials that report them are appended to ``draws``."""
     if per_side < 1:
         raise ConfigError(f"the audit needs at least one trial per corpus, got {per_side}")
     values: dict[str, tuple[list[float], list[float]]] = {}
     for _ in range(per_side):
         for side, with_canary in enumerate((False, True)):
-            for name, value in trial(with_canary).items():
+            outcome = trial(with_canary)
+            statistics = outcome.statistics if isinstance(outcome, TrialOutcome) else outcome
+            if isinstance(outcome, TrialOutcome) and draws is not None:
+                draws.append(outcome.draws)
+            for name, value in statistics.items():
                 values.setdefault(name, ([], []))[side].append(float(value))
             if on_trial is not None:
                 on_trial()
@@ -201,26 +461,35 @@ def run_trials(trial: Trial, per_side: int, on_trial: Callable[[], None] | None 
 def audit(mechanism: str, trial: Trial, *, claimed_epsilon: float, delta: float, calibration_trials: int,
           evaluation_trials: int, noise: str, alpha: float = DEFAULT_ALPHA,
           on_trial: Callable[[], None] | None = None) -> AuditRow:
-    """Calibrate a test on fresh trials, then measure it on other fresh trials and bound epsilon from below."""
+    """Calibrate a threshold test on fresh trials, measure it on other fresh trials, run the calibration check on
+    the noise of all of them, and bound epsilon from below by the larger of the two (each at confidence
+    1 - alpha / 2, so the reported bound holds with confidence 1 - alpha)."""
     import time
 
     started = time.perf_counter()
-    calibration = run_trials(trial, calibration_trials, on_trial)
-    test = choose_test(calibration, delta, min(alpha, CALIBRATION_ALPHA))
-    evaluation = run_trials(trial, evaluation_trials, on_trial)
+    draws: list[Mapping[str, NoiseDraw]] = []
+    calibration = run_trials(trial, calibration_trials, on_trial, draws)
+    test = choose_test(calibration, delta, min(alpha / 2, CALIBRATION_ALPHA))
+    evaluation = run_trials(trial, evaluation_trials, on_trial, draws)
     without, with_canary = evaluation[test.statistic]
-    tpr, fpr, bound = evaluate_test(test, without, with_canary, delta, alpha)
+    tpr, fpr, threshold_bound = evaluate_test(test, without, with_canary, delta, alpha / 2)
+    check = calibration_check(pool_draws(draws), delta, alpha / 2)
     return AuditRow(mechanism=mechanism, claimed_epsilon=float(claimed_epsilon), delta=float(delta),
                     test=test.statistic, threshold=test.threshold, trials=evaluation_trials,
-                    calibration_trials=calibration_trials, tpr=tpr, fpr=fpr, epsilon_lower_bound=bound, alpha=alpha,
-                    noise=noise, seconds=round(time.perf_counter() - started, 2))
+                    calibration_trials=calibration_trials, tpr=tpr, fpr=fpr,
+                    epsilon_lower_bound=max(threshold_bound, check.epsilon_lower_bound), alpha=alpha,
+                    noise=noise, seconds=round(time.perf_counter() - started, 2), threshold_bound=threshold_bound,
+                    calibration_bound=check.epsilon_lower_bound, canary_epsilon=check.canary_epsilon,
+                    noise_groups=check.groups)
 
 
 def format_table(rows: Sequence[AuditRow]) -> str:
     """The audit as a fixed-width text table (also used in docs/privacy.md)."""
-    header = ("mechanism", "claimed eps", "delta", "trials", "TPR", "FPR", "eps lower bound", "verdict", "test")
+    header = ("mechanism", "claimed eps", "delta", "trials", "TPR", "FPR", "test bound", "canary eps",
+              "calibration bound", "eps lower bound", "verdict", "test")
     lines = [[r.mechanism, f"{r.claimed_epsilon:.3f}", f"{r.delta:.0e}" if r.delta else "0", f"{r.trials}x2",
-              f"{r.tpr:.3f}", f"{r.fpr:.3f}", f"{r.epsilon_lower_bound:.3f}", r.verdict, r.test] for r in rows]
+              f"{r.tpr:.3f}", f"{r.fpr:.3f}", f"{r.threshold_bound:.3f}", f"{r.canary_epsilon:.3f}",
+              f"{r.calibration_bound:.3f}", f"{r.epsilon_lower_bound:.3f}", r.verdict, r.test] for r in rows]
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths)),

@@ -1,13 +1,24 @@
 """The trials of `privseed audit`: an empirical privacy audit of every mechanism, run through the flows' own
 stage functions (tasks/audit.py holds the statistics; flows/audit.py the command line).
 
-For each mechanism the audit runs the stage exactly as the flow runs it (the same stage/task function, a fresh
-ledger in a fresh temporary state folder per trial, the same public configuration and the same ``--seed`` every
-trial) many times on a small public corpus D and on D' = D plus one canary document built to move the release as
-much as one document can. A threshold test on what the stage RELEASED (the values the ledger stores and the
-stage's output, never a private intermediate) tries to tell D' from D; its true and false positive rates become a
-95 % Clopper-Pearson lower bound on epsilon (tasks/audit.py). The claimed epsilon is what the trial's ledger
-charged. A lower bound above the claim refutes the claim: the command then exits with status 1.
+For each mechanism the audit runs the stage exactly as the flow runs it many times on a small public corpus D and
+on D' = D plus one canary document built to move the release as much as one document can. Both are Parquet
+corpora of three work units; a trial runs the flow's own passes over them (pass 1, pass 2, the PE vote and cluster
+passes, the same unit functions and reduction tree as on a cluster), hands its corpus's exact values to the stage
+that privatizes them (a fresh ledger in a fresh temporary state folder per trial, the same public configuration and
+the same ``--seed`` every trial), and reports two things about what the stage RELEASED (the values the ledger
+stores and the stage's output, never a private intermediate):
+
+* statistics for a threshold test that tries to tell D' from D; its true and false positive rates become a
+  Clopper-Pearson lower bound on epsilon;
+* every released block with its noise (released minus the exact value of the trial's corpus, which the adversary
+  who knows D knows) and the canary's move of it (the passes on D' minus the passes on D): the calibration check,
+  whose bound is the canary's analytic privacy loss at upper confidence limits of the measured noise scales.
+
+tasks/audit.py holds both. The claimed epsilon is what the trial's ledger charged. A lower bound above the claim
+refutes the claim: the command then exits with status 1. The calibration check catches half the noise and a
+sensitivity counted half in every mechanism at 10 + 10 trials per corpus (tests/test_audit.py, with the faults of
+tasks/audit_faults.py; the power table is in docs/privacy.md).
 
     vocabulary  DP-KPS's vocabulary histogram (privatize_vocabulary_stage). Canary: a document whose first S terms
                 are one term of V that no other document uses, so it moves that term's count by S, the whole L1
@@ -16,17 +27,20 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 term's noisy count is released (V~ membership and order are functions of those counts and cannot
                 make a stronger test).
     kde         DP-KPS's per-class DP-KDE (privatize_sketches, then sample_keyphrase_sequences). Canary: a class-0
-                document whose phrases are one term far from the class's. Tests: the released sketch's score of the
-                canary term, the Laplace likelihood ratio of the released sketch (the adversary knows D's exact
-                sum), and how often the term appears in class 0's sampled sequences.
+                document whose phrases are one term no document uses, the one whose public feature vector is the
+                longest in L1 (it moves the sketch by 0.67 of the sensitivity sqrt(2) I). Tests: the released
+                sketch's score of the canary term, the Laplace likelihood ratio of the released sketch (the
+                adversary knows D's exact sum), and how often the term appears in class 0's sampled sequences.
     markov      histogram-markov's pair stage (privatize_class_histograms, then privatize_class_pairs; the term stage
                 takes a quarter of the budget 1). Canary: a class-0 document of three terms no document uses, so its
                 S_2 = 3 candidate terms move three pair counts of class 0 by 1 each: its whole L1 sensitivity
                 S_2 (S_2 - 1) / 2. Tests: the Laplace likelihood ratio of those three released counts (the adversary
                 knows D's exact counts, 0) and their sum. K and P cover V, so the pairs are released every trial.
-    augpe       One Aug-PE round (charge_augpe_schedule + augpe_round_histogram, T = 1). Canary: a private
-                document identical to one candidate that no other document votes for. Test: its noisy count.
-    secpe       One SecPE round (detect_secrets, secpe_noise, charge_secpe_schedule, secpe_round_release, T = 1)
+    augpe       One Aug-PE round (exact_class_votes, charge_augpe_schedule, draw_augpe_round, T = 1) over 24
+                public candidates. Canary: a private document identical to one candidate that no other document
+                votes for. Test: its noisy count.
+    secpe       One SecPE round (detect_unit_secrets, secpe_noise, charge_secpe_schedule, exact_cluster_sums,
+                draw_secpe_round, T = 1)
                 with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE reports "if rho and sigma
                 are fixed". The canary holds no secret, so rho = 1 (it is always sampled). K = 2 public clusters,
                 and only the canary's class is drawn per trial (the other classes' releases are independent of
@@ -63,6 +77,7 @@ from privseed.tasks import jsonable, storage
 from privseed.tasks.config import AUDIT_MECHANISMS, AUDIT_PROFILES
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.units import CorpusPlan
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +90,9 @@ class Profile:
     evaluation: int   # trials per corpus that measure it
 
 
-# quick: in the test suite (1-2 minutes on two shared cores). full: the figures of docs/privacy.md; with 500
-# evaluation trials per side a perfect test bounds epsilon by about 4.9, above every claim audited here.
+# quick: 40 + 100 trials (the suite's slow CLI test; the suite's own audit is --trials 10, 10 + 10). full: the
+# figures of docs/privacy.md; with 500 evaluation trials per side a perfect threshold test bounds epsilon by about
+# 4.9, above every claim audited here, and every noise group of the calibration check reaches its 20,000 values.
 PROFILES = {name: Profile(*counts) for name, counts in AUDIT_PROFILES.items()}
 
 # ---------------------------------------------------------------------------------------------------------
@@ -94,7 +110,8 @@ _TOPICS = {
 VOCABULARY_CANARY_TERM = "zeppelin"
 #: Terms of V that no document uses (their counts are pure noise, as most of a real vocabulary's are).
 _UNUSED_TERMS = ("quasar", "obsidian", "marzipan", "lava", "eruption", "bakery", "recipe", "invoice", "pension")
-#: The KDE canary's one phrase, far (in MiniLM space) from class 0's football terms.
+#: A term no document uses, far (in MiniLM space) from class 0's football terms; like every unused term, a candidate
+#: for the KDE canary's one phrase (KdeAudit takes the one whose features move the sketch most).
 KDE_CANARY_TERM = "volcano"
 
 #: Aug-PE candidates (public synthetic texts). The last class-0 candidate is the one the canary is closest to.
@@ -174,15 +191,26 @@ def _noise_label(ledger: PrivacyLedger) -> str:
 
 
 class _Mechanism(abc.ABC):
-    """One audited mechanism: its public setup (done once) and its trial (run many times)."""
+    """One audited mechanism: its public setup (done once) and its trial (run many times).
+
+    D and D' are written as Parquet corpora of several work units (``_write_corpus``); a trial runs the flow's own
+    passes over those units (``.fn`` of the flow's stage tasks, in-process: ``map_reduce_units`` without a cluster
+    runs the same unit functions and the same reduction tree), hands its corpus's exact values to the stage that
+    privatizes them, and reports the threshold statistics of what was released together with every released block
+    for the calibration check: its noise (released - exact of this corpus) and the canary's move (the passes on D'
+    minus the passes on D, recomputed every trial)."""
 
     name: str = ""
+    labels: list[Any] = [0, 1, 2]
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         self.workdir = workdir
         self.insecure = insecure
         self.claim: tuple[float, float] | None = None
         self.noise = "unknown"
+
+    def close(self) -> None:  # noqa: B027  (most audits keep nothing)
+        """Forget what the trials kept in memory (the PE audits' embeddings)."""
 
     @contextmanager
     def ledger(self) -> Iterator[_RecordingLedger]:
@@ -212,9 +240,51 @@ class _Mechanism(abc.ABC):
             values["insecure_reproducible_noise"] = True
         return values
 
+    def write_corpora(self, private: pd.DataFrame, canary: pd.DataFrame) -> dict[bool, CorpusPlan]:
+        """D (False) and D' (True) as Parquet corpora, planned into work units as a run plans its corpus."""
+        return {side: _write_corpus(frame, self.workdir / f"{self.name}-{'with' if side else 'without'}-canary")
+                for side, frame in ((False, private), (True, canary))}
+
+    @staticmethod
+    def draws(ledger: _RecordingLedger, exact: Mapping[str, tuple[np.ndarray, np.ndarray]],
+              with_canary: bool) -> dict[str, stats.NoiseDraw]:
+        """Each released block ``name`` with its exact values on D and on D' (``exact[name]``), as the calibration
+        check takes it: the mechanism family and scale the ledger recorded, the noise and the canary's move."""
+        entries = {e["name"]: e for e in ledger.entries()}
+        out = {}
+        for name, (without, with_) in exact.items():
+            released = np.asarray(ledger.released[name]["noisy"], dtype=np.float64)
+            own = np.asarray(with_ if with_canary else without, dtype=np.float64)
+            out[name] = stats.NoiseDraw(family=str(entries[name]["mechanism"]), residual=released - own,
+                                        move=np.asarray(with_, dtype=np.float64) - np.asarray(without, np.float64),
+                                        claimed_scale=float(entries[name]["scale"]))
+        return out
+
     @abc.abstractmethod
-    def trial(self, with_canary: bool) -> dict[str, float]:
-        """Run the stage once on D (or D') and return the test statistics of what it released."""
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
+        """Run the stage once on D (or D') and return what it released, as statistics and as noise draws."""
+
+
+def _write_corpus(frame: pd.DataFrame, folder: Path, rows_per_group: int = 8) -> CorpusPlan:
+    """``frame`` as one Parquet shard of row groups of ``rows_per_group`` rows, planned into units of two row
+    groups: the audit corpus of 36 documents is then three units, combined in the passes' reduction tree."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from privseed.tasks.units import plan_corpus
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False),
+                   folder / "part-0.parquet", row_group_size=rows_per_group)
+    return plan_corpus(str(folder), unit_rows=2 * rows_per_group)
+
+
+def _scan_counts(plan: CorpusPlan, labels: list, cfg: Any) -> np.ndarray:
+    """Pass 1 of the flows (``scan_private_corpus``, with the run's ``term_counting``): the exact term counts."""
+    from privseed.tasks.stages.corpus import scan_private_corpus
+    from privseed.tasks.stages.dpkps import term_counting
+
+    return scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).term_counts
 
 
 class VocabularyAudit(_Mechanism):
@@ -233,18 +303,20 @@ class VocabularyAudit(_Mechanism):
         self.cfg = DpKpsConfig(**self.config_values(dict(
             vocab=str(path), vocab_top=None, first_terms=4, vocab_size=self.size, eps_voc=1.0, n_workers=1),
             DpKpsConfig))
-        self.private = audit_corpus()
-        self.canary = _with(self.private, " ".join([VOCABULARY_CANARY_TERM] * self.cfg.first_terms), 0)
+        private = audit_corpus()
+        self.plans = self.write_corpora(private, _with(private, " ".join([VOCABULARY_CANARY_TERM] *
+                                                                          self.cfg.first_terms), 0))
 
-    def trial(self, with_canary: bool) -> dict[str, float]:
-        from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, vocabulary_histogram
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
+        from privseed.tasks.stages.dpkps import privatize_vocabulary_stage
 
-        corpus = self.canary if with_canary else self.private
+        counts = {side: _scan_counts(plan, self.labels, self.cfg) for side, plan in self.plans.items()}
         with self.ledger() as ledger:
-            counts = vocabulary_histogram.fn(corpus["text"].tolist(), self.cfg)
-            privatize_vocabulary_stage.fn(counts, self.cfg, ledger)
+            privatize_vocabulary_stage.fn(counts[with_canary], self.cfg, ledger)
             noisy = released_counts(ledger.released["vocabulary"], self.size)
-        return {f"noisy count of '{VOCABULARY_CANARY_TERM}'": float(noisy[self.canary_id])}
+            draws = self.draws(ledger, {"vocabulary": (counts[False], counts[True])}, with_canary)
+        return stats.TrialOutcome({f"noisy count of '{VOCABULARY_CANARY_TERM}'": float(noisy[self.canary_id])},
+                                  draws)
 
 
 def released_counts(released: Mapping[str, np.ndarray], size: int) -> np.ndarray:
@@ -261,108 +333,129 @@ def released_counts(released: Mapping[str, np.ndarray], size: int) -> np.ndarray
 
 class KdeAudit(_Mechanism):
     name = "kde"
-    labels = [0, 1, 2]
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
         from privseed.tasks.config import DpKpsConfig
-        from privseed.tasks.stages.dpkps import embed_released_vocabulary, feature_specs
         from privseed.tasks.kde import laplace_scale
+        from privseed.tasks.stages.dpkps import embed_released_vocabulary, feature_specs
 
         # V~ is taken as released (all of the audit vocabulary): the audit isolates the eps_kde of the sketches.
         self.terms = audit_vocabulary_terms()
         self.cfg = DpKpsConfig(**self.config_values(dict(
             method="independent", n_features=32, eps_kde=2.0, length=5, per_class=10, n_workers=1), DpKpsConfig))
         self.embeddings = embed_released_vocabulary.fn(self.terms, self.cfg)
-        self.canary_id = self.terms.index(KDE_CANARY_TERM)
         features = feature_specs(self.cfg, self.embeddings.shape[1])[0].draw()
-        # phi(canary term): the sketch's own feature map; <noisy sum, phi> / I is the sampler's score of the term.
-        self.canary_phi = features.features(self.embeddings[self.canary_id][None, None, :].astype(np.float64))[0]
-        self.private = audit_corpus()
-        self.canary = _with(self.private, " ".join([KDE_CANARY_TERM] * self.cfg.length), 0)
+        phi = features.features(self.embeddings[:, None, :].astype(np.float64))
+        # The canary document is one term repeated: its sketch contribution is phi(term), whose L1 norm is its
+        # move (at most the sensitivity sqrt(2) I). Of the terms no document of D uses, the one that moves the
+        # sketch most (public: the features and the embeddings are).
+        unused = [VOCABULARY_CANARY_TERM, KDE_CANARY_TERM, *_UNUSED_TERMS]
+        self.canary_term = max(unused, key=lambda t: float(np.abs(phi[self.terms.index(t)]).sum()))
+        self.canary_phi = phi[self.terms.index(self.canary_term)].ravel()
+        private = audit_corpus()
+        self.plans = self.write_corpora(private, _with(private, " ".join([self.canary_term] * self.cfg.length), 0))
         # The adversary knows every document of D and the public features, so it knows class 0's exact sum on D and
         # on D' (the canary adds its feature vector); with the public Laplace scale that gives the likelihood ratio.
-        exact = {side: self._exact_class0(corpus) for side, corpus in ((False, self.private), (True, self.canary))}
-        self.exact_without, self.move = exact[False], exact[True] - exact[False]
+        exact = {side: self._exact(side) for side in (False, True)}
+        self.exact_without, self.move = exact[False][0, 0], exact[True][0, 0] - exact[False][0, 0]
         self.laplace_scale = laplace_scale(self.cfg.n_features, self.cfg.eps_kde)
 
-    def _exact_class0(self, corpus: pd.DataFrame) -> np.ndarray:
-        return self._exact(corpus)[0, 0]
+    def _exact(self, with_canary: bool) -> np.ndarray:
+        """Pass 2 of DP-KPS (``exact_sketch_sums``) over the corpus's units: (classes, sketches, I)."""
+        from privseed.tasks.stages.dpkps import exact_sketch_sums
 
-    def _exact(self, corpus: pd.DataFrame) -> np.ndarray:
-        from privseed.tasks.kde import sketch_sums_of_shard
-        from privseed.tasks.stages.dpkps import feature_specs
+        return exact_sketch_sums.fn(self.plans[with_canary], self.labels, self.terms, self.embeddings, self.cfg)
 
-        specs = feature_specs(self.cfg, self.embeddings.shape[1])
-        shard = (corpus["text"].tolist(), corpus["label"].tolist())
-        return sketch_sums_of_shard(shard, self.labels, tuple(self.terms), self.embeddings, specs, True)
-
-    def trial(self, with_canary: bool) -> dict[str, float]:
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.dpkps import privatize_sketches, sample_keyphrase_sequences
 
-        corpus = self.canary if with_canary else self.private
+        exact = {side: self._exact(side) for side in (False, True)}
         with self.ledger() as ledger:
-            released = privatize_sketches.fn(self._exact(corpus), self.labels, self.terms, self.embeddings,
+            released = privatize_sketches.fn(exact[with_canary], self.labels, self.terms, self.embeddings,
                                              self.cfg, ledger)
             sequences = sample_keyphrase_sequences.fn(released, self.labels, self.terms, self.embeddings, self.cfg)
+            draws = self.draws(ledger, {f"kde-class{c}-sketch{k}": (exact[False][c, k], exact[True][c, k])
+                                        for c in range(len(self.labels)) for k in range(exact[False].shape[1])},
+                               with_canary)
         class0 = sequences.loc[sequences["label"] == 0, "keyphrases"]
         noise = released[0, 0] - self.exact_without  # what is left of the release once D's exact sum is known
-        return {f"sketch score of '{KDE_CANARY_TERM}' (class 0)":
-                float(released[0, 0] @ self.canary_phi) / self.cfg.n_features,
-                "class 0 sketch, Laplace likelihood ratio":
-                float(np.sum(np.abs(noise) - np.abs(noise - self.move))) / self.laplace_scale,
-                f"'{KDE_CANARY_TERM}' in class 0's sequences":
-                float(sum(list(k).count(KDE_CANARY_TERM) for k in class0))}
+        return stats.TrialOutcome({
+            f"sketch score of '{self.canary_term}' (class 0)":
+            float(released[0, 0] @ self.canary_phi) / self.cfg.n_features,
+            "class 0 sketch, Laplace likelihood ratio":
+            float(np.sum(np.abs(noise) - np.abs(noise - self.move))) / self.laplace_scale,
+            f"'{self.canary_term}' in class 0's sequences":
+            float(sum(list(k).count(self.canary_term) for k in class0))}, draws)
 
 
-class AugPeAudit(_Mechanism):
+def _private_units(plan: CorpusPlan, cfg: Any, labels: list) -> Any:
+    """The flows' ``PrivateUnits`` of one audit corpus, under a random run name (the workers' embedding cache)."""
+    import uuid
+
+    from privseed.tasks.pe_units import PrivateUnits
+
+    return PrivateUnits(plan.units, cfg.text_column, cfg.label_column, dict(cfg.storage_options or {}),
+                        cfg.embedding_model, tuple(str(label) for label in labels), uuid.uuid4().hex)
+
+
+class _PeAudit(_Mechanism):
+    """The PE audits embed each corpus once per unit, in the process's cache, as a run's workers do."""
+
+    units: dict[bool, Any]
+
+    def close(self) -> None:
+        from privseed.tasks.pe_units import forget_run
+
+        for units in getattr(self, "units", {}).values():
+            forget_run(units.run)
+
+
+class AugPeAudit(_PeAudit):
     name = "augpe"
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
+        from privseed.tasks import evolution as ev
         from privseed.tasks.config import AugPeConfig
         from privseed.tasks.evolution import candidate_documents as _documents, class_index as _per_class_index
-        from privseed.tasks.stages.pe import embed_candidates, embed_private
-        from privseed.tasks import evolution as ev
+        from privseed.tasks.stages.pe import embed_candidates
 
         self.cfg = AugPeConfig(**self.config_values(dict(
             epsilon=2.0, delta=1e-5, iterations=1, per_class=2, progress=False), AugPeConfig))
-        self.labels = [0, 1, 2]
-        self.candidates = pd.DataFrame(_CANDIDATES, columns=["text", "label"])
+        # Every candidate's noisy count is a noise value for the calibration check: the public texts join the pool
+        # (they take no vote from the canary, whose text is its own candidate's).
+        pool = _CANDIDATES + [(text, i * 3 // len(_PUBLIC_TEXTS)) for i, text in enumerate(_PUBLIC_TEXTS)]
+        self.candidates = pd.DataFrame(pool, columns=["text", "label"])
         self.syn_emb = embed_candidates.fn(self.candidates["text"].tolist(), self.cfg.embedding_model)
         self.syn_class = _per_class_index(self.labels, self.candidates["label"])
-        self.documents = _documents(self.cfg, self.candidates)
+        self.voting = ev.voting_classes(self.syn_class, _documents(self.cfg, self.candidates))
         private = audit_corpus()
-        canary_text = _CANDIDATES[_ISOLATED_CANDIDATE][0]
-        embeddings = embed_private.fn([*private["text"], canary_text], self.cfg.embedding_model)
-        classes = _per_class_index(self.labels, pd.Series([*private["label"], 0]))
-        self.sides = {False: (embeddings[:-1], classes[:-1]), True: (embeddings, classes)}
+        plans = self.write_corpora(private, _with(private, _CANDIDATES[_ISOLATED_CANDIDATE][0], 0))
+        self.units = {side: _private_units(plan, self.cfg, self.labels) for side, plan in plans.items()}
         # The construction the test relies on: no document of D votes for the isolated candidate; the canary does.
         for with_canary, expected in ((False, 0), (True, 1)):
-            votes = ev.class_votes(*self.sides[with_canary], self.syn_emb, np.where(self.documents, self.syn_class, -1))
+            votes = self._votes(with_canary)
             if votes[_ISOLATED_CANDIDATE] != expected:
                 raise ConfigError(f"audit corpus: the isolated candidate gets {votes[_ISOLATED_CANDIDATE]} votes "
                                   f"{'with' if with_canary else 'without'} the canary, expected {expected}")
 
-    def trial(self, with_canary: bool) -> dict[str, float]:
-        from privseed.tasks.stages.pe import augpe_round_histogram, charge_augpe_schedule
+    def _votes(self, with_canary: bool) -> np.ndarray:
+        """The flow's vote pass over the corpus's units (``exact_class_votes``)."""
+        from privseed.tasks.stages.pe import exact_class_votes
 
-        private_emb, private_class = self.sides[with_canary]
+        return np.asarray(exact_class_votes.fn(self.units[with_canary], self.syn_emb, self.voting), dtype=np.float64)
+
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
+        from privseed.tasks.stages.pe import charge_augpe_schedule, draw_augpe_round
+
+        votes = {side: self._votes(side) for side in (False, True)}
         with self.ledger() as ledger:
             schedule = charge_augpe_schedule(ledger, self.cfg)
-            noisy = augpe_round_histogram(ledger, self.cfg, schedule, 1, self.candidates, self.syn_emb,
-                                          self.syn_class, self.documents, private_emb, private_class)
-        return {"noisy count of the canary's candidate": float(noisy[_ISOLATED_CANDIDATE])}
-
-
-def _exact_class_term_counts(audit: Any, corpus: pd.DataFrame) -> np.ndarray:
-    """Stage 1's exact per-class counts of ``corpus`` for the histogram audits (``matcher``, ``labels``,
-    ``vocabulary``, ``cfg`` of the audit)."""
-    from privseed.tasks.histogram_seeds import class_positions, class_term_counts
-
-    ids = [audit.matcher.match(t) for t in corpus["text"]]
-    positions = class_positions(audit.labels, corpus["label"])
-    return class_term_counts(ids, positions, len(audit.labels), len(audit.vocabulary), audit.cfg.first_terms)
+            noisy = draw_augpe_round(ledger, self.cfg, schedule, 1, self.candidates, lambda: votes[with_canary])
+            draws = self.draws(ledger, {"augpe.round-001.histogram": (votes[False], votes[True])}, with_canary)
+        return stats.TrialOutcome({"noisy count of the canary's candidate": float(noisy[_ISOLATED_CANDIDATE])},
+                                  draws)
 
 
 def _laplace_ratio_of_unit_shift(noisy: np.ndarray, scale: float) -> float:
@@ -375,13 +468,12 @@ class MarkovPairsAudit(_Mechanism):
     """histogram-markov's pair stage (tasks/stages/histogram.py), with its term stage before it as in the flow."""
 
     name = "markov"
-    labels = [0, 1, 2]
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
         from privseed.tasks.config import DpKpsConfig
         from privseed.tasks.histogram_seeds import pair_mechanism, stage_budgets
-        from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
+        from privseed.tasks.vocabulary import load_vocabulary
 
         path = workdir / "audit-markov-vocabulary.txt"
         path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
@@ -394,39 +486,42 @@ class MarkovPairsAudit(_Mechanism):
             method="histogram-markov", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=size,
             markov_pair_top=size, markov_pair_terms=3, epsilon=1.0, markov_term_share=0.25, per_class=10,
             length=5, n_workers=1), DpKpsConfig))
-        self.matcher = phrase_matcher(self.vocabulary)
-        self.private = audit_corpus()
+        private = audit_corpus()
         # A class-0 document of three terms no document uses: its S_2 = 3 candidate terms give it all
         # S_2 (S_2 - 1) / 2 = 3 pairs of its sensitivity, each at exact count 0 on D and 1 on D'.
         self.canary_terms = _UNUSED_TERMS[:3]
-        self.canary = _with(self.private, " ".join(self.canary_terms), 0)
+        self.plans = self.write_corpora(private, _with(private, " ".join(self.canary_terms), 0))
         eps_2, delta_2 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
                                        self.cfg.markov_term_share)[1]
         self.scale = pair_mechanism(self.cfg.mechanism, self.cfg.markov_pair_terms, eps_2, delta_2).scale
 
-    def trial(self, with_canary: bool) -> dict[str, float]:
-        from privseed.tasks.histogram_seeds import class_pair_counts, class_positions, pair_columns
-        from privseed.tasks.stages.histogram import (pair_candidate_ids, privatize_class_histograms,
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
+        from privseed.tasks.histogram_seeds import pair_columns
+        from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms,
                                                      privatize_class_pairs)
 
-        corpus = self.canary if with_canary else self.private
-        ids = [self.matcher.match(t) for t in corpus["text"]]
-        positions = class_positions(self.labels, corpus["label"])
+        counts = {side: _scan_counts(plan, self.labels, self.cfg) for side, plan in self.plans.items()}
         with self.ledger() as ledger:
-            exact = _exact_class_term_counts(self, corpus)
-            terms = privatize_class_histograms.fn(exact, self.labels, self.cfg, ledger)
-            candidates = pair_candidate_ids(terms, self.cfg)
-            counts = class_pair_counts(ids, positions, candidates, self.cfg.markov_pair_terms)
-            released = privatize_class_pairs.fn(counts, self.labels, terms, self.cfg, ledger)[0]
+            terms = privatize_class_histograms.fn(counts[with_canary], self.labels, self.cfg, ledger)
+            # Pass 2 on both corpora, over the candidates stage 1 released in this trial (public from here on).
+            pairs = {side: exact_pair_counts.fn(plan, self.labels, terms, self.cfg)
+                     for side, plan in self.plans.items()}
+            releases = privatize_class_pairs.fn(pairs[with_canary], self.labels, terms, self.cfg, ledger)
+            exact = {f"histogram-class{c}": (counts[False][c], counts[True][c]) for c in range(len(self.labels))}
+            for c, release in enumerate(releases):
+                n = len(release["pair_ids"])
+                exact[f"markov-class{c}"] = (pairs[False][c, :n * (n - 1) // 2], pairs[True][c, :n * (n - 1) // 2])
+            draws = self.draws(ledger, exact, with_canary)
+        released = releases[0]
         where = {int(t): i for i, t in enumerate(released["pair_ids"])}
         at = [where[self.vocabulary.terms.index(t)] for t in self.canary_terms]
         columns = pair_columns(len(released["pair_ids"]))
         noisy = np.asarray(released["noisy"], dtype=np.float64)[[columns[at[0], at[1]], columns[at[0], at[2]],
                                                                   columns[at[1], at[2]]]]
         # D's exact counts of the three pairs are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
-        return {"class 0, the canary's three pair counts, Laplace likelihood ratio":
-                _laplace_ratio_of_unit_shift(noisy, self.scale),
-                "class 0, the canary's three pair counts, sum": float(noisy.sum())}
+        return stats.TrialOutcome({"class 0, the canary's three pair counts, Laplace likelihood ratio":
+                                   _laplace_ratio_of_unit_shift(noisy, self.scale),
+                                   "class 0, the canary's three pair counts, sum": float(noisy.sum())}, draws)
 
 
 class HistogramAudit(_Mechanism):
@@ -434,13 +529,12 @@ class HistogramAudit(_Mechanism):
     a share of the budget): per-class noisy term counts."""
 
     name = "histogram"
-    labels = [0, 1, 2]
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
         from privseed.tasks.config import DpKpsConfig
         from privseed.tasks.histogram_seeds import build_mechanism, stage_budgets
-        from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
+        from privseed.tasks.vocabulary import load_vocabulary
 
         path = workdir / "audit-histogram-vocabulary.txt"
         path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
@@ -448,37 +542,37 @@ class HistogramAudit(_Mechanism):
         self.cfg = DpKpsConfig(**self.config_values(dict(
             method="histogram", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=len(self.vocabulary),
             epsilon=1.0, per_class=10, length=5, n_workers=1), DpKpsConfig))
-        self.matcher = phrase_matcher(self.vocabulary)
-        self.private = audit_corpus()
+        private = audit_corpus()
         # A class-0 document of S terms no document uses: S counts of class 0 move by 1, the whole L1 sensitivity.
         self.canary_ids = [self.vocabulary.terms.index(t) for t in _UNUSED_TERMS[:self.cfg.first_terms]]
-        self.canary = _with(self.private, " ".join(_UNUSED_TERMS[:self.cfg.first_terms]), 0)
+        self.plans = self.write_corpora(private, _with(private, " ".join(_UNUSED_TERMS[:self.cfg.first_terms]), 0))
         eps_1, delta_1 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
                                        self.cfg.markov_term_share)[0]
         self.scale = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1).scale
 
-    def trial(self, with_canary: bool) -> dict[str, float]:
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.histogram import privatize_class_histograms
 
-        corpus = self.canary if with_canary else self.private
+        counts = {side: _scan_counts(plan, self.labels, self.cfg) for side, plan in self.plans.items()}
         with self.ledger() as ledger:
-            released = privatize_class_histograms.fn(_exact_class_term_counts(self, corpus), self.labels, self.cfg,
-                                                     ledger)[0]
+            released = privatize_class_histograms.fn(counts[with_canary], self.labels, self.cfg, ledger)[0]
+            draws = self.draws(ledger, {f"histogram-class{c}": (counts[False][c], counts[True][c])
+                                        for c in range(len(self.labels))}, with_canary)
         noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
         # D's exact counts of the S terms are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
-        return {"class 0, the canary's S term counts, Laplace likelihood ratio":
-                _laplace_ratio_of_unit_shift(noisy, self.scale),
-                "class 0, the canary's S term counts, sum": float(noisy.sum())}
+        return stats.TrialOutcome({"class 0, the canary's S term counts, Laplace likelihood ratio":
+                                   _laplace_ratio_of_unit_shift(noisy, self.scale),
+                                   "class 0, the canary's S term counts, sum": float(noisy.sum())}, draws)
 
 
-class SecPeAudit(_Mechanism):
+class SecPeAudit(_PeAudit):
     name = "secpe"
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        from privseed.tasks.config import SecPeConfig
-        from privseed.tasks.stages.pe import embed_candidates, embed_private
         from privseed.tasks import evolution as ev
+        from privseed.tasks.config import SecPeConfig
+        from privseed.tasks.stages.pe import embed_candidates
 
         secrets = workdir / "audit-secrets.txt"
         secrets.write_text(_NOBODY_HOLDS_THIS_SECRET + "\n", encoding="utf-8")
@@ -487,59 +581,72 @@ class SecPeAudit(_Mechanism):
             delta=1e-5, per_class=2, progress=False), SecPeConfig))
         public_emb = embed_candidates.fn(_PUBLIC_TEXTS, self.cfg.embedding_model)
         self.clusters = ev.public_kmeans(public_emb, self.cfg.clusters, self.cfg.seed)
+        self.scales = ev.centre_noise_scales(self.clusters, self.cfg.radius)
         private = audit_corpus()
-        self.texts = {False: private["text"].tolist(), True: [*private["text"], _SECPE_CANARY]}
-        self.classes = {False: private["label"].to_numpy(), True: np.append(private["label"].to_numpy(), 0)}
-        embeddings = embed_private.fn(self.texts[True], self.cfg.embedding_model)
-        self.embeddings = {False: embeddings[:-1], True: embeddings}
-        self._adversary_view(embeddings)
+        plans = self.write_corpora(private, _with(private, _SECPE_CANARY, 0))
+        self.units = {side: _private_units(plan, self.cfg, self.labels) for side, plan in plans.items()}
+        self._adversary_view({side: self._joint(side, self._rho(side)) for side in (False, True)})
 
-    def _adversary_view(self, embeddings: np.ndarray) -> None:
-        """What the adversary, who knows every document of D, expects: the canary's cluster k, the exact class-0
-        centre of k on D, and the direction and length of the canary's move of it, in units of its noise."""
+    def _rho(self, with_canary: bool) -> Any:
+        """The flow's secret detection over the units and SecretNoise: (sampling probabilities per unit, noise).
+        Nobody holds the audit's secret, so every rho is 1: the sampled sums are the exact ones, every trial."""
+        from privseed.tasks.evolution import secpe_noise
+        from privseed.tasks.stages.pe import detect_unit_secrets, rho_per_unit
+
+        units = self.units[with_canary]
+        secret_noise = secpe_noise(self.cfg, detect_unit_secrets.fn(self.cfg, units))
+        if not np.all(secret_noise.rho == 1.0):
+            raise ConfigError("audit corpus: a document's sampling probability is below 1; the audit needs exact sums")
+        return rho_per_unit(units, secret_noise.rho), secret_noise
+
+    def _joint(self, with_canary: bool, rho: Any) -> np.ndarray:
+        """Round 1's exact joint statistics of class 0 (sizes, centres in noise units) from the flow's per-unit
+        cluster sums (``exact_cluster_sums``), as the flow's SecPE round computes them."""
+        from privseed.tasks import evolution as ev
+        from privseed.tasks.stages.pe import exact_cluster_sums
+
+        sums = exact_cluster_sums.fn(self.units[with_canary], rho[0], self.cfg, 1, self.clusters)
+        return ev.joint_statistics(*ev.clustering_from_sums(self.clusters, sums.counts[0], sums.sums[0]), self.scales)
+
+    def _adversary_view(self, joint: Mapping[bool, np.ndarray]) -> None:
+        """What the adversary, who knows every document of D, expects: the canary's cluster k (the size it moves),
+        the exact class-0 centre of k on D, and the direction and length of the canary's move of it, in units of
+        its noise."""
         from privseed.tasks import evolution as ev
 
-        radius, sizes, centres = self.cfg.radius, self.clusters.sizes, self.clusters.centres
-        clipped = ev.clip_rows(embeddings, radius)
-        nearest = ev.nearest_synthetic(clipped, centres)
-        k = int(nearest[-1])
-        members = (self.classes[True] == 0) & (nearest == k)
-        exact = {}
-        for with_canary in (False, True):
-            rows = members.copy()
-            rows[-1] = with_canary
-            exact[with_canary] = (centres[k] * sizes[k] + clipped[rows].sum(axis=0)) / (sizes[k] + rows.sum())
-        move = exact[True] - exact[False]
+        centres, sizes = {}, {}
+        for side, z in joint.items():
+            centres[side], sizes[side] = ev.split_joint_statistics(z, self.scales)
+        k = int(np.argmax(sizes[True] - sizes[False]))
+        move = centres[True][k] - centres[False][k]
         self.cluster = k
-        self.scale = float(ev.centre_noise_scales(self.clusters, radius)[k])  # the centre's noise unit c_k
-        self.centre_without = exact[False]
+        self.scale = float(self.scales[k])  # the centre's noise unit c_k
+        self.centre_without = centres[False][k]
         self.direction = move / max(float(np.linalg.norm(move)), 1e-300)
         self.move_in_noise_units = float(np.linalg.norm(move)) / self.scale
 
-    def trial(self, with_canary: bool) -> dict[str, float]:
-        from privseed.tasks.evolution import secpe_noise
-        from privseed.tasks.stages.pe import charge_secpe_schedule, detect_secrets, secpe_round_release
-        from privseed.tasks import evolution as ev
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
+        from privseed.tasks.stages.pe import charge_secpe_schedule, draw_secpe_round
 
-        classes = self.classes[with_canary]
-        scales = ev.centre_noise_scales(self.clusters, self.cfg.radius)
+        rho = {side: self._rho(side) for side in (False, True)}
+        joint = {side: self._joint(side, rho[side]) for side in (False, True)}
         with self.ledger() as ledger:
-            incidence, _ = detect_secrets.fn(self.cfg, self.texts[with_canary])
-            secret_noise = secpe_noise(self.cfg, incidence)
-            _, mechanism = charge_secpe_schedule(ledger, self.cfg, secret_noise)
+            _, mechanism = charge_secpe_schedule(ledger, self.cfg, rho[with_canary][1])
             # Only the canary's class: the flow draws every class with this same function, but the other classes'
             # releases are computed on other documents (parallel composition) and would only cost sampling time.
-            members = classes == 0
-            released = secpe_round_release(ledger, self.cfg, mechanism, 1, 0, 0, self.clusters, scales,
-                                           self.embeddings[with_canary][members], secret_noise.rho[members])
-        sigma = secret_noise.sigma
+            released = draw_secpe_round(ledger, self.cfg, mechanism, 1, 0, 0, self.clusters, self.scales,
+                                        lambda: joint[with_canary])
+            draws = self.draws(ledger, {"secpe.round-001.class-0": (joint[False], joint[True])}, with_canary)
+        sigma = rho[with_canary][1].sigma
         size = float(released["sizes"][self.cluster]) / sigma
         centre = float((released["centres"][self.cluster] - self.centre_without) @ self.direction)
         centre /= self.scale * sigma
         # Both are Gaussian in noise units with means shifted by 1 and by the centre's move: the likelihood ratio
         # of the pair is their sum weighted by the shifts.
-        return {"noisy size of the canary's cluster": size, "centre moved towards the canary": centre,
-                "size + centre (likelihood ratio)": size + self.move_in_noise_units * centre}
+        return stats.TrialOutcome({"noisy size of the canary's cluster": size,
+                                   "centre moved towards the canary": centre,
+                                   "size + centre (likelihood ratio)": size + self.move_in_noise_units * centre},
+                                  draws)
 
 
 AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "histogram": HistogramAudit,
@@ -596,9 +703,12 @@ def run_audit(mechanisms: Sequence[str], profile: Profile, *, insecure: bool = F
             for name in mechanisms:
                 mechanism = AUDITS[name](root, insecure)
                 total = 2 * (profile.calibration + profile.evaluation)
-                with tqdm(total=total, desc=f"audit {name}", unit="trial", disable=not progress, leave=False,
-                          file=sys.stderr) as bar:
-                    row = _audit_one(mechanism, profile, alpha, bar.update)
+                try:
+                    with tqdm(total=total, desc=f"audit {name}", unit="trial", disable=not progress, leave=False,
+                              file=sys.stderr) as bar:
+                        row = _audit_one(mechanism, profile, alpha, bar.update)
+                finally:
+                    mechanism.close()
                 rows.append(row)
     finally:
         if own:

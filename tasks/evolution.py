@@ -165,6 +165,15 @@ def vote_mechanism(sigma: float, epsilon: float, delta: float) -> GaussianMechan
     return GaussianMechanism(sensitivity=1.0, sigma=float(sigma), epsilon=float(epsilon), delta=float(delta))
 
 
+def secpe_round_mechanism(sigma: float, epsilon: float, delta: float) -> GaussianMechanism:
+    """One SecPE round's mechanism on a class's (sizes, centres) in noise units (``joint_statistics``): N(0, sigma^2)
+    on every value. Sensitivity sqrt(2) in L2 (``accounting.SECPE_HOLDER_SHIFT``): a sampled document moves one size
+    by 1 and one centre by at most one noise unit. ``epsilon`` and ``delta`` are the per-document DP epsilon of the
+    T rounds with rho and sigma fixed, recorded with the mechanism."""
+    return GaussianMechanism(sensitivity=accounting.SECPE_HOLDER_SHIFT, sigma=float(sigma), epsilon=float(epsilon),
+                             delta=float(delta))
+
+
 def apply_threshold(noisy: np.ndarray, threshold: float) -> np.ndarray:
     """Aug-PE's threshold H: bins with a noisy count below H become 0 (post-processing)."""
     noisy = np.asarray(noisy, dtype=np.float64)

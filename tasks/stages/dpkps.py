@@ -49,7 +49,8 @@ def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
 @private_stage("vocabulary-histogram")
 def vocabulary_histogram(texts: Sequence[str], cfg: DpKpsConfig | AugPeConfig) -> np.ndarray:
     """The vocabulary histogram of documents already in memory: the counts pass 1 makes unit by unit
-    (``scan_private_corpus`` with ``term_counting``), for the audit's trials."""
+    (``scan_private_corpus`` with ``term_counting``), for checks that hold the documents (the audit's trials run
+    pass 1 itself)."""
     from privseed.tasks.vocabulary import require_vocabulary_hits
 
     counts = term_counting(cfg).count(texts)

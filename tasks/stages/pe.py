@@ -124,16 +124,6 @@ def embed_candidates(texts: list[str], model: str, progress: bool = False) -> np
     return embed_sharded(texts, model, progress=progress, desc="embed candidates")
 
 
-@private_stage("embed-private")
-def embed_private(texts: list[str], model: str, progress: bool = False) -> np.ndarray:
-    """Private documents held in memory, embedded (`privseed audit`, which runs one round on a corpus it made;
-    the flows embed per unit on the workers instead). Never persisted or logged; no progress bar whatever
-    ``progress`` says, since its total would print |D|."""
-    from privseed.tasks.embedding import embed_sharded
-
-    return embed_sharded(texts, model, progress=False, desc="embed private documents")
-
-
 @public_stage("load-public-corpus", retries=2)
 def load_public_texts(cfg: SecPeConfig) -> list[str]:
     """SecPE's public corpus of the same domain (Parquet, ``--public-text-column``)."""
@@ -204,14 +194,6 @@ def secret_detector(cfg: SecPeConfig) -> SecretDetector:
         raise ConfigError(f"--secrets {cfg.secrets!r}: expected 'words', 'pii' or an existing file of secret terms")
     terms = storage.read_bytes(cfg.secrets, cfg.storage_options).decode("utf-8").splitlines()
     return SecretDetector("file", tuple(t for t in terms if t.strip()))
-
-
-@private_stage("detect-secrets")
-def detect_secrets(cfg: SecPeConfig, texts: list[str]) -> tuple[sparse.csr_matrix, str]:
-    """(documents x secrets) incidence of documents held in memory (`privseed audit`), and the secrets' kind.
-    The secret *list* is public for words/FILE; PII values are private and never leave this task."""
-    detector = secret_detector(cfg)
-    return stack_incidence([detector.incidence(texts)]), detector.kind
 
 
 @private_stage("detect-secrets-per-unit")
@@ -294,8 +276,7 @@ def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise:
     delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
     dp_epsilon = accounting.secpe_dp_epsilon(sigma, delta, cfg.iterations)
     # One Gaussian mechanism per round and class: sizes and centres (in noise units) as one vector.
-    mechanism = GaussianMechanism(sensitivity=accounting.SECPE_HOLDER_SHIFT, sigma=sigma, epsilon=dp_epsilon,
-                                  delta=delta)
+    mechanism = ev.secpe_round_mechanism(sigma, dp_epsilon, delta)
     schedule = {"mechanism": "secret-clustering", "sigma": sigma, "iterations": cfg.iterations,
                 "adjacency": accounting.ADJACENCY, "seed": cfg.seed, "clusters": cfg.clusters, "radius": cfg.radius,
                 "centre_noise_scale": "(R + max(R, ||e_k||)) / n_k", "rho_norm": cfg.rho_norm,
@@ -327,16 +308,6 @@ def draw_augpe_round(ledger: PrivacyLedger, cfg: AugPeConfig, schedule: dict, t:
     )["noisy"]
 
 
-def augpe_round_histogram(ledger: PrivacyLedger, cfg: AugPeConfig, schedule: dict, t: int, candidates: pd.DataFrame,
-                          syn_emb: np.ndarray, syn_class: np.ndarray, documents: np.ndarray, private_emb: np.ndarray,
-                          private_class: np.ndarray) -> np.ndarray:
-    """``draw_augpe_round`` with the votes of private embeddings held in memory (`privseed audit`): the same
-    draw, name, mechanism and noise as the flow's round, whose votes come from the work units."""
-    voting = ev.voting_classes(syn_class, documents)
-    return draw_augpe_round(ledger, cfg, schedule, t, candidates,
-                            lambda: ev.class_votes(private_emb, private_class, syn_emb, voting))
-
-
 def draw_secpe_round(ledger: PrivacyLedger, cfg: SecPeConfig, mechanism: GaussianMechanism, t: int, ci: int,
                      label: Any, clusters: ev.PublicClusters, scales: np.ndarray,
                      exact: Callable[[], np.ndarray]) -> dict[str, np.ndarray]:
@@ -354,16 +325,6 @@ def draw_secpe_round(ledger: PrivacyLedger, cfg: SecPeConfig, mechanism: Gaussia
         postprocess=lambda z: dict(zip(("centres", "sizes"), ev.split_joint_statistics(z, scales))),
         accounted_in="secpe.schedule",
     )
-
-
-def secpe_round_release(ledger: PrivacyLedger, cfg: SecPeConfig, mechanism: GaussianMechanism, t: int, ci: int,
-                        label: Any, clusters: ev.PublicClusters, scales: np.ndarray, private_emb: np.ndarray,
-                        rho: np.ndarray) -> dict[str, np.ndarray]:
-    """``draw_secpe_round`` for one class's private embeddings held in memory (`privseed audit`): the same draw
-    as the flow's round, whose sums come from the work units."""
-    sampling = cfg.noise("secpe", f"round-{t}", f"class-{ci}", "sample")
-    return draw_secpe_round(ledger, cfg, mechanism, t, ci, label, clusters, scales, lambda: ev.sampled_joint_statistics(
-        clusters, private_emb, rho, radius=cfg.radius, sampling=sampling))
 
 
 # ---------------------------------------------------------------------------------------------------------
