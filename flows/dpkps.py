@@ -26,8 +26,8 @@ from prefect import flow, get_run_logger
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
 from privseed.tasks.config import DpKpsConfig, flow_config
-from privseed.tasks.histogram_seeds import HISTOGRAM_METHODS
 from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
 from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
@@ -83,7 +83,7 @@ def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: 
     """noise per class (-> pass 2: pair counts among each class's heaviest terms -> noise) -> sample per class."""
     terms = privatize_class_histograms(counts, labels, cfg, ledger)
     pairs = None
-    if cfg.method == "histogram-markov":
+    if SEED_METHODS[cfg.method].ordered_pairs:
         pair_counts = exact_pair_counts(plan, labels, terms, cfg)
         pairs = privatize_class_pairs(pair_counts, labels, terms, cfg, ledger)
     return sample_histogram_sequences(terms, pairs, labels, cfg)

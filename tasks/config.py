@@ -30,6 +30,7 @@ from pydantic.fields import FieldInfo
 from privseed.tasks import storage
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.mechanisms import NoiseSource, noise_source
+from privseed.tasks.seed_methods import SEED_METHOD_NAMES, SEED_METHODS
 
 #: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
 #: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
@@ -473,7 +474,8 @@ class DpKpsConfig(ReleaseConfig):
                              json_schema_extra=cli(metavar="S"))
     vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
                             json_schema_extra=cli(metavar="N"))
-    method: Literal["independent", "iterative-linear", "iterative-log", "histogram", "histogram-markov"] = Field(
+    # The choices are the seed-method registry's names (tasks/seed_methods.py); a Literal of a tuple is dynamic.
+    method: Literal[SEED_METHOD_NAMES] = Field(  # type: ignore[valid-type]
         default="independent",
         description="the DP-KPS sampler, or privseed's per-class DP term histograms (docs/dpkps.md)")
     # The histogram methods (tasks/histogram_seeds.py, privseed's own comparator; docs/dpkps.md) spend one budget.
@@ -520,8 +522,8 @@ class DpKpsConfig(ReleaseConfig):
                              json_schema_extra=cli(metavar="H"))
     selection: Literal["proportional", "greedy", "top-k", "power"] | None = Field(
         default=None, description="how the next phrase is drawn from the clipped scores",
-        json_schema_extra=cli(default_text="power-2 for independent, top-5 for iterative-linear and iterative-log, "
-                                           "power-1 for the histogram methods"))
+        json_schema_extra=cli(default_text=", ".join(f"{m.default_selection} for {name}"
+                                                     for name, m in SEED_METHODS.items())))
     top_k: int = Field(default=10, ge=1, description="k of --selection top-k", json_schema_extra=cli(metavar="K"))
     power: float = Field(default=2.0, gt=0.0, description="G of --selection power: draw proportional to score^G",
                          json_schema_extra=cli(metavar="G"))

@@ -14,22 +14,23 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from privseed.tasks import corpus, jsonable, storage
 from privseed.tasks.config import (BASELINE_METHODS, EXPERIMENT_METHODS, EXPERIMENT_OUT, PE_METHODS, SWITCH_VALUES,
-                                   DpKpsConfig, EvaluationOptions, ExperimentConfig, validate_config)
+                                   EvaluationOptions, ExperimentConfig, validate_config)
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.release_reader import Release
+from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHOD_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 # The histogram methods (tasks/histogram_seeds.py) are privseed's own comparator on the same pipeline; they spend
 # one budget, the cell's eps_voc + eps_kde, and the paper has no numbers for them.
-HISTOGRAM_METHODS = ("histogram", "histogram-markov")
-DPKPS_METHODS: tuple[str, ...] = get_args(DpKpsConfig.model_fields["method"].annotation)
+#: Every method the dpkps flow runs (the seed-method registry, tasks/seed_methods.py).
+DPKPS_METHODS: tuple[str, ...] = SEED_METHOD_NAMES
 # Private evolution (PE_METHODS: Aug-PE, AugPE+V~, SecPE). Aug-PE spends the cell's eps_voc + eps_kde on its voting
 # rounds; AugPE+V~ spends eps_voc on the vocabulary V~ and eps_kde on the rounds (the same split as DP-KPS,
 # Table 2); SecPE is run at the grid's (p, r), a different guarantee, so it is one cell per seed, not one per

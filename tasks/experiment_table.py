@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from privseed.tasks import metrics, report
+from privseed.tasks.seed_methods import SEED_METHODS
 from privseed.tasks.experiment import (BASELINE_METHODS, DPKPS_METHODS, HISTOGRAM_METHODS, PE_METHODS, ExperimentSpec,
                                        spec_dict)
 
@@ -17,7 +18,8 @@ def paper_lookup(paper: pd.DataFrame, *, group: str, method: str, llm: str, cora
                   eps: tuple[float, float] | None) -> tuple[float, str]:
     """The paper's number for the same setting, and its table/row; NaN when the paper has none."""
     llm_key = "none" if llm == "none" else "yes"
-    sampler = {"iterative-log": "iterative", "iterative-linear": "iterative"}.get(method, method)
+    seed_method = SEED_METHODS.get(method)
+    sampler = seed_method.paper_sampler if seed_method and seed_method.paper_sampler else method
     rows = paper[(paper["dataset"] == group) & (paper["llm"] == llm_key)
                  & (paper["da"].isin(["any", "yes" if coral else "no"]))]
     if method in HISTOGRAM_METHODS:  # privseed's own comparator: not in the paper

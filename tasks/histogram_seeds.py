@@ -56,8 +56,7 @@ import numpy as np
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.sampling import SelectionRule
-
-HISTOGRAM_METHODS = ("histogram", "histogram-markov")
+from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,13 +165,14 @@ def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) 
     """(epsilon, delta) of each stage; they add up to (epsilon, delta) by basic composition."""
     if not (np.isfinite(epsilon) and epsilon > 0):
         raise ConfigError(f"epsilon must be a positive finite number, got {epsilon}")
-    if method == "histogram":
+    if method not in HISTOGRAM_METHODS:
+        raise ConfigError(f"unknown histogram method {method!r}; expected one of {HISTOGRAM_METHODS}")
+    if not SEED_METHODS[method].ordered_pairs:
         return [(epsilon, delta)]
-    if method == "histogram-markov":
-        if not 0.0 < term_share < 1.0:
-            raise ConfigError(f"--markov-term-share must be in (0, 1), got {term_share}")
-        return [(epsilon * term_share, delta * term_share), (epsilon * (1 - term_share), delta * (1 - term_share))]
-    raise ConfigError(f"unknown histogram method {method!r}; expected one of {HISTOGRAM_METHODS}")
+    # the terms, then the co-occurrence pairs that order them
+    if not 0.0 < term_share < 1.0:
+        raise ConfigError(f"--markov-term-share must be in (0, 1), got {term_share}")
+    return [(epsilon * term_share, delta * term_share), (epsilon * (1 - term_share), delta * (1 - term_share))]
 
 
 def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float) -> Any:
@@ -440,10 +440,10 @@ def sample_class_sequences(method: str, releases: Sequence[ClassRelease], per_cl
     background = background_distribution(releases) if any(r.background_share > 0 for r in releases) else None
     out = []
     for r in releases:
-        if method == "histogram":
-            ids = sample_independent(r, per_class, length, rule, rng, background)
-        else:
+        if SEED_METHODS[method].ordered_pairs:
             ids = sample_markov(r, per_class, length, rule, rng, background, pair_weight)
+        else:
+            ids = sample_independent(r, per_class, length, rule, rng, background)
         out.append([[int(t) for t in row] for row in ids])
     return out
 

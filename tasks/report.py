@@ -24,12 +24,13 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from privseed.tasks import jsonable  # noqa: E402
+from privseed.tasks.seed_methods import SEED_METHODS  # noqa: E402
 
 REAL_COLOR = "#1f77b4"
 SYNTHETIC_COLOR = "#d62728"
-FIXED_METHOD_COLORS = {"independent": "#d62728", "iterative-log": "#1f77b4", "iterative-linear": "#9467bd",
-                       "real": "#222222", "only-llm": "#ff7f0e", "augpe": "#2ca02c", "augpe+v": "#17becf",
-                       "secpe": "#8c564b"}
+#: A method keeps its colour in every figure: the seed methods' from their registry, the baselines' and PE's here.
+FIXED_METHOD_COLORS = {**{name: method.color for name, method in SEED_METHODS.items()}, "real": "#222222",
+                       "only-llm": "#ff7f0e", "augpe": "#2ca02c", "augpe+v": "#17becf", "secpe": "#8c564b"}
 METHOD_COLORS = ["#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
 RUN_SECTIONS = ("summary", "scores", "figures", "corpus", "usage", "ledger", "config", "examples")

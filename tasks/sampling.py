@@ -17,7 +17,6 @@ against all of V~ into two (B x I) @ (I x |V~|) matrix products. torch runs them
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,22 +26,20 @@ import torch
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.kde import SQRT2, RffFeatures
+from privseed.tasks.seed_methods import DPKPS_SAMPLERS, SEED_METHODS
 
-METHODS = ("independent", "iterative-linear", "iterative-log")
+#: The DP-KPS samplers (tasks/seed_methods.py is their registry).
+METHODS = DPKPS_SAMPLERS
 
 
 def ensemble_blocks(method: str, length: int) -> list[int]:
-    """Number of blocks (prefix length) of each sketch of the method's ensemble."""
+    """Number of blocks (prefix length) of each sketch of the method's ensemble (the registry's sketch_blocks)."""
     if length < 1:
         raise ConfigError(f"sequence length L must be >= 1, got {length}")
-    if method == "independent":
-        return [1]
-    if method == "iterative-linear":
-        return list(range(1, length + 1))
-    if method == "iterative-log":
-        count = math.ceil(math.log2(length)) + 1
-        return [min(2**k, length) for k in range(count)]
-    raise ConfigError(f"unknown DP-KPS method {method!r}; expected one of {METHODS}")
+    blocks = SEED_METHODS[method].sketch_blocks if method in DPKPS_SAMPLERS else None
+    if blocks is None:
+        raise ConfigError(f"unknown DP-KPS method {method!r}; expected one of {METHODS}")
+    return blocks(length)
 
 
 def sketch_for_step(blocks: Sequence[int], step: int) -> int:

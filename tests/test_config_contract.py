@@ -290,12 +290,13 @@ def test_help_shows_every_flag_with_its_true_default(command, capsys):
 
 
 def test_defaults_described_in_words_are_the_ones_the_code_applies():
-    from privseed.tasks.stages.dpkps import DEFAULT_SELECTION, selection_rule
+    from privseed.tasks.seed_methods import SEED_METHODS
+    from privseed.tasks.stages.dpkps import selection_rule
     from privseed.tasks.stages.pe import augpe_schedule
     from privseed.tasks import accounting
 
     base = REQUIRED["dpkps"]
-    for method, rule in DEFAULT_SELECTION.items():
+    for method, rule in ((name, m.default_selection) for name, m in SEED_METHODS.items()):
         assert selection_rule(validate_config(DpKpsConfig, {**base, "method": method})) == rule
         assert rule in default_text(DpKpsConfig, "selection")
     histogram = validate_config(DpKpsConfig, {**base, "method": "histogram"})
@@ -526,3 +527,22 @@ def test_every_flow_honours_every_field(field_reads, command):
     stale = sorted(set(exempt) & read)
     assert not stale, f"{command} reads {stale} after all: remove them from NOT_READ"
     assert set(exempt) <= set(model.model_fields)
+
+
+def test_every_seed_method_comes_from_the_registry():
+    """One registry names the seed methods: the CLI's choices, the samplers, the histogram path and the grid take
+    their lists from it, so a method added there is offered everywhere and a name is spelled in one place."""
+    from privseed.tasks import experiment, histogram_seeds, sampling
+    from privseed.tasks.seed_methods import DPKPS_SAMPLERS, HISTOGRAM_METHODS, SEED_METHOD_NAMES, SEED_METHODS
+
+    assert get_args(DpKpsConfig.model_fields["method"].annotation) == SEED_METHOD_NAMES
+    assert set(SEED_METHOD_NAMES) == set(DPKPS_SAMPLERS) | set(HISTOGRAM_METHODS)
+    assert sampling.METHODS == DPKPS_SAMPLERS and histogram_seeds.HISTOGRAM_METHODS == HISTOGRAM_METHODS
+    assert set(SEED_METHOD_NAMES) <= set(experiment.METHODS)
+    for name in DPKPS_SAMPLERS:  # each sampler's ensemble ends at the full sequence length
+        assert sampling.ensemble_blocks(name, 10)[-1] in (1, 10)
+        assert SEED_METHODS[name].paper_sampler  # the paper's numbers sit beside ours
+    assert sampling.ensemble_blocks("iterative-log", 10) == [1, 2, 4, 8, 10]
+    for name in HISTOGRAM_METHODS:
+        stages = histogram_seeds.stage_budgets(name, 11.0, 0.0, 0.5)
+        assert len(stages) == (2 if SEED_METHODS[name].ordered_pairs else 1)

@@ -18,17 +18,13 @@ import pandas as pd
 from privseed.tasks.config import AugPeConfig, DpKpsConfig
 from privseed.tasks.ledger import PrivacyLedger
 from privseed.tasks.passes import TermCounting
+from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
 from privseed.tasks.units import CorpusPlan
 
-#: Selection rule used when --selection is not given, chosen on public data (docs/dpkps.md).
-DEFAULT_SELECTION = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5",
-                     "histogram": "power-1", "histogram-markov": "power-1"}
-
-
 def selection_rule(cfg: DpKpsConfig) -> str:
-    if cfg.selection is None:
-        return DEFAULT_SELECTION[cfg.method]
+    if cfg.selection is None:  # the method's own default, chosen on public data (tasks/seed_methods.py)
+        return SEED_METHODS[cfg.method].default_selection
     if cfg.selection == "top-k":
         return f"top-{cfg.top_k}"
     if cfg.selection == "power":
@@ -39,7 +35,6 @@ def selection_rule(cfg: DpKpsConfig) -> str:
 def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
     """What pass 1 counts for this configuration: per class for the histogram methods, the vocabulary histogram
     of DP-KPS and AugPE+V~ otherwise (``cfg`` carries vocab, vocab_top, first_terms)."""
-    from privseed.tasks.histogram_seeds import HISTOGRAM_METHODS
     from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N
 
     return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms,
