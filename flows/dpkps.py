@@ -25,7 +25,7 @@ from prefect import flow, get_run_logger
 
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
-from privseed.tasks.config import DpKpsConfig, flow_config
+from privseed.tasks.config import TYPED_FLOW, DpKpsConfig, flow_config
 from privseed.tasks.ledger import PrivacyLedger
 from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
 from privseed.tasks.stages.artifacts import release_artifacts
@@ -40,7 +40,7 @@ from privseed.tasks.stages.release import publish, render_without_llm
 from privseed.tasks.units import CorpusPlan
 
 
-@flow(name="dpkps", log_prints=True)
+@flow(name="dpkps", log_prints=True, **TYPED_FLOW)
 def dpkps_flow(config: DpKpsConfig) -> dict:
     """DP-KPS end to end. ``config`` is typed, so a deployment's form shows every option with its type, default,
     choices and help, and Prefect refuses a bad value when the run is submitted (a dict of fields is accepted)."""

@@ -22,7 +22,7 @@ import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect i
 from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
 
 from privseed.tasks import classify
-from privseed.tasks.config import EvaluateConfig, add_config_arguments, config_from_args, flow_config
+from privseed.tasks.config import TYPED_FLOW, EvaluateConfig, add_config_arguments, config_from_args, flow_config
 from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
                                        resolve_test_view)
 from privseed.tasks.release_reader import release_vocabulary, written_without_llm
@@ -32,7 +32,7 @@ from privseed.tasks.stages.evaluation import (load_client_texts, load_release, l
 
 
 # The flow that deployments/prefect.yaml names (flows/evaluate.py:evaluate).
-@flow(name="evaluate", log_prints=True)
+@flow(name="evaluate", log_prints=True, **TYPED_FLOW)
 def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set. ``config`` is
     typed (tasks/config.py; a dict of fields is accepted; PRIVSEED_* variables fill what it leaves out, as on the

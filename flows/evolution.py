@@ -23,7 +23,7 @@ from prefect import flow
 from privseed.tasks import evolution as ev
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
-from privseed.tasks.config import AugPeConfig, SecPeConfig, build_config, flow_config
+from privseed.tasks.config import TYPED_FLOW, AugPeConfig, SecPeConfig, build_config, flow_config
 from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
@@ -33,7 +33,7 @@ from privseed.tasks.stages.pe import (charge_augpe_schedule, charge_secpe_schedu
 from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 
 
-@flow(name="augpe", log_prints=True)
+@flow(name="augpe", log_prints=True, **TYPED_FLOW)
 def augpe_flow(config: AugPeConfig) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is typed like DP-KPS's (a dict of fields is accepted)."""
     cfg = flow_config(AugPeConfig, config)
@@ -60,7 +60,7 @@ def augpe_flow(config: AugPeConfig) -> dict:
     return manifest
 
 
-@flow(name="secpe", log_prints=True)
+@flow(name="secpe", log_prints=True, **TYPED_FLOW)
 def secpe_flow(config: SecPeConfig) -> dict:
     """SecPE end to end; ``config`` is typed like DP-KPS's (a dict of fields is accepted)."""
     cfg = flow_config(SecPeConfig, config)

@@ -27,7 +27,7 @@ from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
 from privseed.flows.dpkps import dpkps_flow
 from privseed.flows.evolution import augpe_flow, secpe_flow
 from privseed.tasks.baselines import only_llm_label_names
-from privseed.tasks.config import ExperimentConfig, add_config_arguments, config_from_args, flow_config
+from privseed.tasks.config import TYPED_FLOW, ExperimentConfig, add_config_arguments, config_from_args, flow_config
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides,
                                        grid_cells, load_experiment, method_config, method_flow, record_release_seconds,
@@ -42,7 +42,7 @@ METHOD_FLOWS: dict[str, Any] = {"dpkps": dpkps_flow, "augpe": augpe_flow, "secpe
 
 
 # The flow that deployments/prefect.yaml names (flows/experiment.py:experiment).
-@flow(name="experiment", log_prints=True)
+@flow(name="experiment", log_prints=True, **TYPED_FLOW)
 def experiment(config: ExperimentConfig, grid: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
 

@@ -750,6 +750,13 @@ def build_config(model: type[Config], flags: dict[str, Any], config_file: str | 
     return validate_config(model, merged)
 
 
+#: The options of every flow whose parameter is a configuration model: the server of a deployment checks a
+#: submitted run against the model's JSON schema (from the typed signature), and the flow validates the value
+#: itself (:func:`flow_config`), so a Python caller's error names the flag, as on the command line, rather than
+#: Prefect's generic ParameterTypeError.
+TYPED_FLOW: dict[str, Any] = {"validate_parameters": False}
+
+
 def flow_config(model: type[Config], config: BaseModel | Mapping[str, Any]) -> Config:
     """A flow's typed parameter as the configuration it runs: what the caller set (a deployment's form, a
     ``--params`` JSON, the CLI's validated model) over the PRIVSEED_* environment, over the defaults.
