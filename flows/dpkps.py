@@ -16,10 +16,8 @@ intermediates deterministically and re-reads every released value. The stages ar
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger
@@ -89,22 +87,9 @@ def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: 
 
 
 # ---------------------------------------------------------------------------------------------------
-# CLI
+# CLI (privseed.flows.cli builds the options from DpKpsConfig and checks the input before this runs)
 # ---------------------------------------------------------------------------------------------------
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed dpkps``: every flag comes from DpKpsConfig (tasks/config.py), help and defaults included."""
-    from privseed.tasks.config import add_config_arguments
-
-    parser = subparsers.add_parser("dpkps", help="DP-KPS: DP keyphrase sequences seed one LLM prompt per document",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, DpKpsConfig)
-    parser.set_defaults(func=run_from_cli)
-
-
-def run_from_cli(args: argparse.Namespace) -> int:
-    from privseed.tasks.config import config_from_args
-
-    cfg = config_from_args(DpKpsConfig, args)
+def run_from_cli(cfg: DpKpsConfig) -> int:
     manifest = dpkps_flow(cfg.model_dump())
     if manifest.get("dry_run"):
         print(f"dry run, nothing drawn, charged or sent: {manifest['estimate']}")

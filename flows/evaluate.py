@@ -13,16 +13,14 @@ The stages are in tasks/stages/evaluation.py, what they compute in tasks/evaluat
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import pandas as pd
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
+from prefect import flow
 
 from privseed.tasks import classify
-from privseed.tasks.config import EvaluateConfig, add_config_arguments, build_config, config_from_args
+from privseed.tasks.config import EvaluateConfig, build_config
 from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
                                        resolve_test_view)
 from privseed.tasks.release_reader import release_vocabulary, written_without_llm
@@ -68,14 +66,6 @@ def evaluate(config: dict[str, Any]) -> dict[str, Any]:
 
 
 # ================================================================ CLI
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed evaluate``: every flag comes from EvaluateConfig (tasks/config.py), help and defaults included."""
-    parser = subparsers.add_parser("evaluate", help="train on a synthetic release only; score on a real test set",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, EvaluateConfig)
-    parser.set_defaults(func=run_from_cli)
-
-
-def run_from_cli(args: argparse.Namespace) -> int:
-    evaluate(config_from_args(EvaluateConfig, args).model_dump())
+def run_from_cli(cfg: EvaluateConfig) -> int:
+    evaluate(cfg.model_dump())
     return 0

@@ -21,15 +21,18 @@ import tomllib
 import types
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from privseed.tasks import storage
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.mechanisms import NoiseSource, noise_source
+
+if TYPE_CHECKING:
+    from privseed.tasks.mechanisms import NoiseSource
+
+# Imported by the command line to build --help: this module imports pydantic and nothing heavy (numpy, fsspec and
+# YAML are imported where they are used), so `privseed --help` answers at once.
 
 #: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
 #: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
@@ -47,6 +50,8 @@ LABELS_HELP = (
 
 def read_labels_file(path: str, storage_options: dict[str, Any] | None = None) -> list[str]:
     """One label per line; blank lines and ``#`` comments are skipped."""
+    from privseed.tasks import storage
+
     if not storage.exists(path, storage_options):
         raise ValueError(f"--labels-file {path} does not exist")
     text = storage.read_bytes(path, storage_options).decode("utf-8")
@@ -224,6 +229,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
 def flags_from_args(model: type[BaseModel], args: argparse.Namespace) -> dict[str, Any]:
     """The fields of ``model`` the user gave on the command line. ``KEY=VALUE`` pairs become a dict; storage
     options holding a literal credential are refused (flow parameters are stored by the Prefect server)."""
+    from privseed.tasks import storage
+
     values: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         value = getattr(args, name, None)
@@ -426,6 +433,8 @@ class ReleaseConfig(BaseModel):
     def noise(self, *stream: str) -> NoiseSource:
         """The noise source of one stage: OpenDP's secure sampler, or (opted in with
         ``insecure_reproducible_noise``) a stream seeded by the public ``seed`` and the stage's name."""
+        from privseed.tasks.mechanisms import noise_source
+
         return noise_source(self.seed if self.insecure_reproducible_noise else None, *stream)
 
     @property
@@ -437,6 +446,8 @@ class ReleaseConfig(BaseModel):
 
     def public_dict(self) -> dict[str, Any]:
         """The configuration as written to manifests: storage secrets redacted."""
+        from privseed.tasks import storage
+
         values = self.model_dump()
         values["storage_options"] = storage.redact_options(self.storage_options)
         return values
@@ -706,6 +717,8 @@ def _load_file(path: str) -> dict[str, Any]:
     if not file.exists():
         raise ConfigError(f"config file {path} does not exist")
     text = file.read_text()
+    import yaml
+
     try:
         if file.suffix == ".toml":
             return tomllib.loads(text)
@@ -863,6 +876,8 @@ class EvaluateConfig(EvaluationOptions):
     @property
     def report_uri(self) -> str:
         """Where report.html goes: --report, else beside the release."""
+        from privseed.tasks import storage
+
         return self.report_path or storage.join(self.synthetic, "report.html")
 
 
