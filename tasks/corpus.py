@@ -306,6 +306,8 @@ class ReleasePart:
     rows_per_label: dict[str, int]
     columns: tuple[str, ...]
     check: PartCheck | None = None
+    #: the part's Arrow schema (column types, for the dataset card's features)
+    schema: pa.Schema | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -345,8 +347,40 @@ def write_part(out: str, release_id: str, index: int, rows: pd.DataFrame,
     data = _parquet_bytes(rows)
     relative = part_path(release_id, index)
     storage.write_bytes(storage.join(out, relative), data, storage_options)
+    schema = pa.Schema.from_pandas(rows, preserve_index=False).remove_metadata()
     return ReleasePart(relative, len(rows), hashlib.sha256(data).hexdigest(), _rows_per_label(rows["label"]),
-                       tuple(str(c) for c in rows.columns), gate.check_part(rows) if gate is not None else None)
+                       tuple(str(c) for c in rows.columns), gate.check_part(rows) if gate is not None else None,
+                       schema)
+
+
+def release_schema(parts: Sequence[ReleasePart]) -> pa.Schema | None:
+    """One schema for all parts (a part whose lists were all empty has list<null> where others have list<string>),
+    or None when a part's schema is unknown or the parts disagree."""
+    if any(p.schema is None for p in parts):
+        return None
+    try:
+        return pa.unify_schemas([p.schema for p in parts if p.schema is not None])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
+def release_card(release_id: str, parts: Sequence[ReleasePart], rows: int, rows_per_label: Mapping[str, int],
+                 config: Mapping[str, Any], class_names: Mapping[str, str] | None, noise: Mapping[str, Any],
+                 totals: tuple[float, float]) -> bytes:
+    """The release's README.md (privseed.tasks.dataset_card), from what the manifest publishes anyway."""
+    from privseed.tasks.dataset_card import dataset_card
+
+    schema = release_schema(parts)
+    labels: list[Any] = list(config.get("labels") or sorted(rows_per_label))
+    if schema is not None and "label" in schema.names and pa.types.is_integer(schema.field("label").type):
+        try:
+            labels = [int(label) for label in labels]
+        except ValueError:
+            pass
+    return dataset_card(release_id=release_id, part_paths=[p.path for p in parts], schema=schema, rows=rows,
+                        rows_per_label=rows_per_label, labels=labels, class_names=class_names,
+                        epsilon=totals[0], delta=totals[1], secure=bool(noise.get("secure", True)),
+                        config=config).encode()
 
 
 def _quarantine_parts(out: str, quarantine: str, parts: Sequence[ReleasePart],
@@ -378,6 +412,7 @@ def publish_release(
     rows_per_shard: int = 5000,
     release_id: str | None = None,
     allow_insecure: bool = False,
+    class_names: Mapping[str, str] | None = None,
 ) -> dict:
     """Gate, then publish ``synthetic`` under ``out`` atomically; return the manifest.
 
@@ -395,7 +430,11 @@ def publish_release(
 
     A ledger with any release drawn from reproducible noise (``--insecure-reproducible-noise``) is refused the
     same way, whether or not a gate runs, unless ``allow_insecure``; when allowed, manifest.json and
-    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp."""
+    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp.
+
+    README.md, the dataset card (``privseed.tasks.dataset_card``: ``datasets.load_dataset(out)`` opens the release),
+    is written with the other documents, before the manifest that lists it; ``class_names`` (the owner's public
+    names of the declared labels) name its ClassLabel."""
     from privseed.tasks.mechanisms import INSECURE_STAMP
 
     staged = synthetic if isinstance(synthetic, StagedRelease) else None
@@ -472,6 +511,8 @@ def publish_release(
     elif quality_extra:
         documents["quality.json"] = _json_bytes({"gate": "off", **quality_extra})
     documents.update(extra_files or {})
+    documents["README.md"] = release_card(release_id, parts, n_rows, rows_per_label, config, class_names, noise,
+                                          ledger.total())
     for name, data in documents.items():
         relative = f"{RELEASES_DIR}/{release_id}/{name}"
         storage.write_bytes(storage.join(out, relative), data, storage_options)
