@@ -200,9 +200,9 @@ def _quiet_errors_of_the_engines() -> None:
     for name in ("prefect.task_runs", "prefect.flow_runs", "prefect.engine", "prefect.flow_engine",
                  "prefect.task_engine", "distributed.worker", "distributed.scheduler", "distributed.core"):
         logging.getLogger(name).addFilter(DropErrors())
-    # The workers of a LocalCluster are other processes: they read this when they import distributed.
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED__WORKER", "critical")
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED__NANNY", "critical")
+    # The workers of a LocalCluster log a failed task once more ("Compute Failed", with its traceback) in their own
+    # processes: their logs are silenced below CRITICAL (privseed.tasks.cluster.dask_log_level).
+    os.environ.setdefault("PRIVSEED_DASK_LOG_LEVEL", "CRITICAL")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,8 +15,10 @@ arguments whose help shows the model's real default. A bad value is reported und
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import tomllib
 import types
 from collections.abc import Iterable
@@ -775,6 +777,14 @@ def describe_error(model: type[BaseModel], error: Any) -> str:
     flag = flag_of(model, name)
     if error["type"] == "extra_forbidden":
         message = f"unknown option ({model.__name__} has no field {name!r})"
+        close = difflib.get_close_matches(name, list(model.model_fields), n=1, cutoff=0.6)
+        if close:
+            message += f"; did you mean {flag_of(model, close[0])} ({close[0]})?"
+    if error["type"] == "literal_error" and isinstance(error.get("input"), str):
+        choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        close = difflib.get_close_matches(error["input"], choices, n=1, cutoff=0.6)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
     if message.startswith((flag + " ", flag + ":")):  # the message names its flag already (privseed.tasks.llm)
         return message
     spelled_otherwise = name in model.model_fields and flag != "--" + _dashed(name) and flag != name.upper()
