@@ -70,3 +70,19 @@ def test_the_readme_example_runs_and_opens_with_datasets(tmp_path):
     assert len(rows) == 280 and sorted(rows["label"].unique()) == list(range(14))
     dataset = release.to_datasets(cache_dir=str(tmp_path / "hf"))
     assert dataset.num_rows == 280 and dataset.features["label"].num_classes == 14
+
+
+def test_a_hugging_face_dataset_declares_its_class_labels(tmp_path):
+    """A datasets.Dataset whose label is a ClassLabel declares the labels 0..n-1 (public metadata); the run then gets
+    as far as the checks of the input (here: a model file that does not exist)."""
+    from privseed.tasks.errors import ConfigError
+
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["sport", "nature", "music"])})
+    dataset = datasets.Dataset.from_dict({"text": ["a football club", "a river", "an album"], "label": [0, 1, 2]},
+                                         features=features)
+    with pytest.raises(ConfigError, match="the model file /nonexistent.gguf does not exist"):
+        privseed.dpkps(dataset, out=tmp_path / "out", llm="local:/nonexistent.gguf")
+    with pytest.raises(ConfigError, match="no label set declared"):
+        privseed.dpkps(dataset.cast_column("label", datasets.Value("int64")), out=tmp_path / "out")
