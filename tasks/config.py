@@ -266,7 +266,8 @@ class ReleaseConfig(BaseModel):
     #: fields that change the privatized values (documentation of what a resumed run must keep; run ids are random)
     privacy_fields: ClassVar[tuple[str, ...]] = ()
 
-    data: str = Field(description="private corpus: Parquet file, folder or shard prefix (local, file://, s3://)",
+    data: str = Field(description="private corpus: a Parquet, CSV or JSON Lines file, a folder or a shard prefix "
+                      "(local, file://, s3://)",
                       json_schema_extra=cli(positional=True))
     out: str = Field(description="release folder (local or s3://)", json_schema_extra=cli(metavar="OUT"))
     text_column: str = Field(default="text", description="column of the private corpus that holds the text",
@@ -685,7 +686,8 @@ class SecPeConfig(EvolutionConfig):
         "temperature", "mask_fraction", "doc_type", "value_discretization", "min_words",
     )
 
-    public: str = Field(description="a public corpus of the same domain (Parquet; only its text column is read)",
+    public: str = Field(description="a public corpus of the same domain (Parquet, CSV or JSON Lines; only its text "
+                        "column is read)",
                         json_schema_extra=cli(metavar="PUB"))
     public_text_column: str = Field(default="text", description="text column of --public",
                                     json_schema_extra=cli(metavar="COLUMN"))
@@ -862,10 +864,10 @@ class EvaluateConfig(EvaluationOptions):
 
     synthetic: str = Field(description="the release folder (local or s3://), read through its manifest.json",
                            json_schema_extra=cli(metavar="OUT"))
-    test: str = Field(description="the recipient's real labelled test set (Parquet)",
+    test: str = Field(description="the recipient's real labelled test set (Parquet, CSV or JSON Lines)",
                       json_schema_extra=cli(metavar="PATH"))
-    client: str | None = Field(default=None, description="unlabelled client documents for --coral (Parquet; only "
-                               "the text column is read; texts also in --test are dropped)",
+    client: str | None = Field(default=None, description="unlabelled client documents for --coral (Parquet, CSV or "
+                               "JSON Lines; only the text column is read; texts also in --test are dropped)",
                                json_schema_extra=cli(metavar="PATH"))
     json_path: str | None = Field(default=None, description="write the scores and metrics as JSON here",
                                   json_schema_extra=cli(flag="json", metavar="FILE", default_text="no JSON"))
