@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger
 
+from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
 from privseed.tasks.config import DpKpsConfig, build_config
@@ -42,6 +43,7 @@ from privseed.tasks.units import CorpusPlan
 def dpkps_flow(config: dict[str, Any]) -> dict:
     """DP-KPS end to end; ``config`` is a DpKpsConfig as a dict (JSON-able, so deployments can pass it)."""
     # Environment defaults (PRIVSEED_*) apply under the parameters, so deployments honour them like the CLI.
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg, class_names = with_class_names(build_config(DpKpsConfig, config))
     check_local_model(cfg.llm)  # before any private data is read or budget is spent
     warn_if_insecure(cfg, get_run_logger())

@@ -19,6 +19,7 @@ import pandas as pd
 
 from prefect import flow
 
+from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import classify
 from privseed.tasks.config import EvaluateConfig, build_config
 from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
@@ -34,6 +35,7 @@ def evaluate(config: dict[str, Any]) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set. ``config`` is
     an EvaluateConfig as a dict (tasks/config.py; PRIVSEED_* variables fill what it leaves out, as on the
     command line)."""
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg = build_config(EvaluateConfig, config)
     release = load_release(cfg.synthetic)
     test_set: pd.DataFrame = load_test_set(cfg.test, cfg.text_column, cfg.label_column)

@@ -18,6 +18,7 @@ from typing import Any
 
 from prefect import flow
 
+from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import evolution as ev
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
@@ -34,6 +35,7 @@ from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 def augpe_flow(config: dict[str, Any]) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is an AugPeConfig as a dict."""
     # Environment defaults (PRIVSEED_*) apply under the parameters, as for DP-KPS; ConfigError names the problem.
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg = build_config(AugPeConfig, config)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
@@ -60,6 +62,7 @@ def augpe_flow(config: dict[str, Any]) -> dict:
 @flow(name="secpe", log_prints=True)
 def secpe_flow(config: dict[str, Any]) -> dict:
     """SecPE end to end; ``config`` is a SecPeConfig as a dict."""
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg = build_config(SecPeConfig, config)  # environment defaults under the parameters, as above
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
