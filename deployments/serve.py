@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO))  # entrypoints are paths relative to the repository root
-    import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
+    from privseed.tasks._runtime import apply_offline_defaults
+
+    apply_offline_defaults()  # before Prefect is imported: it reads its settings once
     from prefect import serve
 
     deployments = runner_deployments(load_deployment_specs(args.prefect_file), args.only)

@@ -1,38 +1,26 @@
 """`privseed audit`: an empirical privacy audit of every mechanism (lower bounds on epsilon, with 95 % confidence
 unless --confidence says otherwise, against what each ledger claims). The trials and the mechanisms' fixtures are
-in tasks/audit_trials.py (its docstring is this command's description), the statistics in tasks/audit.py.
+in tasks/audit_trials.py, the statistics in tasks/audit.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import sys
 import time
 from pathlib import Path
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from privseed import __version__
 from privseed.tasks import audit as stats
-from privseed.tasks import audit_trials
 from privseed.tasks.audit_trials import Profile, run_audit, write_outputs
-from privseed.tasks.config import AuditConfig, add_config_arguments, config_from_args
+from privseed.tasks.config import AuditConfig
 
 
 # ---------------------------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------------------------
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed audit``: every flag comes from AuditConfig (tasks/config.py), help and defaults included."""
-    parser = subparsers.add_parser("audit", help="empirical privacy audit: lower bounds on each mechanism's epsilon",
-                                   description=audit_trials.__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, AuditConfig)
-    parser.set_defaults(func=run_from_cli)
-
-
-def run_from_cli(args: argparse.Namespace) -> int:
-    return run(config_from_args(AuditConfig, args))
+def run_from_cli(cfg: AuditConfig) -> int:
+    return run(cfg)
 
 
 def run(cfg: AuditConfig) -> int:

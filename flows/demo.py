@@ -7,14 +7,12 @@ few minutes on two cores; the numbers in docs/ come from the full commands, not 
 
 from __future__ import annotations
 
-import argparse
 import time
 from importlib import resources
 from pathlib import Path
 
 from privseed.tasks import storage
-from privseed.tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig, add_config_arguments,
-                                   config_from_args, validate_config)
+from privseed.tasks.config import STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig, validate_config
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
@@ -54,8 +52,8 @@ def demo_config(out: str, llm: str) -> dict:
     }
 
 
-def run_from_cli(args: argparse.Namespace) -> int:
-    return run_demo(config_from_args(DemoConfig, args))
+def run_from_cli(demo: DemoConfig) -> int:
+    return run_demo(demo)
 
 
 def run_demo(demo: DemoConfig) -> int:
@@ -98,11 +96,3 @@ def run_demo(demo: DemoConfig) -> int:
 def _headline(evaluation: dict) -> str:
     """Accuracy of each classifier trained on the synthetic corpus, on the real test split."""
     return ", ".join(f"{name}: accuracy {100 * s['accuracy']:.1f}%" for name, s in evaluation["scores"].items())
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed demo``: its flags come from DemoConfig (tasks/config.py), help and defaults included."""
-    parser = subparsers.add_parser("demo", help="run DP-KPS on the bundled demo corpus with embedded defaults",
-                                   description=__doc__)
-    add_config_arguments(parser, DemoConfig)
-    parser.set_defaults(func=run_from_cli)

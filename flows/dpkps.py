@@ -16,13 +16,12 @@ intermediates deterministically and re-reads every released value. The stages ar
 
 from __future__ import annotations
 
-import argparse
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger
 
+from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
 from privseed.tasks.config import TYPED_FLOW, DpKpsConfig, flow_config
@@ -44,6 +43,7 @@ from privseed.tasks.units import CorpusPlan
 def dpkps_flow(config: DpKpsConfig) -> dict:
     """DP-KPS end to end. ``config`` is typed, so a deployment's form shows every option with its type, default,
     choices and help, and Prefect refuses a bad value when the run is submitted (a dict of fields is accepted)."""
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg, class_names = with_class_names(flow_config(DpKpsConfig, config))
     check_local_model(cfg.llm)  # before any private data is read or budget is spent
     warn_if_insecure(cfg, get_run_logger())
@@ -90,22 +90,9 @@ def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: 
 
 
 # ---------------------------------------------------------------------------------------------------
-# CLI
+# CLI (privseed.flows.cli builds the options from DpKpsConfig and checks the input before this runs)
 # ---------------------------------------------------------------------------------------------------
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed dpkps``: every flag comes from DpKpsConfig (tasks/config.py), help and defaults included."""
-    from privseed.tasks.config import add_config_arguments
-
-    parser = subparsers.add_parser("dpkps", help="DP-KPS: DP keyphrase sequences seed one LLM prompt per document",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, DpKpsConfig)
-    parser.set_defaults(func=run_from_cli)
-
-
-def run_from_cli(args: argparse.Namespace) -> int:
-    from privseed.tasks.config import config_from_args
-
-    cfg = config_from_args(DpKpsConfig, args)
+def run_from_cli(cfg: DpKpsConfig) -> int:
     manifest = dpkps_flow(cfg)
     if manifest.get("dry_run"):
         print(f"dry run, nothing drawn, charged or sent: {manifest['estimate']}")

@@ -13,16 +13,15 @@ The stages are in tasks/stages/evaluation.py, what they compute in tasks/evaluat
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import pandas as pd
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
+from prefect import flow
 
+from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import classify
-from privseed.tasks.config import TYPED_FLOW, EvaluateConfig, add_config_arguments, config_from_args, flow_config
+from privseed.tasks.config import TYPED_FLOW, EvaluateConfig, flow_config
 from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
                                        resolve_test_view)
 from privseed.tasks.release_reader import release_vocabulary, written_without_llm
@@ -37,6 +36,7 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set. ``config`` is
     typed (tasks/config.py; a dict of fields is accepted; PRIVSEED_* variables fill what it leaves out, as on the
     command line)."""
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg = flow_config(EvaluateConfig, config)
     release = load_release(cfg.synthetic)
     test_set: pd.DataFrame = load_test_set(cfg.test, cfg.text_column, cfg.label_column)
@@ -70,14 +70,6 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
 
 
 # ================================================================ CLI
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed evaluate``: every flag comes from EvaluateConfig (tasks/config.py), help and defaults included."""
-    parser = subparsers.add_parser("evaluate", help="train on a synthetic release only; score on a real test set",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, EvaluateConfig)
-    parser.set_defaults(func=run_from_cli)
-
-
-def run_from_cli(args: argparse.Namespace) -> int:
-    evaluate(config_from_args(EvaluateConfig, args))
+def run_from_cli(cfg: EvaluateConfig) -> int:
+    evaluate(cfg)
     return 0

@@ -14,12 +14,11 @@ prompts or from earlier synthetic text. Every LLM call is cached in the private 
 """
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from prefect import flow
 
+from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import evolution as ev
 from privseed.tasks import storage
 from privseed.tasks.cluster import cluster_security, dask_client
@@ -36,6 +35,7 @@ from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 @flow(name="augpe", log_prints=True, **TYPED_FLOW)
 def augpe_flow(config: AugPeConfig) -> dict:
     """Aug-PE / AugPE+V~ end to end; ``config`` is typed like DP-KPS's (a dict of fields is accepted)."""
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg = flow_config(AugPeConfig, config)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
@@ -63,6 +63,7 @@ def augpe_flow(config: AugPeConfig) -> dict:
 @flow(name="secpe", log_prints=True, **TYPED_FLOW)
 def secpe_flow(config: SecPeConfig) -> dict:
     """SecPE end to end; ``config`` is typed like DP-KPS's (a dict of fields is accepted)."""
+    apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg = flow_config(SecPeConfig, config)
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run_plan(cfg)
@@ -103,26 +104,16 @@ def run_secpe(config: dict[str, Any]) -> str:
     return cfg.out
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed augpe`` and ``privseed secpe``: every flag comes from AugPeConfig / SecPeConfig (tasks/config.py)."""
-    from privseed.tasks.config import add_config_arguments
-
-    p = subparsers.add_parser("augpe", help="Aug-PE baseline (add --vocab-words for AugPE+V~)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(p, AugPeConfig)
-    p.set_defaults(func=lambda args: _run_cli(AugPeConfig, augpe_flow, args))
-
-    s = subparsers.add_parser("secpe", help="SecPE baseline: (p, r)-secret protection with secret clustering",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(s, SecPeConfig)
-    s.set_defaults(func=lambda args: _run_cli(SecPeConfig, secpe_flow, args))
+def run_augpe_from_cli(cfg: AugPeConfig) -> int:
+    return _run_cli(cfg, augpe_flow)
 
 
-def _run_cli(model, flow_fn, args: argparse.Namespace) -> int:
-    from privseed.tasks.config import config_from_args
+def run_secpe_from_cli(cfg: SecPeConfig) -> int:
+    return _run_cli(cfg, secpe_flow)
 
-    cfg = config_from_args(model, args)
-    manifest = flow_fn(cfg.model_dump())
+
+def _run_cli(cfg: AugPeConfig | SecPeConfig, flow_fn: Any) -> int:
+    manifest = flow_fn(cfg)
     if manifest.get("dry_run"):
         print("\n".join(manifest["lines"]))
         return 0

@@ -16,18 +16,16 @@ tasks/stages/experiment.py.
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
 import pandas as pd
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
-from prefect import flow  # noqa: E402  (after privseed.tasks._runtime)
+from prefect import flow
 
 from privseed.flows.dpkps import dpkps_flow
 from privseed.flows.evolution import augpe_flow, secpe_flow
 from privseed.tasks.baselines import only_llm_label_names
-from privseed.tasks.config import TYPED_FLOW, ExperimentConfig, add_config_arguments, config_from_args, flow_config
+from privseed.tasks.config import TYPED_FLOW, ExperimentConfig, flow_config
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides,
                                        grid_cells, load_experiment, method_config, method_flow, record_release_seconds,
@@ -89,18 +87,7 @@ def training_set(spec: ExperimentSpec, cell: GridCell, data: PreparedData
 
 
 # ================================================================ CLI
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``privseed experiment``: every flag comes from ExperimentConfig (tasks/config.py), help and defaults
-    included."""
-    parser = subparsers.add_parser("experiment", description=__doc__,
-                                   help="a grid of methods x epsilon x seeds, one table beside the paper",
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, ExperimentConfig)
-    parser.set_defaults(func=run_from_cli)
-
-
-def run_from_cli(args: argparse.Namespace) -> int:
-    cfg = config_from_args(ExperimentConfig, args)
+def run_from_cli(cfg: ExperimentConfig) -> int:
     if cfg.config_path is None:  # refused before a Prefect run starts: a command line has no inline grid
         raise ConfigError("--config: give the experiment file, e.g. --config experiments/dbpedia14_nollm.toml")
     experiment(cfg)

@@ -6,10 +6,34 @@ here so that one copy of the source serves both the repository layout and the im
 - ``privseed.tasks`` (``tasks/``): the stages, each a pure function (the math) and a thin Prefect task (I/O);
 - ``privseed.flows`` (``flows/``): the Prefect flows that wire those tasks, and the command line.
 
+and a small Python API for notebooks and scripts (``privseed/api.py``), imported when first used:
+
+- ``privseed.dpkps(data, labels=..., out=..., **options) -> Release``: DP-KPS on a pandas DataFrame, a
+  ``datasets.Dataset`` or a Parquet / CSV / JSON Lines path; ``options`` are the fields of ``privseed dpkps``;
+- ``privseed.open_release(path) -> Release``: a published release folder; ``privseed.demo_corpus()``: the bundled
+  DBpedia-14 sample as a DataFrame;
+- ``Release.to_pandas()`` (the synthetic rows, checksums verified) and ``Release.to_datasets()`` (a
+  ``datasets.Dataset``, through the release's dataset card); ``.rows``, ``.epsilon``, ``.delta``, ``.manifest``.
+
 Importing ``privseed`` imports nothing heavy and changes no process-wide setting.
 """
 
 from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from privseed.api import Release, demo_corpus, dpkps, open_release
 
 #: The installed distribution's version (pyproject.toml is its one source).
 __version__: str = _version("privseed")
+
+__all__ = ["Release", "demo_corpus", "dpkps", "open_release", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API's names, imported on first use (``import privseed`` stays light)."""
+    if name in ("Release", "demo_corpus", "dpkps", "open_release"):
+        from privseed import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'privseed' has no attribute {name!r}")

@@ -1,14 +1,22 @@
-"""Process-wide settings that make Prefect, GX and the models work offline (see docs/install.md).
+"""The settings that make Prefect, GX and the models work offline (see docs/install.md), applied by whoever starts a
+run, never by an import: importing privseed changes no process-wide setting.
 
-Imported by every module that imports Prefect (flows/, tasks/stages/) before Prefect itself, so a plain
-``privseed ...`` run needs no setup."""
+- the ``privseed`` command applies them for its process (``privseed.flows.cli.main``), before Prefect is imported;
+- the Python API (``privseed.dpkps(...)``) applies them for the duration of a call (:func:`offline_defaults`);
+- ``deployments/serve.py`` applies them before it serves.
+
+Each is a default: a variable the caller has set is left as it is.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 
-_DEFAULTS = {
+#: Environment defaults, each with why.
+DEFAULTS: dict[str, str] = {
     # The ephemeral Prefect API needs ~18 s to start on a 2-core machine; the default 20 s times out.
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -20,10 +28,35 @@ _DEFAULTS = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
-for _key, _value in _DEFAULTS.items():
-    os.environ.setdefault(_key, _value)
+#: Third-party loggers that would print request bodies at DEBUG; privseed never logs private text and these must
+#: not either.
+QUIET_LOGGERS = ("httpx", "httpcore", "anthropic", "openai", "urllib3", "botocore", "s3fs", "aiobotocore")
 
-# Third-party loggers that would print request bodies at DEBUG; privseed never logs private text and
-# these must not either.
-for _name in ("httpx", "httpcore", "anthropic", "urllib3", "botocore", "s3fs", "aiobotocore"):
-    logging.getLogger(_name).setLevel(logging.WARNING)
+
+def apply_offline_defaults() -> None:
+    """Set every unset variable of :data:`DEFAULTS` and quieten :data:`QUIET_LOGGERS`, for the rest of the process
+    (the command line's entry point; a library caller uses :func:`offline_defaults`)."""
+    for key, value in DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def offline_defaults() -> Iterator[None]:
+    """:func:`apply_offline_defaults` for the duration of a block; the environment and the loggers' levels are
+    restored afterwards. Prefect reads its settings when it is first imported, so a block that imports it for the
+    first time leaves Prefect configured with these values (and nothing else)."""
+    saved_env = {key: os.environ.get(key) for key in DEFAULTS}
+    saved_levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+    apply_offline_defaults()
+    try:
+        yield
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)

@@ -67,7 +67,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel

@@ -15,22 +15,27 @@ arguments whose help shows the model's real default. A bad value is reported und
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import tomllib
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from privseed.tasks import storage
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.mechanisms import NoiseSource, noise_source
 from privseed.tasks.seed_methods import SEED_METHOD_NAMES, SEED_METHODS
+
+if TYPE_CHECKING:
+    from privseed.tasks.mechanisms import NoiseSource
+
+# Imported by the command line to build --help: this module imports pydantic and nothing heavy (numpy, fsspec and
+# YAML are imported where they are used), so `privseed --help` answers at once.
 
 #: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
 #: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
@@ -48,6 +53,8 @@ LABELS_HELP = (
 
 def read_labels_file(path: str, storage_options: dict[str, Any] | None = None) -> list[str]:
     """One label per line; blank lines and ``#`` comments are skipped."""
+    from privseed.tasks import storage
+
     if not storage.exists(path, storage_options):
         raise ValueError(f"--labels-file {path} does not exist")
     text = storage.read_bytes(path, storage_options).decode("utf-8")
@@ -230,6 +237,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
 def flags_from_args(model: type[BaseModel], args: argparse.Namespace) -> dict[str, Any]:
     """The fields of ``model`` the user gave on the command line. ``KEY=VALUE`` pairs become a dict; storage
     options holding a literal credential are refused (flow parameters are stored by the Prefect server)."""
+    from privseed.tasks import storage
+
     values: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         value = getattr(args, name, None)
@@ -263,7 +272,8 @@ class ReleaseConfig(BaseModel):
     #: fields that change the privatized values (documentation of what a resumed run must keep; run ids are random)
     privacy_fields: ClassVar[tuple[str, ...]] = ()
 
-    data: str = Field(description="private corpus: Parquet file, folder or shard prefix (local, file://, s3://)",
+    data: str = Field(description="private corpus: a Parquet, CSV or JSON Lines file, a folder or a shard prefix "
+                      "(local, file://, s3://)",
                       json_schema_extra=cli(positional=True))
     out: str = Field(description="release folder (local or s3://)", json_schema_extra=cli(metavar="OUT"))
     text_column: str = Field(default="text", description="column of the private corpus that holds the text",
@@ -432,6 +442,8 @@ class ReleaseConfig(BaseModel):
     def noise(self, *stream: str) -> NoiseSource:
         """The noise source of one stage: OpenDP's secure sampler, or (opted in with
         ``insecure_reproducible_noise``) a stream seeded by the public ``seed`` and the stage's name."""
+        from privseed.tasks.mechanisms import noise_source
+
         return noise_source(self.seed if self.insecure_reproducible_noise else None, *stream)
 
     @property
@@ -443,6 +455,8 @@ class ReleaseConfig(BaseModel):
 
     def public_dict(self) -> dict[str, Any]:
         """The configuration as written to manifests: storage secrets redacted."""
+        from privseed.tasks import storage
+
         values = self.model_dump()
         values["storage_options"] = storage.redact_options(self.storage_options)
         return values
@@ -680,7 +694,8 @@ class SecPeConfig(EvolutionConfig):
         "temperature", "mask_fraction", "doc_type", "value_discretization", "min_words",
     )
 
-    public: str = Field(description="a public corpus of the same domain (Parquet; only its text column is read)",
+    public: str = Field(description="a public corpus of the same domain (Parquet, CSV or JSON Lines; only its text "
+                        "column is read)",
                         json_schema_extra=cli(metavar="PUB"))
     public_text_column: str = Field(default="text", description="text column of --public",
                                     json_schema_extra=cli(metavar="COLUMN"))
@@ -714,6 +729,8 @@ def _load_file(path: str) -> dict[str, Any]:
     if not file.exists():
         raise ConfigError(f"config file {path} does not exist")
     text = file.read_text()
+    import yaml
+
     try:
         if file.suffix == ".toml":
             return tomllib.loads(text)
@@ -788,6 +805,14 @@ def describe_error(model: type[BaseModel], error: Any) -> str:
     flag = flag_of(model, name)
     if error["type"] == "extra_forbidden":
         message = f"unknown option ({model.__name__} has no field {name!r})"
+        close = difflib.get_close_matches(name, list(model.model_fields), n=1, cutoff=0.6)
+        if close:
+            message += f"; did you mean {flag_of(model, close[0])} ({close[0]})?"
+    if error["type"] == "literal_error" and isinstance(error.get("input"), str):
+        choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        close = difflib.get_close_matches(error["input"], choices, n=1, cutoff=0.6)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
     if message.startswith((flag + " ", flag + ":")):  # the message names its flag already (privseed.tasks.llm)
         return message
     spelled_otherwise = name in model.model_fields and flag != "--" + _dashed(name) and flag != name.upper()
@@ -865,10 +890,10 @@ class EvaluateConfig(EvaluationOptions):
 
     synthetic: str = Field(description="the release folder (local or s3://), read through its manifest.json",
                            json_schema_extra=cli(metavar="OUT"))
-    test: str = Field(description="the recipient's real labelled test set (Parquet)",
+    test: str = Field(description="the recipient's real labelled test set (Parquet, CSV or JSON Lines)",
                       json_schema_extra=cli(metavar="PATH"))
-    client: str | None = Field(default=None, description="unlabelled client documents for --coral (Parquet; only "
-                               "the text column is read; texts also in --test are dropped)",
+    client: str | None = Field(default=None, description="unlabelled client documents for --coral (Parquet, CSV or "
+                               "JSON Lines; only the text column is read; texts also in --test are dropped)",
                                json_schema_extra=cli(metavar="PATH"))
     json_path: str | None = Field(default=None, description="write the scores and metrics as JSON here",
                                   json_schema_extra=cli(flag="json", metavar="FILE", default_text="no JSON"))
@@ -889,6 +914,8 @@ class EvaluateConfig(EvaluationOptions):
     @property
     def report_uri(self) -> str:
         """Where report.html goes: --report, else beside the release."""
+        from privseed.tasks import storage
+
         return self.report_path or storage.join(self.synthetic, "report.html")
 
 

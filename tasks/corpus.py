@@ -1,6 +1,7 @@
 """The private corpus in, the synthetic release out.
 
-Input: a Parquet file, a folder of Parquet files, or a prefix of shards, on local disk or ``s3://``.
+Input: a Parquet, CSV or JSON Lines file, a folder of them, or a prefix of shards, on local disk or ``s3://``; the
+format of each file is its extension's (:data:`INPUT_FORMATS`), and any other extension is refused by name.
 Output: a release folder whose ``manifest.json`` is written **last**. The manifest names every file of the
 release with its row count and sha256; a release is complete exactly when the manifest names it. Parts
 carry the release id in their names, so publishing a new release never overwrites the files of the last
@@ -48,24 +49,77 @@ RELEASES_DIR = "_releases"
 QUARANTINE_DIR = "_quarantine"
 
 
-def list_shards(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
-    """The Parquet shards that make up ``path``, in a stable order.
+#: The input formats, by file extension. A file without an extension is read as Parquet (shards named part-0).
+INPUT_FORMATS: dict[str, str] = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl",
+                                 ".ndjson": "jsonl"}
+#: What the errors list as readable.
+FORMATS_TEXT = "Parquet (.parquet), CSV (.csv with a header row) or JSON Lines (.jsonl, one object per line)"
 
-    ``path`` may be one file, a folder (searched recursively) or a prefix such as ``s3://b/data/part-``."""
+
+def input_format(path: str) -> str:
+    """The format of one input file, by its extension; a CorpusError names any other extension."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    suffix = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    if not suffix:
+        return "parquet"
+    if suffix not in INPUT_FORMATS:
+        raise CorpusError(f"{path}: privseed cannot read {suffix} files; give {FORMATS_TEXT}")
+    return INPUT_FORMATS[suffix]
+
+
+def sniffed_format(head: bytes) -> str | None:
+    """What the first bytes of a file that is not valid Parquet look like, for the error's hint."""
+    text = head.lstrip()
+    if not text:
+        return "an empty file"
+    if text[:1] in (b"{", b"["):
+        return "JSON text"
+    try:
+        first_line = text.decode("utf-8").splitlines()[0]
+    except (UnicodeDecodeError, IndexError):
+        return None
+    return "CSV text" if ("," in first_line or ";" in first_line or "\t" in first_line) else "text"
+
+
+def not_parquet_hint(path: str, head: bytes) -> str:
+    """`` (it looks like CSV text: name it .csv)`` for a file that failed to open as Parquet, or ``""``."""
+    kind = sniffed_format(head)
+    if kind is None or head.startswith(b"PAR1"):
+        return ""
+    rename = {"CSV text": "; name it .csv", "JSON text": "; name it .jsonl (one object per line)"}.get(kind, "")
+    return f" (it looks like {kind}, not Parquet{rename})"
+
+
+def _known_input(path: str) -> bool:
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return "." in name and "." + name.rsplit(".", 1)[-1].lower() in INPUT_FORMATS
+
+
+def list_shards(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The input files that make up ``path``, in a stable order.
+
+    ``path`` may be one file (its extension names its format, :func:`input_format`), a folder (searched
+    recursively for files of a known extension) or a prefix such as ``s3://b/data/part-``."""
     fs, inner = storage.filesystem(path, storage_options)
     try:
         if fs.isfile(inner):
+            input_format(path)  # an unknown extension is refused here, naming it
             found = [inner]
         elif fs.isdir(inner):
-            found = [p for p in fs.find(inner) if p.endswith(".parquet")]
+            found = [p for p in fs.find(inner) if _known_input(p)]
         else:
-            found = [p for p in fs.glob(inner + "*") if p.endswith(".parquet") and fs.isfile(p)]
+            matches = [p for p in fs.glob(inner + "*") if fs.isfile(p)]
+            if not matches:
+                raise CorpusError(f"{path} does not exist (nor does any file whose name starts with it)")
+            found = [p for p in matches if _known_input(p)]
     except PermissionError as exc:
         raise CorpusError(f"cannot list the corpus at {path!r}: permission denied ({exc})") from exc
+    except CorpusError:
+        raise
     except Exception as exc:  # OSError, botocore's EndpointConnectionError: the store, not the data
-        raise StorageError(f"cannot reach the corpus at {path!r}: {type(exc).__name__}: {exc}") from exc
+        raise storage.classified(exc, f"cannot reach the corpus at {path!r}") from exc
     if not found:
-        raise CorpusError(f"no Parquet files found at {path!r} (expected a .parquet file, a folder or a shard prefix)")
+        raise CorpusError(f"no input files found at {path!r}: it does not exist, or it holds no {FORMATS_TEXT}")
     return [storage._unstrip(path, inner, p) if "://" in path else p for p in sorted(found)]
 
 
@@ -83,22 +137,55 @@ def read_shard(
 
 def _read_table(path: str, columns: list[str] | None, storage_options: Mapping[str, Any] | None,
                 hint: str = "") -> pa.Table:
-    """``columns`` (all when None) of one whole Parquet shard, or a CorpusError naming the shard."""
-    parquet = _parquet_file(path, storage_options)
-    names = parquet.schema_arrow.names
+    """``columns`` (all when None) of one whole input file, or a CorpusError naming the file."""
+    fmt = input_format(path)
+    if fmt != "parquet":
+        table = read_text_table(path, fmt, storage_options)
+        names = table.column_names
+    else:
+        parquet = _parquet_file(path, storage_options)
+        names = parquet.schema_arrow.names
     missing = [c for c in columns or () if c not in names]
     if missing:
         raise CorpusError(f"shard {path} has no column {', '.join(map(repr, missing))}; "
                           f"its columns are {names}{hint}")
+    if fmt != "parquet":
+        return table.select(columns) if columns else table
     try:
         return parquet.read(columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorpusError(f"unreadable Parquet shard {path}: {exc}") from exc
 
 
+def read_text_table(path: str, fmt: str, storage_options: Mapping[str, Any] | None = None) -> pa.Table:
+    """A whole CSV or JSON Lines file as an Arrow table (its types inferred), or a CorpusError naming it."""
+    import pyarrow.csv as pa_csv
+    import pyarrow.json as pa_json
+
+    try:
+        data = storage.read_bytes(path, storage_options)
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        raise CorpusError(f"shard not found: {path}") from exc
+    if not data.strip():
+        return pa.table({})
+    try:
+        if fmt == "csv":
+            return pa_csv.read_csv(io.BytesIO(data))
+        return pa_json.read_json(io.BytesIO(data))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CorpusError(f"unreadable {TEXT_FORMAT_NAMES[fmt]} file {path}: {exc}") from exc
+
+
+#: How errors name the text formats
+TEXT_FORMAT_NAMES = {"csv": "CSV", "jsonl": "JSON Lines"}
+
+
 def column_names(path: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
     """The columns of the first shard of ``path``."""
-    return list(_parquet_file(list_shards(path, storage_options)[0], storage_options).schema_arrow.names)
+    first = list_shards(path, storage_options)[0]
+    if input_format(first) != "parquet":
+        return list(read_text_table(first, input_format(first), storage_options).column_names)
+    return list(_parquet_file(first, storage_options).schema_arrow.names)
 
 
 def _parquet_file(path: str, storage_options: Mapping[str, Any] | None) -> pq.ParquetFile:
@@ -113,7 +200,7 @@ def _parquet_file(path: str, storage_options: Mapping[str, Any] | None) -> pq.Pa
     try:
         return pq.ParquetFile(io.BytesIO(data))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorpusError(f"unreadable Parquet shard {path}: {exc}") from exc
+        raise CorpusError(f"unreadable Parquet shard {path}: {exc}{not_parquet_hint(path, data[:4096])}") from exc
 
 
 def read_columns(path: str, columns: list[str] | None = None,
@@ -219,6 +306,8 @@ class ReleasePart:
     rows_per_label: dict[str, int]
     columns: tuple[str, ...]
     check: PartCheck | None = None
+    #: the part's Arrow schema (column types, for the dataset card's features)
+    schema: pa.Schema | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,8 +347,40 @@ def write_part(out: str, release_id: str, index: int, rows: pd.DataFrame,
     data = _parquet_bytes(rows)
     relative = part_path(release_id, index)
     storage.write_bytes(storage.join(out, relative), data, storage_options)
+    schema = pa.Schema.from_pandas(rows, preserve_index=False).remove_metadata()
     return ReleasePart(relative, len(rows), hashlib.sha256(data).hexdigest(), _rows_per_label(rows["label"]),
-                       tuple(str(c) for c in rows.columns), gate.check_part(rows) if gate is not None else None)
+                       tuple(str(c) for c in rows.columns), gate.check_part(rows) if gate is not None else None,
+                       schema)
+
+
+def release_schema(parts: Sequence[ReleasePart]) -> pa.Schema | None:
+    """One schema for all parts (a part whose lists were all empty has list<null> where others have list<string>),
+    or None when a part's schema is unknown or the parts disagree."""
+    if any(p.schema is None for p in parts):
+        return None
+    try:
+        return pa.unify_schemas([p.schema for p in parts if p.schema is not None])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
+def release_card(release_id: str, parts: Sequence[ReleasePart], rows: int, rows_per_label: Mapping[str, int],
+                 config: Mapping[str, Any], class_names: Mapping[str, str] | None, noise: Mapping[str, Any],
+                 totals: tuple[float, float]) -> bytes:
+    """The release's README.md (privseed.tasks.dataset_card), from what the manifest publishes anyway."""
+    from privseed.tasks.dataset_card import dataset_card
+
+    schema = release_schema(parts)
+    labels: list[Any] = list(config.get("labels") or sorted(rows_per_label))
+    if schema is not None and "label" in schema.names and pa.types.is_integer(schema.field("label").type):
+        try:
+            labels = [int(label) for label in labels]
+        except ValueError:
+            pass
+    return dataset_card(release_id=release_id, part_paths=[p.path for p in parts], schema=schema, rows=rows,
+                        rows_per_label=rows_per_label, labels=labels, class_names=class_names,
+                        epsilon=totals[0], delta=totals[1], secure=bool(noise.get("secure", True)),
+                        config=config).encode()
 
 
 def _quarantine_parts(out: str, quarantine: str, parts: Sequence[ReleasePart],
@@ -291,6 +412,7 @@ def publish_release(
     rows_per_shard: int = 5000,
     release_id: str | None = None,
     allow_insecure: bool = False,
+    class_names: Mapping[str, str] | None = None,
 ) -> dict:
     """Gate, then publish ``synthetic`` under ``out`` atomically; return the manifest.
 
@@ -308,7 +430,11 @@ def publish_release(
 
     A ledger with any release drawn from reproducible noise (``--insecure-reproducible-noise``) is refused the
     same way, whether or not a gate runs, unless ``allow_insecure``; when allowed, manifest.json and
-    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp."""
+    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp.
+
+    README.md, the dataset card (``privseed.tasks.dataset_card``: ``datasets.load_dataset(out)`` opens the release),
+    is written with the other documents, before the manifest that lists it; ``class_names`` (the owner's public
+    names of the declared labels) name its ClassLabel."""
     from privseed.tasks.mechanisms import INSECURE_STAMP
 
     staged = synthetic if isinstance(synthetic, StagedRelease) else None
@@ -385,6 +511,8 @@ def publish_release(
     elif quality_extra:
         documents["quality.json"] = _json_bytes({"gate": "off", **quality_extra})
     documents.update(extra_files or {})
+    documents["README.md"] = release_card(release_id, parts, n_rows, rows_per_label, config, class_names, noise,
+                                          ledger.total())
     for name, data in documents.items():
         relative = f"{RELEASES_DIR}/{release_id}/{name}"
         storage.write_bytes(storage.join(out, relative), data, storage_options)

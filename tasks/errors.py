@@ -33,6 +33,11 @@ class StorageError(PrivseedError):
     transient = True
 
 
+class StorageAccessError(PrivseedError):
+    """Object storage refused a request for a reason a repeat cannot fix: no credentials, wrong credentials, a
+    bucket that does not exist. Never retried."""
+
+
 class LedgerMismatchError(PrivseedError):
     """A stored privatized value or checkpoint was made with other parameters; reusing it would misreport
     the privacy guarantee, and silently redrawing it would spend the budget twice."""

@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from privseed.tasks.corpus import ReleasePart, StagedRelease, new_release_id, write_part
-from privseed.tasks.errors import ConfigError
+from privseed.tasks.errors import ConfigError, retry_if_transient
 from privseed.tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
 from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
 from privseed.tasks.llm.cache import CacheIndex, CallCache, cached_complete
@@ -933,7 +933,8 @@ def _task(fn, name: str):
 
     # The call cache makes these idempotent: a retry re-sends only calls that never finished (a retried
     # release generation writes its parts under a new release id; the first attempt's go at the next commit).
-    return task(fn, name=name, retries=2, retry_delay_seconds=[5, 30], persist_result=False, cache_policy=NO_CACHE)
+    return task(fn, name=name, retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_if_transient,
+                persist_result=False, cache_policy=NO_CACHE)
 
 
 #: Prefect task: ``generate_documents(sequences, cfg)`` -> synthetic rows (ROW_COLUMNS), in sequence order.

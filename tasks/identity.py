@@ -105,6 +105,23 @@ def load_or_create_key(state_uri: str, storage_options: Mapping[str, Any] | None
     return key
 
 
+def existing_or_new_key(state_uri: str, storage_options: Mapping[str, Any] | None = None) -> tuple[bytes, bool]:
+    """The state folder's key and True when it is stored; else a new key, not yet stored, and False. A run that is
+    refused before it draws anything (an undeclared label found by pass 1) then leaves no state folder behind:
+    the key is stored (:func:`store_new_key`) only once the scan that used it succeeded."""
+    uri = storage.join(state_uri, KEY_FILE)
+    if storage.exists(uri, storage_options):
+        return load_or_create_key(state_uri, storage_options), True
+    return secrets.token_bytes(KEY_BYTES), False
+
+
+def store_new_key(state_uri: str, key: bytes, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Store ``key`` as the state folder's key unless one appeared meanwhile (another run of the same state started
+    together with this one): True when ``key`` is now the stored key, False when the other run's is."""
+    storage.create_exclusive(storage.join(state_uri, KEY_FILE), key, storage_options)
+    return load_or_create_key(state_uri, storage_options) == key
+
+
 #: Version tag of the combinable data identity (2: a keyed sum over rows, so units combine in any order).
 _IDENTITY_TAG = b"privseed-data-identity/2"
 _SUM_MODULUS = 1 << 256

@@ -14,8 +14,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import scipy.linalg
-from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -34,12 +32,14 @@ def classification_scores(y_true: Iterable[Any], y_pred: Iterable[Any]) -> dict[
         raise ValueError(f"{len(y_true)} true labels but {len(y_pred)} predictions")
     if len(y_true) == 0:
         raise ValueError("cannot score an empty test set")
+    from sklearn import metrics as sklearn_metrics  # here: the LLM layer imports this module, and sklearn is slow
+
     # sklearn needs one comparable type: compare labels as strings (int 3 and "3" are the same class).
     t = y_true.astype(str)
     p = y_pred.astype(str)
     return {
-        "accuracy": float(accuracy_score(t, p)),
-        "macro_f1": float(f1_score(t, p, average="macro", zero_division=0)),
+        "accuracy": float(sklearn_metrics.accuracy_score(t, p)),
+        "macro_f1": float(sklearn_metrics.f1_score(t, p, average="macro", zero_division=0)),
         "n_test": int(len(t)),
     }
 
@@ -47,6 +47,8 @@ def classification_scores(y_true: Iterable[Any], y_pred: Iterable[Any]) -> dict[
 def label_confusion(y_true: Sequence[Any], y_pred: Sequence[Any], labels: Sequence[Any]) -> np.ndarray:
     """Confusion counts, rows = true label, columns = predicted label, in the order of `labels`."""
     lab = [str(x) for x in labels]
+    from sklearn.metrics import confusion_matrix
+
     return confusion_matrix(np.asarray(list(y_true)).astype(str), np.asarray(list(y_pred)).astype(str), labels=lab)
 
 
@@ -64,6 +66,8 @@ def frechet_distance(real: np.ndarray, synthetic: np.ndarray) -> float:
         raise ValueError(f"embedding shapes {real.shape} and {synthetic.shape} are not comparable")
     if len(real) < 2 or len(synthetic) < 2:
         raise ValueError("FID needs at least two embeddings on each side")
+    import scipy.linalg
+
     mu_r, mu_s = real.mean(axis=0), synthetic.mean(axis=0)
     cov_r = np.cov(real, rowvar=False)
     cov_s = np.cov(synthetic, rowvar=False)

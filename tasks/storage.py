@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.core import url_to_fs
 
-from privseed.tasks.errors import ConfigError, StorageError
+from privseed.tasks.errors import ConfigError, StorageAccessError, StorageError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -146,11 +146,31 @@ def with_retries(action: Callable[[], T], *, what: str, attempts: int = 3, base_
                 time.sleep(delay)
         except Exception as exc:  # botocore/aiohttp errors do not all derive from OSError
             if not _looks_transient(exc):
-                raise StorageError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+                raise classified(exc, f"{what} failed") from exc
             last = exc
             if attempt + 1 < attempts:
                 time.sleep(base_delay * 2**attempt)
     raise StorageError(f"{what} failed after {attempts} attempts: {type(last).__name__}: {last}") from last
+
+
+#: Errors of botocore and the stores that a repeat cannot fix (by class name: this module imports no botocore).
+_ACCESS_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "NoSuchBucket",
+                  "InvalidAccessKeyId", "SignatureDoesNotMatch", "ProfileNotFound")
+CREDENTIALS_HELP = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment, give "
+                    "--storage-option key=prefect-secret:BLOCK, or --storage-option anon=true for a public bucket")
+
+
+def classified(exc: BaseException, what: str) -> StorageError | StorageAccessError:
+    """A foreign storage failure as privseed's error: missing or refused credentials and missing buckets are a
+    StorageAccessError (deterministic, never retried), anything else a StorageError (transient)."""
+    response = getattr(exc, "response", None)
+    code = str(((response.get("Error") or {}) if isinstance(response, dict) else {}).get("Code", ""))
+    names = {cls.__name__ for cls in type(exc).__mro__} | {code}
+    text = f"{type(exc).__name__}: {exc}"
+    if names & set(_ACCESS_ERRORS):
+        hint = f"; {CREDENTIALS_HELP}" if "Credential" in text or "AccessKey" in text or "Signature" in text else ""
+        return StorageAccessError(f"{what}: {text}{hint}")
+    return StorageError(f"{what}: {text}")
 
 
 def _looks_transient(exc: BaseException) -> bool:

@@ -31,7 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from privseed.tasks import storage
-from privseed.tasks.corpus import list_shards, validate_corpus_frame
+from privseed.tasks.corpus import (TEXT_FORMAT_NAMES, input_format, list_shards, not_parquet_hint,
+                                   validate_corpus_frame)
 from privseed.tasks.errors import CorpusError, StorageError, is_transient
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ def plan_units(data: str, storage_options: Mapping[str, Any] | None = None, *,
         raise ValueError("unit_rows must be >= 1")
     units: list[WorkUnit] = []
     for uri in list_shards(data, storage_options):
+        if input_format(uri) != "parquet":
+            units += _text_units(uri, None, storage_options)
+            continue
         units += _shard_units(uri, row_group_sizes(uri, storage_options), unit_rows)
     return units
 
@@ -80,11 +84,12 @@ def plan_units(data: str, storage_options: Mapping[str, Any] | None = None, *,
 @dataclass(frozen=True)
 class CorpusPlan:
     """The work units of a corpus and what its footers say about it: whether every shard stores the label
-    column as integers (the declared labels are then integers too, as the recipient's test split is)."""
+    column as integers (the declared labels are then integers too, as the recipient's test split is); None for
+    CSV and JSON Lines, which declare no types: the declared labels decide (all integers: integers)."""
 
     data: str
     units: tuple[WorkUnit, ...]
-    integer_labels: bool
+    integer_labels: bool | None
 
     def __repr__(self) -> str:
         return f"CorpusPlan({self.data!r}, {len(self.units)} unit(s))"
@@ -101,15 +106,19 @@ def plan_corpus(data: str, text_column: str = "text", label_column: str = "label
         raise ValueError("unit_rows must be >= 1")
     shards = list_shards(data, storage_options)
     units: list[WorkUnit] = []
-    integer = True
+    integer: bool | None = True
     for uri in shards:
+        if input_format(uri) != "parquet":
+            units += _text_units(uri, (text_column, label_column), storage_options)
+            integer = None
+            continue
         metadata = _metadata(uri, storage_options)
         schema = _read(metadata.schema.to_arrow_schema, uri)
         missing = [c for c in (text_column, label_column) if c not in schema.names]
         if missing:
             raise CorpusError(f"shard {uri} has no column {', '.join(map(repr, missing))}; its columns are "
                               f"{schema.names} (set --text-column / --label-column)")
-        integer = integer and pa.types.is_integer(schema.field(label_column).type)
+        integer = None if integer is None else integer and pa.types.is_integer(schema.field(label_column).type)
         units += _shard_units(uri, [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
                               unit_rows)
     if not units:
@@ -131,6 +140,60 @@ def _shard_units(uri: str, sizes: Sequence[int], unit_rows: int) -> list[WorkUni
     return units
 
 
+def _text_units(uri: str, columns: Sequence[str] | None,
+                storage_options: Mapping[str, Any] | None) -> list[WorkUnit]:
+    """A CSV or JSON Lines file as one work unit. Such a file has no footer: it is read once here, on the planning
+    side, to check its columns and count its rows (nothing is kept); a large corpus plans faster as Parquet."""
+    rows = 0
+    for batch in _text_batches(uri, columns, storage_options):
+        rows += batch.num_rows
+    return [WorkUnit(uri, (0,), rows)] if rows else []
+
+
+def _text_batches(uri: str, columns: Sequence[str] | None, storage_options: Mapping[str, Any] | None,
+                  batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """A CSV or JSON Lines file's ``columns`` (all when None), streamed in record batches; a missing column or an
+    unparsable file is a CorpusError naming the file, the columns read as text (CSV declares no types)."""
+    import pyarrow.csv as pa_csv
+    import pyarrow.json as pa_json
+
+    fmt = input_format(uri)
+    fs, inner = storage.filesystem(uri, storage_options)
+    handle = _read(lambda: fs.open(inner, "rb"), uri)
+    try:
+        if not _read(lambda: handle.read(4096), uri).strip():
+            return  # an empty file: no rows
+        handle.seek(0)
+        try:
+            if fmt == "csv":
+                reader = pa_csv.open_csv(handle, convert_options=pa_csv.ConvertOptions(
+                    column_types={column: pa.string() for column in columns or ()}))
+            else:
+                reader = pa_json.open_json(handle)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            if "Empty CSV file" in str(exc):
+                return
+            raise CorpusError(f"unreadable {TEXT_FORMAT_NAMES[fmt]} file {uri}: {exc}") from exc
+        names = reader.schema.names
+        missing = [c for c in columns or () if c not in names]
+        if missing:
+            raise CorpusError(f"shard {uri} has no column {', '.join(map(repr, missing))}; its columns are "
+                              f"{names} (set --text-column / --label-column)")
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise CorpusError(f"unreadable {TEXT_FORMAT_NAMES[fmt]} file {uri}: {exc}") from exc
+            if columns:
+                batch = batch.select(list(columns))
+            for start in range(0, batch.num_rows, batch_rows):
+                yield batch.slice(start, batch_rows)
+    finally:
+        handle.close()
+
+
 def row_group_sizes(uri: str, storage_options: Mapping[str, Any] | None = None) -> list[int]:
     """Rows per row group of one shard, from its footer."""
     metadata = _metadata(uri, storage_options)
@@ -142,7 +205,12 @@ def _metadata(uri: str, storage_options: Mapping[str, Any] | None) -> pq.FileMet
 
     def read() -> pq.FileMetaData:
         with fs.open(inner, "rb") as handle:
-            return pq.ParquetFile(handle).metadata
+            try:
+                return pq.ParquetFile(handle).metadata
+            except pa.ArrowInvalid as exc:
+                handle.seek(0)
+                raise CorpusError(f"unreadable Parquet shard {uri}: {exc}"
+                                  f"{not_parquet_hint(uri, handle.read(4096))}") from exc
 
     return _read(read, uri)
 
@@ -156,6 +224,10 @@ def read_unit(unit: WorkUnit, text_column: str = "text", label_column: str = "la
     A transient storage failure (throttling, a dropped connection) raises ``StorageError`` (transient: the unit
     is retried); a deterministic one (missing shard, not Parquet, a missing column) raises ``CorpusError``
     naming the shard."""
+    if input_format(unit.uri) != "parquet":
+        for batch in _text_batches(unit.uri, (text_column, label_column), storage_options, batch_rows):
+            yield validate_corpus_frame(batch.to_pandas(), unit.uri, text_column, label_column)
+        return
     fs, inner = storage.filesystem(unit.uri, storage_options)
 
     def open_file() -> tuple[Any, pq.ParquetFile]:
@@ -198,7 +270,7 @@ def _read(action: Any, uri: str) -> Any:
             raise CorpusError(f"unreadable Parquet shard {uri}: {exc}") from exc
         raise StorageError(f"reading shard {uri} failed: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # botocore/aiohttp errors: the store, not the data
-        raise StorageError(f"reading shard {uri} failed: {type(exc).__name__}: {exc}") from exc
+        raise storage.classified(exc, f"reading shard {uri} failed") from exc
 
 
 def _raised_by_arrow(exc: OSError) -> bool:

@@ -375,6 +375,12 @@ class FieldReads:
         # Frames name the files by the path they were imported through: privseed/tasks is a link to tasks/.
         self._roots = tuple(str(REPO / root) + "/" for root in ("privseed", "tasks", "flows"))
         skip = {ReleaseConfig.public_dict.__code__}
+        # The checks of the input before a run (privseed.tasks.preflight) read fields too, but a check is not a
+        # flow honouring a field.
+        from privseed.tasks import preflight
+
+        skip |= {f.__code__ for f in vars(preflight).values()
+                 if callable(f) and getattr(f, "__module__", "") == preflight.__name__ and hasattr(f, "__code__")}
         for model in COMMANDS.values():
             decorators = model.__pydantic_decorators__
             for decorator in [*decorators.model_validators.values(), *decorators.field_validators.values()]:

@@ -29,8 +29,12 @@ def test_custom_columns(tmp_path, tiny_corpus):
 
 
 def test_bad_input_gets_a_clear_error(tmp_path, tiny_corpus):
-    with pytest.raises(CorpusError, match="no Parquet files"):
+    with pytest.raises(CorpusError, match="nothing-here does not exist"):
         read_corpus(str(tmp_path / "nothing-here"))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.txt").write_text("a")
+    with pytest.raises(CorpusError, match="holds no Parquet .* CSV .* JSON Lines"):
+        read_corpus(str(tmp_path / "folder"))
     missing = tmp_path / "m.parquet"
     tiny_corpus[["text"]].to_parquet(missing)
     with pytest.raises(CorpusError, match="no column 'label'"):
@@ -47,6 +51,46 @@ def test_bad_input_gets_a_clear_error(tmp_path, tiny_corpus):
     pd.DataFrame({"text": ["a", None], "label": [1, 2]}).to_parquet(nulls)
     with pytest.raises(CorpusError, match="null or empty text"):
         read_corpus(str(nulls))
+
+
+def test_csv_and_jsonl_are_read_by_their_extension(tmp_path, tiny_corpus):
+    from privseed.tasks.units import plan_corpus, read_unit
+
+    tiny_corpus.to_csv(tmp_path / "c.csv", index=False)
+    tiny_corpus.to_json(tmp_path / "c.jsonl", orient="records", lines=True)
+    for name in ("c.csv", "c.jsonl"):
+        whole = read_corpus(str(tmp_path / name))
+        assert whole["text"].tolist() == tiny_corpus["text"].tolist()
+        assert whole["label"].astype(int).tolist() == tiny_corpus["label"].tolist()
+        plan = plan_corpus(str(tmp_path / name))  # a text file is one unit, its rows counted, its types undeclared
+        assert plan.integer_labels is None and [u.rows for u in plan.units] == [len(tiny_corpus)]
+        streamed = pd.concat(list(read_unit(plan.units[0], batch_rows=5)), ignore_index=True)
+        assert streamed["text"].tolist() == tiny_corpus["text"].tolist()
+        assert streamed["label"].astype(int).tolist() == tiny_corpus["label"].tolist()
+    # a folder of mixed formats: every file of a known extension
+    (tmp_path / "mixed").mkdir()
+    tiny_corpus.to_parquet(tmp_path / "mixed" / "a.parquet")
+    tiny_corpus.to_csv(tmp_path / "mixed" / "b.csv", index=False)
+    assert len(plan_corpus(str(tmp_path / "mixed")).units) == 2
+
+
+def test_a_file_in_another_format_is_refused_by_name(tmp_path, tiny_corpus):
+    from privseed.tasks.units import plan_corpus
+
+    tiny_corpus.to_csv(tmp_path / "c.xlsx", index=False)
+    with pytest.raises(CorpusError, match=r"cannot read \.xlsx files; give Parquet"):
+        plan_corpus(str(tmp_path / "c.xlsx"))
+    tiny_corpus.to_csv(tmp_path / "csv.parquet", index=False)  # CSV text under a Parquet name
+    with pytest.raises(CorpusError, match="looks like CSV text, not Parquet; name it .csv"):
+        plan_corpus(str(tmp_path / "csv.parquet"))
+    with pytest.raises(CorpusError, match="looks like CSV text, not Parquet; name it .csv"):
+        read_corpus(str(tmp_path / "csv.parquet"))
+    (tmp_path / "header-only.csv").write_text("text,label\n")
+    with pytest.raises(CorpusError, match="is empty"):
+        plan_corpus(str(tmp_path / "header-only.csv"))
+    tiny_corpus.rename(columns={"label": "y"}).to_json(tmp_path / "y.jsonl", orient="records", lines=True)
+    with pytest.raises(CorpusError, match="no column 'label'; its columns are \\['text', 'y'\\]"):
+        plan_corpus(str(tmp_path / "y.jsonl"))
 
 
 def _synthetic(n=7):

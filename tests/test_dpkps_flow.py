@@ -120,7 +120,9 @@ def test_labels_must_be_declared_and_cover_the_corpus(first_release, tmp_path, c
         assert "--labels a,b,c" in err and "--labels-file" in err
     else:
         assert "not in the declared label set" in err and "'2'" not in err and " 2 " not in err
-    assert not (tmp_path / "o").exists() and not (tmp_path / "o.private" / "runs").exists()  # nothing drawn
+    # nothing drawn, nothing left behind: not even the identity key (stored only once pass 1 has passed)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.private").exists()
+    assert err.count("privseed dpkps: error:") == 1 and "Traceback" not in err
 
 
 def test_a_declared_class_without_documents_gets_noise_not_an_error(first_release, tmp_path):

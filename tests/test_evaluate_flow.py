@@ -112,18 +112,20 @@ def test_client_documents_are_disjoint_from_test_and_half_the_synthetic_size():
 
 
 def test_cli_registers_evaluate_and_experiment():
-    from privseed.flows.cli import build_parser
+    from privseed.flows.cli import COMMANDS_BY_NAME, build_parser
     from privseed.tasks.config import EvaluateConfig, ExperimentConfig, config_from_args
 
     parser = build_parser()
     args = parser.parse_args(["evaluate", "--synthetic", "OUT", "--test", "t.parquet", "--coral", "--client", "c",
                               "--classifier", "finetune", "--json", "r.json"])
     cfg = config_from_args(EvaluateConfig, args)
-    assert args.func is ev.run_from_cli and cfg.coral and cfg.classifier == "finetune" and cfg.json_path == "r.json"
+    assert COMMANDS_BY_NAME[args.command].runner == "privseed.flows.evaluate:run_from_cli"
+    assert cfg.coral and cfg.classifier == "finetune" and cfg.json_path == "r.json"
     args = parser.parse_args(["experiment", "--config", "experiments/dbpedia14_nollm.toml", "--eps", "1+5,5+10",
                               "--seeds", "0,1,2", "--coral", "both", "--llm", "none", "--no-cell-reports"])
     cfg = config_from_args(ExperimentConfig, args)
-    assert args.func is ex.run_from_cli and cfg.config_path == "experiments/dbpedia14_nollm.toml"
+    assert COMMANDS_BY_NAME[args.command].runner == "privseed.flows.experiment:run_from_cli"
+    assert cfg.config_path == "experiments/dbpedia14_nollm.toml"
     assert cfg.eps == [(1.0, 5.0), (5.0, 10.0)] and cfg.seeds == [0, 1, 2] and not cfg.cell_reports
     assert grid.experiment_overrides(cfg) == {"eps": [[1.0, 5.0], [5.0, 10.0]], "seeds": [0, 1, 2], "llm": "none",
                                              "coral": [False, True]}

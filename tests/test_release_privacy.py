@@ -53,7 +53,11 @@ def release_values(out: Path) -> dict[str, str]:
         kind = path.name  # _releases/<id>/ledger.json and the top-level copy hold the same document
         for key, value in _leaves(json.loads(path.read_text()), kind):
             values[key] = value
-    others = [p for p in out.rglob("*") if p.is_file() and p.suffix not in (".json", ".parquet")]
+    release_id = json.loads((out / "manifest.json").read_text())["release_id"]
+    for path in sorted(out.rglob("README.md")):  # the dataset card, line by line, its release id left out
+        for number, line in enumerate(path.read_text().replace(release_id, "<id>").splitlines()):
+            values[f"{path.name}:{number}"] = line
+    others = [p for p in out.rglob("*") if p.is_file() and p.suffix not in (".json", ".parquet", ".md")]
     assert others == [], f"unexpected files in the release: {others}"
     return values
 

@@ -103,6 +103,9 @@ def resolve_local_model(spec: str | None) -> tuple[str, Path]:
         if (p / "config.json").is_file():
             return "hf", p
         raise ConfigError(f"local model folder {p} holds {len(ggufs)} .gguf files and no config.json")
+    if not p.exists() and ("/" in spec or p.suffix in (".gguf", ".bin", ".safetensors")):
+        raise ConfigError(f"--llm local:{spec}: the model file {p} does not exist; give the path of a .gguf file or "
+                          f"a model folder, or a packaged model ({sorted(_PACKAGED)}, {sorted(PARTED_MODELS)})")
     raise ConfigError(f"local model {spec!r} is neither a packaged model ({sorted(_PACKAGED)}), an opt-in model "
                       f"({sorted(PARTED_MODELS)}), a .gguf file, nor a model folder")
 

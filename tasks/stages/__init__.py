@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-import privseed.tasks._runtime  # noqa: F401  (offline settings before prefect is imported)
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 

@@ -34,13 +34,16 @@ def plan_private_corpus(cfg: ReleaseConfig) -> CorpusPlan:
     return plan
 
 
-def declared_labels(cfg: ReleaseConfig, integer: bool) -> list:
-    """The declared label set, in the type of the label column (``integer``: the corpus stores integers).
+def declared_labels(cfg: ReleaseConfig, integer: bool | None) -> list:
+    """The declared label set, in the type of the label column (``integer``: the corpus stores integers; None: the
+    corpus declares no types (CSV, JSON Lines), so integers exactly when every declared label is one).
     Declared labels are the only classes: a declared class with no documents is sampled from its noisy release
     like any other (no error, no special path, so emptiness is never revealed); a row whose label is not
     declared stops the run before anything is drawn (``privseed.tasks.corpus.declared_positions``, on the workers)."""
     if cfg.labels is None:
         raise ConfigError("no label set declared; " + LABELS_HELP)
+    if integer is None:
+        integer = all(label.strip().lstrip("-").isdigit() for label in cfg.labels)
     return [as_label_type(label, integer, cfg.label_column) for label in cfg.labels]
 
 
@@ -66,13 +69,19 @@ def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
     """Pass 1 over every work unit on the cluster: the label check, the keyed data identity and (``counting``)
     the term counts, combined in a tree on the cluster; the identity key is loaded from the private state here.
     A corpus in which no document contains a term of V fails before any noise is drawn."""
-    from privseed.tasks.identity import load_or_create_key
+    from privseed.tasks.identity import existing_or_new_key, store_new_key
     from privseed.tasks.passes import DeclaredLabels, ScanPart, ScanSpec, scan_unit
     from privseed.tasks.units import map_reduce_units
 
-    key = load_or_create_key(cfg.state_uri, cfg.storage_options)
-    spec = ScanSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), key, counting)
-    part = map_reduce_units(scan_unit, plan.units, ScanPart.combine, spec, on_done=unit_progress("pass 1"))
+    key, stored = existing_or_new_key(cfg.state_uri, cfg.storage_options)
+    while True:
+        spec = ScanSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), key, counting)
+        part = map_reduce_units(scan_unit, plan.units, ScanPart.combine, spec, on_done=unit_progress("pass 1"))
+        # A refused scan (an undeclared label) stored nothing; a new key is stored once the scan has passed. Lost
+        # a race for the key to a run of the same state that started together: scan again under the stored one.
+        if stored or store_new_key(cfg.state_uri, key, cfg.storage_options):
+            break
+        key, stored = existing_or_new_key(cfg.state_uri, cfg.storage_options)
     if counting is not None:
         from privseed.tasks.vocabulary import require_vocabulary_hits
 

@@ -27,7 +27,7 @@ from privseed.tasks import accounting, storage
 from privseed.tasks import evolution as ev
 from privseed.tasks.cluster import current_client, map_shards
 from privseed.tasks.config import AUGPE_DEFAULT_EPSILON, AugPeConfig, EvolutionConfig, SecPeConfig
-from privseed.tasks.corpus import list_shards, publish_release
+from privseed.tasks.corpus import list_shards, publish_release, read_columns
 from privseed.tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
 from privseed.tasks.ledger import PrivacyLedger
 from privseed.tasks.mechanisms import GaussianMechanism
@@ -126,13 +126,9 @@ def embed_candidates(texts: list[str], model: str, progress: bool = False) -> np
 
 @public_stage("load-public-corpus", retries=2)
 def load_public_texts(cfg: SecPeConfig) -> list[str]:
-    """SecPE's public corpus of the same domain (Parquet, ``--public-text-column``)."""
-    texts: list[str] = []
-    for shard in list_shards(cfg.public, cfg.storage_options):
-        fs, inner = storage.filesystem(shard, cfg.storage_options)
-        with fs.open(inner, "rb") as handle:
-            frame = pd.read_parquet(handle, columns=[cfg.public_text_column])
-        texts.extend(frame[cfg.public_text_column].dropna().astype(str).tolist())
+    """SecPE's public corpus of the same domain (Parquet, CSV or JSON Lines, ``--public-text-column``)."""
+    frame = read_columns(cfg.public, [cfg.public_text_column], cfg.storage_options)
+    texts: list[str] = frame[cfg.public_text_column].dropna().astype(str).tolist()
     if not texts:
         raise CorpusError(f"the public corpus at {cfg.public!r} has no text")
     return texts

@@ -33,4 +33,5 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     config["prompt_class_names"] = class_names if cfg.llm != "none" else None
     return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate_from_config(cfg, labels),
                            quality_extra={"generation": generation_report} if generation_report else None,
-                           storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release)
+                           storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release,
+                           class_names=class_names)
