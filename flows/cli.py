@@ -14,7 +14,7 @@ from privseed.tasks.errors import PrivseedError
 
 # Flow modules that add subcommands, in the order they appear in --help.
 COMMAND_MODULES = ("privseed.flows.dpkps", "privseed.flows.demo", "privseed.flows.evolution", "privseed.flows.evaluate",
-                   "privseed.flows.experiment", "privseed.flows.audit")
+                   "privseed.flows.experiment", "privseed.flows.audit", "privseed.flows.canary")
 
 
 def build_parser() -> argparse.ArgumentParser:
