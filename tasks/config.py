@@ -1063,6 +1063,8 @@ class CanaryAuditConfig(DpKpsConfig):
         """The DpKpsConfig of the audit's own run: these settings on the corpus with canaries, into ``out``."""
         values = self.model_dump(exclude=set(CanaryAuditConfig.model_fields) - set(DpKpsConfig.model_fields))
         # The copy is a local Parquet file of two columns; the owner's storage options are for the owner's data.
+        # No release gate: this release is scored and deleted, never shared, and a gate refusal (a class whose few
+        # seeds all failed the document test) would lose the measurement.
         values.update(data=data, out=out, state=state, run_id=None, text_column="text", label_column="label",
-                      storage_options={})
+                      storage_options={}, gate=False)
         return values

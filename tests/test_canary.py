@@ -138,6 +138,7 @@ def test_the_audit_s_own_run_gets_the_method_settings_and_none_of_the_audit_s(tm
     assert values["eps_voc"] == 2.0 and values["per_class"] == 7
     assert values["data"] == "planted.parquet" and values["out"] == "release" and values["state"] == "state"
     assert "repetitions" not in values
+    assert values["gate"] is False  # scored and deleted, never published: a gate refusal would lose the measurement
 
 
 # ---------------------------------------------------------------------------------------------------------
