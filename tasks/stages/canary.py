@@ -50,7 +50,7 @@ def canary_prefixes(frame: pd.DataFrame, labels: Sequence[str], pairs: int, word
     for label in labels:
         texts = frame.loc[as_text == label, "text"].tolist()
         texts = [t for t in texts if isinstance(t, str) and t.split()]
-        chosen = rng.choice(len(texts), size=min(pairs, len(texts)), replace=False) if texts else []
+        chosen = rng.choice(len(texts), size=min(pairs, len(texts)), replace=False).tolist() if texts else []
         prefixes[label] = [tuple(texts[i].split()[:words]) for i in chosen]
     return prefixes
 
