@@ -1057,6 +1057,9 @@ class CanaryAuditConfig(DpKpsConfig):
             raise ValueError("--run-id does not apply: every canary test is a fresh run in a temporary folder")
         if self.dry_run:
             raise ValueError("--dry-run does not apply: the canary test reads the corpus and runs the method")
+        if self.state is not None:
+            raise ValueError("--state does not apply: the canary test keeps its run's private state in a temporary "
+                             "folder and deletes it")
         return self
 
     def release_config(self, data: str, out: str, state: str) -> dict[str, Any]:

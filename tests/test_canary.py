@@ -129,6 +129,8 @@ def test_the_audit_refuses_options_that_do_not_apply(tmp_path):
         audit_config(tmp_path, run_id="run-1")
     with pytest.raises(ConfigError, match="dry-run"):
         audit_config(tmp_path, dry_run=True)
+    with pytest.raises(ConfigError, match="state"):
+        audit_config(tmp_path, state=str(tmp_path / "state"))
     assert audit_config(tmp_path, sample_per_class=0).sample_per_class is None
 
 
