@@ -91,6 +91,11 @@ COMMANDS: tuple[Command, ...] = (
             "empirical privacy audit: lower bounds on each mechanism's epsilon",
             "Audit each mechanism empirically: run it on neighbouring corpora many times and bound its epsilon "
             "from below with a confidence level; a bound above the claimed epsilon prints VIOLATED."),
+    Command("audit-release", "CanaryAuditConfig", "privseed.flows.canary:run_from_cli",
+            "canary test of a whole release (LLM included): does the released text expose inserted canaries?",
+            "Insert canary documents (an in-distribution prefix and a rare secret, repeated) into a sample of the "
+            "corpus, run the method end to end with these settings, LLM included, and test whether the released "
+            "text exposes the inserted canaries against held-out ones. Exit status 1 when it does (EXPOSED)."),
 )
 COMMANDS_BY_NAME = {command.name: command for command in COMMANDS}
 

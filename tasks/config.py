@@ -1071,3 +1071,56 @@ class DemoConfig(BaseModel):
     @classmethod
     def _known_llm(cls, value: str) -> str:
         return _llm_spec(value)
+
+
+class CanaryAuditConfig(DpKpsConfig):
+    """`privseed audit-release`: the whole-pipeline canary test (docs/privacy.md, "Canary test"): DP-KPS (or a
+    histogram method) with these settings on a copy of the corpus with canaries inserted, then their exposure in
+    the released text. The audit's own release is written to a temporary folder and deleted; only the verdict is
+    kept."""
+
+    cli_group: ClassVar[str] = "the canary test"
+
+    out: str = Field(description="folder for canary-audit.json and canary-audit.png (the owner's; not a release)",
+                     json_schema_extra=cli(metavar="DIR"))
+    canary_pairs: int = Field(default=2, ge=1, le=1000, description="canary pairs per class: of each pair one is "
+                              "inserted, one held out (public randomness decides which)",
+                              json_schema_extra=cli(metavar="N"))
+    repetitions: int = Field(default=10, ge=1, le=10_000, description="copies of each inserted canary in the corpus",
+                             json_schema_extra=cli(metavar="R"))
+    secret_words: int = Field(default=3, ge=1, le=20, description="rare public-vocabulary words in each canary's "
+                              "secret", json_schema_extra=cli(metavar="K"))
+    prefix_words: int = Field(default=4, ge=1, le=50, description="words of a real document of the class that start "
+                              "each canary (in-distribution prefix)", json_schema_extra=cli(metavar="W"))
+    sample_per_class: int | None = Field(default=50, ge=1, description="real documents per class kept in the "
+                                         "audited corpus (drawn with --seed); a smaller corpus exposes a canary more, "
+                                         "so the audit is conservative and fast; 0 or none: every document",
+                                         json_schema_extra=cli(metavar="N"))
+    alpha: float = Field(default=0.01, gt=0.0, lt=0.5, description="EXPOSED when the permutation p-value of "
+                         "inserted vs held-out canaries is at most this", json_schema_extra=cli(metavar="P"))
+
+    @field_validator("sample_per_class", mode="before")
+    @classmethod
+    def _all_documents(cls, value: Any) -> Any:
+        return None if value in (0, "0", "none", "None", "all") else value
+
+    @model_validator(mode="after")
+    def _audit_settings(self) -> "CanaryAuditConfig":
+        if self.run_id is not None:
+            raise ValueError("--run-id does not apply: every canary test is a fresh run in a temporary folder")
+        if self.dry_run:
+            raise ValueError("--dry-run does not apply: the canary test reads the corpus and runs the method")
+        if self.state is not None:
+            raise ValueError("--state does not apply: the canary test keeps its run's private state in a temporary "
+                             "folder and deletes it")
+        return self
+
+    def release_config(self, data: str, out: str, state: str) -> dict[str, Any]:
+        """The DpKpsConfig of the audit's own run: these settings on the corpus with canaries, into ``out``."""
+        values = self.model_dump(exclude=set(CanaryAuditConfig.model_fields) - set(DpKpsConfig.model_fields))
+        # The copy is a local Parquet file of two columns; the owner's storage options are for the owner's data.
+        # No release gate: this release is scored and deleted, never shared, and a gate refusal (a class whose few
+        # seeds all failed the document test) would lose the measurement.
+        values.update(data=data, out=out, state=state, run_id=None, text_column="text", label_column="label",
+                      storage_options={}, gate=False)
+        return values

@@ -16,6 +16,7 @@ SUBFLOWS = {
     "flows/experiment.py": {"privseed.flows.dpkps": {"dpkps_flow"},
                             "privseed.flows.evolution": {"augpe_flow", "secpe_flow"}},
     "flows/demo.py": {"privseed.flows.dpkps": {"dpkps_flow"}, "privseed.flows.evaluate": {"evaluate"}},
+    "flows/canary.py": {"privseed.flows.dpkps": {"dpkps_flow"}},
 }
 #: The module that registers every flow's subcommand.
 CLI = "flows/cli.py"
