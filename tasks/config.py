@@ -1115,7 +1115,7 @@ class CanaryAuditConfig(DpKpsConfig):
                              "folder and deletes it")
         return self
 
-    def release_config(self, data: str, out: str, state: str) -> dict[str, Any]:
+    def release_config(self, data: str, out: str, state: str) -> DpKpsConfig:
         """The DpKpsConfig of the audit's own run: these settings on the corpus with canaries, into ``out``."""
         values = self.model_dump(exclude=set(CanaryAuditConfig.model_fields) - set(DpKpsConfig.model_fields))
         # The copy is a local Parquet file of two columns; the owner's storage options are for the owner's data.
@@ -1123,4 +1123,4 @@ class CanaryAuditConfig(DpKpsConfig):
         # seeds all failed the document test) would lose the measurement.
         values.update(data=data, out=out, state=state, run_id=None, text_column="text", label_column="label",
                       storage_options={}, gate=False)
-        return values
+        return validate_config(DpKpsConfig, values)

@@ -136,7 +136,7 @@ def test_the_audit_refuses_options_that_do_not_apply(tmp_path):
 
 def test_the_audit_s_own_run_gets_the_method_settings_and_none_of_the_audit_s(tmp_path):
     cfg = audit_config(tmp_path, eps_voc=2.0, per_class=7, repetitions=5)
-    values = cfg.release_config("planted.parquet", "release", "state")
+    values = cfg.release_config("planted.parquet", "release", "state").model_dump()  # a validated DpKpsConfig
     assert values["eps_voc"] == 2.0 and values["per_class"] == 7
     assert values["data"] == "planted.parquet" and values["out"] == "release" and values["state"] == "state"
     assert "repetitions" not in values
