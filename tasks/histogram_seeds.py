@@ -187,21 +187,12 @@ def pair_mechanism(kind: str, pair_terms: int, epsilon: float, delta: float) -> 
 
 
 def _mechanism(kind: str, l1: float, epsilon: float, delta: float) -> Any:
-    """Laplace(l1 / eps), or Gaussian on L2 sensitivity sqrt(l1): each coordinate moves by at most 1, so the
-    L2 norm of a change is the square root of its L1 norm."""
-    from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism
+    """The kind's mechanism for a vector of 0/1-per-coordinate counts of L1 sensitivity ``l1``: Laplace on it, or
+    Gaussian on L2 sensitivity sqrt(l1) (each coordinate moves by at most 1, so the L2 norm of a change is the
+    square root of its L1 norm), sigma calibrated by dp-accounting's PLD accountant."""
+    from privseed.tasks.mechanisms import Sensitivity, mechanism_kind
 
-    if kind == "laplace":
-        return LaplaceMechanism(sensitivity=l1, epsilon=epsilon)
-    if kind == "gaussian":
-        from privseed.tasks.kde import gaussian_noise_multiplier
-
-        if not 0.0 < delta < 1.0:
-            raise ConfigError(f"the Gaussian mechanism needs 0 < delta < 1, got {delta}")
-        sensitivity = math.sqrt(l1)
-        sigma = gaussian_noise_multiplier(float(epsilon), float(delta)) * sensitivity
-        return GaussianMechanism(sensitivity=sensitivity, sigma=sigma, epsilon=epsilon, delta=delta)
-    raise ConfigError(f"unknown mechanism {kind!r}; choose laplace or gaussian")
+    return mechanism_kind(kind).calibrated(Sensitivity.of_counts(l1), epsilon, delta)
 
 
 def release_all(exact: np.ndarray, mechanism: Any, noise: Any) -> np.ndarray:
@@ -237,11 +228,7 @@ def noise_floor(mechanism: Any, entries: int, expected_false: float) -> float:
     if expected_false <= 0:
         return 0.0
     tail = min(0.5, expected_false / max(1, entries))
-    if mechanism.describe()["mechanism"] == "laplace":
-        return mechanism.scale * math.log(1.0 / (2.0 * tail))
-    from scipy.stats import norm
-
-    return float(mechanism.scale * norm.isf(tail))
+    return float(mechanism.noise_distribution().isf(tail))
 
 
 def above_floor(values: np.ndarray, floor: float) -> np.ndarray:
@@ -252,11 +239,7 @@ def above_floor(values: np.ndarray, floor: float) -> np.ndarray:
 
 def noise_tail(mechanism: Any, values: np.ndarray, discrete: bool) -> np.ndarray:
     """P(noise >= value) for the mechanism's noise (discrete Laplace on integer counts, else continuous)."""
-    values = np.asarray(values, dtype=np.float64)
-    if mechanism.describe()["mechanism"] == "laplace":
-        law = mechanism.noise_distribution(discrete=discrete)
-        return law.sf(np.ceil(values) - 1) if discrete else law.sf(values)
-    return mechanism.noise_distribution().sf(values)
+    return mechanism.noise_tail(values, discrete)
 
 
 def bh_q_values(descending: np.ndarray, entries: int, tail: np.ndarray) -> np.ndarray:

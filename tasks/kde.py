@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseSource
+from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseSource, Sensitivity, mechanism_kind
 
 SQRT2 = math.sqrt(2.0)
 MECHANISMS = ("laplace", "gaussian")
@@ -206,14 +206,10 @@ def sketch_mechanism(mechanism: str, n_features: int, epsilon: float, delta: flo
     """The mechanism that releases one sketch sum F under add/remove of one document (module docstring):
     Laplace(sqrt(2) I / eps) on L1 sensitivity sqrt(2) I, or Gaussian with sigma calibrated by dp-accounting
     on L2 sensitivity sqrt(2 I)."""
-    if mechanism == "laplace":
-        _check_epsilon(epsilon)
-        return LaplaceMechanism(sensitivity=sensitivity("laplace", n_features), epsilon=float(epsilon))
-    if mechanism == "gaussian":
-        return GaussianMechanism(sensitivity=sensitivity("gaussian", n_features),
-                                 sigma=gaussian_sigma(n_features, epsilon, delta), epsilon=float(epsilon),
-                                 delta=float(delta))
-    raise ConfigError(f"unknown sketch mechanism {mechanism!r}; expected one of {MECHANISMS}")
+    kind = mechanism_kind(mechanism)
+    _check_epsilon(epsilon)
+    return kind.calibrated(Sensitivity(l1=sensitivity("laplace", n_features), l2=sensitivity("gaussian", n_features)),
+                           float(epsilon), float(delta))  # type: ignore[return-value]  # the two kinds of MECHANISMS
 
 
 def release_sketch(exact_sum: np.ndarray, *, mechanism: LaplaceMechanism | GaussianMechanism,

@@ -210,7 +210,15 @@ class Mechanism(Protocol):
     @property
     def sensitivity(self) -> float: ...
 
+    @property
+    def scale(self) -> float: ...
+
+    @property
+    def kind(self) -> MechanismKind: ...
+
     def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray: ...
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = False) -> np.ndarray: ...
 
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]: ...
 
@@ -252,10 +260,20 @@ class LaplaceMechanism:
 
         return stats.dlaplace(1.0 / self.scale) if discrete else stats.laplace(scale=self.scale)
 
+    @property
+    def kind(self) -> MechanismKind:
+        return LAPLACE
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = False) -> np.ndarray:
+        """P(noise >= value), the discrete law's on integer releases (``is_discrete_for``)."""
+        values = np.asarray(values, dtype=np.float64)
+        law = self.noise_distribution(discrete=discrete)
+        return law.sf(np.ceil(values) - 1) if discrete else law.sf(values)
+
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
         noise = as_noise_source(noise)
         return {
-            "mechanism": "laplace",
+            "mechanism": LAPLACE.name,
             "input_metric": "l1_distance",
             "output_measure": "max_divergence (pure epsilon-DP)",
             "sensitivity": float(self.sensitivity),
@@ -302,10 +320,18 @@ class GaussianMechanism:
 
         return stats.norm(scale=self.sigma)
 
+    @property
+    def kind(self) -> MechanismKind:
+        return GAUSSIAN
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = False) -> np.ndarray:
+        """P(noise >= value) (Gaussian releases are floats: ``discrete`` does not apply)."""
+        return self.noise_distribution().sf(np.asarray(values, dtype=np.float64))
+
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
         noise = as_noise_source(noise)
         return {
-            "mechanism": "gaussian",
+            "mechanism": GAUSSIAN.name,
             "input_metric": "l2_distance",
             "output_measure": "zero_concentrated_divergence (rho-zCDP); (epsilon, delta) from the accountant",
             "sensitivity": float(self.sensitivity),
@@ -321,3 +347,99 @@ class GaussianMechanism:
 def is_secure(description: Mapping[str, Any]) -> bool:
     """Whether a recorded mechanism description came from the secure sampler."""
     return bool(description.get("secure", False))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Mechanism kinds: each kind owns how it is calibrated and how its releases compose
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """How far one document (under the release's adjacency) moves the released vector, in the norms a kind may
+    need. ``l1`` None: no finite L1 bound (e.g. a unit-L2 contribution spread over every term of a long
+    document), so no kind calibrated on L1 can release it."""
+
+    l2: float
+    l1: float | None = None
+
+    @staticmethod
+    def of_counts(l1: float) -> Sensitivity:
+        """A vector of counts where a document adds at most 1 to each of ``l1`` coordinates: L2 = sqrt(L1)."""
+        return Sensitivity(l2=math.sqrt(float(l1)), l1=float(l1))
+
+
+class MechanismKind(Protocol):
+    """A family of mechanisms: it calibrates one for a sensitivity and a budget, says how a schedule of its
+    releases composes, and describes itself. The ledger asks the kind (``compose``) what a charge costs; a
+    method asks it (``calibrated``) for its mechanism; adding a kind touches this module and the method only."""
+
+    @property
+    def name(self) -> str: ...
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> Mechanism: ...
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LaplaceKind:
+    """Pure epsilon-DP on L1 sensitivity; ``releases`` draws compose by basic composition (epsilon adds up)."""
+
+    name: str = "laplace"
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> LaplaceMechanism:
+        if sensitivity.l1 is None:
+            raise ConfigError("this release has no bounded L1 sensitivity, so Laplace noise cannot protect it: "
+                              "use --mechanism gaussian with --delta")
+        return LaplaceMechanism(sensitivity=sensitivity.l1, epsilon=_check_positive("epsilon", epsilon))
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]:
+        return float(epsilon) * int(releases), 0.0
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "input_metric": "l1_distance",
+                "output_measure": "max_divergence (pure epsilon-DP)",
+                "composition": "basic: a schedule of R releases costs R epsilon"}
+
+
+@dataclass(frozen=True)
+class GaussianKind:
+    """(epsilon, delta)-DP on L2 sensitivity; sigma is calibrated by dp-accounting's PLD accountant. A schedule
+    is charged the (epsilon, delta) its sigma was calibrated for over all of its releases (the accountant's
+    composition, tighter than adding them up), so ``compose`` returns them unchanged."""
+
+    name: str = "gaussian"
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> GaussianMechanism:
+        from privseed.tasks.kde import gaussian_noise_multiplier  # deferred: kde imports this module
+
+        if not 0.0 < delta < 1.0:
+            raise ConfigError(f"the Gaussian mechanism needs 0 < delta < 1, got {delta}")
+        l2 = _check_positive("sensitivity", sensitivity.l2)
+        sigma = gaussian_noise_multiplier(float(epsilon), float(delta)) * l2
+        return GaussianMechanism(sensitivity=l2, sigma=sigma, epsilon=float(epsilon), delta=float(delta))
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]:
+        return float(epsilon), float(delta)
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "input_metric": "l2_distance",
+                "output_measure": "zero_concentrated_divergence; (epsilon, delta) from dp-accounting's PLD",
+                "composition": "by the accountant: a schedule is charged what its sigma was calibrated for"}
+
+
+LAPLACE = LaplaceKind()
+GAUSSIAN = GaussianKind()
+
+#: Every kind by its recorded name (the ``mechanism`` field of ledger entries and of ``--mechanism``).
+MECHANISM_KINDS: dict[str, MechanismKind] = {LAPLACE.name: LAPLACE, GAUSSIAN.name: GAUSSIAN}
+
+
+def mechanism_kind(name: str) -> MechanismKind:
+    """The kind called ``name``; one line naming the choices otherwise."""
+    try:
+        return MECHANISM_KINDS[str(name)]
+    except KeyError:
+        raise ConfigError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISM_KINDS)}") from None

@@ -81,3 +81,36 @@ def test_laplace_refuses_invalid_parameters(kwargs):
 def test_non_finite_input_is_refused():
     with pytest.raises(ValueError, match="NaN or infinite"):
         LaplaceMechanism(sensitivity=1.0, epsilon=1.0).release(np.array([np.nan, 1.0]))
+
+
+def test_each_kind_calibrates_on_its_own_norm_and_composes_by_its_own_rule():
+    from privseed.tasks.kde import gaussian_noise_multiplier
+    from privseed.tasks.mechanisms import GAUSSIAN, LAPLACE, Sensitivity, mechanism_kind
+
+    counts = Sensitivity.of_counts(9)  # a document adds 1 to at most 9 coordinates: L1 9, L2 3
+    laplace = mechanism_kind("laplace").calibrated(counts, 2.0)
+    assert laplace.kind is LAPLACE and laplace.scale == pytest.approx(4.5)
+    gaussian = mechanism_kind("gaussian").calibrated(counts, 2.0, 1e-5)
+    assert gaussian.kind is GAUSSIAN and gaussian.sensitivity == pytest.approx(3.0)
+    assert gaussian.sigma == pytest.approx(3.0 * gaussian_noise_multiplier(2.0, 1e-5))
+    assert LAPLACE.compose(0.5, 0.0, 3) == (1.5, 0.0)
+    assert GAUSSIAN.compose(4.0, 1e-5, 10) == (4.0, 1e-5)  # sigma was calibrated for the whole schedule
+    # A unit-L2 contribution has no bounded L1 norm: Laplace refuses it, Gaussian calibrates on L2 = 1.
+    with pytest.raises(ConfigError, match="no bounded L1"):
+        LAPLACE.calibrated(Sensitivity(l2=1.0), 1.0)
+    assert GAUSSIAN.calibrated(Sensitivity(l2=1.0), 1.0, 1e-5).sensitivity == 1.0
+    with pytest.raises(ConfigError, match="choose one of laplace, gaussian"):
+        mechanism_kind("exponential")
+    for kind in (LAPLACE, GAUSSIAN):
+        assert {"mechanism", "input_metric", "output_measure", "composition"} <= set(kind.describe())
+
+
+def test_noise_tails_and_floors_come_from_the_mechanism():
+    from privseed.tasks.histogram_seeds import noise_floor
+
+    laplace = LaplaceMechanism(sensitivity=2.0, epsilon=1.0)
+    assert noise_floor(laplace, 1000, 1.0) == pytest.approx(2.0 * np.log(1000 / 2))
+    assert laplace.noise_tail(np.array([3.0]), discrete=True)[0] == pytest.approx(stats.dlaplace(0.5).sf(2))
+    gaussian = GaussianMechanism(sensitivity=1.0, sigma=2.0, epsilon=1.0, delta=1e-5)
+    assert noise_floor(gaussian, 1000, 1.0) == pytest.approx(2.0 * stats.norm.isf(1e-3))
+    assert gaussian.noise_tail(np.array([2.0]))[0] == pytest.approx(stats.norm.sf(1.0))
