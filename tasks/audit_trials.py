@@ -26,6 +26,9 @@ charged. A lower bound above the claim refutes the claim: the command then exits
                 knows D's exact counts, 0) and their sum. K and P cover V, so the pairs are released every trial.
     augpe       One Aug-PE round (charge_augpe_schedule + augpe_round_histogram, T = 1). Canary: a private
                 document identical to one candidate that no other document votes for. Test: its noisy count.
+    histogram-unit-l2  The histogram methods' stage 1 with --hist-contribution unit-l2 (Gaussian, L2 sensitivity
+                1). Canary: a class-0 document of four terms no document uses, 1/2 each (L2 norm 1). Tests: the sum
+                of the four released weights (the Gaussian likelihood ratio) and their maximum.
     secpe       One SecPE round (detect_secrets, secpe_noise, charge_secpe_schedule, secpe_round_release, T = 1)
                 with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE reports "if rho and sigma
                 are fixed". The canary holds no secret, so rho = 1 (it is always sampled). K = 2 public clusters,
@@ -471,6 +474,48 @@ class HistogramAudit(_Mechanism):
                 "class 0, the canary's S term counts, sum": float(noisy.sum())}
 
 
+class HistogramUnitL2Audit(_Mechanism):
+    """The histogram methods' stage 1 with ``--hist-contribution unit-l2`` (Gaussian, L2 sensitivity 1): each
+    document adds 1 / sqrt(n) to each of its n distinct terms."""
+
+    name = "histogram-unit-l2"
+    labels = [0, 1, 2]
+
+    def __init__(self, workdir: Path, insecure: bool) -> None:
+        super().__init__(workdir, insecure)
+        from privseed.tasks.config import DpKpsConfig
+        from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
+
+        path = workdir / "audit-histogram-unit-l2-vocabulary.txt"
+        path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
+        self.vocabulary = load_vocabulary(str(path))
+        self.cfg = DpKpsConfig(**self.config_values(dict(
+            method="histogram", vocab=str(path), vocab_top=None, hist_top_k=len(self.vocabulary), epsilon=1.0,
+            delta=1e-5, mechanism="gaussian", hist_contribution="unit-l2", per_class=10, length=5, n_workers=1),
+            DpKpsConfig))
+        self.matcher = phrase_matcher(self.vocabulary)
+        self.private = audit_corpus()
+        # A class-0 document of four terms no document uses: each gets 1 / 2, a shift of L2 norm 1 (the whole
+        # sensitivity) along the all-equal direction, which the sum of the four released counts measures best.
+        self.canary_ids = [self.vocabulary.terms.index(t) for t in _UNUSED_TERMS[:4]]
+        self.canary = _with(self.private, " ".join(_UNUSED_TERMS[:4]), 0)
+
+    def trial(self, with_canary: bool) -> dict[str, float]:
+        from privseed.tasks.histogram_seeds import class_positions, class_unit_l2_weights
+        from privseed.tasks.stages.histogram import privatize_class_histograms
+
+        corpus = self.canary if with_canary else self.private
+        exact = class_unit_l2_weights([self.matcher.match(t) for t in corpus["text"]],
+                                      class_positions(self.labels, corpus["label"]), len(self.labels),
+                                      len(self.vocabulary))
+        with self.ledger() as ledger:
+            released = privatize_class_histograms.fn(exact, self.labels, self.cfg, ledger)[0]
+        noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
+        # Gaussian noise, exact counts 0 on D and 1/2 each on D': the likelihood ratio is monotone in their sum
+        return {"class 0, the canary's 4 term weights, sum (Gaussian likelihood ratio)": float(noisy.sum()),
+                "class 0, the canary's 4 term weights, max": float(noisy.max())}
+
+
 class SecPeAudit(_Mechanism):
     name = "secpe"
 
@@ -543,7 +588,8 @@ class SecPeAudit(_Mechanism):
 
 
 AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "histogram": HistogramAudit,
-                                       "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit}
+                                       "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit,
+                                       "histogram-unit-l2": HistogramUnitL2Audit}
 
 
 # ---------------------------------------------------------------------------------------------------------

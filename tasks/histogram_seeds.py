@@ -31,6 +31,10 @@ Privacy (add/remove one document; a document belongs to exactly one class):
     L1 sensitivity is S and the L2 sensitivity is sqrt(S). Laplace(S / eps) per coordinate -> eps-DP (the
     counts are integers, so tasks/mechanisms.py draws the discrete Laplace of that scale: the same guarantee);
     Gaussian with sigma = z(eps, delta) sqrt(S) -> (eps, delta)-DP.
+  * stage 1 with ``--hist-contribution unit-l2``: a document with n distinct terms of V adds 1 / sqrt(n) to
+    each of them (all of them, however long the document) in its own class's row: a vector of L2 norm exactly 1,
+    so the L2 sensitivity of the whole (classes, |V|) matrix is 1. Gaussian with sigma = z(eps, delta) ->
+    (eps, delta)-DP (Laplace is refused: the L1 norm sqrt(n) has no bound independent of the document).
   * stage 2: a document's reduced sequence has at most S_2 distinct terms, so it adds 1 to at most
     S_2 (S_2 - 1) / 2 distinct pair coordinates: L1 sensitivity S_2 (S_2 - 1) / 2, L2 its square root. The
     candidate terms it conditions on are post-processing of stage 1's output (adaptive sequential composition).
@@ -97,6 +101,23 @@ def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
         if kept:
             counts[int(c), kept] += 1  # kept is duplicate-free, so fancy-index += counts each once
     return counts
+
+
+def class_unit_l2_weights(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
+                          n_classes: int, vocab_size: int) -> np.ndarray:
+    """Exact per-class sums (n_classes, |V|) float64 of each document's unit-L2 contribution: a document with n
+    distinct terms of V (ALL of them, however long it is) adds 1 / sqrt(n) to each of them in its class's row.
+
+    The contribution vector has L2 norm exactly 1 (n entries of 1 / sqrt(n)), so removing or adding one document
+    moves the whole (n_classes, |V|) matrix by exactly 1 in L2 norm, whatever its length and its label (it lives
+    in its own class's row only): the Gaussian mechanism on L2 sensitivity 1 covers it. A document with no term of
+    V contributes nothing. Additive over disjoint shards."""
+    weights = np.zeros((n_classes, vocab_size), dtype=np.float64)
+    for terms, c in zip(sequences, class_index, strict=True):
+        distinct = np.unique(np.asarray(list(terms), dtype=np.int64))
+        if distinct.size:
+            weights[int(c), distinct] += 1.0 / math.sqrt(distinct.size)
+    return weights
 
 
 def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
@@ -175,10 +196,38 @@ def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) 
     raise ConfigError(f"unknown histogram method {method!r}; expected one of {HISTOGRAM_METHODS}")
 
 
-def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float) -> Any:
-    """The mechanism of stage 1: Laplace on L1 sensitivity S, or Gaussian on L2 sensitivity sqrt(S) with
-    sigma calibrated for (epsilon, delta) by dp-accounting's PLD accountant (tasks/kde.py)."""
-    return _mechanism(kind, l1_sensitivity(max_terms), epsilon, delta)
+#: How a document enters stage 1: ``first-terms``, 1 on each of its first S distinct terms (L1 S, L2 sqrt(S));
+#: ``unit-l2``, 1 / sqrt(n) on each of its n distinct terms (L2 exactly 1, every term of a long document counts).
+CONTRIBUTIONS = ("first-terms", "unit-l2")
+#: The L2 norm of one document's ``unit-l2`` contribution (``class_unit_l2_weights``): its whole sensitivity.
+UNIT_L2_SENSITIVITY = 1.0
+
+
+def contribution_sensitivity(contribution: str, max_terms: int) -> Any:
+    """How far one document moves stage 1's (classes, |V|) matrix under add/remove (``Sensitivity``).
+
+    ``first-terms``: at most S coordinates of its own class's row by 1 each -> L1 S, L2 sqrt(S). ``unit-l2``: a
+    vector of L2 norm 1 in its own class's row -> L2 1 and no L1 bound that does not grow with the document
+    (sqrt(n) for n distinct terms), so only an L2 kind (Gaussian) can release it. The label is part of the
+    document: removing it removes its row's contribution and touches no other class, as for ``first-terms``
+    (a relabelling -- replace-one adjacency -- moves two rows and would double the L2 sensitivity to sqrt(2))."""
+    from privseed.tasks.mechanisms import Sensitivity
+
+    if contribution == "first-terms":
+        return Sensitivity.of_counts(l1_sensitivity(max_terms))
+    if contribution == "unit-l2":
+        return Sensitivity(l2=UNIT_L2_SENSITIVITY)
+    raise ConfigError(f"unknown contribution {contribution!r}; choose one of {', '.join(CONTRIBUTIONS)}")
+
+
+def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float,
+                    contribution: str = "first-terms") -> Any:
+    """The mechanism of stage 1 (``contribution_sensitivity``): for ``first-terms`` Laplace on L1 sensitivity S,
+    or Gaussian on L2 sensitivity sqrt(S); for ``unit-l2`` Gaussian on L2 sensitivity 1. Sigma is calibrated for
+    (epsilon, delta) by dp-accounting's PLD accountant."""
+    from privseed.tasks.mechanisms import mechanism_kind
+
+    return mechanism_kind(kind).calibrated(contribution_sensitivity(contribution, max_terms), epsilon, delta)
 
 
 def pair_mechanism(kind: str, pair_terms: int, epsilon: float, delta: float) -> Any:

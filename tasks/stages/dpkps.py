@@ -42,8 +42,9 @@ def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
     from privseed.tasks.histogram_seeds import HISTOGRAM_METHODS
     from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N
 
-    return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms,
-                        per_class=getattr(cfg, "method", None) in HISTOGRAM_METHODS)
+    per_class = getattr(cfg, "method", None) in HISTOGRAM_METHODS
+    return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms, per_class=per_class,
+                        contribution=getattr(cfg, "hist_contribution", "first-terms") if per_class else "first-terms")
 
 
 @private_stage("vocabulary-histogram")
