@@ -29,6 +29,8 @@ charged. A lower bound above the claim refutes the claim: the command then exits
     histogram-unit-l2  The histogram methods' stage 1 with --hist-contribution unit-l2 (Gaussian, L2 sensitivity
                 1). Canary: a class-0 document of four terms no document uses, 1/2 each (L2 norm 1). Tests: the sum
                 of the four released weights (the Gaussian likelihood ratio) and their maximum.
+    histogram-threshold  The same stage with --mechanism laplace-threshold and delta 1e-5: the canary's terms
+                exist only on D', so they are released only when their noisy counts pass the threshold.
     secpe       One SecPE round (detect_secrets, secpe_noise, charge_secpe_schedule, secpe_round_release, T = 1)
                 with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE reports "if rho and sigma
                 are fixed". The canary holds no secret, so rho = 1 (it is always sampled). K = 2 public clusters,
@@ -438,6 +440,8 @@ class HistogramAudit(_Mechanism):
 
     name = "histogram"
     labels = [0, 1, 2]
+    #: configuration a variant of stage 1 changes (its mechanism)
+    variant: dict[str, Any] = {}
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
@@ -450,7 +454,7 @@ class HistogramAudit(_Mechanism):
         self.vocabulary = load_vocabulary(str(path))
         self.cfg = DpKpsConfig(**self.config_values(dict(
             method="histogram", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=len(self.vocabulary),
-            epsilon=1.0, per_class=10, length=5, n_workers=1), DpKpsConfig))
+            epsilon=1.0, per_class=10, length=5, n_workers=1, **self.variant), DpKpsConfig))
         self.matcher = phrase_matcher(self.vocabulary)
         self.private = audit_corpus()
         # A class-0 document of S terms no document uses: S counts of class 0 move by 1, the whole L1 sensitivity.
@@ -472,6 +476,15 @@ class HistogramAudit(_Mechanism):
         return {"class 0, the canary's S term counts, Laplace likelihood ratio":
                 _laplace_ratio_of_unit_shift(noisy, self.scale),
                 "class 0, the canary's S term counts, sum": float(noisy.sum())}
+
+
+class HistogramThresholdAudit(HistogramAudit):
+    """Stage 1 with ``--mechanism laplace-threshold`` (noise only on occurring terms, released above the
+    threshold; (epsilon, delta) by OpenDP's map). The canary's S counts exist only on D': the test sees them when
+    they pass the threshold (probability within delta) and through their noisy values."""
+
+    name = "histogram-threshold"
+    variant = {"mechanism": "laplace-threshold", "delta": 1e-5}
 
 
 class HistogramUnitL2Audit(_Mechanism):
@@ -589,7 +602,8 @@ class SecPeAudit(_Mechanism):
 
 AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "histogram": HistogramAudit,
                                        "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit,
-                                       "histogram-unit-l2": HistogramUnitL2Audit}
+                                       "histogram-unit-l2": HistogramUnitL2Audit,
+                                       "histogram-threshold": HistogramThresholdAudit}
 
 
 # ---------------------------------------------------------------------------------------------------------

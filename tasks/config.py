@@ -462,8 +462,9 @@ class DpKpsConfig(ReleaseConfig):
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
                            json_schema_extra=cli(metavar="EPS"))
     delta: float = Field(default=0.0, ge=0.0, lt=1.0, description="delta, for --mechanism gaussian only")
-    mechanism: Literal["laplace", "gaussian"] = Field(default="laplace", description="noise of the sketches "
-                                                      "and of the histogram methods")
+    mechanism: Literal["laplace", "gaussian", "laplace-threshold"] = Field(
+        default="laplace", description="noise of the sketches and of the histogram methods; laplace-threshold "
+        "(histogram methods only, needs --delta): noise only on the terms that occur, released above a threshold")
     first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram",
                              json_schema_extra=cli(metavar="S"))
     vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
@@ -572,6 +573,16 @@ class DpKpsConfig(ReleaseConfig):
     def _gaussian_needs_delta(self) -> DpKpsConfig:
         if self.mechanism == "gaussian" and not self.delta > 0:
             raise ValueError("the Gaussian mechanism needs --delta > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _threshold_is_for_histograms(self) -> DpKpsConfig:
+        if self.mechanism == "laplace-threshold":
+            if self.method not in ("histogram", "histogram-markov"):
+                raise ValueError("--mechanism laplace-threshold releases term histograms: use it with --method "
+                                 "histogram or histogram-markov")
+            if not self.delta > 0:
+                raise ValueError("--mechanism laplace-threshold needs a declared --delta > 0 (e.g. 1e-6)")
         return self
 
     @model_validator(mode="after")
@@ -801,7 +812,8 @@ EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["metho
 #: Where an experiment writes its results when neither its file nor --out says
 EXPERIMENT_OUT = "experiments/results"
 #: The mechanisms `privseed audit` can audit (tasks/audit_trials.py)
-AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2")
+AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
+                    "histogram-threshold")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
 #: figures of docs/privacy.md (500 evaluation trials per side bound epsilon by about 4.9 at most)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}

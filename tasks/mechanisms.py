@@ -361,11 +361,14 @@ class Sensitivity:
 
     l2: float
     l1: float | None = None
+    #: how many coordinates one document may move (None: unbounded) and by how much at most, each
+    l0: int | None = None
+    linf: float | None = None
 
     @staticmethod
     def of_counts(l1: float) -> Sensitivity:
         """A vector of counts where a document adds at most 1 to each of ``l1`` coordinates: L2 = sqrt(L1)."""
-        return Sensitivity(l2=math.sqrt(float(l1)), l1=float(l1))
+        return Sensitivity(l2=math.sqrt(float(l1)), l1=float(l1), l0=int(math.ceil(float(l1))), linf=1.0)
 
 
 class MechanismKind(Protocol):
@@ -430,11 +433,129 @@ class GaussianKind:
                 "composition": "by the accountant: a schedule is charged what its sigma was calibrated for"}
 
 
+@dataclass(frozen=True)
+class LaplaceThresholdMechanism:
+    """The stability-based (sparse) histogram of integer counts (Korolova et al. 2009; OpenDP's
+    ``make_laplace_threshold``, Rogers 2023): discrete Laplace noise of ``scale`` on the coordinates whose exact
+    count is not 0 (the terms that occur), and only noisy counts >= ``threshold`` are released; every other
+    coordinate is released as 0. A coordinate that no document holds is never noised and never released, so
+    pure-noise terms cannot reach a top K.
+
+    Guarantee (input: integer vectors; one document moves at most ``l0`` coordinates, each by at most ``linf``,
+    ``sensitivity`` = L1 in all): (epsilon, delta)-DP with epsilon = L1 / scale and delta the probability that a
+    coordinate one document creates passes the threshold -- both as OpenDP's privacy map of the same measurement
+    computes them (``LaplaceThresholdKind.calibrated`` chooses the smallest integer threshold whose map meets the
+    declared delta)."""
+
+    sensitivity: float
+    l0: int
+    linf: float
+    scale: float
+    threshold: int
+    epsilon: float
+    delta: float
+
+    @property
+    def kind(self) -> MechanismKind:
+        return LAPLACE_THRESHOLD
+
+    def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray:
+        noise = as_noise_source(noise)
+        exact = np.asarray(exact)
+        if not np.issubdtype(exact.dtype, np.integer):
+            raise ConfigError("the thresholded Laplace histogram releases integer counts only")
+        out = np.zeros(exact.shape, dtype=np.float64)
+        occurring = np.flatnonzero(exact.ravel())
+        if occurring.size:
+            noisy = noise.discrete_laplace(exact.ravel()[occurring], self.scale).astype(np.float64)
+            kept = noisy >= self.threshold
+            out.ravel()[occurring[kept]] = noisy[kept]
+        return out
+
+    def noise_distribution(self, discrete: bool = True):
+        from scipy import stats
+
+        return stats.dlaplace(1.0 / self.scale) if discrete else stats.laplace(scale=self.scale)
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = True) -> np.ndarray:
+        """P(noise >= value) of the discrete Laplace noise on an occurring term (only those are ever noised)."""
+        values = np.asarray(values, dtype=np.float64)
+        return self.noise_distribution(True).sf(np.ceil(values) - 1)
+
+    def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
+        noise = as_noise_source(noise)
+        return {
+            "mechanism": LAPLACE_THRESHOLD.name,
+            "input_metric": "l01inf_distance (L0, L1, Linf of one document's change)",
+            "output_measure": "approximate max_divergence ((epsilon, delta)-DP, OpenDP's privacy map)",
+            "sensitivity": float(self.sensitivity), "l0": int(self.l0), "linf": float(self.linf),
+            "scale": float(self.scale), "threshold": int(self.threshold),
+            "epsilon": float(self.epsilon), "delta": float(self.delta),
+            "noise_source": noise.name,
+            "secure": bool(noise.secure),
+        }
+
+
+@functools.lru_cache(maxsize=256)
+def _laplace_threshold_map(scale: float, threshold: int, l0: int, l1: int, linf: int) -> tuple[float, float]:
+    """OpenDP's privacy map of make_laplace_threshold over integer counts: (epsilon, delta) at (l0, l1, linf)."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    domain = dp.map_domain(dp.atom_domain(T=int), dp.atom_domain(T=int))
+    measurement = dp.m.make_laplace_threshold(domain, dp.l01inf_distance(dp.absolute_distance(T=int)),
+                                              scale=float(scale), threshold=int(threshold))
+    epsilon, delta = measurement.map((int(l0), int(l1), int(linf)))
+    return float(epsilon), float(delta)
+
+
+@dataclass(frozen=True)
+class LaplaceThresholdKind:
+    """The thresholded Laplace histogram (``LaplaceThresholdMechanism``): calibrated on L0, L1 and Linf with a
+    declared delta; R releases compose by basic composition (R epsilon, R delta)."""
+
+    name: str = "laplace-threshold"
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> LaplaceThresholdMechanism:
+        epsilon = _check_positive("epsilon", epsilon)
+        if not 0.0 < delta < 1.0:
+            raise ConfigError(f"the thresholded histogram needs a declared delta in (0, 1) (--delta), got {delta}")
+        if sensitivity.l1 is None or sensitivity.l0 is None or sensitivity.linf is None:
+            raise ConfigError("the thresholded histogram needs bounded L0, L1 and Linf sensitivities: use "
+                              "--hist-contribution first-terms")
+        l0, l1, linf = int(sensitivity.l0), int(math.ceil(sensitivity.l1)), int(math.ceil(sensitivity.linf))
+        scale = l1 / epsilon
+        lo, hi = 1, 2
+        while _laplace_threshold_map(scale, hi, l0, l1, linf)[1] > delta:
+            lo, hi = hi, hi * 2
+            if hi > 2**40:
+                raise ConfigError(f"no threshold meets delta {delta} at scale {scale}")
+        while lo < hi:  # the smallest integer threshold whose delta is within the declared one
+            mid = (lo + hi) // 2
+            if _laplace_threshold_map(scale, mid, l0, l1, linf)[1] <= delta:
+                hi = mid
+            else:
+                lo = mid + 1
+        mapped_epsilon, mapped_delta = _laplace_threshold_map(scale, hi, l0, l1, linf)
+        return LaplaceThresholdMechanism(sensitivity=float(l1), l0=l0, linf=float(linf), scale=scale, threshold=hi,
+                                         epsilon=mapped_epsilon, delta=mapped_delta)
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]:
+        return float(epsilon) * int(releases), float(delta) * int(releases)
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "input_metric": "l01inf_distance",
+                "output_measure": "approximate max_divergence ((epsilon, delta)-DP)",
+                "composition": "basic: a schedule of R releases costs R epsilon and R delta"}
+
+
 LAPLACE = LaplaceKind()
 GAUSSIAN = GaussianKind()
+LAPLACE_THRESHOLD = LaplaceThresholdKind()
 
 #: Every kind by its recorded name (the ``mechanism`` field of ledger entries and of ``--mechanism``).
-MECHANISM_KINDS: dict[str, MechanismKind] = {LAPLACE.name: LAPLACE, GAUSSIAN.name: GAUSSIAN}
+MECHANISM_KINDS: dict[str, MechanismKind] = {LAPLACE.name: LAPLACE, GAUSSIAN.name: GAUSSIAN,
+                                             LAPLACE_THRESHOLD.name: LAPLACE_THRESHOLD}
 
 
 def mechanism_kind(name: str) -> MechanismKind:

@@ -368,3 +368,42 @@ def test_histogram_unit_l2_noise_is_gaussian_of_sensitivity_one_over_whole_docum
     stage = [e for e in ledger["entries"] if e["name"].startswith("histogram-class")]
     assert len(stage) == 3 and all(e["sensitivity"] == 1.0 and e["scale"] == pytest.approx(sigma) for e in stage)
     assert ledger["total"]["epsilon"] == pytest.approx(epsilon) and ledger["total"]["delta"] == pytest.approx(delta)
+
+
+def test_thresholded_histogram_releases_only_occurring_terms_with_discrete_laplace_noise(prefect_harness,
+                                                                                          tmp_path):
+    """The real flow with --method histogram --mechanism laplace-threshold: no term that no document of the class
+    holds is ever released (every one of |V| x 3 entries stays 0), every released count passes the ledger's
+    threshold, and the released counts minus the exact first-S distinct counts (recomputed here; every occurring
+    count is far above the threshold, so none is cut) are discrete Laplace of scale S / eps."""
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.vocabulary import english_vocabulary
+
+    rows = [(text, label) for label, texts in TOPICS.items() for text in texts for _ in range(100)]
+    frame = pd.DataFrame(rows, columns=["text", "label"])
+    data = str(tmp_path / "corpus.parquet")
+    frame.to_parquet(data, index=False)
+    out = tmp_path / "threshold"
+    epsilon, delta = 5.0, 1e-6
+    dpkps_flow(_dpkps_config(data, out, method="histogram", epsilon=epsilon, delta=delta,
+                             mechanism="laplace-threshold", hist_top_k=60))
+    ledger = json.loads((out / "ledger.json").read_text())
+    stage = [e for e in ledger["entries"] if e["name"].startswith("histogram-class")]
+    threshold = stage[0]["guarantee"]["threshold"]
+    assert len(stage) == 3 and all(e["mechanism"] == "laplace-threshold" and e["scale"] == S / epsilon for e in stage)
+    assert ledger["total"]["epsilon"] == pytest.approx(epsilon) and 0 < ledger["total"]["delta"] <= delta
+    terms = english_vocabulary(VOCAB_TOP).terms
+    index = {t: i for i, t in enumerate(terms)}
+    noise = []
+    for c, label in enumerate(sorted(TOPICS)):
+        exact = np.zeros(len(terms), dtype=np.int64)
+        for text in frame.loc[frame["label"] == label, "text"]:
+            exact[[index[t] for t in _first_distinct(text, index, S)]] += 1
+        released = _stored(out, f"histogram-class{c}")["noisy"]
+        assert not released[exact == 0].any()  # pure-noise terms never reach the release
+        assert (exact[exact > 0] >= threshold + 30 * S / epsilon).all()  # so no occurring count is cut
+        assert (released[exact > 0] >= threshold).all()
+        noise.append(released[exact > 0] - exact[exact > 0])
+    noise_ = np.concatenate(noise)
+    assert noise_.size > 40 and np.any(noise_ != 0)
+    assert_noise_is(noise_, "discrete-laplace", S / epsilon, wrong=())  # too few draws to refute 2x; shape + scale
