@@ -155,7 +155,7 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     from dataclasses import replace
 
     method = setting["method"]
-    delta = GAUSSIAN_DELTA if setting["mechanism"] == "gaussian" else 0.0
+    delta = GAUSSIAN_DELTA if setting["mechanism"] in ("gaussian", "laplace-threshold") else 0.0
     budgets = stage_budgets(method, eps, delta, setting["share"])
     contribution = setting.get("contribution", "first-terms")
     if contribution == "unit-l2":  # every distinct term of every document, L2 norm 1 (Gaussian only)

@@ -219,6 +219,40 @@ def release_sketch(exact_sum: np.ndarray, *, mechanism: LaplaceMechanism | Gauss
     return mechanism.release(np.asarray(exact_sum, dtype=np.float64), noise)
 
 
+@dataclass(frozen=True)
+class SketchSignal:
+    """How much of a released sketch is signal, from the released sum and the mechanism's public noise law only.
+
+    With F~ = F + N and N i.i.d. of variance v per feature, E ||F~||^2 = ||F||^2 + I v, so
+    ``signal = ||F~||^2 - I v`` estimates ||F||^2 without bias, and ``z`` is that estimate in units of the
+    standard deviation of ||N||^2 (sqrt(I Var(N^2))): z < 3 means the release cannot be told from pure noise."""
+
+    energy: float        # ||F~||^2, released
+    noise_energy: float  # I v, public
+    signal: float        # energy - noise_energy
+    z: float             # signal / sd(||N||^2)
+
+    @property
+    def swamped(self) -> bool:
+        return self.z < SIGNAL_Z
+
+
+#: A sketch whose estimated signal energy is less than this many noise standard deviations is noise.
+SIGNAL_Z = 3.0
+
+
+def sketch_signal(noisy_sum: np.ndarray, mechanism: LaplaceMechanism | GaussianMechanism) -> SketchSignal:
+    """``SketchSignal`` of one released sum (post-processing: the released value and public parameters)."""
+    law = mechanism.noise_distribution()
+    variance = float(law.var())
+    fourth = float(law.moment(4)) - variance**2  # Var(N^2)
+    released = np.asarray(noisy_sum, dtype=np.float64).ravel()
+    energy = float(released @ released)
+    noise_energy = released.size * variance
+    return SketchSignal(energy, noise_energy, energy - noise_energy,
+                        (energy - noise_energy) / math.sqrt(released.size * fourth))
+
+
 def sensitivity(mechanism: str, n_features: int) -> float:
     """The sensitivity the mechanism is calibrated to (L1 for Laplace, L2 for Gaussian)."""
     if mechanism == "laplace":
