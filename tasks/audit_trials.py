@@ -41,6 +41,11 @@ tasks/audit_faults.py; the power table is in docs/privacy.md).
                 votes for. Test: its noisy count.
     secpe       One SecPE round (detect_unit_secrets, secpe_noise, charge_secpe_schedule, exact_cluster_sums,
                 draw_secpe_round, T = 1)
+    histogram-unit-l2  The histogram methods' stage 1 with --hist-contribution unit-l2 (Gaussian, L2 sensitivity
+                1, delta 1e-5). Canary: a class-0 document of S terms no document uses, 1/sqrt(S) each (L2 norm 1,
+                the whole sensitivity). Tests: as for histogram, through the same passes.
+    histogram-threshold  The same stage with --mechanism laplace-threshold and delta 1e-5: the canary's terms
+                exist only on D', so they are released only when their noisy counts pass the threshold.
                 with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE reports "if rho and sigma
                 are fixed". The canary holds no secret, so rho = 1 (it is always sampled). K = 2 public clusters,
                 and only the canary's class is drawn per trial (the other classes' releases are independent of
@@ -528,6 +533,10 @@ class HistogramAudit(_Mechanism):
     a share of the budget): per-class noisy term counts."""
 
     name = "histogram"
+    #: configuration a variant of stage 1 changes (its mechanism or its contribution)
+    variant: dict[str, Any] = {}
+    #: whether released minus exact is the noise, as the calibration check needs (not for a thresholded release)
+    calibration_checked: bool = True
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
@@ -540,14 +549,15 @@ class HistogramAudit(_Mechanism):
         self.vocabulary = load_vocabulary(str(path))
         self.cfg = DpKpsConfig(**self.config_values(dict(
             method="histogram", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=len(self.vocabulary),
-            epsilon=1.0, per_class=10, length=5, n_workers=1), DpKpsConfig))
+            epsilon=1.0, per_class=10, length=5, n_workers=1, **self.variant), DpKpsConfig))
         private = audit_corpus()
         # A class-0 document of S terms no document uses: S counts of class 0 move by 1, the whole L1 sensitivity.
         self.canary_ids = [self.vocabulary.terms.index(t) for t in _UNUSED_TERMS[:self.cfg.first_terms]]
         self.plans = self.write_corpora(private, _with(private, " ".join(_UNUSED_TERMS[:self.cfg.first_terms]), 0))
         eps_1, delta_1 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
                                        self.cfg.markov_term_share)[0]
-        self.scale = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1).scale
+        self.scale = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1,
+                                     self.cfg.hist_contribution).scale
 
     def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.histogram import privatize_class_histograms
@@ -556,12 +566,33 @@ class HistogramAudit(_Mechanism):
         with self.ledger() as ledger:
             released = privatize_class_histograms.fn(counts[with_canary], self.labels, self.cfg, ledger)[0]
             draws = self.draws(ledger, {f"histogram-class{c}": (counts[False][c], counts[True][c])
-                                        for c in range(len(self.labels))}, with_canary)
+                                        for c in range(len(self.labels))}, with_canary) \
+                if self.calibration_checked else {}
         noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
         # D's exact counts of the S terms are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
         return stats.TrialOutcome({"class 0, the canary's S term counts, Laplace likelihood ratio":
                                    _laplace_ratio_of_unit_shift(noisy, self.scale),
                                    "class 0, the canary's S term counts, sum": float(noisy.sum())}, draws)
+
+
+class HistogramThresholdAudit(HistogramAudit):
+    """Stage 1 with ``--mechanism laplace-threshold`` (noise only on occurring terms, released above the
+    threshold; (epsilon, delta) by OpenDP's map). The canary's S counts exist only on D': the test sees them when
+    they pass the threshold (probability within delta) and through their noisy values."""
+
+    name = "histogram-threshold"
+    variant = {"mechanism": "laplace-threshold", "delta": 1e-5}
+    # A count under the threshold is released as 0, so released minus exact is not the noise there: only the
+    # threshold test (which assumes no noise family) audits this mechanism.
+    calibration_checked = False
+
+
+class HistogramUnitL2Audit(HistogramAudit):
+    """The histogram methods' stage 1 with ``--hist-contribution unit-l2`` (Gaussian, L2 sensitivity 1): each
+    document adds 1 / sqrt(n) to each of its n distinct terms, computed by the flows' own pass 1."""
+
+    name = "histogram-unit-l2"
+    variant = {"mechanism": "gaussian", "delta": 1e-5, "hist_contribution": "unit-l2"}
 
 
 class SecPeAudit(_PeAudit):
@@ -649,7 +680,9 @@ class SecPeAudit(_PeAudit):
 
 
 AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "histogram": HistogramAudit,
-                                       "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit}
+                                       "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit,
+                                       "histogram-unit-l2": HistogramUnitL2Audit,
+                                       "histogram-threshold": HistogramThresholdAudit}
 
 
 # ---------------------------------------------------------------------------------------------------------

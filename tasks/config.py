@@ -470,7 +470,7 @@ class DpKpsConfig(ReleaseConfig):
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
         "method", "length", "n_features", "bandwidth", "embedding_model", "text_column", "label_column",
         "epsilon", "hist_top_k", "markov_term_share", "hist_denoise", "hist_candidates", "markov_pair_top",
-        "markov_pair_terms",
+        "markov_pair_terms", "hist_contribution",
     )
 
     vocab: str = Field(default="english", description="public vocabulary V: english (wordfreq) or a file of terms, "
@@ -482,8 +482,9 @@ class DpKpsConfig(ReleaseConfig):
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     delta: float = Field(default=0.0, ge=0.0, lt=1.0, description="delta, for --mechanism gaussian only")
-    mechanism: Literal["laplace", "gaussian"] = Field(default="laplace", description="noise of the sketches "
-                                                      "and of the histogram methods")
+    mechanism: Literal["laplace", "gaussian", "laplace-threshold"] = Field(
+        default="laplace", description="noise of the sketches and of the histogram methods; laplace-threshold "
+        "(histogram methods only, needs --delta): noise only on the terms that occur, released above a threshold")
     first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram",
                              json_schema_extra=cli(metavar="S"))
     vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
@@ -504,6 +505,12 @@ class DpKpsConfig(ReleaseConfig):
                     "(candidate group / rest), weight = count x (1 - q), the noise share drawn from the pooled "
                     "classes; clip: the K largest clipped counts (docs/dpkps.md)",
         json_schema_extra=cli(metavar="RULE"))
+    hist_contribution: Literal["first-terms", "unit-l2"] = Field(
+        default="first-terms",
+        description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
+                    "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
+                    "document at L2 sensitivity 1 (needs --mechanism gaussian and --delta)",
+        json_schema_extra=cli(metavar="HOW"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
         description="M: terms with the largest noisy counts summed over classes form the candidate group of "
@@ -588,6 +595,23 @@ class DpKpsConfig(ReleaseConfig):
     def _gaussian_needs_delta(self) -> DpKpsConfig:
         if self.mechanism == "gaussian" and not self.delta > 0:
             raise ValueError("the Gaussian mechanism needs --delta > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _threshold_is_for_histograms(self) -> DpKpsConfig:
+        if self.mechanism == "laplace-threshold":
+            if self.method not in ("histogram", "histogram-markov"):
+                raise ValueError("--mechanism laplace-threshold releases term histograms: use it with --method "
+                                 "histogram or histogram-markov")
+            if not self.delta > 0:
+                raise ValueError("--mechanism laplace-threshold needs a declared --delta > 0 (e.g. 1e-6)")
+        return self
+
+    @model_validator(mode="after")
+    def _unit_l2_needs_gaussian(self) -> DpKpsConfig:
+        if self.hist_contribution == "unit-l2" and self.mechanism != "gaussian":
+            raise ValueError("--hist-contribution unit-l2 bounds a document's L2 norm only: add --mechanism gaussian "
+                             "--delta D (e.g. 1e-6)")
         return self
 
     @property
@@ -839,7 +863,8 @@ EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["metho
 #: Where an experiment writes its results when neither its file nor --out says
 EXPERIMENT_OUT = "experiments/results"
 #: The mechanisms `privseed audit` can audit (tasks/audit_trials.py)
-AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe")
+AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
+                    "histogram-threshold")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
 #: figures of docs/privacy.md (500 evaluation trials per side bound epsilon by about 4.9 at most)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}

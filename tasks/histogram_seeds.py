@@ -31,6 +31,10 @@ Privacy (add/remove one document; a document belongs to exactly one class):
     L1 sensitivity is S and the L2 sensitivity is sqrt(S). Laplace(S / eps) per coordinate -> eps-DP (the
     counts are integers, so tasks/mechanisms.py draws the discrete Laplace of that scale: the same guarantee);
     Gaussian with sigma = z(eps, delta) sqrt(S) -> (eps, delta)-DP.
+  * stage 1 with ``--hist-contribution unit-l2``: a document with n distinct terms of V adds 1 / sqrt(n) to
+    each of them (all of them, however long the document) in its own class's row: a vector of L2 norm exactly 1,
+    so the L2 sensitivity of the whole (classes, |V|) matrix is 1. Gaussian with sigma = z(eps, delta) ->
+    (eps, delta)-DP (Laplace is refused: the L1 norm sqrt(n) has no bound independent of the document).
   * stage 2: a document's reduced sequence has at most S_2 distinct terms, so it adds 1 to at most
     S_2 (S_2 - 1) / 2 distinct pair coordinates: L1 sensitivity S_2 (S_2 - 1) / 2, L2 its square root. The
     candidate terms it conditions on are post-processing of stage 1's output (adaptive sequential composition).
@@ -96,6 +100,23 @@ def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
         if kept:
             counts[int(c), kept] += 1  # kept is duplicate-free, so fancy-index += counts each once
     return counts
+
+
+def class_unit_l2_weights(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
+                          n_classes: int, vocab_size: int) -> np.ndarray:
+    """Exact per-class sums (n_classes, |V|) float64 of each document's unit-L2 contribution: a document with n
+    distinct terms of V (ALL of them, however long it is) adds 1 / sqrt(n) to each of them in its class's row.
+
+    The contribution vector has L2 norm exactly 1 (n entries of 1 / sqrt(n)), so removing or adding one document
+    moves the whole (n_classes, |V|) matrix by exactly 1 in L2 norm, whatever its length and its label (it lives
+    in its own class's row only): the Gaussian mechanism on L2 sensitivity 1 covers it. A document with no term of
+    V contributes nothing. Additive over disjoint shards."""
+    weights = np.zeros((n_classes, vocab_size), dtype=np.float64)
+    for terms, c in zip(sequences, class_index, strict=True):
+        distinct = np.unique(np.asarray(list(terms), dtype=np.int64))
+        if distinct.size:
+            weights[int(c), distinct] += 1.0 / math.sqrt(distinct.size)
+    return weights
 
 
 def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
@@ -175,10 +196,38 @@ def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) 
     return [(epsilon * term_share, delta * term_share), (epsilon * (1 - term_share), delta * (1 - term_share))]
 
 
-def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float) -> Any:
-    """The mechanism of stage 1: Laplace on L1 sensitivity S, or Gaussian on L2 sensitivity sqrt(S) with
-    sigma calibrated for (epsilon, delta) by dp-accounting's PLD accountant (tasks/kde.py)."""
-    return _mechanism(kind, l1_sensitivity(max_terms), epsilon, delta)
+#: How a document enters stage 1: ``first-terms``, 1 on each of its first S distinct terms (L1 S, L2 sqrt(S));
+#: ``unit-l2``, 1 / sqrt(n) on each of its n distinct terms (L2 exactly 1, every term of a long document counts).
+CONTRIBUTIONS = ("first-terms", "unit-l2")
+#: The L2 norm of one document's ``unit-l2`` contribution (``class_unit_l2_weights``): its whole sensitivity.
+UNIT_L2_SENSITIVITY = 1.0
+
+
+def contribution_sensitivity(contribution: str, max_terms: int) -> Any:
+    """How far one document moves stage 1's (classes, |V|) matrix under add/remove (``Sensitivity``).
+
+    ``first-terms``: at most S coordinates of its own class's row by 1 each -> L1 S, L2 sqrt(S). ``unit-l2``: a
+    vector of L2 norm 1 in its own class's row -> L2 1 and no L1 bound that does not grow with the document
+    (sqrt(n) for n distinct terms), so only an L2 kind (Gaussian) can release it. The label is part of the
+    document: removing it removes its row's contribution and touches no other class, as for ``first-terms``
+    (a relabelling -- replace-one adjacency -- moves two rows and would double the L2 sensitivity to sqrt(2))."""
+    from privseed.tasks.mechanisms import Sensitivity
+
+    if contribution == "first-terms":
+        return Sensitivity.of_counts(l1_sensitivity(max_terms))
+    if contribution == "unit-l2":
+        return Sensitivity(l2=UNIT_L2_SENSITIVITY)
+    raise ConfigError(f"unknown contribution {contribution!r}; choose one of {', '.join(CONTRIBUTIONS)}")
+
+
+def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float,
+                    contribution: str = "first-terms") -> Any:
+    """The mechanism of stage 1 (``contribution_sensitivity``): for ``first-terms`` Laplace on L1 sensitivity S,
+    or Gaussian on L2 sensitivity sqrt(S); for ``unit-l2`` Gaussian on L2 sensitivity 1. Sigma is calibrated for
+    (epsilon, delta) by dp-accounting's PLD accountant."""
+    from privseed.tasks.mechanisms import mechanism_kind
+
+    return mechanism_kind(kind).calibrated(contribution_sensitivity(contribution, max_terms), epsilon, delta)
 
 
 def pair_mechanism(kind: str, pair_terms: int, epsilon: float, delta: float) -> Any:
@@ -187,21 +236,12 @@ def pair_mechanism(kind: str, pair_terms: int, epsilon: float, delta: float) -> 
 
 
 def _mechanism(kind: str, l1: float, epsilon: float, delta: float) -> Any:
-    """Laplace(l1 / eps), or Gaussian on L2 sensitivity sqrt(l1): each coordinate moves by at most 1, so the
-    L2 norm of a change is the square root of its L1 norm."""
-    from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism
+    """The kind's mechanism for a vector of 0/1-per-coordinate counts of L1 sensitivity ``l1``: Laplace on it, or
+    Gaussian on L2 sensitivity sqrt(l1) (each coordinate moves by at most 1, so the L2 norm of a change is the
+    square root of its L1 norm), sigma calibrated by dp-accounting's PLD accountant."""
+    from privseed.tasks.mechanisms import Sensitivity, mechanism_kind
 
-    if kind == "laplace":
-        return LaplaceMechanism(sensitivity=l1, epsilon=epsilon)
-    if kind == "gaussian":
-        from privseed.tasks.kde import gaussian_noise_multiplier
-
-        if not 0.0 < delta < 1.0:
-            raise ConfigError(f"the Gaussian mechanism needs 0 < delta < 1, got {delta}")
-        sensitivity = math.sqrt(l1)
-        sigma = gaussian_noise_multiplier(float(epsilon), float(delta)) * sensitivity
-        return GaussianMechanism(sensitivity=sensitivity, sigma=sigma, epsilon=epsilon, delta=delta)
-    raise ConfigError(f"unknown mechanism {kind!r}; choose laplace or gaussian")
+    return mechanism_kind(kind).calibrated(Sensitivity.of_counts(l1), epsilon, delta)
 
 
 def release_all(exact: np.ndarray, mechanism: Any, noise: Any) -> np.ndarray:
@@ -237,11 +277,7 @@ def noise_floor(mechanism: Any, entries: int, expected_false: float) -> float:
     if expected_false <= 0:
         return 0.0
     tail = min(0.5, expected_false / max(1, entries))
-    if mechanism.describe()["mechanism"] == "laplace":
-        return mechanism.scale * math.log(1.0 / (2.0 * tail))
-    from scipy.stats import norm
-
-    return float(mechanism.scale * norm.isf(tail))
+    return float(mechanism.noise_distribution().isf(tail))
 
 
 def above_floor(values: np.ndarray, floor: float) -> np.ndarray:
@@ -252,11 +288,7 @@ def above_floor(values: np.ndarray, floor: float) -> np.ndarray:
 
 def noise_tail(mechanism: Any, values: np.ndarray, discrete: bool) -> np.ndarray:
     """P(noise >= value) for the mechanism's noise (discrete Laplace on integer counts, else continuous)."""
-    values = np.asarray(values, dtype=np.float64)
-    if mechanism.describe()["mechanism"] == "laplace":
-        law = mechanism.noise_distribution(discrete=discrete)
-        return law.sf(np.ceil(values) - 1) if discrete else law.sf(values)
-    return mechanism.noise_distribution().sf(values)
+    return mechanism.noise_tail(values, discrete)
 
 
 def bh_q_values(descending: np.ndarray, entries: int, tail: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseSource
+from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism, NoiseSource, Sensitivity, mechanism_kind
 
 SQRT2 = math.sqrt(2.0)
 MECHANISMS = ("laplace", "gaussian")
@@ -206,14 +206,10 @@ def sketch_mechanism(mechanism: str, n_features: int, epsilon: float, delta: flo
     """The mechanism that releases one sketch sum F under add/remove of one document (module docstring):
     Laplace(sqrt(2) I / eps) on L1 sensitivity sqrt(2) I, or Gaussian with sigma calibrated by dp-accounting
     on L2 sensitivity sqrt(2 I)."""
-    if mechanism == "laplace":
-        _check_epsilon(epsilon)
-        return LaplaceMechanism(sensitivity=sensitivity("laplace", n_features), epsilon=float(epsilon))
-    if mechanism == "gaussian":
-        return GaussianMechanism(sensitivity=sensitivity("gaussian", n_features),
-                                 sigma=gaussian_sigma(n_features, epsilon, delta), epsilon=float(epsilon),
-                                 delta=float(delta))
-    raise ConfigError(f"unknown sketch mechanism {mechanism!r}; expected one of {MECHANISMS}")
+    kind = mechanism_kind(mechanism)
+    _check_epsilon(epsilon)
+    return kind.calibrated(Sensitivity(l1=sensitivity("laplace", n_features), l2=sensitivity("gaussian", n_features)),
+                           float(epsilon), float(delta))  # type: ignore[return-value]  # the two kinds of MECHANISMS
 
 
 def release_sketch(exact_sum: np.ndarray, *, mechanism: LaplaceMechanism | GaussianMechanism,
@@ -221,6 +217,40 @@ def release_sketch(exact_sum: np.ndarray, *, mechanism: LaplaceMechanism | Gauss
     """Add the mechanism's noise once to the exact sum F (float64). The flows draw the same thing through
     ``PrivacyLedger.draw_once``; this is for callers without a ledger (benchmarks, tests)."""
     return mechanism.release(np.asarray(exact_sum, dtype=np.float64), noise)
+
+
+@dataclass(frozen=True)
+class SketchSignal:
+    """How much of a released sketch is signal, from the released sum and the mechanism's public noise law only.
+
+    With F~ = F + N and N i.i.d. of variance v per feature, E ||F~||^2 = ||F||^2 + I v, so
+    ``signal = ||F~||^2 - I v`` estimates ||F||^2 without bias, and ``z`` is that estimate in units of the
+    standard deviation of ||N||^2 (sqrt(I Var(N^2))): z < 3 means the release cannot be told from pure noise."""
+
+    energy: float        # ||F~||^2, released
+    noise_energy: float  # I v, public
+    signal: float        # energy - noise_energy
+    z: float             # signal / sd(||N||^2)
+
+    @property
+    def swamped(self) -> bool:
+        return self.z < SIGNAL_Z
+
+
+#: A sketch whose estimated signal energy is less than this many noise standard deviations is noise.
+SIGNAL_Z = 3.0
+
+
+def sketch_signal(noisy_sum: np.ndarray, mechanism: LaplaceMechanism | GaussianMechanism) -> SketchSignal:
+    """``SketchSignal`` of one released sum (post-processing: the released value and public parameters)."""
+    law = mechanism.noise_distribution()
+    variance = float(law.var())
+    fourth = float(law.moment(4)) - variance**2  # Var(N^2)
+    released = np.asarray(noisy_sum, dtype=np.float64).ravel()
+    energy = float(released @ released)
+    noise_energy = released.size * variance
+    return SketchSignal(energy, noise_energy, energy - noise_energy,
+                        (energy - noise_energy) / math.sqrt(released.size * fourth))
 
 
 def sensitivity(mechanism: str, n_features: int) -> float:

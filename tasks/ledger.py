@@ -48,7 +48,7 @@ from privseed.tasks import storage
 from privseed.tasks.errors import LedgerMismatchError, PrivseedError
 from privseed.tasks.identity import DataIdentity
 from privseed.tasks.jsonable import to_jsonable
-from privseed.tasks.mechanisms import INSECURE_STAMP, Mechanism, NoiseSource, as_noise_source
+from privseed.tasks.mechanisms import INSECURE_STAMP, Mechanism, NoiseSource, as_noise_source, mechanism_kind
 
 log = logging.getLogger(__name__)
 
@@ -252,17 +252,18 @@ class PrivacyLedger:
         """Charge a schedule of ``releases`` draws of ``mechanism`` up front, with no stored value (Aug-PE's T
         rounds); each round is then drawn with ``draw_once(..., accounted_in=name)`` and charges nothing.
 
-        The charge is the mechanism's (epsilon, delta) as it reports them: for a Gaussian mechanism that is what
-        its sigma was calibrated for over all ``releases`` by the accountant; a Laplace mechanism's epsilon is
-        per release and ``releases`` of them compose by basic composition. Idempotent per name: the same charge
+        The charge is what the mechanism's kind says ``releases`` draws cost (``MechanismKind.compose``): for a
+        Gaussian mechanism the (epsilon, delta) its sigma was calibrated for over all ``releases`` by the
+        accountant; a Laplace mechanism's epsilon is per release and ``releases`` of them compose by basic
+        composition. Idempotent per name: the same charge
         twice is recorded once; other parameters are refused."""
         self._check_name(name)
         if int(releases) != releases or releases < 1:
             raise PrivseedError(f"charge {name!r}: releases must be a whole number >= 1, got {releases!r}")
         description = self._describe(name, mechanism, noise)
-        epsilon, delta = float(description["epsilon"]), float(description["delta"])
-        if description["mechanism"] == "laplace":
-            epsilon *= int(releases)
+        # The kind owns its composition rule (basic for pure DP, the accountant's calibration for Gaussian).
+        kind = getattr(mechanism, "kind", None) or mechanism_kind(description["mechanism"])
+        epsilon, delta = kind.compose(float(description["epsilon"]), float(description["delta"]), int(releases))
         record = self._record(name, description["mechanism"], params, epsilon, delta, description["sensitivity"],
                               partition, stage)
         record.update(self._noise_fields(description, accounted_in=None, releases=int(releases)))

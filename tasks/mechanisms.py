@@ -210,7 +210,15 @@ class Mechanism(Protocol):
     @property
     def sensitivity(self) -> float: ...
 
+    @property
+    def scale(self) -> float: ...
+
+    @property
+    def kind(self) -> MechanismKind: ...
+
     def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray: ...
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = False) -> np.ndarray: ...
 
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]: ...
 
@@ -252,10 +260,20 @@ class LaplaceMechanism:
 
         return stats.dlaplace(1.0 / self.scale) if discrete else stats.laplace(scale=self.scale)
 
+    @property
+    def kind(self) -> MechanismKind:
+        return LAPLACE
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = False) -> np.ndarray:
+        """P(noise >= value), the discrete law's on integer releases (``is_discrete_for``)."""
+        values = np.asarray(values, dtype=np.float64)
+        law = self.noise_distribution(discrete=discrete)
+        return law.sf(np.ceil(values) - 1) if discrete else law.sf(values)
+
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
         noise = as_noise_source(noise)
         return {
-            "mechanism": "laplace",
+            "mechanism": LAPLACE.name,
             "input_metric": "l1_distance",
             "output_measure": "max_divergence (pure epsilon-DP)",
             "sensitivity": float(self.sensitivity),
@@ -302,10 +320,18 @@ class GaussianMechanism:
 
         return stats.norm(scale=self.sigma)
 
+    @property
+    def kind(self) -> MechanismKind:
+        return GAUSSIAN
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = False) -> np.ndarray:
+        """P(noise >= value) (Gaussian releases are floats: ``discrete`` does not apply)."""
+        return self.noise_distribution().sf(np.asarray(values, dtype=np.float64))
+
     def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
         noise = as_noise_source(noise)
         return {
-            "mechanism": "gaussian",
+            "mechanism": GAUSSIAN.name,
             "input_metric": "l2_distance",
             "output_measure": "zero_concentrated_divergence (rho-zCDP); (epsilon, delta) from the accountant",
             "sensitivity": float(self.sensitivity),
@@ -321,3 +347,220 @@ class GaussianMechanism:
 def is_secure(description: Mapping[str, Any]) -> bool:
     """Whether a recorded mechanism description came from the secure sampler."""
     return bool(description.get("secure", False))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Mechanism kinds: each kind owns how it is calibrated and how its releases compose
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """How far one document (under the release's adjacency) moves the released vector, in the norms a kind may
+    need. ``l1`` None: no finite L1 bound (e.g. a unit-L2 contribution spread over every term of a long
+    document), so no kind calibrated on L1 can release it."""
+
+    l2: float
+    l1: float | None = None
+    #: how many coordinates one document may move (None: unbounded) and by how much at most, each
+    l0: int | None = None
+    linf: float | None = None
+
+    @staticmethod
+    def of_counts(l1: float) -> Sensitivity:
+        """A vector of counts where a document adds at most 1 to each of ``l1`` coordinates: L2 = sqrt(L1)."""
+        return Sensitivity(l2=math.sqrt(float(l1)), l1=float(l1), l0=int(math.ceil(float(l1))), linf=1.0)
+
+
+class MechanismKind(Protocol):
+    """A family of mechanisms: it calibrates one for a sensitivity and a budget, says how a schedule of its
+    releases composes, and describes itself. The ledger asks the kind (``compose``) what a charge costs; a
+    method asks it (``calibrated``) for its mechanism; adding a kind touches this module and the method only."""
+
+    @property
+    def name(self) -> str: ...
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> Mechanism: ...
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LaplaceKind:
+    """Pure epsilon-DP on L1 sensitivity; ``releases`` draws compose by basic composition (epsilon adds up)."""
+
+    name: str = "laplace"
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> LaplaceMechanism:
+        if sensitivity.l1 is None:
+            raise ConfigError("this release has no bounded L1 sensitivity, so Laplace noise cannot protect it: "
+                              "use --mechanism gaussian with --delta")
+        return LaplaceMechanism(sensitivity=sensitivity.l1, epsilon=_check_positive("epsilon", epsilon))
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]:
+        return float(epsilon) * int(releases), 0.0
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "input_metric": "l1_distance",
+                "output_measure": "max_divergence (pure epsilon-DP)",
+                "composition": "basic: a schedule of R releases costs R epsilon"}
+
+
+@dataclass(frozen=True)
+class GaussianKind:
+    """(epsilon, delta)-DP on L2 sensitivity; sigma is calibrated by dp-accounting's PLD accountant. A schedule
+    is charged the (epsilon, delta) its sigma was calibrated for over all of its releases (the accountant's
+    composition, tighter than adding them up), so ``compose`` returns them unchanged."""
+
+    name: str = "gaussian"
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> GaussianMechanism:
+        from privseed.tasks.kde import gaussian_noise_multiplier  # deferred: kde imports this module
+
+        if not 0.0 < delta < 1.0:
+            raise ConfigError(f"the Gaussian mechanism needs 0 < delta < 1, got {delta}")
+        l2 = _check_positive("sensitivity", sensitivity.l2)
+        sigma = gaussian_noise_multiplier(float(epsilon), float(delta)) * l2
+        return GaussianMechanism(sensitivity=l2, sigma=sigma, epsilon=float(epsilon), delta=float(delta))
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]:
+        return float(epsilon), float(delta)
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "input_metric": "l2_distance",
+                "output_measure": "zero_concentrated_divergence; (epsilon, delta) from dp-accounting's PLD",
+                "composition": "by the accountant: a schedule is charged what its sigma was calibrated for"}
+
+
+@dataclass(frozen=True)
+class LaplaceThresholdMechanism:
+    """The stability-based (sparse) histogram of integer counts (Korolova et al. 2009; OpenDP's
+    ``make_laplace_threshold``, Rogers 2023): discrete Laplace noise of ``scale`` on the coordinates whose exact
+    count is not 0 (the terms that occur), and only noisy counts >= ``threshold`` are released; every other
+    coordinate is released as 0. A coordinate that no document holds is never noised and never released, so
+    pure-noise terms cannot reach a top K.
+
+    Guarantee (input: integer vectors; one document moves at most ``l0`` coordinates, each by at most ``linf``,
+    ``sensitivity`` = L1 in all): (epsilon, delta)-DP with epsilon = L1 / scale and delta the probability that a
+    coordinate one document creates passes the threshold -- both as OpenDP's privacy map of the same measurement
+    computes them (``LaplaceThresholdKind.calibrated`` chooses the smallest integer threshold whose map meets the
+    declared delta)."""
+
+    sensitivity: float
+    l0: int
+    linf: float
+    scale: float
+    threshold: int
+    epsilon: float
+    delta: float
+
+    @property
+    def kind(self) -> MechanismKind:
+        return LAPLACE_THRESHOLD
+
+    def release(self, exact: np.ndarray, noise: NoiseSource | None = None) -> np.ndarray:
+        noise = as_noise_source(noise)
+        exact = np.asarray(exact)
+        if not np.issubdtype(exact.dtype, np.integer):
+            raise ConfigError("the thresholded Laplace histogram releases integer counts only")
+        out = np.zeros(exact.shape, dtype=np.float64)
+        occurring = np.flatnonzero(exact.ravel())
+        if occurring.size:
+            noisy = noise.discrete_laplace(exact.ravel()[occurring], self.scale).astype(np.float64)
+            kept = noisy >= self.threshold
+            out.ravel()[occurring[kept]] = noisy[kept]
+        return out
+
+    def noise_distribution(self, discrete: bool = True):
+        from scipy import stats
+
+        return stats.dlaplace(1.0 / self.scale) if discrete else stats.laplace(scale=self.scale)
+
+    def noise_tail(self, values: np.ndarray, discrete: bool = True) -> np.ndarray:
+        """P(noise >= value) of the discrete Laplace noise on an occurring term (only those are ever noised)."""
+        values = np.asarray(values, dtype=np.float64)
+        return self.noise_distribution(True).sf(np.ceil(values) - 1)
+
+    def describe(self, noise: NoiseSource | None = None) -> dict[str, Any]:
+        noise = as_noise_source(noise)
+        return {
+            "mechanism": LAPLACE_THRESHOLD.name,
+            "input_metric": "l01inf_distance (L0, L1, Linf of one document's change)",
+            "output_measure": "approximate max_divergence ((epsilon, delta)-DP, OpenDP's privacy map)",
+            "sensitivity": float(self.sensitivity), "l0": int(self.l0), "linf": float(self.linf),
+            "scale": float(self.scale), "threshold": int(self.threshold),
+            "epsilon": float(self.epsilon), "delta": float(self.delta),
+            "noise_source": noise.name,
+            "secure": bool(noise.secure),
+        }
+
+
+@functools.lru_cache(maxsize=256)
+def _laplace_threshold_map(scale: float, threshold: int, l0: int, l1: int, linf: int) -> tuple[float, float]:
+    """OpenDP's privacy map of make_laplace_threshold over integer counts: (epsilon, delta) at (l0, l1, linf)."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    domain = dp.map_domain(dp.atom_domain(T=int), dp.atom_domain(T=int))
+    measurement = dp.m.make_laplace_threshold(domain, dp.l01inf_distance(dp.absolute_distance(T=int)),
+                                              scale=float(scale), threshold=int(threshold))
+    epsilon, delta = measurement.map((int(l0), int(l1), int(linf)))
+    return float(epsilon), float(delta)
+
+
+@dataclass(frozen=True)
+class LaplaceThresholdKind:
+    """The thresholded Laplace histogram (``LaplaceThresholdMechanism``): calibrated on L0, L1 and Linf with a
+    declared delta; R releases compose by basic composition (R epsilon, R delta)."""
+
+    name: str = "laplace-threshold"
+
+    def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> LaplaceThresholdMechanism:
+        epsilon = _check_positive("epsilon", epsilon)
+        if not 0.0 < delta < 1.0:
+            raise ConfigError(f"the thresholded histogram needs a declared delta in (0, 1) (--delta), got {delta}")
+        if sensitivity.l1 is None or sensitivity.l0 is None or sensitivity.linf is None:
+            raise ConfigError("the thresholded histogram needs bounded L0, L1 and Linf sensitivities: use "
+                              "--hist-contribution first-terms")
+        l0, l1, linf = int(sensitivity.l0), int(math.ceil(sensitivity.l1)), int(math.ceil(sensitivity.linf))
+        scale = l1 / epsilon
+        lo, hi = 1, 2
+        while _laplace_threshold_map(scale, hi, l0, l1, linf)[1] > delta:
+            lo, hi = hi, hi * 2
+            if hi > 2**40:
+                raise ConfigError(f"no threshold meets delta {delta} at scale {scale}")
+        while lo < hi:  # the smallest integer threshold whose delta is within the declared one
+            mid = (lo + hi) // 2
+            if _laplace_threshold_map(scale, mid, l0, l1, linf)[1] <= delta:
+                hi = mid
+            else:
+                lo = mid + 1
+        mapped_epsilon, mapped_delta = _laplace_threshold_map(scale, hi, l0, l1, linf)
+        return LaplaceThresholdMechanism(sensitivity=float(l1), l0=l0, linf=float(linf), scale=scale, threshold=hi,
+                                         epsilon=mapped_epsilon, delta=mapped_delta)
+
+    def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]:
+        return float(epsilon) * int(releases), float(delta) * int(releases)
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "input_metric": "l01inf_distance",
+                "output_measure": "approximate max_divergence ((epsilon, delta)-DP)",
+                "composition": "basic: a schedule of R releases costs R epsilon and R delta"}
+
+
+LAPLACE = LaplaceKind()
+GAUSSIAN = GaussianKind()
+LAPLACE_THRESHOLD = LaplaceThresholdKind()
+
+#: Every kind by its recorded name (the ``mechanism`` field of ledger entries and of ``--mechanism``).
+MECHANISM_KINDS: dict[str, MechanismKind] = {LAPLACE.name: LAPLACE, GAUSSIAN.name: GAUSSIAN,
+                                             LAPLACE_THRESHOLD.name: LAPLACE_THRESHOLD}
+
+
+def mechanism_kind(name: str) -> MechanismKind:
+    """The kind called ``name``; one line naming the choices otherwise."""
+    try:
+        return MECHANISM_KINDS[str(name)]
+    except KeyError:
+        raise ConfigError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISM_KINDS)}") from None

@@ -245,13 +245,54 @@ def test_flag_probability_is_the_rate_at_which_the_check_flags():
         assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / runs), (family, rate, expected)
 
 
+def test_audit_of_the_unit_l2_histogram_is_consistent_and_catches_a_sensitivity_understated_10x(tmp_path,
+                                                                                                monkeypatch):
+    """--hist-contribution unit-l2: with secret noise the quick audit stays below the claim (epsilon 1); with the
+    Gaussian calibrated to L2 sensitivity 0.1 instead of 1 (10x too little noise, the ledger still claiming 1) the
+    canary, whose contribution has L2 norm 1, is told apart and the claim is refuted."""
+    from privseed.tasks import audit_trials, histogram_seeds
+
+    [row] = audit_trials.run_audit(["histogram-unit-l2"], audit_trials.PROFILES["quick"], workdir=tmp_path / "ok",
+                                   progress=False, alpha=1e-5)
+    assert row.noise == "secure" and row.claimed_epsilon == 1.0
+    assert row.verdict == "consistent" and 0 <= row.epsilon_lower_bound <= 1.0, row
+    monkeypatch.setattr(histogram_seeds, "UNIT_L2_SENSITIVITY", 0.1)
+    [row] = audit_trials.run_audit(["histogram-unit-l2"], audit_trials.PROFILES["quick"], workdir=tmp_path / "bad",
+                                   progress=False)
+    assert row.claimed_epsilon == 1.0 and row.exceeds_claim and row.verdict == "VIOLATED", row
+
+
+def test_audit_of_the_thresholded_histogram_is_consistent_and_catches_noise_on_absent_terms(tmp_path, monkeypatch):
+    """--mechanism laplace-threshold: the quick audit stays below the claim; a variant that also noises (and so
+    releases) terms no document holds -- the full-vocabulary noise without its delta -- is refuted, because the
+    canary's terms then pass the threshold on D' only (its counts are higher there)."""
+    from privseed.tasks import audit_trials, mechanisms
+
+    [row] = audit_trials.run_audit(["histogram-threshold"], audit_trials.PROFILES["quick"],
+                                   workdir=tmp_path / "ok", progress=False, alpha=1e-5)
+    assert row.noise == "secure" and row.claimed_epsilon == 1.0
+    assert row.verdict == "consistent" and 0 <= row.epsilon_lower_bound <= 1.0, row
+    real = mechanisms.LaplaceThresholdKind.calibrated
+
+    def low_threshold(self, sensitivity, epsilon, delta=0.0):  # a threshold of 1: no protection of new terms
+        from dataclasses import replace
+
+        return replace(real(self, sensitivity, epsilon, delta), threshold=1)
+
+    monkeypatch.setattr(mechanisms.LaplaceThresholdKind, "calibrated", low_threshold)
+    [row] = audit_trials.run_audit(["histogram-threshold"], audit_trials.PROFILES["quick"],
+                                   workdir=tmp_path / "bad", progress=False)
+    assert row.claimed_epsilon == 1.0 and row.exceeds_claim and row.verdict == "VIOLATED", row
+
+
 @pytest.mark.slow
 def test_quick_audit_finds_every_mechanism_consistent_with_secret_noise(tmp_path, capsys):
     # At 95 % a tight, correct vocabulary mechanism says VIOLATED in about 1 quick audit of 400 (docs/privacy.md):
     # a test that must not fail by chance asks for 1 - 1e-5.
     status, rows = _audit(tmp_path, "--profile", "quick", "--confidence", "0.99999")
     table = capsys.readouterr().out
-    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe"}
+    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
+                         "histogram-threshold"}
     for name, row in rows.items():
         assert row["noise"] == "secure", name
         assert row["verdict"] == "consistent", (name, row)
@@ -266,9 +307,15 @@ def test_audit_refutes_every_claim_of_reproducible_noise(tmp_path, capsys):
     # 40 evaluation trials per corpus: a perfect test then bounds epsilon by 2.34, above every claim (1 to 2)
     status, rows = _audit(tmp_path, "--insecure-reproducible-noise", "--trials", "40")
     assert status == 1
-    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe"}
+    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
+                         "histogram-threshold"}
     for name, row in rows.items():
         assert row["noise"] == "insecure-reproducible", name
+        if name == "histogram-threshold":
+            # The canary's terms exist on D' only and stay under the threshold: both sides release them as 0, so
+            # the same (reproducible) noise leaves nothing to tell apart, and the claim (eps, delta) is not refuted.
+            assert row["verdict"] == "consistent" and row["fpr"] == 0.0, row
+            continue
         assert (row["tpr"], row["fpr"]) == (1.0, 0.0), name
         assert row["verdict"] == "VIOLATED" and row["epsilon_lower_bound"] > row["claimed_epsilon"], name
     assert "VIOLATED" in capsys.readouterr().out

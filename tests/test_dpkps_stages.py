@@ -77,3 +77,33 @@ def test_corpus_without_vocabulary_terms_fails_before_any_noise(tmp_path):
         vocabulary_histogram.fn(corpus["text"].tolist(), cfg)
     with pytest.raises(CorpusError, match="vocabulary"):
         scan_private_corpus.fn(corpus_plan(corpus, tmp_path / "corpus"), [0, 1], cfg, term_counting(cfg))
+
+
+def test_a_sampler_whose_sketches_are_noise_says_so_with_the_numbers_before_sampling(tmp_path):
+    """iterative-linear splits eps_kde over L sketches: released sums that are pure noise (no signal in any class)
+    are reported sketch by sketch; sums that carry a class's documents well above the noise are not. Only the
+    released sums and public parameters are read (the estimate is ||F~||^2 - I v)."""
+    from privseed.tasks.kde import sketch_signal
+    from privseed.tasks.mechanisms import secure_noise
+    from privseed.tasks.stages.dpkps import feature_specs, signal_warning, sketch_mechanisms
+
+    cfg = DpKpsConfig(data="d.parquet", out=str(tmp_path / "o"), labels=["a", "b", "c"], method="iterative-linear",
+                      length=4, eps_kde=4.0, n_features=64)
+    specs = feature_specs(cfg, 8)
+    mechanisms = sketch_mechanisms(cfg, specs)
+    assert len(mechanisms) == 4 and mechanisms[0].epsilon == pytest.approx(1.0)
+    zeros = np.zeros((3, 4, 64))
+    pure_noise = np.stack([[m.release(zeros[c, k], secure_noise()) for k, m in enumerate(mechanisms)]
+                           for c in range(3)])
+    warning = signal_warning(pure_noise, cfg.labels, cfg, specs)
+    assert warning is not None and "--method iterative-linear: noise swamps the signal" in warning
+    assert warning.count("indistinguishable from noise") == 4 and "noise standard deviations" in warning
+    # a class sum of 2,000 documents, sqrt(2) cos(.) each, is far above Laplace(sqrt(2) I / 1) noise
+    strong = np.full((3, 4, 64), 2000 * np.sqrt(2) * 0.9)
+    released = np.stack([[m.release(strong[c, k], secure_noise()) for k, m in enumerate(mechanisms)]
+                         for c in range(3)])
+    assert signal_warning(released, cfg.labels, cfg, specs) is None
+    assert sketch_signal(released[0, 0], mechanisms[0]).z > 10
+    # pure noise: the estimate is centred on 0 in noise units
+    z = [sketch_signal(mechanisms[0].release(np.zeros(64), secure_noise()), mechanisms[0]).z for _ in range(200)]
+    assert abs(np.mean(z)) < 0.5 and np.mean(np.array(z) < 3.0) > 0.95

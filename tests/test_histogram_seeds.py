@@ -411,3 +411,34 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
     # a resume under the same run id re-reads every drawn value and charges nothing new
     assert main([*argv, "--run-id", ledger["run_id"]]) == 0
     assert json.loads((out / "ledger.json").read_text())["entries"] == ledger["entries"]
+
+
+def test_unit_l2_contribution_counts_every_distinct_term_at_norm_one_in_its_class_row():
+    from privseed.tasks.histogram_seeds import build_mechanism, class_unit_l2_weights
+
+    long_doc = list(range(40)) * 3  # 40 distinct terms, each repeated: far more than S
+    weights = class_unit_l2_weights([long_doc, [5], []], [1, 0, 2], n_classes=3, vocab_size=50)
+    assert weights.dtype == np.float64 and weights.shape == (3, 50)
+    assert np.allclose(weights[1, :40], 1 / np.sqrt(40)) and not weights[1, 40:].any()
+    assert weights[0, 5] == 1.0 and not weights[2].any()  # no term of V: no contribution
+    # removing any one document moves the matrix by exactly 1 in L2 norm, however long it is
+    without = class_unit_l2_weights([[5], []], [0, 2], n_classes=3, vocab_size=50)
+    assert np.linalg.norm(weights - without) == pytest.approx(1.0)
+    mechanism = build_mechanism("gaussian", 10, 2.0, 1e-6, contribution="unit-l2")
+    assert mechanism.sensitivity == 1.0  # not sqrt(S), not sqrt(40)
+    with pytest.raises(ConfigError, match="no bounded L1"):
+        build_mechanism("laplace", 10, 2.0, 0.0, contribution="unit-l2")
+
+
+def test_unit_l2_needs_the_gaussian_mechanism_and_pass_1_counts_whole_documents(tmp_path):
+    from privseed.tasks.passes import TermCounting
+
+    with pytest.raises(ValueError, match="--mechanism gaussian"):
+        DpKpsConfig(data="d.parquet", out=str(tmp_path / "o"), labels=["a", "b"], method="histogram",
+                    hist_contribution="unit-l2")
+    counting = TermCounting("english", 20_000, first_terms=2, per_class=True, contribution="unit-l2")
+    text = "football club player scored goals league season"
+    counts = counting.count([text], [0], n_classes=1)
+    first = TermCounting("english", 20_000, first_terms=2, per_class=True).count([text], [0], n_classes=1)
+    assert first.sum() == 2 and (counts > 0).sum() == 7
+    assert np.linalg.norm(counts) == pytest.approx(1.0)

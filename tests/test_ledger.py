@@ -323,3 +323,32 @@ def test_create_exclusive_on_s3_is_a_conditional_put(s3_bucket):
     again = PrivacyLedger(f"{s3_bucket.url}/state", "id", "r1").draw_once(
         "h", mechanism=LAPLACE, noise=SECURE, params={}, exact=lambda: np.zeros(3))
     assert np.array_equal(value["noisy"], again["noisy"])
+
+
+def test_the_ledger_asks_the_mechanisms_kind_how_a_schedule_composes(tmp_path):
+    """A new kind brings its own composition rule: the ledger charges what the kind's ``compose`` says, whatever
+    the kind is called (before kinds, any kind not named "laplace" was charged as a Gaussian schedule)."""
+    from dataclasses import dataclass
+
+    from privseed.tasks.mechanisms import LaplaceKind
+
+    @dataclass(frozen=True)
+    class PureKind(LaplaceKind):
+        name: str = "pure-test"
+
+    pure = PureKind()
+
+    @dataclass(frozen=True)
+    class PureMechanism(LaplaceMechanism):
+        @property
+        def kind(self):
+            return pure
+
+        def describe(self, noise=None):
+            return {**super().describe(noise), "mechanism": pure.name}
+
+    ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
+    ledger.charge("pure-schedule", mechanism=PureMechanism(1.0, 0.5), noise=SECURE, params={}, releases=4)
+    assert ledger.total() == pytest.approx((2.0, 0.0))
+    entry = next(e for e in ledger.entries() if e["name"] == "pure-schedule")
+    assert entry["mechanism"] == "pure-test" and entry["epsilon"] == pytest.approx(2.0)

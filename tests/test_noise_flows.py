@@ -331,3 +331,79 @@ def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(p
     markov = [e for e in ledger["entries"] if e["name"].startswith("markov-class")]
     assert len(markov) == 3 and all(e["sensitivity"] == 3.0 and e["scale"] == pytest.approx(stated) for e in markov)
     assert ledger["total"]["epsilon"] == pytest.approx(epsilon)
+
+
+def test_histogram_unit_l2_noise_is_gaussian_of_sensitivity_one_over_whole_documents(prefect_harness, tmp_path):
+    """The real flow with --method histogram --hist-contribution unit-l2: each document adds 1 / sqrt(n) to each of
+    its n distinct terms (all of them, although S = 2 here), and the released rows minus those weights, recomputed
+    here, are Gaussian of sigma = z(eps, delta) * 1 on every term of V of every class; the ledger says L2
+    sensitivity 1. Half or twice sigma is refuted, and so is a count of the first S terms only (its residuals on
+    the counted terms would be far from 0)."""
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.kde import gaussian_noise_multiplier
+    from privseed.tasks.vocabulary import english_vocabulary
+
+    data, frame = _corpus(tmp_path)
+    out = tmp_path / "unit-l2"
+    epsilon, delta = 4.0, 1e-6
+    dpkps_flow(_dpkps_config(data, out, method="histogram", epsilon=epsilon, delta=delta, mechanism="gaussian",
+                             hist_contribution="unit-l2", first_terms=2, hist_top_k=60))
+    sigma = gaussian_noise_multiplier(epsilon, delta)
+    terms = english_vocabulary(VOCAB_TOP).terms
+    index = {t: i for i, t in enumerate(terms)}
+    noise, on_terms = [], []
+    for c, label in enumerate(sorted(TOPICS)):
+        exact = np.zeros(len(terms))
+        for text in frame.loc[frame["label"] == label, "text"]:
+            distinct = _first_distinct(text, index, len(terms))
+            assert len(distinct) > 2  # every document has more terms than S: the rest must count too
+            exact[[index[t] for t in distinct]] += 1.0 / math.sqrt(len(distinct))
+        residual = _stored(out, f"histogram-class{c}")["noisy"] - exact
+        noise.append(residual)
+        on_terms.append(residual[exact > 0])
+    assert_noise_is(np.concatenate(noise), "gaussian", sigma)
+    on_terms_ = np.concatenate(on_terms)
+    assert abs(on_terms_.mean()) < 5 * sigma / math.sqrt(on_terms_.size)  # the recomputed weights are the flow's
+    ledger = json.loads((out / "ledger.json").read_text())
+    stage = [e for e in ledger["entries"] if e["name"].startswith("histogram-class")]
+    assert len(stage) == 3 and all(e["sensitivity"] == 1.0 and e["scale"] == pytest.approx(sigma) for e in stage)
+    assert ledger["total"]["epsilon"] == pytest.approx(epsilon) and ledger["total"]["delta"] == pytest.approx(delta)
+
+
+def test_thresholded_histogram_releases_only_occurring_terms_with_discrete_laplace_noise(prefect_harness,
+                                                                                          tmp_path):
+    """The real flow with --method histogram --mechanism laplace-threshold: no term that no document of the class
+    holds is ever released (every one of |V| x 3 entries stays 0), every released count passes the ledger's
+    threshold, and the released counts minus the exact first-S distinct counts (recomputed here; every occurring
+    count is far above the threshold, so none is cut) are discrete Laplace of scale S / eps."""
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.vocabulary import english_vocabulary
+
+    rows = [(text, label) for label, texts in TOPICS.items() for text in texts for _ in range(100)]
+    frame = pd.DataFrame(rows, columns=["text", "label"])
+    data = str(tmp_path / "corpus.parquet")
+    frame.to_parquet(data, index=False)
+    out = tmp_path / "threshold"
+    epsilon, delta = 5.0, 1e-6
+    dpkps_flow(_dpkps_config(data, out, method="histogram", epsilon=epsilon, delta=delta,
+                             mechanism="laplace-threshold", hist_top_k=60))
+    ledger = json.loads((out / "ledger.json").read_text())
+    stage = [e for e in ledger["entries"] if e["name"].startswith("histogram-class")]
+    threshold = stage[0]["guarantee"]["threshold"]
+    assert len(stage) == 3 and all(e["mechanism"] == "laplace-threshold" and e["scale"] == S / epsilon for e in stage)
+    assert ledger["total"]["epsilon"] == pytest.approx(epsilon) and 0 < ledger["total"]["delta"] <= delta
+    terms = english_vocabulary(VOCAB_TOP).terms
+    index = {t: i for i, t in enumerate(terms)}
+    noise = []
+    for c, label in enumerate(sorted(TOPICS)):
+        exact = np.zeros(len(terms), dtype=np.int64)
+        for text in frame.loc[frame["label"] == label, "text"]:
+            exact[[index[t] for t in _first_distinct(text, index, S)]] += 1
+        released = _stored(out, f"histogram-class{c}")["noisy"]
+        assert not released[exact == 0].any()  # pure-noise terms never reach the release
+        assert (exact[exact > 0] >= threshold + 30 * S / epsilon).all()  # so no occurring count is cut
+        assert (released[exact > 0] >= threshold).all()
+        noise.append(released[exact > 0] - exact[exact > 0])
+    noise_ = np.concatenate(noise)
+    assert noise_.size > 40 and np.any(noise_ != 0)
+    assert_noise_is(noise_, "discrete-laplace", S / epsilon, wrong=())  # too few draws to refute 2x; shape + scale

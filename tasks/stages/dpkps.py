@@ -37,8 +37,9 @@ def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
     of DP-KPS and AugPE+V~ otherwise (``cfg`` carries vocab, vocab_top, first_terms)."""
     from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N
 
-    return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms,
-                        per_class=getattr(cfg, "method", None) in HISTOGRAM_METHODS)
+    per_class = getattr(cfg, "method", None) in HISTOGRAM_METHODS
+    return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms, per_class=per_class,
+                        contribution=getattr(cfg, "hist_contribution", "first-terms") if per_class else "first-terms")
 
 
 @private_stage("vocabulary-histogram")
@@ -128,12 +129,8 @@ def privatize_sketches(exact: np.ndarray, labels: list, terms: list[str], embedd
     """Noise once per (class, sketch) on the exact sums, through the ledger. Classes are disjoint (parallel
     composition); the sketches of one class split eps_kde (basic composition). Returns the released sums
     (classes, sketches, I)."""
-    from privseed.tasks.kde import sketch_mechanism
-    from privseed.tasks.sampling import split_budget
-
     specs = feature_specs(cfg, embeddings.shape[1])
-    budgets = split_budget(cfg.method, cfg.eps_kde, cfg.length)
-    delta_each = cfg.delta / len(specs) if cfg.mechanism == "gaussian" else 0.0
+    mechanisms = sketch_mechanisms(cfg, specs)
     released = np.zeros_like(exact)
     for c in range(len(labels)):
         for k, spec in enumerate(specs):
@@ -145,12 +142,49 @@ def privatize_sketches(exact: np.ndarray, labels: list, terms: list[str], embedd
                       "adjacency": "add/remove one document", "contribution": "sum of per-document phi"}
             released[c, k] = ledger.draw_once(
                 f"kde-class{c}-sketch{k}", params=params, partition=f"class{c}", stage="kde",
-                mechanism=sketch_mechanism(cfg.mechanism, spec.n_features, budgets[k], delta_each),
+                mechanism=mechanisms[k],
                 noise=cfg.noise("kde-noise", str(c), str(k)),
                 exact=lambda c=c, k=k: exact[c, k],  # type: ignore[misc]  # mypy cannot type default-argument lambdas
             )["noisy"]
     stage_logger().info("released %d sketch(es) per class, I=%d", len(specs), cfg.n_features)
     return released
+
+
+def sketch_mechanisms(cfg: DpKpsConfig, specs: list) -> list:
+    """The mechanism of each sketch of the ensemble: eps_kde split over the sketches (basic composition)."""
+    from privseed.tasks.kde import sketch_mechanism
+    from privseed.tasks.sampling import split_budget
+
+    budgets = split_budget(cfg.method, cfg.eps_kde, cfg.length)
+    delta_each = cfg.delta / len(specs) if cfg.mechanism == "gaussian" else 0.0
+    return [sketch_mechanism(cfg.mechanism, spec.n_features, budgets[k], delta_each) for k, spec in enumerate(specs)]
+
+
+def signal_warning(released: np.ndarray, labels: list, cfg: DpKpsConfig, specs: list) -> str | None:
+    """One paragraph saying why a DP-KPS sampler cannot work on this release, or None when it can: for each
+    sketch, in how many classes the released sum cannot be told from pure noise (``privseed.tasks.kde.sketch_signal``:
+    estimated signal energy under 3 noise standard deviations), with the numbers that decided it. Uses the released
+    sums and public parameters only."""
+    from privseed.tasks.kde import SIGNAL_Z, sketch_signal
+
+    lines = []
+    for k, (spec, mechanism) in enumerate(zip(specs, sketch_mechanisms(cfg, specs))):
+        signals = [sketch_signal(released[c, k], mechanism) for c in range(len(labels))]
+        swamped = sum(s.swamped for s in signals)
+        if swamped * 2 > len(labels):
+            z = np.median([s.z for s in signals])
+            ratio = np.median([s.signal / s.noise_energy for s in signals])
+            lines.append(f"sketch {k} ({spec.blocks} block(s), epsilon {mechanism.epsilon:.3g}, noise scale "
+                         f"{mechanism.scale:.3g}): {swamped} of {len(labels)} classes indistinguishable from noise "
+                         f"(median estimated signal energy {ratio:.2%} of the noise energy, {z:.2f} noise standard "
+                         f"deviations; {SIGNAL_Z:g} needed)")
+    if not lines:
+        return None
+    return (f"--method {cfg.method}: noise swamps the signal of the released sketches, so the sequences it samples "
+            "will be close to chance for their class:\n  " + "\n  ".join(lines) + "\n  The samplers need more "
+            "documents per class or more epsilon per sketch (iterative-linear splits --eps-kde over L sketches, "
+            "iterative-log over about log2 L; independent uses one); --method histogram works at this size "
+            "(docs/dpkps.md, 'Where the paper's samplers work').")
 
 
 def _terms_digest(terms: list[str]) -> str:
@@ -169,6 +203,9 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
                                          sample_sequences,
                                          )
 
+    warning = signal_warning(released, labels, cfg, feature_specs(cfg, embeddings.shape[1]))
+    if warning is not None:  # said before any sequence is sampled and released
+        stage_logger().warning("%s", warning)
     device = default_device()
     rule = SelectionRule.parse(selection_rule(cfg))
     sketches = [SketchTables.build(spec.draw(), embeddings, device=device)

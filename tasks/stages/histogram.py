@@ -27,7 +27,12 @@ if TYPE_CHECKING:
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
     return {"method": cfg.method, "vocab": vocabulary_name, "vocab_terms": vocab_terms,
             "first_terms": cfg.first_terms, "top_k": cfg.hist_top_k, "mechanism": cfg.mechanism,
-            "adjacency": "add/remove one document", "contribution": "first S distinct terms of the document"}
+            "adjacency": "add/remove one document", "contribution": _CONTRIBUTION_TEXT[cfg.hist_contribution]}
+
+
+#: What ledger entries say about a document's contribution (the first-terms text is that of existing releases).
+_CONTRIBUTION_TEXT = {"first-terms": "first S distinct terms of the document",
+                      "unit-l2": "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)"}
 
 
 @private_stage("privatize-class-histograms")
@@ -36,13 +41,14 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     """Stage 1: noise on EVERY term of V for every class, top K per class; drawn once through the ledger.
 
     Sensitivity: a document adds 1 to at most S distinct terms of its own class -> L1 S (Laplace(S/eps_1)),
-    L2 sqrt(S) (Gaussian). Classes are disjoint: parallel composition (partition per class)."""
+    L2 sqrt(S) (Gaussian); with ``--hist-contribution unit-l2`` it adds a vector of L2 norm 1 over all its distinct
+    terms -> L2 1 (Gaussian only). Classes are disjoint: parallel composition (partition per class)."""
     from privseed.tasks.histogram_seeds import build_mechanism, stage_budgets, top_k
     from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
-    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1)
+    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
     noise = cfg.noise("histogram-noise")
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "terms"}
     # The ledger applies the mechanism to each class's row and keeps the whole noisy row with the top K.
@@ -61,7 +67,7 @@ def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[
     from privseed.tasks.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
 
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
-    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1)
+    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
     return class_term_releases(np.stack([t["noisy"] for t in terms]), mechanism, cfg.hist_top_k,
                                cfg.hist_candidates, cfg.hist_denoise)
 
