@@ -333,8 +333,9 @@ def build_run_report(result: Mapping[str, Any], scored: Mapping[str, Any], relea
     figures: dict[str, str] = {}
     main_label = next(iter(scored["runs"]))
     has_curve = bool(scored["runs"][main_label]["history"])
+    # no rate or ETA: the t-SNE map takes nearly all the time, so a per-figure rate would mislead
     bar = tqdm(total=2 + len(scored["runs"]) + has_curve, desc="report figures", unit="figure",
-               disable=not opts.progress, leave=False)
+               disable=not opts.progress, leave=False, bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
     n_map = min(len(scored["test_x"]), 600) + min(len(scored["train_x"]), 600)  # report.project_2d's sample
     bar.set_postfix_str(f"{'t-SNE' if opts.map_method == 'tsne' else 'PCA'} map of {n_map} documents")
     real_xy, syn_xy = report.project_2d(scored["test_x"], scored["train_x"], method=opts.map_method,

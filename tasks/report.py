@@ -375,6 +375,12 @@ def _prdc_block(fidelity: Mapping[str, float] | None) -> str:
             "ones); coverage: share of real documents with a synthetic one in their neighbourhood.</p>")
 
 
+def _metric_rows(by_corpus: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per metric, one column per corpus: a dozen metrics fit the page's width this way round."""
+    metrics = dict.fromkeys(k for values in by_corpus.values() for k in values)
+    return [{"metric": m, **{name: values.get(m, "") for name, values in by_corpus.items()}} for m in metrics]
+
+
 def _warnings_banner(warnings: Sequence[Mapping[str, str]]) -> str:
     """The findings a reader must see before any score (privseed.tasks.evaluation.classifier_warnings)."""
     if not warnings:
@@ -391,7 +397,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     """HTML for one evaluation. `figures` maps a caption to a data URI; `examples` are release rows."""
     scores = result.get("scores", {})
     score_rows = [{"classifier": name, **{k: v for k, v in s.items() if k in (
-        "accuracy", "macro_f1", "n_train", "n_test", "best_epoch", "seconds")}} for name, s in scores.items()]
+        "accuracy", "macro_f1", "n_train", "n_test", "validation_size", "best_epoch", "seconds")}}
+        for name, s in scores.items()]
     best = max(score_rows, key=lambda r: r.get("accuracy", 0), default=None)
     summary = (
         f"<p>Trained on <b>{_esc(result.get('n_train', '?'))}</b> synthetic documents from "
@@ -430,8 +437,7 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
                  "evaluator reported beside ours.</p>" + _prdc_block(fidelity)),
         _section("figures", "Figures", "<div class='grid'>" + "".join(
             _figure_block(uri, cap) for cap, uri in figures.items()) + "</div>"),
-        _section("corpus", "Corpus: fidelity and diversity", html_table(
-            [{"corpus": name, **vals} for name, vals in result.get("corpus", {}).items()])
+        _section("corpus", "Corpus: fidelity and diversity", html_table(_metric_rows(result.get("corpus", {})))
             + (f"<p>FID (sentence embeddings, real test vs synthetic): <b>{_fmt(result['fid'])}</b> "
                "(lower is closer).</p>" if result.get("fid") is not None else "")),
         _section("usage", "LLM calls and tokens", html_table([result.get("usage", {})])),

@@ -134,7 +134,8 @@ def test_run_report_puts_warnings_first_the_ledger_in_stages_and_prdc_beside_acc
               "scores": {"MLP on MiniLM": {"accuracy": 0.0714, "macro_f1": 0.01, "n_test": 2100}},
               "warnings": [{"classifier": "MLP on MiniLM", "kind": "one-class",
                             "message": "MLP on MiniLM predicts one class (Album) for 100% of the test documents"}],
-              "prdc": {"precision": 0.61, "recall": 0.12, "density": 0.43, "coverage": 0.18, "nearest_k": 5.0}}
+              "prdc": {"precision": 0.61, "recall": 0.12, "density": 0.43, "coverage": 0.18, "nearest_k": 5.0},
+              "corpus": {"synthetic": {"distinct_2": 0.5, "words_mean": 10.0}, "real test": {"distinct_2": 0.8}}}
     html_text = report.render_run_report(result, figures={}, ledger=_kps_ledger(), manifest={"config": {}},
                                          examples=[])
     warning = html_text.index("predicts one class (Album)")
@@ -148,6 +149,9 @@ def test_run_report_puts_warnings_first_the_ledger_in_stages_and_prdc_beside_acc
     shown = ledger.split("<details>")[0]  # what the page shows before anything is unfolded
     assert shown.count("<tr>") == 3 and "kde-class3-sketch1" not in shown  # a header and one row per stage
     assert "kde-class3-sketch1" in ledger and "every release (29)" in ledger  # the detail, folded away
+    corpus = html_text[html_text.index("<section id='corpus'>"):html_text.index("<section id='usage'>")]
+    assert "<th>metric</th><th>synthetic</th><th>real test</th>" in corpus  # a row per metric fits the width
+    assert corpus.count("<tr>") == 3 and "<td>words_mean</td>" in corpus
     clean = report.render_run_report({**result, "warnings": [], "prdc": None}, figures={}, ledger=None,
                                      manifest=None, examples=[])
     assert "Read this before the scores" not in clean and "<th>density</th>" not in clean
