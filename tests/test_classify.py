@@ -78,8 +78,9 @@ def test_a_release_of_a_few_documents_per_class_still_gets_enough_updates():
     accuracy = {}
     for steps in (1, classify.TrainConfig().min_steps_per_epoch):
         # no minimum keeps early stopping on its 6-document split (the default refuses a split that small)
-        clf = classify.train_mlp(x_train, y_train, cfg=classify.TrainConfig(seed=0, progress=False, min_val_size=0, min_val_per_class=0,
-                                                                            min_steps_per_epoch=steps))
+        cfg = classify.TrainConfig(seed=0, progress=False, min_val_size=0, min_val_per_class=0,
+                                   min_steps_per_epoch=steps)
+        clf = classify.train_mlp(x_train, y_train, cfg=cfg)
         accuracy[steps] = metrics.classification_scores(y_test, classify.predict_mlp(clf, x_test))["accuracy"]
     assert accuracy[1] < 0.3 and accuracy[10] > 0.95  # chance is 1/14
 
