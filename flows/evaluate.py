@@ -22,8 +22,8 @@ from prefect import flow
 from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import classify
 from privseed.tasks.config import TYPED_FLOW, EvaluateConfig, flow_config
-from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, label_names_from,
-                                       resolve_test_view)
+from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result,
+                                       evaluation_summary, label_names_from, resolve_test_view)
 from privseed.tasks.release_reader import release_vocabulary, written_without_llm
 from privseed.tasks.stages.artifacts import score_artifacts
 from privseed.tasks.stages.evaluation import (load_client_texts, load_release, load_test_set, phrase_view, score_corpus,
@@ -53,23 +53,21 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
         client_texts = phrase_view(client_texts, vocabulary) if client_texts else client_texts
     held_out = classify.HeldOutTestSet(test_texts, test_set["label"].tolist())
     scored = score_corpus(release.rows[["text", "label"]], held_out, client_texts=client_texts, opts=cfg)
+    label_names = label_names_from(cfg.test, cfg.label_column)
     result = evaluation_result(title=f"release {cfg.synthetic}", synthetic=cfg.synthetic, test=cfg.test,
                                client=cfg.client, test_view=view, rows=release.rows, test_texts=held_out.texts,
-                               client_texts=client_texts, scored=scored, ledger=release.ledger, opts=cfg)
-    label_names = label_names_from(cfg.test, cfg.label_column)
+                               client_texts=client_texts, scored=scored, ledger=release.ledger, opts=cfg,
+                               label_names=label_names)
     html = build_run_report(result, scored, release.rows, held_out.texts, label_names, manifest=release.manifest,
                             ledger=release.ledger, opts=cfg)
     result["report"] = cfg.report_uri
     write_evaluation(result, html, result["report"], cfg.json_path)
     score_artifacts(result["scores"], result["report"])  # the scores and the report's link, in the Prefect UI
-    for label, s in result["scores"].items():
-        print(f"{label}: accuracy {100 * s['accuracy']:.1f}%  macro-F1 {100 * s['macro_f1']:.1f}%  "
-              f"(n_test={s['n_test']})")
-    print(f"report: {result['report']}")
     return result
 
 
 # ================================================================ CLI
 def run_from_cli(cfg: EvaluateConfig) -> int:
-    evaluate(cfg)
+    result = evaluate(cfg)
+    print(evaluation_summary(result), flush=True)
     return 0

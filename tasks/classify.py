@@ -69,6 +69,12 @@ class TrainConfig:
     # cycling through the shuffled data; sets of >= min_steps_per_epoch * batch_size rows are unaffected.
     min_steps_per_epoch: int = 10
     val_fraction: float = 0.1  # split of the *synthetic* training data used for early stopping
+    # Early stopping needs a split whose accuracy means something: at least min_val_size documents and
+    # min_val_per_class per class. The demo's 42 documents gave a split of 4 (of 14 classes) whose accuracy stayed
+    # at 0, so training stopped at epoch 1 and the MLP predicted one class for every test document. Below the
+    # minimum the model trains on every synthetic document for max_epochs.
+    min_val_size: int = 20
+    min_val_per_class: int = 2
     coral_weight: float = 1.0  # lambda; used only when client data is given
     max_seq_length: int = 128  # fine-tuning only
     seed: int = 0
@@ -76,6 +82,29 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class ValidationPlan:
+    """How early stopping was decided: the split the fraction asks for, the minimum a split must reach to be
+    used, and the size actually used (0: no early stopping, the model trained for max_epochs)."""
+
+    wanted: int
+    minimum: int
+    used: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def validation_plan(n: int, n_classes: int, cfg: TrainConfig) -> ValidationPlan:
+    """The validation split for `n` training documents of `n_classes` classes: ``val_fraction`` of them when that
+    reaches ``max(min_val_size, min_val_per_class * n_classes)`` documents (and leaves two to train on), else
+    none."""
+    wanted = int(round(n * cfg.val_fraction)) if cfg.val_fraction > 0 else 0
+    minimum = max(1, cfg.min_val_size, cfg.min_val_per_class * n_classes)
+    used = wanted if wanted >= minimum and n - wanted >= 2 else 0
+    return ValidationPlan(wanted=wanted, minimum=minimum, used=used)
 
 
 @dataclass
@@ -88,6 +117,7 @@ class TrainedClassifier:
     history: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int = 0
     device: str = "cpu"
+    validation: ValidationPlan | None = None
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -121,12 +151,11 @@ def _encode_labels(labels: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
     return classes, np.array([index[v] for v in values], dtype=np.int64)
 
 
-def _validation_split(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (train, val) of a stratified split of the synthetic data; val may be empty for tiny data."""
+def _validation_split(y: np.ndarray, n_val: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, val) of a stratified split of the synthetic data with `n_val` validation rows (0: none)."""
     n = len(y)
     idx = np.arange(n)
-    n_val = int(round(n * fraction))
-    if fraction <= 0 or n_val < 1 or n - n_val < 2:
+    if n_val < 1 or n - n_val < 2:
         return idx, idx[:0]
     counts = np.bincount(y)
     stratify = y if (counts[counts > 0].min() >= 2 and n_val >= len(counts[counts > 0])) else None
@@ -245,7 +274,8 @@ def train_mlp(
     classes, y = _encode_labels(labels)
     x = torch.as_tensor(np.asarray(features, dtype=np.float32), device=dev)
     yt = torch.as_tensor(y, device=dev)
-    tr_idx, va_idx = _validation_split(y, cfg.val_fraction, cfg.seed)
+    plan = validation_plan(len(y), len(classes), cfg)
+    tr_idx, va_idx = _validation_split(y, plan.used, cfg.seed)
     xc = None
     if client_features is not None and len(client_features) >= 2:
         xc = torch.as_tensor(np.asarray(client_features, dtype=np.float32), device=dev)
@@ -275,7 +305,7 @@ def train_mlp(
             n_train=len(tr_idx), step=step, evaluate_val=evaluate_val, modules=model, optimizer=optimizer,
             cfg=cfg, n_client=0 if xc is None else len(xc), desc="mlp" + ("+coral" if xc is not None else ""),
         )
-    return TrainedClassifier("mlp", classes, model, history, best_epoch, dev)
+    return TrainedClassifier("mlp", classes, model, history, best_epoch, dev, plan)
 
 
 def predict_mlp(clf: TrainedClassifier, features: np.ndarray, batch_size: int = 4096) -> list[Any]:
@@ -354,7 +384,8 @@ def train_finetune(
     )
     ce = nn.CrossEntropyLoss()
     yt = torch.as_tensor(y, device=dev)
-    tr_idx, va_idx = _validation_split(y, cfg.val_fraction, cfg.seed)
+    plan = validation_plan(len(y), len(classes), cfg)
+    tr_idx, va_idx = _validation_split(y, plan.used, cfg.seed)
 
     def step(batch: np.ndarray, client_batch: np.ndarray | None) -> torch.Tensor:
         rows = tr_idx[batch]
@@ -376,7 +407,7 @@ def train_finetune(
         cfg=cfg, n_client=0 if client is None else len(client),
         desc="finetune" + ("+coral" if client is not None else ""),
     )
-    return TrainedClassifier("finetune", classes, model, history, best_epoch, dev)
+    return TrainedClassifier("finetune", classes, model, history, best_epoch, dev, plan)
 
 
 def _predict_indices(model: FineTuneClassifier, texts: Sequence[str], batch_size: int) -> np.ndarray:

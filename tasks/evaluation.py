@@ -47,8 +47,17 @@ def embedding_cache_dir() -> Path:
     return path
 
 
-def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarray:
-    """Sentence embeddings (privseed.tasks.embedding, unit norm), cached on disk by the hash of model + texts."""
+#: Texts embedded per step of the embedding progress bar.
+EMBED_CHUNK = 256
+
+
+def embed_cached(texts: Sequence[str], model: str, cache_dir: Path, *, progress: bool = False,
+                 desc: str = "embed") -> np.ndarray:
+    """Sentence embeddings (privseed.tasks.embedding, unit norm), cached on disk by the hash of model + texts.
+    ``progress`` shows a bar of texts embedded (the slowest step of an evaluation: a minute for 2,000 texts on
+    two cores)."""
+    from tqdm.auto import tqdm
+
     from privseed.tasks.embedding import embed_texts
 
     digest = hashlib.sha256(("\x1e".join([model, *map(str, texts)])).encode("utf-8")).hexdigest()[:32]
@@ -57,7 +66,13 @@ def embed_cached(texts: Sequence[str], model: str, cache_dir: Path) -> np.ndarra
         return np.load(path)
     if len(texts) == 0:
         return np.zeros((0, 384), dtype=np.float32)
-    vectors = np.asarray(embed_texts(list(texts), model=model), dtype=np.float32)
+    parts = []
+    with tqdm(total=len(texts), desc=desc, unit="text", disable=not progress, leave=False) as bar:
+        for start in range(0, len(texts), EMBED_CHUNK):
+            chunk = list(texts[start:start + EMBED_CHUNK])
+            parts.append(np.asarray(embed_texts(chunk, model=model), dtype=np.float32))
+            bar.update(len(chunk))
+    vectors = np.concatenate(parts, axis=0)
     buffer = io.BytesIO()
     np.save(buffer, vectors)
     storage.write_bytes(str(path), buffer.getvalue())  # atomic: concurrent grids share the cache
@@ -130,11 +145,13 @@ def train_and_predict(kind: str, train_texts: Sequence[str], train_labels: Seque
     start = time.perf_counter()
     history: list[dict[str, float]] = []
     best_epoch = 0
+    validation: dict[str, int] | None = None
     if kind == "mlp":
         assert train_x is not None and predict_x is not None  # the MLP's callers embed the texts first
         clf = classify.train_mlp(train_x, train_labels, client_features=client_x, cfg=cfg, device=device)
         predictions = classify.predict_mlp(clf, predict_x)
         history, best_epoch = clf.history, clf.best_epoch
+        validation = clf.validation.to_dict() if clf.validation else None
     elif kind == "finetune":
         from privseed.tasks.embedding import load_embedder
 
@@ -142,12 +159,13 @@ def train_and_predict(kind: str, train_texts: Sequence[str], train_labels: Seque
                                       cfg=cfg, device=device)
         predictions = classify.predict_finetune(clf, predict_texts)
         history, best_epoch = clf.history, clf.best_epoch
+        validation = clf.validation.to_dict() if clf.validation else None
     elif kind == "tfidf":
         predictions = classify.tfidf_logreg_predict(train_texts, train_labels, predict_texts, seed=cfg.seed)
     else:
         raise ConfigError(f"unknown classifier {kind!r}; choose one of {', '.join(CLASSIFIERS)}")
     return {"predictions": list(predictions), "history": history, "best_epoch": best_epoch,
-            "seconds": round(time.perf_counter() - start, 2)}
+            "validation": validation, "seconds": round(time.perf_counter() - start, 2)}
 
 
 def classifier_label(kind: str, coral: bool) -> str:
@@ -161,8 +179,57 @@ def score_runs(y_true: Sequence[Any], runs: Mapping[str, Mapping[str, Any]], n_t
     for label, run in runs.items():
         s = metrics.classification_scores(y_true, run["predictions"])
         s.update(n_train=n_train, best_epoch=run["best_epoch"], seconds=run["seconds"])
+        if run.get("validation"):
+            s["validation_size"] = run["validation"]["used"]
         scores[label] = s
     return scores
+
+
+#: A classifier that gives one class to at least this share of the test documents has collapsed to that class
+#: (unless the test set itself is that lopsided).
+ONE_CLASS_SHARE = 0.9
+
+
+def classifier_warnings(y_true: Sequence[Any], runs: Mapping[str, Mapping[str, Any]],
+                        label_names: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    """What a reader must know before believing a score, one entry per finding (classifier, kind, message):
+
+    - ``one-class``: one class predicted for ``ONE_CLASS_SHARE`` or more of the test documents, while the test set
+      is not that lopsided: the accuracy is that class's share of the test set, not a measure of the corpus;
+    - ``chance``: accuracy not above the better of uniform guessing and always answering the test set's largest
+      class;
+    - ``no-early-stopping``: the synthetic validation split would have been too small to mean anything, so the
+      classifier trained for every epoch without one (``classify.validation_plan``).
+    Called after scoring: it reads the test labels' class shares, never before training ends."""
+    name = _label_display(label_names or {})
+    truth = pd.Series([str(v) for v in y_true])
+    if truth.empty:
+        return []
+    true_top_share = float(truth.value_counts(normalize=True).iloc[0])
+    chance = max(1.0 / truth.nunique(), true_top_share)
+    found: list[dict[str, str]] = []
+    for label, run in runs.items():
+        predicted = pd.Series([str(v) for v in run["predictions"]])
+        shares = predicted.value_counts(normalize=True)
+        top, top_share = str(shares.index[0]), float(shares.iloc[0])
+        accuracy = float((predicted.to_numpy() == truth.to_numpy()).mean())
+        if top_share >= ONE_CLASS_SHARE and true_top_share < ONE_CLASS_SHARE:
+            found.append({"classifier": label, "kind": "one-class", "message": (
+                f"{label} predicts one class ({name(top)}) for {100 * top_share:.0f}% of the test documents "
+                f"({predicted.nunique()} of {truth.nunique()} classes ever predicted): its accuracy "
+                f"({100 * accuracy:.1f}%) is that class's share of the test set, not a measure of the corpus.")})
+        elif accuracy <= chance + 1e-12:
+            found.append({"classifier": label, "kind": "chance", "message": (
+                f"{label} is at chance: accuracy {100 * accuracy:.1f}%, chance {100 * chance:.1f}% (the better of "
+                "uniform guessing and always answering the largest test class).")})
+        plan = run.get("validation")
+        if plan and not plan["used"] and plan["wanted"]:
+            found.append({"classifier": label, "kind": "no-early-stopping", "message": (
+                f"{label} trained without early stopping: a validation split of the synthetic data would hold "
+                f"{plan['wanted']} documents, fewer than the {plan['minimum']} a split needs to mean anything (at "
+                f"least two per class), so it trained all {len(run.get('history') or [])} epochs on every synthetic "
+                "document. Scores of a release this small vary widely from seed to seed.")})
+    return found
 
 
 def documents_vs_seeds(rows: pd.DataFrame, test: pd.DataFrame) -> tuple[float, float]:
@@ -206,14 +273,17 @@ def privacy_summary(ledger: Mapping[str, Any] | None) -> str:
 def evaluation_result(*, title: str, synthetic: str, test: str, client: str | None, test_view: str,
                       rows: pd.DataFrame, test_texts: Sequence[str], client_texts: Sequence[str] | None,
                       scored: Mapping[str, Any], ledger: Mapping[str, Any] | None,
-                      opts: EvaluationOptions) -> dict[str, Any]:
-    """The JSON-able result of one evaluation: scores, FID, corpus statistics, LLM usage and the guarantee."""
+                      opts: EvaluationOptions, label_names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The JSON-able result of one evaluation: scores, what to read before them (``classifier_warnings``), FID and
+    precision / recall / density / coverage, corpus statistics, LLM usage and the guarantee."""
     return {
         "title": title, "synthetic": synthetic, "test": test, "client": client if opts.coral else None,
         "test_view": test_view, "n_train": len(rows), "n_test": len(test_texts),
         "n_client": len(client_texts or []) if opts.coral else 0,
         "scores": scored["scores"],
+        "warnings": classifier_warnings(scored["y_true"], scored["runs"], label_names),
         "fid": metrics.frechet_distance(scored["test_x"], scored["train_x"]),
+        "prdc": embedding_prdc(scored["test_x"], scored["train_x"], seed=opts.seed),
         "corpus": {
             "synthetic": metrics.corpus_metrics(rows["text"].astype(str).tolist(), rows["keyphrases"].tolist()),
             "real test": metrics.corpus_metrics(list(test_texts)),
@@ -223,6 +293,23 @@ def evaluation_result(*, title: str, synthetic: str, test: str, client: str | No
         "options": {"classifier": opts.classifier, "coral": opts.coral, "seed": opts.seed,
                     "train": train_config(opts).to_dict()},
     }
+
+
+#: Precision / recall / density / coverage compare every pair of embeddings: above this many on a side, a seeded
+#: sample of this many (two 5,000 x 5,000 distance matrices, 400 MB in float64).
+PRDC_MAX_POINTS = 5000
+
+
+def embedding_prdc(real: np.ndarray, synthetic: np.ndarray, *, seed: int = 0,
+                   max_points: int = PRDC_MAX_POINTS) -> dict[str, float] | None:
+    """``metrics.precision_recall_density_coverage`` of the synthetic embeddings against the real test set's (a
+    seeded sample of each side above ``max_points``); None when a side has too few documents for k neighbours."""
+    rng = np.random.default_rng(seed)
+    real, synthetic = (x[np.sort(rng.choice(len(x), size=max_points, replace=False))] if len(x) > max_points else x
+                       for x in (np.asarray(real), np.asarray(synthetic)))
+    if min(len(real), len(synthetic)) <= metrics.PRDC_NEAREST_K:
+        return None
+    return metrics.precision_recall_density_coverage(real, synthetic)
 
 
 def _label_display(label_names: Mapping[str, str]) -> Callable[[Any], str]:
@@ -240,16 +327,27 @@ def build_run_report(result: Mapping[str, Any], scored: Mapping[str, Any], relea
                      manifest: Mapping[str, Any] | None, ledger: Mapping[str, Any] | None, opts: EvaluationOptions,
                      n_examples: int = 2) -> str:
     """All figures + HTML for one evaluation (post-processing of released data and aggregate scores)."""
+    from tqdm.auto import tqdm
+
     name = _label_display(label_names)
     figures: dict[str, str] = {}
     main_label = next(iter(scored["runs"]))
+    has_curve = bool(scored["runs"][main_label]["history"])
+    # no rate or ETA: the t-SNE map takes nearly all the time, so a per-figure rate would mislead
+    bar = tqdm(total=2 + len(scored["runs"]) + has_curve, desc="report figures", unit="figure",
+               disable=not opts.progress, leave=False, bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+    n_map = min(len(scored["test_x"]), 600) + min(len(scored["train_x"]), 600)  # report.project_2d's sample
+    bar.set_postfix_str(f"{'t-SNE' if opts.map_method == 'tsne' else 'PCA'} map of {n_map} documents")
     real_xy, syn_xy = report.project_2d(scored["test_x"], scored["train_x"], method=opts.map_method,
                                         seed=opts.seed)
     figures["2-D map of real test vs synthetic embeddings (as the paper's Figure 5)"] = report.figure_to_data_uri(
         report.plot_embedding_map(real_xy, syn_xy, method=opts.map_method))
+    bar.update()
+    bar.set_postfix_str("lengths, confusion matrices, training curve")
     figures["Document lengths in words"] = report.figure_to_data_uri(report.plot_length_histograms(
         metrics.word_lengths(test_texts), metrics.word_lengths(release_rows["text"].astype(str)),
         real_label="real test" + (" as phrase sequences" if result.get("test_view") == "phrases" else "")))
+    bar.update()
     classes = sorted({*map(str, scored["y_true"]), *map(str, release_rows["label"])},
                      key=lambda v: (len(v), v))
     for label, run in scored["runs"].items():
@@ -257,12 +355,36 @@ def build_run_report(result: Mapping[str, Any], scored: Mapping[str, Any], relea
         acc = result["scores"][label]["accuracy"]
         figures[f"Confusion matrix, {label} (accuracy {100 * acc:.1f}%)"] = report.figure_to_data_uri(
             report.plot_confusion(cm, [name(c) for c in classes], title=f"{label} on the real test set"))
-    if scored["runs"][main_label]["history"]:
-        figures[f"Training of {main_label} (early stopping on a synthetic split)"] = report.figure_to_data_uri(
-            report.plot_training_curve(scored["runs"][main_label]["history"], title=main_label))
+        bar.update()
+    if has_curve:
+        main_run = scored["runs"][main_label]
+        stopping = ("early stopping on a synthetic split" if (main_run.get("validation") or {}).get("used")
+                    else "no early stopping: too few synthetic documents for a validation split")
+        figures[f"Training of {main_label} ({stopping})"] = report.figure_to_data_uri(
+            report.plot_training_curve(main_run["history"], title=main_label))
+        bar.update()
+    bar.close()
     examples = []
     for _, group in release_rows.groupby("label", sort=True):
         for _, row in group.head(n_examples).iterrows():
             examples.append({"label_name": name(row["label"]), "keyphrases": _as_list(row.get("keyphrases")),
                              "seed": row.get("seed"), "text": row["text"]})
     return report.render_run_report(result, figures=figures, ledger=ledger, manifest=manifest, examples=examples)
+
+
+def evaluation_summary(result: Mapping[str, Any]) -> str:
+    """What ``privseed evaluate`` prints when it is done: each classifier's scores, the fidelity metrics, what to
+    read before them, and where the report is."""
+    lines = [f"Trained on {result.get('n_train', '?')} synthetic documents, scored on {result.get('n_test', '?')} "
+             f"real test documents ({result.get('test_view', 'text')})."]
+    for label, s in result.get("scores", {}).items():
+        lines.append(f"  {label}: accuracy {100 * s['accuracy']:.1f}%, macro-F1 {100 * s['macro_f1']:.1f}%")
+    fidelity = result.get("prdc")
+    if fidelity:
+        lines.append("  embeddings: " + ", ".join(f"{k} {fidelity[k]:.2f}" for k in report.PRDC_METRICS)
+                     + (f", FID {result['fid']:.3f}" if result.get("fid") is not None else ""))
+    lines.append(f"  privacy: {result.get('privacy', 'see the ledger')}")
+    lines.extend(f"WARNING: {w['message']}" for w in result.get("warnings") or [])
+    if result.get("report"):
+        lines.append(f"report: {result['report']}")
+    return "\n".join(lines)

@@ -81,6 +81,54 @@ def frechet_distance(real: np.ndarray, synthetic: np.ndarray) -> float:
     return max(value, 0.0)
 
 
+#: k of the k-nearest-neighbour balls of precision / recall / density / coverage (Naeem et al. 2020 use 5).
+PRDC_NEAREST_K = 5
+
+
+def _kth_neighbour_distance(features: np.ndarray, k: int) -> np.ndarray:
+    """Each row's Euclidean distance to its k-th nearest other row (the radius of its k-NN ball)."""
+    from sklearn.metrics import pairwise_distances
+
+    distances = pairwise_distances(features, features, metric="euclidean")
+    # the (k+1)-th smallest distance of a row counts the row itself (distance 0) as its first neighbour
+    return np.partition(distances, k, axis=1)[:, k]
+
+
+def precision_recall_density_coverage(real: np.ndarray, synthetic: np.ndarray,
+                                      nearest_k: int = PRDC_NEAREST_K) -> dict[str, float]:
+    """Precision, recall, density and coverage of synthetic embeddings against real ones (Naeem et al. 2020,
+    "Reliable Fidelity and Diversity Metrics for Generative Models"; the definitions of the `prdc` package).
+
+    With B_k(x) the ball around x whose radius is the distance to x's k-th nearest neighbour in its own set
+    (strict inequality, as `prdc`):
+    precision = share of synthetic points inside some real ball (fidelity);
+    recall = share of real points inside some synthetic ball (diversity);
+    density = (1 / k) * mean over synthetic points of the number of real balls holding it (fidelity that counts
+    how crowded the real neighbourhood is; above 1 when synthetic points sit where real ones are dense);
+    coverage = share of real points whose own ball holds at least one synthetic point (diversity).
+    """
+    real = np.asarray(real, dtype=np.float64)
+    synthetic = np.asarray(synthetic, dtype=np.float64)
+    if real.ndim != 2 or synthetic.ndim != 2 or real.shape[1] != synthetic.shape[1]:
+        raise ValueError(f"embedding shapes {real.shape} and {synthetic.shape} are not comparable")
+    if nearest_k < 1 or min(len(real), len(synthetic)) <= nearest_k:
+        raise ValueError(f"precision/recall/density/coverage with k = {nearest_k} need more than {nearest_k} "
+                         f"embeddings on each side (got {len(real)} real, {len(synthetic)} synthetic)")
+    from sklearn.metrics import pairwise_distances
+
+    real_radius = _kth_neighbour_distance(real, nearest_k)
+    synthetic_radius = _kth_neighbour_distance(synthetic, nearest_k)
+    real_to_synthetic = pairwise_distances(real, synthetic, metric="euclidean")  # (n_real, n_synthetic)
+    in_real_ball = real_to_synthetic < real_radius[:, None]
+    return {
+        "precision": float(in_real_ball.any(axis=0).mean()),
+        "recall": float((real_to_synthetic < synthetic_radius[None, :]).any(axis=1).mean()),
+        "density": float(in_real_ball.sum(axis=0).mean() / nearest_k),
+        "coverage": float((real_to_synthetic.min(axis=1) < real_radius).mean()),
+        "nearest_k": float(nearest_k),
+    }
+
+
 def length_summary(texts: Iterable[str]) -> dict[str, float]:
     """Word-count distribution summary (mean, median, p10, p90, min, max)."""
     lengths = np.array([len(tokenize(t)) for t in texts], dtype=np.float64)

@@ -307,6 +307,37 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
     return rows, total
 
 
+def ledger_stage_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> list[dict[str, Any]]:
+    """One row per stage of a ledger.json, its partitions (one release per class) collapsed: the releases and
+    partitions it holds, its mechanisms and noise sources, and the (epsilon, delta) the stage costs as the ledger
+    composes it (privseed.tasks.ledger.compose_entries: the maximum over partitions of the sum within each)."""
+    from privseed.tasks.ledger import compose_entries
+
+    if not ledger:
+        return []
+    entries = ledger.get("entries", ledger.get("releases", [])) if isinstance(ledger, Mapping) else ledger
+    stages: dict[str, list[Mapping[str, Any]]] = {}
+    for e in entries or []:
+        if isinstance(e, Mapping) and "epsilon" in e:
+            stages.setdefault(str(e.get("stage") or e.get("name", "?")), []).append(e)
+
+    def listed(values: Sequence[Any]) -> str:
+        return ", ".join(dict.fromkeys(str(v) for v in values if v not in (None, ""))) or "–"
+
+    rows = []
+    for stage, group in stages.items():
+        epsilon, delta = compose_entries([{"delta": 0.0, **e, "stage": stage} for e in group])
+        partitions = {e.get("partition") for e in group} - {None}
+        secure = {bool(e.get("secure", True)) for e in group}
+        rows.append({"stage": stage, "releases": len(group),
+                     "partitions": len(partitions) if partitions else "–",
+                     "mechanism": listed([e.get("mechanism") for e in group]),
+                     "epsilon": float(epsilon), "delta": float(delta),
+                     "noise source": listed([e.get("noise_source") for e in group]),
+                     "secure": "yes" if secure == {True} else "NO"})
+    return rows
+
+
 def insecure_stamp(*documents: Mapping[str, Any] | None) -> str | None:
     """The NOT DIFFERENTIALLY PRIVATE stamp when a ledger.json or manifest.json carries it, else None."""
     for document in documents:
@@ -327,6 +358,39 @@ def _stamp_banner(stamp: str) -> str:
             "gives no privacy guarantee; the epsilon below is not a guarantee.</div>")
 
 
+#: The fidelity and diversity metrics of Naeem et al. (2020), in the order the report shows them.
+PRDC_METRICS = ("precision", "recall", "density", "coverage")
+
+
+def _prdc_block(fidelity: Mapping[str, float] | None) -> str:
+    if not fidelity:
+        return ""
+    k = int(fidelity.get("nearest_k", 5))
+    return ("<h3>Fidelity and diversity of the synthetic corpus</h3>" + html_table(
+        [{k_: float(fidelity[k_]) for k_ in PRDC_METRICS if k_ in fidelity}])
+            + f"<p class='muted'>On the MiniLM embeddings of the real test set and the synthetic corpus, with "
+            f"k = {k} nearest neighbours (Naeem et al. 2020, as the <code>prdc</code> package defines them). "
+            "Precision: share of synthetic documents inside the real data's neighbourhoods (fidelity); recall: "
+            "share of real documents inside the synthetic data's (diversity); density: how many real "
+            "neighbourhoods hold a synthetic document, over k (about 1 when synthetic documents look like real "
+            "ones); coverage: share of real documents with a synthetic one in their neighbourhood.</p>")
+
+
+def _metric_rows(by_corpus: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per metric, one column per corpus: a dozen metrics fit the page's width this way round."""
+    metrics = dict.fromkeys(k for values in by_corpus.values() for k in values)
+    return [{"metric": m, **{name: values.get(m, "") for name, values in by_corpus.items()}} for m in metrics]
+
+
+def _warnings_banner(warnings: Sequence[Mapping[str, str]]) -> str:
+    """The findings a reader must see before any score (privseed.tasks.evaluation.classifier_warnings)."""
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{_esc(w['message'])}</li>" for w in warnings)
+    return ("<div id='warnings' style='border:2px solid #b26a00;background:#fff4e0;padding:.5em 1em;margin:1em 0'>"
+            f"<b>Read this before the scores</b><ul style='margin:.3em 0'>{items}</ul></div>")
+
+
 # ---------------------------------------------------------------- the run report
 def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
                       ledger: Mapping[str, Any] | None, manifest: Mapping[str, Any] | None,
@@ -334,7 +398,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     """HTML for one evaluation. `figures` maps a caption to a data URI; `examples` are release rows."""
     scores = result.get("scores", {})
     score_rows = [{"classifier": name, **{k: v for k, v in s.items() if k in (
-        "accuracy", "macro_f1", "n_train", "n_test", "best_epoch", "seconds")}} for name, s in scores.items()]
+        "accuracy", "macro_f1", "n_train", "n_test", "validation_size", "best_epoch", "seconds")}}
+        for name, s in scores.items()]
     best = max(score_rows, key=lambda r: r.get("accuracy", 0), default=None)
     summary = (
         f"<p>Trained on <b>{_esc(result.get('n_train', '?'))}</b> synthetic documents from "
@@ -346,6 +411,10 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     if best:
         summary += (f"<p>Best classifier: <b>{_esc(best['classifier'])}</b>, accuracy "
                     f"<b>{100 * best['accuracy']:.1f}%</b>, macro-F1 {100 * best.get('macro_f1', 0):.1f}%.</p>")
+    fidelity = result.get("prdc")
+    if fidelity:
+        summary += ("<p>Synthetic vs real test embeddings: " + ", ".join(
+            f"{k} <b>{fidelity[k]:.2f}</b>" for k in PRDC_METRICS if k in fidelity) + ".</p>")
     prompt_names = ((manifest or {}).get("config") or {}).get("prompt_class_names")
     if prompt_names:
         listed = ", ".join(f"{k}: {v}" for k, v in prompt_names.items())
@@ -356,19 +425,20 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     if result.get("client"):
         summary += (f"<p>Deep CORAL used {_esc(result.get('n_client', '?'))} unlabelled client documents "
                     f"(<code>{_esc(result['client'])}</code>), disjoint from the test set.</p>")
+    summary = _warnings_banner(result.get("warnings") or []) + summary
     stamp = insecure_stamp(ledger, manifest)
     if stamp:
         summary = _stamp_banner(stamp) + summary
     sections = [
         _section("summary", "Summary", summary),
-        _section("scores", "Downstream accuracy (trained on synthetic data only)",
+        _section("scores", "Downstream accuracy (trained on synthetic data only) and fidelity",
                  html_table(score_rows) + "<p class='muted'>Early stopping uses a split of the synthetic "
-                 "data only; test labels are read once, after all training. TF-IDF + logistic regression "
-                 "(scikit-learn) is an independent evaluator reported beside ours.</p>"),
+                 "data only, and only when that split holds at least two documents per class; test labels are "
+                 "read once, after all training. TF-IDF + logistic regression (scikit-learn) is an independent "
+                 "evaluator reported beside ours.</p>" + _prdc_block(fidelity)),
         _section("figures", "Figures", "<div class='grid'>" + "".join(
             _figure_block(uri, cap) for cap, uri in figures.items()) + "</div>"),
-        _section("corpus", "Corpus: fidelity and diversity", html_table(
-            [{"corpus": name, **vals} for name, vals in result.get("corpus", {}).items()])
+        _section("corpus", "Corpus: fidelity and diversity", html_table(_metric_rows(result.get("corpus", {})))
             + (f"<p>FID (sentence embeddings, real test vs synthetic): <b>{_fmt(result['fid'])}</b> "
                "(lower is closer).</p>" if result.get("fid") is not None else "")),
         _section("usage", "LLM calls and tokens", html_table([result.get("usage", {})])),
@@ -376,11 +446,15 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     rows, total = ledger_rows(ledger)
     sections.append(_section("ledger", "Privacy ledger (ledger.json)",
                              (f"<p>Composed total: <b>{_esc(total)}</b></p>" if total else "")
-                             + html_table(rows)
-                             + "<details><summary>raw ledger.json</summary><pre>"
+                             + html_table(ledger_stage_rows(ledger))
+                             + "<p class='muted'>One row per stage; a stage's releases on disjoint partitions "
+                             "(one per class) compose in parallel, stages add up.</p>"
+                             + f"<details><summary>every release ({len(rows)})</summary>" + html_table(rows)
+                             + "</details><details><summary>raw ledger.json</summary><pre>"
                              + _esc(jsonable.dumps(ledger, indent=2, sort_keys=True)) + "</pre></details>"))
     sections.append(_section("config", "Configuration (manifest.json)",
-                             "<pre>" + _esc(jsonable.dumps(manifest, indent=2, sort_keys=True)) + "</pre>"))
+                             "<details><summary>manifest.json</summary><pre>"
+                             + _esc(jsonable.dumps(manifest, indent=2, sort_keys=True)) + "</pre></details>"))
     ex_html = []
     for ex in examples:
         seed = ex.get("keyphrases")

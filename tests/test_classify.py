@@ -77,10 +77,50 @@ def test_a_release_of_a_few_documents_per_class_still_gets_enough_updates():
     x_test, y_test = sample(20)
     accuracy = {}
     for steps in (1, classify.TrainConfig().min_steps_per_epoch):
-        clf = classify.train_mlp(x_train, y_train, cfg=classify.TrainConfig(seed=0, progress=False,
-                                                                            min_steps_per_epoch=steps))
+        # no minimum keeps early stopping on its 6-document split (the default refuses a split that small)
+        cfg = classify.TrainConfig(seed=0, progress=False, min_val_size=0, min_val_per_class=0,
+                                   min_steps_per_epoch=steps)
+        clf = classify.train_mlp(x_train, y_train, cfg=cfg)
         accuracy[steps] = metrics.classification_scores(y_test, classify.predict_mlp(clf, x_test))["accuracy"]
     assert accuracy[1] < 0.3 and accuracy[10] > 0.95  # chance is 1/14
+
+
+def test_validation_split_too_small_to_mean_anything_is_not_used():
+    cfg = classify.TrainConfig()  # 10 %, at least 20 documents and two per class
+    assert classify.validation_plan(42, 14, cfg) == classify.ValidationPlan(wanted=4, minimum=28, used=0)
+    assert classify.validation_plan(280, 14, cfg).used == 28
+    assert classify.validation_plan(190, 2, cfg).used == 0 and classify.validation_plan(200, 2, cfg).used == 20
+    assert classify.validation_plan(200, 2, classify.TrainConfig(val_fraction=0.0)).wanted == 0
+
+
+def test_a_demo_sized_release_does_not_collapse_to_one_class():
+    """The demo's shape: 3 documents per class of 14 classes, hard to tell apart. A 10 % validation split is 4
+    documents whose accuracy stays at 0, so early stopping kept the weights of epoch 1 and the MLP predicted one
+    class for nearly every test document; without a split it trains every epoch and learns the classes."""
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(14, 384))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+
+    def sample(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(14), n)
+        x = centres[y] * 0.5 + rng.normal(scale=0.05, size=(len(y), 384)) + 0.4  # one shared direction
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), y
+
+    x_train, y_train = sample(3)
+    x_test, y_test = sample(30)
+    results = {}
+    for name, cfg in (("no minimum", classify.TrainConfig(seed=0, progress=False, min_val_size=0,
+                                                          min_val_per_class=0)),
+                      ("default", classify.TrainConfig(seed=0, progress=False))):
+        clf = classify.train_mlp(x_train, y_train, cfg=cfg)
+        predicted = np.asarray(classify.predict_mlp(clf, x_test))
+        top_share = np.bincount(predicted).max() / len(predicted)
+        accuracy = metrics.classification_scores(y_test, predicted)["accuracy"]
+        results[name] = (top_share, accuracy, clf.validation.used, len(clf.history))
+    top_share, accuracy, used, epochs = results["no minimum"]  # what the demo did: one class, stopped at epoch 7
+    assert used == 4 and top_share > 0.9 and accuracy < 0.1 and epochs < 10
+    top_share, accuracy, used, epochs = results["default"]
+    assert used == 0 and epochs == 60 and top_share < 0.2 and accuracy > 0.8  # chance is 1/14
 
 
 def test_early_stopping_uses_synthetic_split_and_stops():

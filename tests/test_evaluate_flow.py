@@ -49,21 +49,49 @@ def release_and_data(tmp_path):
     return str(out), str(test_path), str(client_path)
 
 
-def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_and_data, tmp_path, monkeypatch):
+def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_and_data, tmp_path, monkeypatch,
+                                                     capsys):
+    from privseed.flows.cli import main
+
     monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
     out, test, client = release_and_data
-    result = ev.evaluate({"synthetic": out, "test": test, "client": client, "coral": True,
-                          "json_path": str(tmp_path / "r.json"), "max_epochs": 30, "progress": False})
-    scores = json.loads((tmp_path / "r.json").read_text())["scores"]
+    assert main(["evaluate", "--synthetic", out, "--test", test, "--client", client, "--coral",
+                 "--json", str(tmp_path / "r.json"), "--epochs", "30", "--no-progress"]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    scores = result["scores"]
     assert set(scores) == {"MLP on MiniLM + CORAL", "TF-IDF + LR"}
     for s in scores.values():
         assert s["accuracy"] > 0.6 and s["n_test"] == 24  # chance is 1/3
     assert result["n_client"] == 15  # half the synthetic corpus, never more than the client has
     assert result["usage"]["llm_calls"] == 30 and result["usage"]["tokens_out"] == 900
+    assert set(result["prdc"]) == {"precision", "recall", "density", "coverage", "nearest_k"}
+    # 30 synthetic documents: a 10 % split (3) is too small for early stopping, and the report says so
+    assert [w["kind"] for w in result["warnings"]] == ["no-early-stopping"]
     html_text = open(f"{out}/report.html").read()
     for section in report.RUN_SECTIONS:
         assert f"<section id='{section}'>" in html_text
     assert "Athlete" in html_text  # label names from the test file's label_name column
+    assert "<th>coverage</th>" in html_text and "trained without early stopping" in html_text
+    printed = capsys.readouterr().out  # the summary on stdout: scores, fidelity, warnings, where the report is
+    assert "MLP on MiniLM + CORAL: accuracy" in printed and "coverage" in printed
+    assert "WARNING: MLP on MiniLM + CORAL trained without early stopping" in printed
+    assert printed.rstrip().endswith(f"report: {out}/report.html")
+
+
+def test_warnings_name_a_collapsed_classifier_a_chance_score_and_a_tiny_validation_split():
+    y_true = [0] * 10 + [1] * 10 + [2] * 10
+    runs = {"collapsed": {"predictions": [1] * 29 + [0], "validation": {"wanted": 4, "minimum": 28, "used": 0},
+                          "history": [{}] * 60},
+            "at chance": {"predictions": [1, 2, 0] * 10, "validation": None},
+            "fine": {"predictions": y_true, "validation": {"wanted": 30, "minimum": 28, "used": 30}}}
+    found = evaluation.classifier_warnings(y_true, runs, {"1": "Album"})
+    assert [(w["classifier"], w["kind"]) for w in found] == [
+        ("collapsed", "one-class"), ("collapsed", "no-early-stopping"), ("at chance", "chance")]
+    assert "one class (Album) for 97% of the test documents (2 of 3 classes ever predicted)" in found[0]["message"]
+    assert "would hold 4 documents, fewer than the 28" in found[1]["message"] and "all 60 epochs" in found[1]["message"]
+    # a test set that is itself one class is no reason to call a one-class classifier collapsed (only at chance)
+    lopsided = evaluation.classifier_warnings([1] * 29 + [0], {"x": {"predictions": [1] * 30}}, {})
+    assert [w["kind"] for w in lopsided] == ["chance"]
 
 
 def test_evaluator_never_reads_test_labels_during_training(prefect_harness, release_and_data, tmp_path, monkeypatch):

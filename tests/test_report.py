@@ -98,3 +98,60 @@ def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():
         stamped = report.render_run_report(result, figures={}, ledger=ledger, manifest=manifest, examples=[])
         assert f"<title>privseed evaluation report ({INSECURE_STAMP})</title>" in stamped
         assert stamped.count(INSECURE_STAMP) >= 2  # title and the banner above the summary
+
+
+def _kps_ledger(classes: int = 14) -> dict:
+    entries = [{"name": "vocabulary", "stage": "vocabulary", "mechanism": "laplace", "epsilon": 1.0, "delta": 0.0,
+                "noise_source": "opendp", "secure": True, "charged": True, "params": {"S": 10}}]
+    for c in range(classes):
+        for sketch in range(2):  # two sketches per class: they add up within the class
+            entries.append({"name": f"kde-class{c}-sketch{sketch}", "stage": "kde", "partition": f"class{c}",
+                            "mechanism": "laplace", "epsilon": 5.0, "delta": 0.0, "noise_source": "opendp",
+                            "secure": True, "charged": True, "params": {"I": 300}})
+    return {"entries": entries, "total": {"epsilon": 11.0, "delta": 0.0, "secure": True}}
+
+
+def test_ledger_collapses_to_one_row_per_stage():
+    rows = report.ledger_stage_rows(_kps_ledger())
+    assert [r["stage"] for r in rows] == ["vocabulary", "kde"]
+    vocabulary, kde = rows
+    assert (vocabulary["releases"], vocabulary["partitions"], vocabulary["epsilon"]) == (1, "–", 1.0)
+    # parallel across the 14 classes, basic composition of each class's two sketches
+    assert (kde["releases"], kde["partitions"], kde["epsilon"], kde["delta"]) == (28, 14, 10.0, 0.0)
+    assert kde["mechanism"] == "laplace" and kde["noise source"] == "opendp" and kde["secure"] == "yes"
+    # a round accounted in an earlier charge is listed, not charged twice; reproducible noise says so
+    pe = {"entries": [{"name": "pe", "stage": "pe", "mechanism": "gaussian", "epsilon": 4.0, "delta": 1e-5,
+                       "noise_source": "numpy", "secure": False, "charged": True},
+                      {"name": "pe-round1", "stage": "pe", "mechanism": "gaussian", "epsilon": 4.0, "delta": 1e-5,
+                       "noise_source": "numpy", "secure": False, "charged": False, "accounted_in": "pe"}]}
+    (row,) = report.ledger_stage_rows(pe)
+    assert (row["releases"], row["epsilon"], row["delta"], row["secure"]) == (2, 4.0, 1e-5, "NO")
+    assert report.ledger_stage_rows(None) == []
+
+
+def test_run_report_puts_warnings_first_the_ledger_in_stages_and_prdc_beside_accuracy():
+    result = {"title": "t", "n_train": 42, "n_test": 2100, "privacy": "epsilon = 11",
+              "scores": {"MLP on MiniLM": {"accuracy": 0.0714, "macro_f1": 0.01, "n_test": 2100}},
+              "warnings": [{"classifier": "MLP on MiniLM", "kind": "one-class",
+                            "message": "MLP on MiniLM predicts one class (Album) for 100% of the test documents"}],
+              "prdc": {"precision": 0.61, "recall": 0.12, "density": 0.43, "coverage": 0.18, "nearest_k": 5.0},
+              "corpus": {"synthetic": {"distinct_2": 0.5, "words_mean": 10.0}, "real test": {"distinct_2": 0.8}}}
+    html_text = report.render_run_report(result, figures={}, ledger=_kps_ledger(), manifest={"config": {}},
+                                         examples=[])
+    warning = html_text.index("predicts one class (Album)")
+    assert warning < html_text.index("<section id='scores'>") and warning < html_text.index("Best classifier")
+    assert "Read this before the scores" in html_text
+    for name, value in (("precision", "0.61"), ("recall", "0.12"), ("density", "0.43"), ("coverage", "0.18")):
+        assert f"{name} <b>{value}</b>" in html_text  # in the summary
+    scores = html_text[html_text.index("<section id='scores'>"):html_text.index("<section id='figures'>")]
+    assert "<th>precision</th><th>recall</th><th>density</th><th>coverage</th>" in scores
+    ledger = html_text[html_text.index("<section id='ledger'>"):html_text.index("<section id='config'>")]
+    shown = ledger.split("<details>")[0]  # what the page shows before anything is unfolded
+    assert shown.count("<tr>") == 3 and "kde-class3-sketch1" not in shown  # a header and one row per stage
+    assert "kde-class3-sketch1" in ledger and "every release (29)" in ledger  # the detail, folded away
+    corpus = html_text[html_text.index("<section id='corpus'>"):html_text.index("<section id='usage'>")]
+    assert "<th>metric</th><th>synthetic</th><th>real test</th>" in corpus  # a row per metric fits the width
+    assert corpus.count("<tr>") == 3 and "<td>words_mean</td>" in corpus
+    clean = report.render_run_report({**result, "warnings": [], "prdc": None}, figures={}, ledger=None,
+                                     manifest=None, examples=[])
+    assert "Read this before the scores" not in clean and "<th>density</th>" not in clean

@@ -2,38 +2,21 @@
 page). They hold only what the release itself publishes: its ledger (mechanism, epsilon and delta per release),
 its row count and where it is; the evaluation's aggregate scores. Nothing here reads private data.
 
-The pure part (:func:`ledger_summary`, :func:`score_rows`) builds the tables; the tasks only hand them to Prefect.
+The tables are the report's (``privseed.tasks.report.ledger_stage_rows``: one row per stage, partitions collapsed,
+epsilon as the ledger composes it) and :func:`score_rows`; the tasks only hand them to Prefect.
 Artifact keys are stable per deployment kind (``release-ledger``, ``release-link``, ``evaluation-scores``), so the
 UI shows each key's history across scheduled runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pathlib import Path
 
 from privseed.tasks.ledger import PrivacyLedger
 from privseed.tasks.stages import public_stage
-
-
-def ledger_summary(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per stage of the recipient ledger: the partitions of a stage (one release per class, say) are
-    collapsed into one row that says how many there are. A stage's partitions are disjoint slices of the data, so
-    its epsilon is the largest of theirs (parallel composition), not their sum; the ledger's own total is the
-    authority and is shown beside this table."""
-    stages: dict[str, dict[str, Any]] = {}
-    for entry in entries:
-        stage = str(entry.get("stage") or entry.get("name"))
-        row = stages.setdefault(stage, {"stage": stage, "mechanism": entry.get("mechanism"), "releases": 0,
-                                        "epsilon": 0.0, "delta": 0.0})
-        row["releases"] += 1
-        row["epsilon"] = max(row["epsilon"], float(entry.get("epsilon") or 0.0))
-        row["delta"] = max(row["delta"], float(entry.get("delta") or 0.0))
-        if row["mechanism"] != entry.get("mechanism"):
-            row["mechanism"] = "mixed"
-    return list(stages.values())
 
 
 def score_rows(scores: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -55,10 +38,12 @@ def release_artifacts(manifest: Mapping[str, Any], ledger: PrivacyLedger, out: s
 
     from prefect.artifacts import create_link_artifact, create_table_artifact
 
+    from privseed.tasks.report import ledger_stage_rows
+
     recipient = json.loads(ledger.to_json())
     total = recipient.get("total") or {}
     create_table_artifact(
-        key="release-ledger", table=ledger_summary(recipient.get("entries", [])),
+        key="release-ledger", table=ledger_stage_rows(recipient),
         description=(f"Privacy ledger of release {manifest.get('release_id')}: total epsilon "
                      f"{total.get('epsilon')}, delta {total.get('delta')} ({total.get('composition', 'composed')}); "
                      f"{manifest.get('rows')} documents. The full ledger is ledger.json in the release."))

@@ -41,8 +41,8 @@ def load_client_texts(path: str, text_column: str = "text") -> pd.DataFrame:
 
 
 @public_stage("embed", retries=1)
-def embed(texts: list[str], model: str, cache_dir: str) -> np.ndarray:
-    return evaluation.embed_cached(texts, model, Path(cache_dir))
+def embed(texts: list[str], model: str, cache_dir: str, progress: bool = False, desc: str = "embed") -> np.ndarray:
+    return evaluation.embed_cached(texts, model, Path(cache_dir), progress=progress, desc=desc)
 
 
 @public_stage("phrase-view")
@@ -70,12 +70,12 @@ def score_corpus(train: pd.DataFrame, test: classify.HeldOutTestSet, *, client_t
     train_texts = train["text"].astype(str).tolist()
     train_labels = train["label"].tolist()
     needs_vectors = opts.classifier == "mlp"
-    train_x = embed(train_texts, opts.embedding_model, cache)
-    test_x = embed(test.texts, opts.embedding_model, cache)
+    train_x = embed(train_texts, opts.embedding_model, cache, opts.progress, "embed synthetic")
+    test_x = embed(test.texts, opts.embedding_model, cache, opts.progress, "embed real test")
     client_x = None
     coral_client = list(client_texts) if (opts.coral and client_texts) else None
     if coral_client:
-        client_x = embed(coral_client, opts.embedding_model, cache)
+        client_x = embed(coral_client, opts.embedding_model, cache, opts.progress, "embed client")
     training = evaluation.train_config(opts)
     runs: dict[str, dict[str, Any]] = {}
     for kind in evaluation.classifier_kinds(opts):

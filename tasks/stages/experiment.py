@@ -136,7 +136,8 @@ def score_cell(spec: ExperimentSpec, cell: GridCell, grid: GridData, train: pd.D
             result = evaluation_result(
                 title=cell.id, synthetic=release.path, test=ds.test or ds.train,
                 client="client pool (unlabelled training documents)", test_view=view, rows=train,
-                test_texts=test_texts, client_texts=client, scored=scored, ledger=release.ledger, opts=opts)
+                test_texts=test_texts, client_texts=client, scored=scored, ledger=release.ledger, opts=opts,
+                label_names=data.label_names)
             html = build_run_report(result, scored, train, test_texts, data.label_names, manifest=release.manifest,
                                     ledger=release.ledger, opts=opts)
             storage.write_bytes(report_path, html.encode("utf-8"))
