@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from privseed.tasks.quality import DEFAULT_RULES, document_rejection, statistic_over_threshold
+from privseed.tasks.quality import DEFAULT_RULES, document_rejection, language_probability, statistic_over_threshold
 
 CORPORA = {
     "dbpedia14 train (tuning)": "dbpedia14/train.parquet",
@@ -81,8 +81,13 @@ def catch_rate() -> None:
         else:
             caught[reason] += 1
     total = len(rows)
+    # The measured statistics alone (no pattern, no seed test): Gopher repetition and quality, MATTR, language.
+    statistics = sum(statistic_over_threshold(row["text"]) is not None
+                     or language_probability(row["text"], "en") < DEFAULT_RULES.min_language_prob for row in rows)
     print(f"\nlabelled degenerate answers ({LABELLED.name}): {total - len(missed)} of {total} caught = "
           f"{100 * (total - len(missed)) / total:.1f} % ({', '.join(f'{r} {c}' for r, c in caught.most_common())})")
+    print(f"  of them by the measured statistics alone (Gopher, MATTR, language): {statistics} of {total} = "
+          f"{100 * statistics / total:.1f} %")
     for name in missed:
         print(f"  missed: {name}")
 

@@ -318,10 +318,12 @@ class ReleaseConfig(BaseModel):
     temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="LLM sampling temperature")
     max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call")
     language: str | None = Field(default="en", description="the corpus's declared language for the document test: "
-                                 "an ISO 639 code the language identifier knows (en, de, fr, es, ...), or none (no language test)")
+                                 "an ISO 639 code the language identifier knows (en, de, fr, es, ...), or none "
+                                 "(no language test)")
     document_rules: dict[str, Any] = Field(
         default_factory=dict,
-        description="a threshold of the document test by name (tasks/quality/predicate.py DocumentRules, docs/generation.md), "
+        description="a threshold of the document test by name (tasks/quality/predicate.py DocumentRules, "
+                    "docs/generation.md), "
                     "e.g. max_seed_line_labels=4 for a corpus whose documents are forms (repeatable)",
         json_schema_extra=cli(flag="document-rule", metavar="NAME=VALUE"))
     llm_concurrency: int = Field(default=4, ge=1, le=256, description="LLM calls in flight for remote APIs")

@@ -71,11 +71,15 @@ def test_each_statistic_rejects_its_shape_and_prose_passes():
              "group of animals. The group described is known as the large group of the group.")
     assert statistic_over_threshold(genus) == "mattr"
     assert document_rejection(genus, ["genus"], "stop") == "repetitive"
-    assert statistic_over_threshold("Word # word # word # word # word # word.") == "symbol_word_ratio"
-    assert statistic_over_threshold("1999 2000 2001 2002 2003 2004 2005 the year") == "alpha_word_frac"
+    hashtags = ("Great match tonight at the stadium with friends and family #football #derby #goals #win #city "
+                "#fans #matchday #league #cup #team #season")
+    assert statistic_over_threshold(hashtags) == "symbol_word_ratio"
+    years = "Years of the fair: " + " ".join(str(y) for y in range(1990, 2010)) + " and after that none."
+    assert statistic_over_threshold(years) == "alpha_word_frac"
+    assert statistic_over_threshold(years[:60]) is None  # too short for the Gopher quality statistics
     nouns = ("river bridge market church mill village road tower stone weir farm parish corn hills coach field lane "
              "gate orchard barn well yard green pond abbey castle harbour quay wharf forge smithy chapel rectory manor "
-             "meadow copse brook ford spring moor heath")
+             "meadow copse brook ford spring moor heath lake island forest valley glen cliff cave beach shore bay")
     assert statistic_over_threshold(nouns) == "stop_words"
 
 
@@ -123,3 +127,10 @@ def test_patterns_live_in_a_data_file_each_with_its_reason():
     assert all(g["why"] and g["patterns"] for g in groups)
     assert len(META_TALK_PATTERNS) == sum(len(g["patterns"]) for g in groups)
     assert all(entry["name"] and entry["pattern"] for entry in data["template_residue"])
+
+
+def test_a_terse_review_in_sentences_is_not_its_seed_list_given_back():
+    seeds = ["lousy", "mexican", "food", "try", "casa", "borrega", "instead"]
+    assert document_rejection("Lousy Mexican food. Try Casa Borrega instead.", seeds, "stop") is None
+    assert document_rejection("lousy, mexican, food, try, casa, borrega, instead", seeds, "stop") == "seed_echo"
+    assert document_rejection("Lousy Mexican food try Casa Borrega instead.", seeds, "stop") == "seed_echo"

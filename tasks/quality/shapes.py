@@ -31,6 +31,14 @@ _LIST_FILLERS = frozenset({"and", "or", "etc", "keywords", "keyword", "keyphrase
 # terms with stop words removed, so real prose, even prose that uses every keyphrase, is far above it
 # (function words alone are ~40% of English running text).
 PASSTHROUGH_MAX_OTHER_WORDS = 0.15
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+
+
+def _several_sentences(text: str, min_words: int = 3) -> bool:
+    """Two or more sentences of ``min_words`` words or more: a terse text written in sentences ("Lousy Mexican food.
+    Try Casa Borrega instead."), not a list given back, even when all its words are its seed terms (the case of
+    short real reviews checked with their own terms as seed: 5 of Yelp test's 5,000)."""
+    return sum(len(_words(part)) >= min_words for part in _SENTENCE_SPLIT.split(text)) >= 2
 
 
 def _words(text: str) -> list[str]:
@@ -51,7 +59,8 @@ def is_keyphrase_passthrough(text: Any, keyphrases: Any) -> bool:
     if not words:
         return False
     others = sum(w not in phrase_words for w in words)
-    return others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words) or _bare_list_of_seeds(body, phrase_words) or any(
+    only_seed_words = others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words) and not _several_sentences(text)
+    return only_seed_words or _bare_list_of_seeds(body, phrase_words) or any(
         _bare_list_of_seeds(part, phrase_words, min_items=7) for part in _LIST_PART_SPLIT.split(text))
 
 
