@@ -59,7 +59,7 @@ def is_keyphrase_passthrough(text: Any, keyphrases: Any) -> bool:
     if not words:
         return False
     others = sum(w not in phrase_words for w in words)
-    only_seed_words = others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words) and not _several_sentences(text)
+    only_seed_words = others <= PASSTHROUGH_MAX_OTHER_WORDS * len(words) and not _several_sentences(body)
     return only_seed_words or _bare_list_of_seeds(body, phrase_words) or any(
         _bare_list_of_seeds(part, phrase_words, min_items=7) for part in _LIST_PART_SPLIT.split(text))
 
@@ -158,24 +158,6 @@ def letter_loop(text: str, min_words: int = 4, min_letters: int = 12) -> bool:
     return False
 
 
-_CASE_SWITCH = re.compile(r"[a-z][A-Z]")
-
-
-def garbled_token(text: str, min_letters: int = 20, min_switches: int = 5) -> bool:
-    """A word of ``min_letters`` letters or more that switches from lower to upper case ``min_switches`` times or
-    more, 30-90 % of it capitals: "FakarakunLtrLtrLFFFFLFFLtrLLtrLlLtrL" (a `make demo` row), letters looping
-    inside one token. Real compound names switch less and are shorter ("DiethelmKellerSiberHegner": 3 switches;
-    the peptide "GlyProGlyArgAlaPhe": 18 letters); URLs are not all letters."""
-    for token in text.split():
-        word = _bare(token)
-        if len(word) < min_letters or not word.isalpha():
-            continue
-        capitals = sum(c.isupper() for c in word) / len(word)
-        if 0.3 <= capitals <= 0.9 and len(_CASE_SWITCH.findall(word)) >= min_switches:
-            return True
-    return False
-
-
 def token_loop(text: str, min_length: int = 15, min_copies: int = 4) -> bool:
     """A word of ``min_length`` characters or more (held letters counted once) in which one group of 3-5 letters
     occurs ``min_copies`` times or more and makes up at least half of it, in any case and not back to back:
@@ -199,33 +181,9 @@ def token_loop(text: str, min_length: int = 15, min_copies: int = 4) -> bool:
     return False
 
 
-_CAMEL_SEGMENT = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
-
-
-def camel_loop(text: str, min_length: int = 15, min_segment: int = 4, min_copies: int = 3) -> bool:
-    """A word of ``min_length`` letters or more, glued from three or more case-marked segments, in which one
-    segment of ``min_segment`` letters or more occurs ``min_copies`` times or more:
-    "veryResignationEnzymaticResignationResignation" (Qwen 0.5B, the document-type release), words glued and
-    repeated, which ``token_loop`` misses (each copy is long, so no short group makes up half the word) and
-    ``garbled_token`` misses (four switches). Three copies, not two: an identifier in a support ticket may name a
-    part twice ("getUserNameFromUserId"). None of the corpora's 29,388 texts has a glued word with even two
-    repeated segments."""
-    for token in text.split():
-        word = _bare(token)
-        if len(word) < min_length or not word.isalpha():
-            continue
-        segments = [s.lower() for s in _CAMEL_SEGMENT.findall(word)]
-        if len(segments) < 3:
-            continue
-        counts = Counter(s for s in segments if len(s) >= min_segment)
-        if counts and max(counts.values()) >= min_copies:
-            return True
-    return False
-
-
 def syllable_loop(text: str) -> bool:
     return (bool(_SYLLABLE_LOOP.search(_HELD_LETTER.sub(r"\1", _WHITESPACE.sub("", text).lower())))
-            or letter_loop(text) or garbled_token(text) or token_loop(text) or camel_loop(text))
+            or letter_loop(text) or token_loop(text))
 
 
 
