@@ -1,7 +1,7 @@
 """False-reject rate of the document predicate (privseed.tasks.quality.document_rejection) on REAL documents, and
 its catch rate on labelled degenerate LLM answers.
 
-    nice -n 10 python benchmarks/document_predicate_real.py [--examples 2] [--limit N] [--data DIR]
+    nice -n 10 python benchmarks/document_predicate_real.py --data DIR [--examples 2] [--limit N]
 
 Public data only (DIR holds the copies described in docs/generation.md): the thresholds of the measured statistics
 were chosen on the tuning splits (DBPedia-14 train, OHSUMED-23 train, Yelp dev); the test splits of the same corpora
@@ -96,7 +96,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=2)
     parser.add_argument("--limit", type=int, default=0, help="documents per corpus (0: all)")
-    parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the public corpora")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="folder of the public corpora: dbpedia14/, ohsumed23/, augpe/yelp/, medabstracts/")
     args = parser.parse_args()
     vocab = public_vocabulary()
     print(f"rules: {DEFAULT_RULES}")
