@@ -334,10 +334,12 @@ class ReleaseConfig(BaseModel):
     temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="LLM sampling temperature")
     max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call")
     language: str | None = Field(default="en", description="the corpus's declared language for the document test: "
-                                 "en, de, fr, es, it, pt, nl, or none (no language test)")
+                                 "an ISO 639 code the language identifier knows (en, de, fr, es, ...), or none "
+                                 "(no language test)")
     document_rules: dict[str, Any] = Field(
         default_factory=dict,
-        description="a threshold of the document test by name (tasks/quality.py DocumentRules, docs/generation.md), "
+        description="a threshold of the document test by name (tasks/quality/predicate.py DocumentRules, "
+                    "docs/generation.md), "
                     "e.g. max_seed_line_labels=4 for a corpus whose documents are forms (repeatable)",
         json_schema_extra=cli(flag="document-rule", metavar="NAME=VALUE"))
     llm_concurrency: int = Field(default=4, ge=1, le=256, description="LLM calls in flight for remote APIs")
@@ -414,12 +416,13 @@ class ReleaseConfig(BaseModel):
     @field_validator("language", mode="before")
     @classmethod
     def _known_language(cls, value: Any) -> str | None:
-        from privseed.tasks.quality import FUNCTION_WORDS
+        from privseed.tasks.quality import LANGUAGES
 
         if value is None or str(value).lower() in ("none", ""):
             return None
-        if str(value) not in FUNCTION_WORDS:
-            raise ValueError(f"unknown language {value!r}; known: {', '.join(sorted(FUNCTION_WORDS))} or none")
+        if str(value) not in LANGUAGES:
+            raise ValueError(f"unknown language {value!r}; known: ISO 639 codes of the language identifier "
+                             f"({', '.join(sorted(LANGUAGES))}) or none")
         return str(value)
 
     @field_validator("document_rules")

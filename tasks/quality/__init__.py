@@ -1,0 +1,45 @@
+"""Quality: is an LLM answer a document, and may a candidate corpus be released?
+
+- ``predicate``: ``document_rejection`` / ``is_document``, THE predicate, with named reasons and ``DocumentRules``.
+- ``text_stats``: the measured statistics it compares with thresholds (Gopher quality and repetition filters).
+- ``language``: language identification (py3langid).
+- ``patterns`` and ``patterns.json``: the regular expressions that remain (chat-template residue, meta-talk).
+- ``shapes``: seed-shaped failures (the seed list echoed, a glossary of the seeds, a few-shot example copied).
+- ``gate``: the Great Expectations release gate (``ReleaseGate``) over a candidate corpus.
+"""
+
+from privseed.tasks.quality.gate import (
+    DEFAULT_BOUNDS,
+    REQUIRED_COLUMNS,
+    PartCheck,
+    ReleaseGate,
+    build_expectations,
+    derive_quality_columns,
+    gate_from_config,
+    release_gate,
+    validate_release,
+    validate_release_task,
+)
+from privseed.tasks.quality.language import LANGUAGES, language_probability
+from privseed.tasks.quality.patterns import META_TALK_PATTERNS, TEMPLATE_RESIDUE_PATTERNS, meta_talk, template_residue
+from privseed.tasks.quality.predicate import (
+    DEFAULT_RULES,
+    REJECTION_REASONS,
+    TUNABLE_RULES,
+    DocumentRules,
+    document_rejection,
+    is_document,
+    rules_from_bounds,
+    statistic_over_threshold,
+)
+from privseed.tasks.quality.shapes import ends_a_sentence, example_names, is_keyphrase_passthrough
+from privseed.tasks.quality.text_stats import TextStats, text_stats
+
+__all__ = [
+    "DEFAULT_BOUNDS", "DEFAULT_RULES", "LANGUAGES", "META_TALK_PATTERNS", "REJECTION_REASONS", "REQUIRED_COLUMNS",
+    "TEMPLATE_RESIDUE_PATTERNS", "TUNABLE_RULES", "DocumentRules", "PartCheck", "ReleaseGate", "TextStats",
+    "build_expectations", "derive_quality_columns", "document_rejection", "ends_a_sentence", "example_names",
+    "gate_from_config", "is_document", "is_keyphrase_passthrough", "language_probability", "meta_talk",
+    "release_gate", "rules_from_bounds", "statistic_over_threshold", "template_residue", "text_stats",
+    "validate_release", "validate_release_task",
+]

@@ -1,0 +1,136 @@
+"""The measured statistics of the document predicate (Gopher quality and repetition, MATTR, language
+identification, fluency) and the data file of its remaining patterns."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.quality import (
+    DEFAULT_RULES,
+    LANGUAGES,
+    META_TALK_PATTERNS,
+    TUNABLE_RULES,
+    DocumentRules,
+    derive_quality_columns,
+    document_rejection,
+    language_probability,
+    statistic_over_threshold,
+    text_stats,
+)
+from privseed.tasks.quality.language import model_languages
+from privseed.tasks.quality.patterns import PATTERNS_FILE
+from privseed.tasks.quality.text_stats import (
+    duplicate_ngram_char_fraction,
+    moving_type_token_ratio,
+    top_ngram_char_fraction,
+)
+
+PROSE = ("The river rises in the northern hills and flows past the village of Tarvola, where its banks were first "
+         "settled by farmers in the twelfth century. A stone bridge built in 1820 carries the old coach road over "
+         "it, and a mill that once ground the corn of three parishes still stands beside the weir.")
+
+
+def test_gopher_repetition_fractions_follow_the_published_definitions():
+    # Top n-gram: characters of the most frequent n-gram times its count, over the text's length.
+    words = "a b a b a b c".split()
+    assert top_ngram_char_fraction(words, 2, 100) == pytest.approx(3 * 3 / 100)  # "a b" three times
+    assert top_ngram_char_fraction("a b c d".split(), 2, 100) == 0.0  # nothing repeats
+    # Duplicated n-grams: counted after their first occurrence, without overlap, characters joined without spaces.
+    assert duplicate_ngram_char_fraction("x y x y x y".split(), 2, 12) == pytest.approx(4 / 12)
+    stats = text_stats("one line\nother line\none line\none line")
+    assert stats.dup_line_frac == pytest.approx(2 / 4)
+    assert stats.dup_line_char_frac == pytest.approx(16 / len("one line\nother line\none line\none line"))
+    assert text_stats("Para one.\n\nPara one.\n\nPara two.").dup_para_frac == pytest.approx(1 / 3)
+
+
+def test_gopher_quality_statistics():
+    stats = text_stats(PROSE)
+    assert stats.stop_words >= 4 and stats.alpha_word_frac > 0.9 and 3 < stats.mean_word_length < 10
+    assert stats.symbol_word_ratio == 0.0 and stats.mattr > 0.7
+    assert text_stats("#tag #tag #tag word word").symbol_word_ratio == pytest.approx(3 / 5)
+    # Markdown headings are layout, not symbols: "## Career" adds nothing.
+    assert text_stats("## Career\nHe played for the club.").symbol_word_ratio == 0.0
+    assert text_stats("- a\n- b\n- c").bullet_line_frac == 1.0
+    assert text_stats("Singer, Hammy, Drying, Rooftop, Rowling, Ctf. A band.").capital_list_chars > 0.5
+    assert text_stats("the RomanAdministrativeAdministrative robertrobertro soooooooo").doubled_groups == 2
+
+
+def test_mattr_is_the_mean_share_of_new_words_per_window():
+    assert moving_type_token_ratio(list("abcd")) == 1.0
+    assert moving_type_token_ratio(list("abab"), window=2) == 1.0
+    assert moving_type_token_ratio(list("aaab"), window=2) == pytest.approx((1 + 1 + 2) / 3 / 2)
+
+
+def test_each_statistic_rejects_its_shape_and_prose_passes():
+    assert statistic_over_threshold(PROSE) is None and document_rejection(PROSE, ["river"], "stop") is None
+    genus = ("The genus of the group of animals known as the family of the group known as the group of the small "
+             "group of animals. The group described is known as the large group of the group.")
+    assert statistic_over_threshold(genus) == "mattr"
+    assert document_rejection(genus, ["genus"], "stop") == "repetitive"
+    hashtags = ("Great match tonight at the stadium with friends and family #football #derby #goals #win #city "
+                "#fans #matchday #league #cup #team #season")
+    assert statistic_over_threshold(hashtags) == "symbol_word_ratio"
+    years = "Years of the fair: " + " ".join(str(y) for y in range(1990, 2010)) + " and after that none."
+    assert statistic_over_threshold(years) == "alpha_word_frac"
+    assert statistic_over_threshold(years[:60]) is None  # too short for the Gopher quality statistics
+    nouns = ("river bridge market church mill village road tower stone weir farm parish corn hills coach field lane "
+             "gate orchard barn well yard green pond abbey castle harbour quay wharf forge smithy chapel rectory manor "
+             "meadow copse brook ford spring moor heath lake island forest valley glen cliff cave beach shore bay")
+    assert statistic_over_threshold(nouns) == "stop_words"
+
+
+def test_language_is_identified_by_a_maintained_model():
+    assert LANGUAGES == model_languages()  # the written-out list is the model's
+    spanish = "El río nace en las montañas del norte y desemboca en el mar después de pasar por la ciudad."
+    assert language_probability(spanish, "es") > 0.9 > language_probability(spanish, "en")
+    # A name glossed in its own script does not make an English abstract foreign.
+    bulgarian_name = ("Maria Panayotova Kirova (Bulgarian: Мария Панайотова Кирова) (born January 13 1982) best known "
+                      "as Maria is a Bulgarian pop-folk singer who has released six albums.")
+    assert document_rejection(bulgarian_name, ["singer"], "stop") is None
+    assert document_rejection(spanish, ["river"], "stop") == "wrong_language"
+    assert document_rejection(spanish, ["river"], "stop", DocumentRules(language="es")) is None
+    with pytest.raises(ConfigError):
+        DocumentRules(language="xx")
+
+
+def test_fluency_is_tested_only_when_the_backend_reports_it_and_the_owner_sets_a_bar():
+    rules = DEFAULT_RULES.with_settings({"min_mean_logprob": "-2.5"})
+    assert rules.min_mean_logprob == -2.5
+    assert document_rejection(PROSE, ["river"], "stop", rules, mean_logprob=-3.1) == "disfluent"
+    assert document_rejection(PROSE, ["river"], "stop", rules, mean_logprob=-1.2) is None
+    assert document_rejection(PROSE, ["river"], "stop", rules) is None  # absent: skipped
+    assert document_rejection(PROSE, ["river"], "stop", mean_logprob=-9.0) is None  # default: no bar
+    assert DEFAULT_RULES.with_settings({"min_mean_logprob": "none"}).min_mean_logprob is None
+    frame = pd.DataFrame({"text": [PROSE, PROSE], "keyphrases": [["river"], ["river"]], "label": [0, 0],
+                          "mean_logprob": [-3.1, None]})
+    reasons = derive_quality_columns(frame, rules)["q_document_reason"]
+    assert reasons[0] == "disfluent" and pd.isna(reasons[1])
+
+
+def test_document_rule_settings_take_the_new_threshold_names():
+    rules = DEFAULT_RULES.with_settings({"max_top_2gram_char_frac": "0.4", "min_stop_words": "0", "min_mattr": 0.3})
+    assert (rules.max_top_2gram_char_frac, rules.min_stop_words, rules.min_mattr) == (0.4, 0, 0.3)
+    assert {"min_mattr", "max_dup_5gram_char_frac", "min_language_prob", "min_mean_logprob"} <= set(TUNABLE_RULES)
+    for bad in ({"min_distinct_2": "0.5"}, {"min_stop_words": "1.5"}, {"max_top_2gram_char_frac": "2"},
+                {"max_symbol_word_ratio": "none"}):
+        with pytest.raises(ConfigError):
+            DEFAULT_RULES.with_settings(bad)
+
+
+def test_patterns_live_in_a_data_file_each_with_its_reason():
+    data = json.loads(PATTERNS_FILE.read_text(encoding="utf-8"))
+    groups = data["meta_talk"]
+    assert all(g["why"] and g["patterns"] for g in groups)
+    assert len(META_TALK_PATTERNS) == sum(len(g["patterns"]) for g in groups)
+    assert all(entry["name"] and entry["pattern"] for entry in data["template_residue"])
+
+
+def test_a_terse_review_in_sentences_is_not_its_seed_list_given_back():
+    seeds = ["lousy", "mexican", "food", "try", "casa", "borrega", "instead"]
+    assert document_rejection("Lousy Mexican food. Try Casa Borrega instead.", seeds, "stop") is None
+    assert document_rejection("lousy, mexican, food, try, casa, borrega, instead", seeds, "stop") == "seed_echo"
+    assert document_rejection("Lousy Mexican food try Casa Borrega instead.", seeds, "stop") == "seed_echo"
