@@ -36,6 +36,7 @@ bar), from a template without seed terms, and their answers meet the same predic
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -203,8 +204,7 @@ def clean_text(text: str, finish_reason: str | None = None) -> str:
 
 
 def _cleaned(c: ChatResult) -> ChatResult:
-    return ChatResult(clean_text(c.text, c.finish_reason), c.tokens_in, c.tokens_out, c.cached,
-                      finish_reason=c.finish_reason)
+    return dataclasses.replace(c, text=clean_text(c.text, c.finish_reason))
 
 
 def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -> str | None:
