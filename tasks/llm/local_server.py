@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from privseed.tasks.errors import ConfigError
+from privseed.tasks.llm.base import ChatRequest
 from privseed.tasks.llm.openai_compat import OpenAICompatibleBackend
 from privseed.tasks.llm.retry import RetryPolicy
 
@@ -158,6 +159,8 @@ class LocalServerBackend(OpenAICompatibleBackend):
         self._url = url
         self.path = path
         self._model_id = model_id(path)
+        self._first_tokens: dict[str, int | None] = {}
+        self._tokens_lock = threading.Lock()
         super().__init__(url or "http://127.0.0.1:0/v1", self._model_id,
                          max_concurrency=int(max_concurrency or slots), retry=retry, llama_cpp=True, logprobs=True,
                          grammar=PROSE_GRAMMAR if grammar == "prose" else None)
@@ -167,6 +170,35 @@ class LocalServerBackend(OpenAICompatibleBackend):
         if self._owned and self._client is None:
             self.base = shared_server(self.settings).url
         return super().client
+
+    def first_token(self, text: str) -> int | None:
+        """The first token id of ``text`` in the served model's vocabulary (the server's /tokenize, cached)."""
+        with self._tokens_lock:
+            if text not in self._first_tokens:
+                self.client  # noqa: B018 - the server runs before it is asked
+                import httpx
+
+                r = httpx.post(self.base.removesuffix("/v1") + "/tokenize",
+                               json={"content": text, "add_special": False}, timeout=30)
+                r.raise_for_status()
+                tokens = r.json().get("tokens") or []
+                self._first_tokens[text] = int(tokens[0]) if tokens else None
+            return self._first_tokens[text]
+
+    def request_body(self, req: ChatRequest) -> dict[str, Any]:
+        """As the OpenAI-compatible client's, with the seed terms' logit bias on the FIRST token of each surface
+        form (as the token-by-token processor pushes), not on every token of it: a bias on word pieces ("ing")
+        pushed them into every word."""
+        body = super().request_body(req)
+        forms = body.pop("logit_bias", None)
+        if forms:
+            bias: dict[str, float] = {}
+            for form, value in forms:
+                token = self.first_token(form)
+                if token is not None:
+                    bias[str(token)] = max(bias.get(str(token), float("-inf")), float(value))
+            body["logit_bias"] = bias
+        return body
 
     def close(self) -> None:
         super().close()

@@ -25,6 +25,7 @@ from privseed.tasks.llm.steering import surface_forms
 #: Static logit bias per unit of --steer: the token-by-token processor pushes only the terms still missing and
 #: only between terms; a bias that is on for the whole answer at full strength makes the model list the seeds.
 STATIC_BIAS_PER_STEER = 0.5
+PRESENCE_PER_BIAS = 1.0
 
 
 def _base_v1(url: str) -> str:
@@ -45,6 +46,9 @@ def steering_body(steering: SeedSteering | None) -> dict[str, Any]:
     bias = steering.strength * STATIC_BIAS_PER_STEER
     if bias > 0:
         body["logit_bias"] = [[form, bias] for term in steering.terms for form in surface_forms(term)]
+        # A term once written should not be pushed again (the processor takes s off its first token): a presence
+        # penalty of the same size cancels the bias on every token the answer already holds.
+        body["presence_penalty"] = bias * PRESENCE_PER_BIAS
     if steering.repeat_penalty != 1.0:
         body["repeat_penalty"] = steering.repeat_penalty
     if steering.no_repeat_ngram > 0:
