@@ -24,7 +24,7 @@ from privseed.tasks.llm.steering import surface_forms
 
 #: Static logit bias per unit of --steer: the token-by-token processor pushes only the terms still missing and
 #: only between terms; a bias that is on for the whole answer at full strength makes the model list the seeds.
-STATIC_BIAS_PER_STEER = 0.5
+STATIC_BIAS_PER_STEER = 0.75
 PRESENCE_PER_BIAS = 1.0
 
 
