@@ -584,7 +584,8 @@ class EvolutionConfig(ReleaseConfig):
                            "the synthetic documents per class", json_schema_extra=cli(aliases=("population",),
                                                                                      metavar="N"))
     llm: str = Field(default="local", description="the LLM of RANDOM_API and VARIATION_API: local[:MODEL_OR_PATH] | "
-                     "local-server[:MODEL_OR_PATH] | anthropic:MODEL | openai-compatible:URL[#MODEL]", json_schema_extra=cli(metavar="SPEC"))
+                     "local-server[:MODEL_OR_PATH] | anthropic:MODEL | openai-compatible:URL[#MODEL]",
+                     json_schema_extra=cli(metavar="SPEC"))
     iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds",
                             json_schema_extra=cli(metavar="T"))
     variations: int = Field(default=2, ge=1, le=100, description="K: LLM variations of each kept sample per round",
