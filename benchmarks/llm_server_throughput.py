@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--max-regenerations", type=int, default=3)
     ap.add_argument("--steer", type=float, default=4.0)
+    ap.add_argument("--no-repeat-ngram", type=int, default=4)
     ap.add_argument("--server-threads", type=int, default=0, help="0: every core")
     ap.add_argument("--grammar", choices=["prose"], default=None)
     ap.add_argument("--show", action="store_true", help="print one kept text per run")
@@ -119,10 +120,12 @@ def main() -> None:
     seeds = public_seeds(args.seeds)
     params = GenerationParams(doc_type="Wikipedia article", template="coverage", temperature=0.4,
                               max_tokens=args.max_tokens, best_of=1, max_regenerations=args.max_regenerations,
-                              few_shot=tuple(load_few_shot(str(FEW_SHOT))), steer=args.steer, no_repeat_ngram=4)
+                              few_shot=tuple(load_few_shot(str(FEW_SHOT))), steer=args.steer,
+                              no_repeat_ngram=args.no_repeat_ngram)
     configs = ["llama-cpp-python"] + [f"server x{n}" for n in args.slots.split(",")]
     print(f"{len(seeds)} seeds, max tokens {args.max_tokens}, up to {args.max_regenerations} regenerations, "
-          f"steer {args.steer}, model {args.llm_model or 'smollm2'}, grammar {args.grammar}, {os.cpu_count()} cores",
+          f"steer {args.steer}, no-repeat {args.no_repeat_ngram}, model {args.llm_model or 'smollm2'}, "
+          f"grammar {args.grammar}, {os.cpu_count()} cores",
           flush=True)
     results: list[dict] = []
     with ProcessPoolExecutor(max_workers=2) as pool:
