@@ -51,7 +51,8 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
     regenerated like a DP-KPS release's (``generate_unseeded``): rows that are still not documents after the
     regeneration rounds (``max_regenerations``, default GenerationParams') are dropped, so both arms of the
     comparison are scored on documents only."""
-    from privseed.tasks.generation import GenerationParams, generate_unseeded, llm_spec
+    from privseed.tasks.generation import GenerationParams, generate_unseeded
+    from privseed.tasks.llm.service import llm_spec
     from privseed.tasks.ledger import public_rng
     from privseed.tasks.llm.released import PublicClassNames
 

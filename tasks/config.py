@@ -290,7 +290,8 @@ class ReleaseConfig(BaseModel):
                                     "(# comments)", json_schema_extra=cli(metavar="FILE"))
     per_class: int = Field(default=100, ge=1, le=1_000_000, description="synthetic documents per class (public)")
     llm: str = Field(default="none", description="the LLM that writes documents from the seeds: none | "
-                     "local[:MODEL_OR_PATH] | anthropic:MODEL | openai-compatible:URL[#MODEL]",
+                     "local[:MODEL_OR_PATH] | local-server[:MODEL_OR_PATH] (one shared llama.cpp server) | "
+                     "anthropic:MODEL | openai-compatible:URL[#MODEL]",
                      json_schema_extra=cli(metavar="SPEC"))
     doc_type: str = Field(default="document", min_length=1, max_length=200,
                           description="what to write, e.g. 'Wikipedia article' (never a class name)",
@@ -632,7 +633,8 @@ class EvolutionConfig(ReleaseConfig):
                            "the synthetic documents per class", json_schema_extra=cli(aliases=("population",),
                                                                                      metavar="N"))
     llm: str = Field(default="local", description="the LLM of RANDOM_API and VARIATION_API: local[:MODEL_OR_PATH] | "
-                     "anthropic:MODEL | openai-compatible:URL[#MODEL]", json_schema_extra=cli(metavar="SPEC"))
+                     "local-server[:MODEL_OR_PATH] | anthropic:MODEL | openai-compatible:URL[#MODEL]",
+                     json_schema_extra=cli(metavar="SPEC"))
     iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds",
                             json_schema_extra=cli(metavar="T"))
     variations: int = Field(default=2, ge=1, le=100, description="K: LLM variations of each kept sample per round",

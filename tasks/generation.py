@@ -36,6 +36,7 @@ bar), from a template without seed terms, and their answers meet the same predic
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -47,11 +48,12 @@ import pandas as pd
 
 from privseed.tasks.corpus import ReleasePart, StagedRelease, new_release_id, write_part
 from privseed.tasks.errors import ConfigError, retry_if_transient
-from privseed.tasks.llm import LLMSpec, close_backend, get_backend, parse_llm_spec
 from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
-from privseed.tasks.llm.cache import CacheIndex, CallCache, cached_complete
+from privseed.tasks.llm.cache import CacheIndex, CallCache
 from privseed.tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
 from privseed.tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary
+from privseed.tasks.llm.service import (KINDS, LLMSpec, as_spec, call_prices, close_backend, complete, get_backend,
+                                        kind_of, serving, spec_from_config)
 from privseed.tasks.llm.steering import SCHEDULES
 from privseed.tasks.metrics import term_coverage
 from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection
@@ -119,9 +121,11 @@ def candidate_seed(seed: int, j: int) -> int:
 
 
 def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str) -> SeedSteering | None:
-    """The decoding controls of ``seed``'s calls: only for local backends (remote APIs cannot apply them), and
-    only when one of them is on, so requests without them keep their cache keys."""
-    if backend_kind != "local" or (params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
+    """The decoding controls of ``seed``'s calls: only for kinds that apply them (``BackendKind.steering``: local
+    models; remote APIs cannot), and only when one of them is on, so requests without them keep their cache keys."""
+    kind = KINDS.get(backend_kind)
+    if kind is None or kind.steering == "none" or (
+            params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
         return None
     return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
                         int(params.no_repeat_ngram), params.steer_schedule)
@@ -203,14 +207,14 @@ def clean_text(text: str, finish_reason: str | None = None) -> str:
 
 
 def _cleaned(c: ChatResult) -> ChatResult:
-    return ChatResult(clean_text(c.text, c.finish_reason), c.tokens_in, c.tokens_out, c.cached,
-                      finish_reason=c.finish_reason)
+    return dataclasses.replace(c, text=clean_text(c.text, c.finish_reason))
 
 
 def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -> str | None:
     """Why a (cleaned) candidate is not a document, or None: THE predicate,
     privseed.tasks.quality.document_rejection."""
-    return document_rejection(candidate.text, seed.keyphrases, candidate.finish_reason, rules)
+    return document_rejection(candidate.text, seed.keyphrases, candidate.finish_reason, rules,
+                              mean_logprob=candidate.mean_logprob)
 
 
 def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
@@ -346,28 +350,6 @@ class CostEstimate:
                 f"send), ~{self.tokens_in:,} input tokens, at most {self.tokens_out_max:,} output tokens, cost {cost}")
 
 
-def call_prices(spec: LLMSpec, n_calls: int) -> tuple[float, float] | None:
-    """USD per million (input, output) tokens for ``n_calls`` calls of ``spec`` (Anthropic's batch discount
-    applies when that many calls would be batched); None when the price is unknown."""
-    if spec.kind == "local":
-        return 0.0, 0.0
-    opts: dict[str, Any] = dict(spec.options)
-    if spec.kind == "anthropic":
-        from privseed.tasks.llm.anthropic_backend import BATCH_DISCOUNT, anthropic_price
-
-        p = anthropic_price(spec.model or "")
-        if p is None:
-            return None
-        batched = opts.get("use_batches")
-        if batched is None:
-            batched = n_calls >= int(opts.get("batch_threshold", 200))
-        f = BATCH_DISCOUNT if batched else 1.0
-        return p[0] * f, p[1] * f
-    if opts.get("price_in_per_mtok") is not None and opts.get("price_out_per_mtok") is not None:
-        return float(opts["price_in_per_mtok"]), float(opts["price_out_per_mtok"])
-    return None
-
-
 def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCache | None = None,
                   backend: LLMBackend | None = None) -> CostEstimate:
     """Upper-bound estimate before sending anything: output tokens at max_tokens for every uncached call;
@@ -485,8 +467,8 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     sends only the calls that never finished. ``cache_index``: the generation's listing of the cache (then
     only its hits are read); None lists the cache here when that is cheaper than probing. ``on_call``: told of
     every finished call (a driver's progress bar, :func:`call_messages`)."""
-    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
-    if spec.kind == "none":
+    spec = as_spec(spec)
+    if not kind_of(spec).writes_text:
         return no_llm_rows(seeds)
     template = PromptTemplate.load(params.template)
     backend = get_backend(spec)
@@ -505,8 +487,7 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
         if any(per_seed):
             bar.extend(len(requests))
-        for i, result in zip(owners, cached_complete(backend, requests, cache, on_result=on_result,
-                                                     on_each=on_each)):
+        for i, result in zip(owners, complete(spec, requests, cache, on_result=on_result, on_each=on_each)):
             per_seed[i].append(result)
 
     try:
@@ -536,12 +517,8 @@ def shard_seeds(seeds: Sequence[ReleasedSeed], shard_size: int) -> list[list[Rel
 
 
 def _batched(spec: LLMSpec, n_calls: int) -> bool:
-    """Whether an Anthropic run of ``n_calls`` goes through Message Batches (its backend's own rule)."""
-    if spec.kind != "anthropic":
-        return False
-    opts = dict(spec.options)
-    batched = opts.get("use_batches")
-    return bool(batched) if batched is not None else n_calls >= int(str(opts.get("batch_threshold", 200)))
+    """Whether a run of ``n_calls`` goes through a batch API (the kind's own rule)."""
+    return kind_of(spec).batches(spec, n_calls)
 
 
 def _listed_cache(cache_uri: str | None, storage_options: dict | None) -> CacheIndex | None:
@@ -558,11 +535,17 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     progress bar here moves with every call (``ShardProgress``); without one, everything runs in this process with a
     per-call bar. Rows come back in seed order. The call cache is listed once, here, and every shard reads only
     its hits. A batching Anthropic run is one shard: Message Batches want one big submission."""
-    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
-    if spec.kind == "none":
+    spec = as_spec(spec)
+    if not kind_of(spec).writes_text:
         return no_llm_rows(seeds)
     if not seeds:
         return pd.DataFrame(columns=ROW_COLUMNS)
+    with serving(spec) as served:
+        return _generate_seeds(seeds, served, params, cache_uri, storage_options, shard_size, progress)
+
+
+def _generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params: GenerationParams, cache_uri: str | None,
+                    storage_options: dict | None, shard_size: int, progress: bool) -> pd.DataFrame:
     n_calls = len(seeds) * params.best_of
     if _batched(spec, n_calls):
         shard_size = len(seeds)
@@ -659,9 +642,8 @@ def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: Gener
     regeneration rounds of ``seeded_rounds``; answers go to the call cache only (and are judged as they
     arrive), so the shards that write the parts afterwards find every call there. Returns the cache index with
     the new entries (the shards read it instead of listing the cache again)."""
-    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
+    spec = as_spec(spec)
     template = PromptTemplate.load(params.template)
-    backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options, index=cache_index)
     cache.load_index()
     n_first = len(seeds) * params.best_of
@@ -672,7 +654,7 @@ def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: Gener
         if sent:
             bar.extend(len(requests))
         sent.append(len(requests))
-        cached_complete(backend, requests, cache, on_result=bar, on_each=on_each, keep=False)
+        complete(spec, requests, cache, on_result=bar, on_each=on_each, keep=False)
 
     try:
         seeded_rounds(seeds, template, params, spec.kind, send, document_rules(params))
@@ -710,9 +692,18 @@ def generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, p
 
     The call cache is listed once, here; a batching Anthropic run first sends all its calls at once
     (``fill_cache``, on a worker when there is a cluster), then the shards read their answers from the cache."""
-    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
-    if spec.kind == "none":
+    spec = as_spec(spec)
+    if not kind_of(spec).writes_text:
         raise ConfigError("--llm none writes no documents; its release is the keyphrase sequences themselves")
+    with serving(spec) as served:
+        return _generate_release_parts(seeds, served, params, cache_uri, storage_options, out=out, gate=gate,
+                                       release_id=release_id, shard_size=shard_size, progress=progress)
+
+
+def _generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params: GenerationParams,
+                            cache_uri: str | None, storage_options: dict | None, *, out: str,
+                            gate: ReleaseGate | None, release_id: str | None, shard_size: int | None,
+                            progress: bool) -> StagedRelease:
     from privseed.tasks.cluster import current_client, map_shards
 
     release_id = release_id or new_release_id()
@@ -765,9 +756,16 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
     scored on other texts than the method it is compared with. There are no seed terms, so the seed-echo tests
     do not apply. The frame's ``attrs["quality"]`` is the same quality report a release writes
     (``split_documents``)."""
-    spec = parse_llm_spec(spec) if isinstance(spec, str) else spec
-    if spec.kind == "none":
+    spec = as_spec(spec)
+    if not kind_of(spec).writes_text:
         raise ConfigError("unseeded prompts need an LLM (--llm local or anthropic:MODEL)")
+    with serving(spec) as served:
+        return _generate_unseeded(labels, per_class, served, params, cache_uri, call_seeds, storage_options, progress)
+
+
+def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: GenerationParams,
+                       cache_uri: str | None, call_seeds: Sequence[int], storage_options: dict | None,
+                       progress: bool) -> pd.DataFrame:
     template = PromptTemplate.load(params.template)
     row_labels = [label for label in labels for _ in range(per_class)]
     if len(call_seeds) != len(row_labels):
@@ -780,7 +778,8 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
                                       call_seed=candidate_seed(call_seeds[row], j), class_names=params.class_names)
 
     def unseeded_document(i: int, answer: ChatResult) -> bool:
-        return document_rejection(_cleaned(answer).text, (), answer.finish_reason, rules) is None
+        return document_rejection(_cleaned(answer).text, (), answer.finish_reason, rules,
+                                  mean_logprob=answer.mean_logprob) is None
 
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
@@ -790,7 +789,7 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
         if any(answers):
             bar.extend(len(requests))
-        for i, answer in zip(owners, cached_complete(backend, requests, cache, on_result=bar, on_each=on_each)):
+        for i, answer in zip(owners, complete(spec, requests, cache, on_result=bar, on_each=on_each)):
             answers[i].append(answer)
 
     try:
@@ -799,7 +798,8 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
         bar.close()
         close_backend(spec)
     candidates = [[_cleaned(a) for a in row] for row in answers]
-    reasons = [[document_rejection(c.text, (), c.finish_reason, rules) for c in row] for row in candidates]
+    reasons = [[document_rejection(c.text, (), c.finish_reason, rules, mean_logprob=c.mean_logprob) for c in row]
+               for row in candidates]
     best = [next((j for j, r in enumerate(rs) if r is None), 0) for rs in reasons]
     rows = pd.DataFrame({
         "text": [c[b].text for c, b in zip(candidates, best)], "label": row_labels,
@@ -872,33 +872,13 @@ def params_from_config(cfg) -> GenerationParams:
                             class_names=class_names, **kw)
 
 
-def llm_spec(llm: str, *, state_uri: str | None, storage_options: dict | None = None,
-             llm_concurrency: int | None = None, llm_secret: str | None = None) -> LLMSpec:
-    """The backend of ``--llm`` with the run's options: remote APIs get the calls in flight and the Prefect
-    Secret block of their key, Anthropic's Message Batches their state folder (``state_uri``)."""
-    spec = parse_llm_spec(llm)
-    opts: dict = {}
-    if spec.kind == "anthropic":
-        opts["batch_state"] = state_uri
-        opts["storage_options"] = storage_options or None
-    if spec.kind in ("anthropic", "openai-compatible"):
-        opts["max_concurrency"] = llm_concurrency
-        opts["secret_block"] = llm_secret
-    return spec.with_options(**opts)
-
-
-def spec_from_config(cfg) -> LLMSpec:
-    return llm_spec(cfg.llm, state_uri=cfg.state_uri, storage_options=cfg.storage_options,
-                    llm_concurrency=getattr(cfg, "llm_concurrency", None), llm_secret=getattr(cfg, "llm_secret", None))
-
-
 def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> CostEstimate:
     """``--dry-run``: what generation would send, from the released seeds; sends nothing."""
     seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
     spec, params = spec_from_config(cfg), params_from_config(cfg)
     template = PromptTemplate.load(params.template)
     flat = [r for per in build_generation_requests(seeds, template, params, spec.kind) for r in per]
-    backend = get_backend(spec) if spec.kind == "local" else None
+    backend = get_backend(spec) if kind_of(spec).local_weights else None
     cache = CallCache(_cache_uri(cfg), cfg.storage_options)
     try:
         return estimate_cost(spec, flat, cache, backend)

@@ -53,6 +53,11 @@ def anthropic_price(model: str) -> tuple[float, float] | None:
     return ANTHROPIC_PRICES[best] if best else None
 
 
+def will_batch(use_batches: bool | None, batch_threshold: int, n_requests: int) -> bool:
+    """THE batching rule: Message Batches when asked to, else for runs of at least ``batch_threshold`` calls."""
+    return use_batches if use_batches is not None else n_requests >= batch_threshold
+
+
 def resolve_api_key(env_var: str, secret_block: str | None = None) -> str:
     """The key from the environment, else from a Prefect Secret block. The key itself never appears in
     any message."""
@@ -106,7 +111,7 @@ class AnthropicBackend(LLMBackend):
 
     # -- pricing -------------------------------------------------------------------------------------------
     def will_batch(self, n_requests: int) -> bool:
-        return self.use_batches if self.use_batches is not None else n_requests >= self.batch_threshold
+        return will_batch(self.use_batches, self.batch_threshold, n_requests)
 
     def price_factor(self, n_requests: int) -> float:
         return BATCH_DISCOUNT if self.will_batch(n_requests) else 1.0

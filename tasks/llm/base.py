@@ -90,7 +90,9 @@ class ChatRequest:
 @dataclass(frozen=True)
 class ChatResult:
     """One answer. ``finish_reason``: "stop" (the model ended it), "length" (it hit max_tokens), or None when the
-    backend did not say; the document predicate uses it to tell a text cut off at the limit."""
+    backend did not say; the document predicate uses it to tell a text cut off at the limit. ``mean_logprob``: the
+    mean log-probability of the answer's tokens under the model, when the backend returns token log-probabilities
+    (llama.cpp's server does), else None; a fluency statistic for the document gate."""
 
     text: str
     tokens_in: int
@@ -98,17 +100,21 @@ class ChatResult:
     cached: bool = False
     meta: dict = field(default_factory=dict, compare=False)
     finish_reason: str | None = None
+    mean_logprob: float | None = None
 
     def to_dict(self) -> dict:
-        d = {"text": self.text, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+        d: dict[str, Any] = {"text": self.text, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
         if self.finish_reason is not None:
             d["finish_reason"] = self.finish_reason
+        if self.mean_logprob is not None:
+            d["mean_logprob"] = self.mean_logprob
         return d
 
     @classmethod
     def from_dict(cls, d: dict, cached: bool = False) -> "ChatResult":
         return cls(text=d["text"], tokens_in=int(d["tokens_in"]), tokens_out=int(d["tokens_out"]), cached=cached,
-                   finish_reason=d.get("finish_reason"))
+                   finish_reason=d.get("finish_reason"),
+                   mean_logprob=float(d["mean_logprob"]) if d.get("mean_logprob") is not None else None)
 
 
 class LLMBackend(ABC):

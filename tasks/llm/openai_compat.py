@@ -1,20 +1,31 @@
-"""Any server that speaks the OpenAI chat-completions API (vLLM, llama.cpp server, TGI, ...), via httpx.
+"""Any server that speaks the OpenAI chat-completions API (vLLM, llama.cpp's server, TGI, ...), through the
+``openai`` SDK (its own retries with backoff on 408/409/429/5xx and connection errors, honouring retry-after).
 
 ``openai-compatible:URL`` where URL is the server's base (``http://host:8000`` or ``http://host:8000/v1``);
 append ``#MODEL`` to choose a model, otherwise the first id from ``GET /v1/models`` is used. A key, when the
 server wants one, comes from OPENAI_API_KEY (or a Prefect Secret block) and is sent as a Bearer token only.
+
+``llama_cpp=True`` (the shared local server, tasks/llm/local_server.py) adds what llama.cpp's server takes per
+request beyond the OpenAI schema: ``cache_prompt`` (a slot keeps the KV cache of the shared prompt prefix), seed
+steering as a static ``logit_bias`` on the seed terms (``steering_body``), ``repeat_penalty``, the DRY sampler
+against loops, and a GBNF ``grammar``. ``logprobs=True`` asks for token log-probabilities and returns their mean
+as ``ChatResult.mean_logprob``.
 """
 from __future__ import annotations
 
 import os
 import threading
-from typing import Sequence
-
-import httpx
+from typing import Any, Sequence
 
 from privseed.tasks.errors import ConfigError, PrivseedError
-from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
-from privseed.tasks.llm.retry import RETRYABLE_STATUS, RetryableCallError, RetryPolicy, run_concurrently, with_retries
+from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
+from privseed.tasks.llm.retry import RetryPolicy, run_concurrently
+from privseed.tasks.llm.steering import surface_forms
+
+#: Static logit bias per unit of --steer: the token-by-token processor pushes only the terms still missing and
+#: only between terms; a bias that is on for the whole answer at full strength makes the model list the seeds.
+STATIC_BIAS_PER_STEER = 0.75
+PRESENCE_PER_BIAS = 1.0
 
 
 def _base_v1(url: str) -> str:
@@ -24,78 +35,125 @@ def _base_v1(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
+def steering_body(steering: SeedSteering | None) -> dict[str, Any]:
+    """llama.cpp server fields for a request's SeedSteering (pure): every surface form of every seed term gets a
+    static logit bias of ``strength * STATIC_BIAS_PER_STEER`` (the server tokenizes the strings and biases their
+    tokens), ``repeat_penalty`` as given, and ``no_repeat_ngram`` n > 0 becomes llama.cpp's DRY sampler (which
+    penalises extending a repeated sequence of more than n - 1 tokens) instead of a hard n-gram ban."""
+    if steering is None:
+        return {}
+    body: dict[str, Any] = {}
+    bias = steering.strength * STATIC_BIAS_PER_STEER
+    if bias > 0:
+        body["logit_bias"] = [[form, bias] for term in steering.terms for form in surface_forms(term)]
+        # A term once written should not be pushed again (the processor takes s off its first token): a presence
+        # penalty of the same size cancels the bias on every token the answer already holds.
+        body["presence_penalty"] = bias * PRESENCE_PER_BIAS
+    if steering.repeat_penalty != 1.0:
+        body["repeat_penalty"] = steering.repeat_penalty
+    if steering.no_repeat_ngram > 0:
+        body.update({"dry_multiplier": 0.8, "dry_allowed_length": max(1, steering.no_repeat_ngram - 1)})
+    return body
+
+
+def mean_logprob(choice: Any) -> float | None:
+    """The mean token log-probability of an answer from the choice's ``logprobs.content`` (None without)."""
+    logprobs = getattr(choice, "logprobs", None)
+    content = getattr(logprobs, "content", None) if logprobs is not None else None
+    values = [float(t.logprob) for t in content or [] if getattr(t, "logprob", None) is not None]
+    return sum(values) / len(values) if values else None
+
+
 class OpenAICompatibleBackend(LLMBackend):
     name = "openai-compatible"
 
     def __init__(self, url: str, model: str | None = None, *, api_key_env: str = "OPENAI_API_KEY",
                  secret_block: str | None = None, max_concurrency: int = 4, retry: RetryPolicy = RetryPolicy(),
                  timeout: float = 300.0, price_in_per_mtok: float | None = None,
-                 price_out_per_mtok: float | None = None):
+                 price_out_per_mtok: float | None = None, llama_cpp: bool = False, logprobs: bool = False,
+                 grammar: str | None = None):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"openai-compatible needs an http(s) URL, got {url!r}")
         self.base = _base_v1(url)
         self.max_concurrency = int(max_concurrency)
         self.retry = retry
         self.timeout = float(timeout)
+        self.llama_cpp = bool(llama_cpp)
+        self.logprobs = bool(logprobs)
+        self.grammar = grammar
         key = os.environ.get(api_key_env)
         if not key and secret_block:
             from privseed.tasks.llm.anthropic_backend import resolve_api_key
 
             key = resolve_api_key(api_key_env, secret_block)
-        self.__headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._local = threading.local()
+        self.__api_key = key or "none"  # the SDK wants a key; a server without auth ignores the header
+        self._client: Any = None
+        self._client_lock = threading.Lock()
         self.model = model or self._first_model()
         self.price_in_per_mtok = price_in_per_mtok
         self.price_out_per_mtok = price_out_per_mtok
 
     @property
-    def _http(self) -> httpx.Client:
-        c = getattr(self._local, "client", None)
-        if c is None:
-            c = self._local.client = httpx.Client(timeout=self.timeout, headers=self.__headers)
-        return c
+    def client(self) -> Any:
+        with self._client_lock:
+            if self._client is None:
+                import openai
 
-    def _send(self, method: str, path: str, what: str, **kw) -> dict:
-        def attempt():
-            try:
-                r = self._http.request(method, self.base + path, **kw)
-            except httpx.TransportError as e:
-                raise RetryableCallError(type(e).__name__) from e
-            if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
-                ra = r.headers.get("retry-after")
-                raise RetryableCallError(f"HTTP {r.status_code}",
-                                         float(ra) if ra and ra.replace(".", "", 1).isdigit() else None)
-            if r.status_code >= 400:
-                raise PrivseedError(f"{self.base}{path} refused {what}: HTTP {r.status_code}")
-            try:
-                return r.json()
-            except ValueError as e:
-                raise PrivseedError(f"{self.base}{path} answered {what} with non-JSON") from e
+                self._client = openai.OpenAI(api_key=self.__api_key, base_url=self.base, timeout=self.timeout,
+                                             max_retries=self.retry.max_retries)
+            return self._client
+
+    def _call(self, what: str, fn: Any) -> Any:
+        import openai
 
         try:
-            return with_retries(attempt, self.retry, f"openai-compatible {what}")
-        except RetryableCallError as e:
-            raise PrivseedError(f"{self.base}: {what} still failing after {self.retry.max_retries} retries: {e}") from e
+            return fn()
+        except openai.APIStatusError as e:
+            raise PrivseedError(f"{self.base} refused {what}: HTTP {e.status_code}") from e
+        except openai.APIConnectionError as e:
+            raise PrivseedError(f"{self.base}: {what} still failing after {self.retry.max_retries} retries: "
+                                f"{type(e).__name__}") from e
 
     def _first_model(self) -> str:
-        data = self._send("GET", "/models", "list models").get("data") or []
-        if not data:
+        models = self._call("list models", lambda: list(self.client.models.list()))
+        if not models:
             raise ConfigError(f"{self.base}/models lists no model; name one with openai-compatible:URL#MODEL")
-        return str(data[0]["id"])
+        return str(models[0].id)
+
+    def request_body(self, req: ChatRequest) -> dict[str, Any]:
+        """Fields beyond the OpenAI schema for ``req`` (sent as the SDK's ``extra_body``)."""
+        extra: dict[str, Any] = {}
+        if self.llama_cpp:
+            extra["cache_prompt"] = True
+            extra.update(steering_body(req.steering))
+            if self.grammar:
+                extra["grammar"] = self.grammar
+        return extra
 
     def _one(self, req: ChatRequest) -> ChatResult:
-        body = {"model": self.model, "messages": req.messages_dicts(), "max_tokens": req.max_tokens,
-                "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed}
-        d = self._send("POST", "/chat/completions", "chat completion", json=body)
-        try:
-            text = d["choices"][0]["message"]["content"] or ""
-            usage = d.get("usage") or {}
-        except (KeyError, IndexError, TypeError) as e:
-            raise PrivseedError(f"{self.base}/chat/completions answered without choices[0].message") from e
-        finish = (d.get("choices") or [{}])[0].get("finish_reason")
-        return ChatResult(text=text.strip(), tokens_in=int(usage.get("prompt_tokens", 0)),
-                          tokens_out=int(usage.get("completion_tokens", 0)),
-                          finish_reason=str(finish) if finish else None)
+        kwargs: dict[str, Any] = {"model": self.model, "messages": req.messages_dicts(), "max_tokens": req.max_tokens,
+                                  "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed}
+        if self.logprobs:
+            kwargs["logprobs"] = True
+        extra = self.request_body(req)
+        if extra:
+            kwargs["extra_body"] = extra
+        d = self._call("chat completion", lambda: self.client.chat.completions.create(**kwargs))
+        if not getattr(d, "choices", None):
+            raise PrivseedError(f"{self.base}/chat/completions answered without choices[0].message")
+        choice = d.choices[0]
+        usage = d.usage
+        return ChatResult(text=(choice.message.content or "").strip(),
+                          tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
+                          tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+                          finish_reason=str(choice.finish_reason) if choice.finish_reason else None,
+                          mean_logprob=mean_logprob(choice))
 
     def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
         return run_concurrently(self._one, requests, self.max_concurrency, on_each)
+
+    def close(self) -> None:
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None

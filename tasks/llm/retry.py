@@ -1,4 +1,7 @@
-"""Retries with exponential backoff, and a bounded thread pool for remote APIs."""
+"""Retries with exponential backoff (tenacity), and a bounded thread pool for remote APIs.
+
+The OpenAI-compatible client retries inside the ``openai`` SDK; the Anthropic backend keeps its tested policy
+(full jitter, the server's ``retry-after`` honoured, one warning per wait) and tenacity runs it."""
 from __future__ import annotations
 
 import logging
@@ -40,19 +43,26 @@ class RetryPolicy:
 
 def with_retries(fn: Callable[[], T], policy: RetryPolicy, what: str,
                  sleep: Callable[[float], None] = time.sleep) -> T:
+    """``fn()``, retried on RetryableCallError by ``policy`` (tenacity); the last error is re-raised."""
+    import tenacity
+
     rng = random.Random()
-    for attempt in range(policy.max_retries + 1):
-        try:
-            return fn()
-        except RetryableCallError as e:
-            if attempt == policy.max_retries:
-                raise
-            d = policy.delay(attempt, e.retry_after, rng)
-            # The message is the backend's status summary (status code / error type), never prompt text.
-            log.warning("%s: transient failure (%s); retry %d/%d in %.1fs", what, e, attempt + 1,
-                        policy.max_retries, d)
-            sleep(d)
-    raise AssertionError("unreachable")
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        return policy.delay(state.attempt_number - 1, getattr(error, "retry_after", None), rng)
+
+    def warn(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        wait_s = state.next_action.sleep if state.next_action is not None else 0.0
+        # The message is the backend's status summary (status code / error type), never prompt text.
+        log.warning("%s: transient failure (%s); retry %d/%d in %.1fs", what, error, state.attempt_number,
+                    policy.max_retries, wait_s)
+
+    retrying = tenacity.Retrying(retry=tenacity.retry_if_exception_type(RetryableCallError),
+                                 stop=tenacity.stop_after_attempt(policy.max_retries + 1), wait=wait,
+                                 before_sleep=warn, sleep=sleep, reraise=True)
+    return retrying(fn)
 
 
 def run_concurrently(call: Callable[[ChatRequest], ChatResult], requests: Sequence[ChatRequest],

@@ -14,10 +14,10 @@ def check_local_model(llm: str) -> None:
     """A local model that is missing (or an opt-in one whose parts are not installed or do not verify) stops
     the run here, before any private data is read or budget is spent; an opt-in model is assembled now, once,
     rather than by every Dask worker at its first call."""
-    from privseed.tasks.llm import get_backend, parse_llm_spec
+    from privseed.tasks.llm import get_backend, kind_of, parse_llm_spec
 
     spec = parse_llm_spec(llm)
-    if spec.kind == "local":
+    if kind_of(spec).local_weights:
         get_backend(spec)  # resolves (and verifies) the weights; they are loaded only at the first call
 
 

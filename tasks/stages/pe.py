@@ -43,10 +43,10 @@ from privseed.tasks.units import CorpusPlan, add_parts, map_reduce_units
 def _complete_chunk(requests: list, llm: Any, cache_root: str, storage_options: dict,
                     on_result: Callable | None = None) -> list[dict]:
     """One shard of calls on whichever process runs it (the backend is loaded once per process)."""
-    from privseed.tasks.llm import CallCache, cached_complete, get_backend
+    from privseed.tasks.llm import CallCache, complete, get_backend
 
     backend = get_backend(llm)
-    results = cached_complete(backend, requests, CallCache(cache_root, storage_options), on_result=on_result)
+    results = complete(llm, requests, CallCache(cache_root, storage_options), on_result=on_result)
     return [{"text": r.text.strip(), "tokens_in": r.tokens_in, "tokens_out": r.tokens_out,
              "backend": backend.name, "model": backend.model} for r in results]
 
@@ -76,7 +76,8 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     With ``--llm-shards`` > 1 the calls are split into shards that run on the workers, each keeping its backend
     loaded and reporting each call to the bar here as it finishes. Otherwise they run here with a per-call bar.
     Answers come back in prompt order either way."""
-    from privseed.tasks.generation import CallProgress, ShardProgress, call_prices, spec_from_config
+    from privseed.tasks.generation import CallProgress
+    from privseed.tasks.llm.service import call_prices, serving, spec_from_config
 
     requests = chat_requests(prompts, cfg)
     cache_root = storage.join(cfg.state_uri, "llm-cache")
@@ -85,6 +86,18 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     chunks = [requests[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     spec = spec_from_config(cfg)  # the LLM helper's backend options (batches, concurrency)
     bar = CallProgress(len(requests), call_prices(spec, len(requests)), desc, cfg.progress)
+    with serving(spec) as served:  # a shared local server runs for this round's calls
+        parts = _shard_calls(served, chunks, cache_root, cfg, bar)
+    out = [answer for part in parts for answer in part]
+    stage_logger().info("LLM (%s): %d calls answered (%d output tokens)", desc, len(out),
+                        sum(r["tokens_out"] for r in out))
+    return out
+
+
+def _shard_calls(spec: Any, chunks: list, cache_root: str, cfg: EvolutionConfig, bar: Any) -> list[list[dict]]:
+    """The chunks' answers: here with a per-call bar, or on the workers reporting each call to ``bar``."""
+    from privseed.tasks.generation import ShardProgress
+
     try:
         if current_client() is None or len(chunks) <= 1:
             parts = [_complete_chunk(chunk, spec, cache_root, cfg.storage_options, on_result=bar) for chunk in chunks]
@@ -99,10 +112,7 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
                                        sum(a["tokens_out"] for a in part)))
     finally:
         bar.close()
-    out = [answer for part in parts for answer in part]
-    stage_logger().info("LLM (%s): %d calls answered (%d output tokens)", desc, len(out),
-                        sum(r["tokens_out"] for r in out))
-    return out
+    return parts
 
 
 def generate_candidates(cfg: EvolutionConfig, prompts: list[ev.Prompt], meta: pd.DataFrame, desc: str) -> pd.DataFrame:
@@ -332,7 +342,8 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list) -> Any:
     placeholders of the same shape: V~ is not drawn); every VARIATION_API prompt is bounded by its template around
     a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
     charged; calls already in the run's cache are counted as cached."""
-    from privseed.tasks.generation import estimate_cost, spec_from_config
+    from privseed.tasks.generation import estimate_cost
+    from privseed.tasks.llm.service import spec_from_config
     from privseed.tasks.llm import CallCache
 
     words = ["placeholder"] * 50 if getattr(cfg, "vocab_words", False) else None
