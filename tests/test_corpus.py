@@ -174,3 +174,15 @@ def test_a_secure_release_is_not_committed_beside_a_stamped_one(tmp_path):
     assert not (legacy / "manifest.json").exists()
     clean = str(tmp_path / "clean")  # a fresh folder takes the secure release
     assert publish_release(clean, _synthetic(4), ledger=_ledger(tmp_path), config={})["privacy"]["secure"] is True
+
+
+def test_the_manifest_holds_no_clock_reading(tmp_path):
+    # Issue 30, item 3: manifest.created_at was read after every private pass (it timed them against the run).
+    import re
+
+    out = tmp_path / "out"
+    publish_release(str(out), _synthetic(), ledger=_ledger(tmp_path), config={})
+    for path in out.rglob("*.json"):
+        text = path.read_text()
+        assert "created_at" not in text, path
+        assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}|\d{8}T\d{6}Z", text), path
