@@ -689,16 +689,29 @@ class SecPeConfig(EvolutionConfig):
     radius: float = Field(default=1.0, gt=0.0, description="R: clipping radius of embeddings (unit vectors: 1)")
     rho_norm: Literal["max", "paper"] = Field(default="max", description="how the LP weights become sampling "
                                               "probabilities rho: max (w / max w) or paper (Algorithm 1 as printed)")
-    noise_multiplier: float | None = Field(default=None, gt=0.0, description="fix sigma publicly (checked against "
-                                           "the (p, r) budget)",
-                                           json_schema_extra=cli(metavar="SIGMA",
-                                                                 default_text="calibrated on the secrets"))
+    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma, public and required for a "
+                                           "release: the run refuses if a detected secret needs more for (p, r); "
+                                           "--dry-run prints what a secret held by one document needs",
+                                           json_schema_extra=cli(metavar="SIGMA", default_text="required"))
+    advise_sigma: bool = Field(default=False, description="read the corpus, print the smallest sigma (rounded up to "
+                               "0.5) that meets (p, r) for its detected secrets, and stop: nothing drawn, charged or "
+                               "written; the number depends on the private data and is for the owner only")
     delta: float | None = Field(default=None, description="delta of the reported DP epsilon",
                                 json_schema_extra=cli(default_text="1/(n ln n) with n = --n-upper-bound"))
     n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
                                "size, for the default delta", json_schema_extra=cli(metavar="NMAX"))
     value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1, description="value discretization interval "
                                         "of the PLD accountant that calibrates sigma")
+
+    @model_validator(mode="after")
+    def _public_sigma(self) -> "SecPeConfig":
+        # A sigma calibrated on the private secret incidence would be released with the ledger (issue 30, item 2):
+        # the release's noise level is the owner's public choice, and the data-calibrated one only advice.
+        if self.noise_multiplier is None and not (self.dry_run or self.advise_sigma):
+            raise ValueError("SecPE releases need a public noise level: give --noise-multiplier SIGMA (--dry-run "
+                             "prints what a secret held by one document needs; --advise-sigma reads the corpus and "
+                             "prints what its secrets need, for the owner only)")
+        return self
 
 
 def _load_file(path: str) -> dict[str, Any]:

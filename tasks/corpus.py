@@ -458,8 +458,9 @@ def publish_release(
         "columns": list(parts[0].columns),
         "files": files,
         # The run id is random (or the operator's --run-id); the data identity stays in the private state.
+        # Which guarantee epsilon belongs to: (epsilon, delta)-DP, or SecPE's (p, r)-secret protection (not DP).
         "privacy": {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
-                    "noise": noise},
+                    "guarantee": ledger.guarantee(), "noise": noise},
         "gate": None if gate_result is None else {"success": gate_result.get("success")},
         "config": dict(config),
         "versions": _versions(),

@@ -138,7 +138,7 @@ def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_comm
     assert not cfg.insecure_reproducible_noise and not cfg.allow_insecure_release
     assert cfg.noise("vocabulary") is secure_noise()  # the default never derives noise from --seed
     for command, model, extra in (("dpkps", DpKpsConfig, []), ("augpe", AugPeConfig, []),
-                                  ("secpe", SecPeConfig, ["--public", "p.parquet"])):
+                                  ("secpe", SecPeConfig, ["--public", "p.parquet", "--noise-multiplier", "3"])):
         args = parser.parse_args([command, "d.parquet", "--out", "o", "--seed", "4", *extra, "--labels", "a,b",
                                   "--insecure-reproducible-noise", "--allow-insecure-release"])
         cfg = config_from_args(model, args)
