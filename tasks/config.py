@@ -249,6 +249,24 @@ def config_from_args(model: type[Config], args: argparse.Namespace) -> Config:
 # ---------------------------------------------------------------------------------------------------------
 # The models
 # ---------------------------------------------------------------------------------------------------------
+#: Fields that locate the owner's data and machines: never written to a manifest (``public_dict``).
+OWNER_PATH_FIELDS = frozenset({"data", "out", "state", "labels_file", "public", "dask_address", "dask_tls_ca_file",
+                               "dask_tls_cert", "dask_tls_key"})
+
+
+def _is_owner_path(value: str) -> bool:
+    """An absolute local path or a URI of a store (not an LLM spec such as ``openai-compatible:http://...``)."""
+    return value.startswith(("/", "~", "file://", "s3://", "gs://", "az://", "abfs://"))
+
+
+def evaluation_folder(release: str) -> str:
+    """Where ``privseed evaluate`` writes by default: ``OUT.evaluation`` beside the release, never inside it."""
+    base = release.rstrip("/")
+    if storage.is_remote(base) and "/" not in base.split("://", 1)[1]:
+        raise ConfigError(f"the release {release} is a bucket root: give --report (and --json) outside it")
+    return base + ".evaluation"
+
+
 class ReleaseConfig(BaseModel):
     """What every method that writes a synthetic release shares."""
 
@@ -436,9 +454,18 @@ class ReleaseConfig(BaseModel):
         return self.state or default_state_uri(self.out)
 
     def public_dict(self) -> dict[str, Any]:
-        """The configuration as written to manifests: storage secrets redacted."""
+        """The configuration as written to manifests: storage secrets redacted, and no paths of the owner's (the
+        corpus, the release folder, the private state, the Dask scheduler and its TLS files; any other value
+        that is an absolute path or a URI keeps its last component only, e.g. a vocabulary or secrets file).
+        Where the owner keeps things says nothing the recipient needs, and may say more than the owner means to
+        (a user name, a bucket, a host)."""
         values = self.model_dump()
         values["storage_options"] = storage.redact_options(self.storage_options)
+        for name in OWNER_PATH_FIELDS & set(values):
+            values[name] = None
+        for name, value in values.items():
+            if isinstance(value, str) and _is_owner_path(value):
+                values[name] = value.rstrip("/").rsplit("/", 1)[-1]
         return values
 
 
@@ -861,7 +888,10 @@ class EvaluateConfig(EvaluationOptions):
                                   json_schema_extra=cli(flag="json", metavar="FILE", default_text="no JSON"))
     report_path: str | None = Field(default=None, description="where report.html goes",
                                     json_schema_extra=cli(flag="report", metavar="FILE",
-                                                          default_text="OUT/report.html"))
+                                                          default_text="OUT.evaluation/report.html"))
+    report_in_release: bool = Field(default=False, description="write report.html into the release folder OUT "
+                                    "(it holds a per-document t-SNE of the test set, which then travels with the "
+                                    "release)")
     text_column: str = Field(default="text", description="column of --test and --client that holds the text",
                              json_schema_extra=cli(metavar="COLUMN"))
     label_column: str = Field(default="label", description="column of --test that holds the label",
@@ -875,8 +905,13 @@ class EvaluateConfig(EvaluationOptions):
 
     @property
     def report_uri(self) -> str:
-        """Where report.html goes: --report, else beside the release."""
-        return self.report_path or storage.join(self.synthetic, "report.html")
+        """Where report.html goes: --report; else OUT.evaluation/ beside the release, outside it, since the report
+        draws every test document (t-SNE) and OUT is what gets passed on; inside OUT only when asked."""
+        if self.report_path:
+            return self.report_path
+        if self.report_in_release:
+            return storage.join(self.synthetic, "report.html")
+        return storage.join(evaluation_folder(self.synthetic), "report.html")
 
 
 def _eps_pair(item: Any) -> Any:

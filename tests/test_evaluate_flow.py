@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -60,7 +61,9 @@ def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_an
         assert s["accuracy"] > 0.6 and s["n_test"] == 24  # chance is 1/3
     assert result["n_client"] == 15  # half the synthetic corpus, never more than the client has
     assert result["usage"]["llm_calls"] == 30 and result["usage"]["tokens_out"] == 900
-    html_text = open(f"{out}/report.html").read()
+    # Issue 30, item 5: the report (a t-SNE of every test document) went into the release folder by default
+    assert not os.path.exists(f"{out}/report.html") and result["report"] == f"{out}.evaluation/report.html"
+    html_text = open(f"{out}.evaluation/report.html").read()
     for section in report.RUN_SECTIONS:
         assert f"<section id='{section}'>" in html_text
     assert "Athlete" in html_text  # label names from the test file's label_name column

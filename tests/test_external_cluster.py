@@ -162,7 +162,7 @@ def test_release_runs_on_an_external_cluster_started_like_infra(prefect_harness,
     manifest, synthetic = read_release(str(out))
     assert manifest["rows"] == len(synthetic) == 12  # 3 declared classes x per_class 4
     assert sorted(map(str, synthetic["label"].unique())) == ["0", "1", "2"]
-    assert manifest["config"]["dask_address"] == address
+    assert manifest["config"]["dask_address"] is None  # the owner's scheduler is not the recipient's business
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["entries"] and ledger["total"]["epsilon"] > 0
 
