@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -78,7 +79,7 @@ PE_FLAGS = ["--llm", LLM, "--per-class", "4", "--variations", "3", "--iterations
 #: method -> (argv after the corpus and --out, compare PE rows as multisets)
 METHODS: dict[str, tuple[list[str], bool]] = {
     "dpkps": (["dpkps", *DPKPS_FLAGS, "--llm", "none"], False),
-    "dpkps-llm": (["dpkps", *DPKPS_FLAGS, "--llm", LLM, "--no-progress"], False),
+    "dpkps-llm": (["dpkps", *DPKPS_FLAGS, "--llm", LLM], False),
     "histogram": (["dpkps", *DPKPS_FLAGS, "--llm", "none", "--method", "histogram", "--epsilon", "2",
                    "--hist-top-k", "30"], False),
     "histogram-markov": (["dpkps", *DPKPS_FLAGS, "--llm", "none", "--method", "histogram-markov", "--epsilon", "2",
@@ -93,7 +94,16 @@ def recording_llm():
     from privseed.tasks.llm import register_backend
     from tests.fakes.recording import RecordingBackend
 
-    backend = RecordingBackend()
+    openers = ("The page opens with", "It then turns to", "Later the writer mentions", "Near the end it adds",
+               "Finally it closes with", "A note also recalls", "One more line names")
+
+    def answer(request) -> str:  # prose around the prompt's terms (their list given back is no document)
+        found = re.search(r"terms: (.*?)\.", request.messages[-1].content)
+        terms = found.group(1).split(", ") if found else ["this page"]
+        return f"Call {request.seed}. " + " ".join(f"{openers[i % len(openers)]} {term}, which matters here for "
+                                                   f"reason {request.seed % 97 + i}." for i, term in enumerate(terms))
+
+    backend = RecordingBackend(answer=answer)
     register_backend(LLM, backend)
     yield backend
     register_backend(LLM, None)
