@@ -901,17 +901,17 @@ class EvaluateConfig(EvaluationOptions):
     def _coral_needs_client(self) -> "EvaluateConfig":
         if self.coral and not self.client:
             raise ValueError("--coral needs --client PATH (unlabelled client documents, disjoint from the test set)")
+        if self.report_in_release and self.report_path:
+            raise ValueError("give --report FILE or --report-in-release, not both")
         return self
 
     @property
     def report_uri(self) -> str:
         """Where report.html goes: --report; else OUT.evaluation/ beside the release, outside it, since the report
         draws every test document (t-SNE) and OUT is what gets passed on; inside OUT only when asked."""
-        if self.report_path:
-            return self.report_path
-        if self.report_in_release:
+        if self.report_in_release:  # never together with --report (refused above)
             return storage.join(self.synthetic, "report.html")
-        return storage.join(evaluation_folder(self.synthetic), "report.html")
+        return self.report_path or storage.join(evaluation_folder(self.synthetic), "report.html")
 
 
 def _eps_pair(item: Any) -> Any:

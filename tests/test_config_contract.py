@@ -494,7 +494,8 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
             patch.setattr("privseed.flows.demo.demo_corpus_path", lambda name="dbpedia14_demo_train.parquet":
                           str(demo_files[name]))
             assert main(["demo", "--llm", "none", "--out", str(tmp / "demo")]) == 0
-            assert (tmp / "demo" / "manifest.json").exists() and (tmp / "demo" / "evaluation.json").exists()
+            # the evaluation goes beside the release, not into it (issue 30)
+            assert (tmp / "demo" / "manifest.json").exists() and (tmp / "demo.evaluation" / "evaluation.json").exists()
         finally:
             register_backend("local:fake", None)
     return {command: recorder.reads[model] for command, model in COMMANDS.items()}
