@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--llm", default="local")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", nargs="+", default=["dpkps", "augpe", "augpe+v", "secpe"])
+    ap.add_argument("--secpe-sigma", type=float, default=5.0,
+                    help="SecPE's public noise multiplier (the run refuses if a detected secret needs more)")
     args = ap.parse_args()
 
     os.environ.setdefault("PREFECT_HOME", str(Path(args.out) / ".prefect"))
@@ -119,7 +121,8 @@ def main() -> None:
         "augpe+v": lambda: run_augpe({**common, **pe, "out": str(out / "augpe-v"), "epsilon": e - 1.0,
                                       "vocab_words": True, "eps_voc": 1.0}),
         "secpe": lambda: run_secpe({**common, **pe, "out": str(out / "secpe"), "public": str(out / "public.parquet"),
-                                    "p": 1e-4, "r_over_p": 10.0, "clusters": 50}),
+                                    "p": 1e-4, "r_over_p": 10.0, "clusters": 50,
+                                    "noise_multiplier": args.secpe_sigma}),
     }
     rows = []
     real = pd.concat([g.head(args.per_class) for _, g in private.groupby("label")])

@@ -12,7 +12,8 @@ from importlib import resources
 from pathlib import Path
 
 from privseed.tasks import storage
-from privseed.tasks.config import STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig, validate_config
+from privseed.tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig, evaluation_folder,
+                                   validate_config)
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
@@ -68,9 +69,11 @@ def run_demo(demo: DemoConfig) -> int:
     # The data recipient's side: train on the synthetic corpus only, score on the bundled real test split.
     from privseed.flows.evaluate import evaluate
 
+    # The evaluation (a per-document t-SNE of the test split included) goes beside the release, not into it.
+    evaluated = evaluation_folder(out)
     evaluation = evaluate(validate_config(EvaluateConfig, {
-        "synthetic": out, "test": demo_corpus_path(DEMO_TEST), "json_path": storage.join(out, "evaluation.json"),
-        "report_path": storage.join(out, "report.html")}))
+        "synthetic": out, "test": demo_corpus_path(DEMO_TEST), "json_path": storage.join(evaluated, "evaluation.json"),
+        "report_path": storage.join(evaluated, "report.html")}))
     elapsed = time.perf_counter() - started
     print(f"\nDone in {elapsed:.0f} s: {manifest['rows']} synthetic documents, "
           f"epsilon = {manifest['privacy']['epsilon']:g} (eps_voc {cfg.eps_voc:g} + eps_kde {cfg.eps_kde:g})")
@@ -78,7 +81,7 @@ def run_demo(demo: DemoConfig) -> int:
     print(f"  privacy ledger:   {storage.join(out, 'ledger.json')}")
     print(f"  manifest:         {storage.join(out, 'manifest.json')}")
     print(f"  private state:    {cfg.state_uri}  (the owner's: identity key, drawn values, LLM cache; never share it)")
-    print(f"  evaluation:       {storage.join(out, 'evaluation.json')}  {_headline(evaluation)}")
+    print(f"  evaluation:       {storage.join(evaluated, 'evaluation.json')}  {_headline(evaluation)}")
     if cfg.llm != "none":
         from privseed.tasks.corpus import read_corpus
         from privseed.tasks.evaluation import documents_vs_seeds
@@ -87,7 +90,7 @@ def run_demo(demo: DemoConfig) -> int:
         docs, seeds = documents_vs_seeds(read_release(out).rows, read_corpus(demo_corpus_path(DEMO_TEST)))
         print(f"  TF-IDF + LR on the real test split: the documents {100 * docs:.1f}%, their DP seeds alone "
               f"(the keyphrase sequences, no LLM) {100 * seeds:.1f}%")
-    report = storage.join(out, "report.html")
+    report = storage.join(evaluated, "report.html")
     if storage.exists(report):
         print(f"  report:           {report}")
     return 0

@@ -2,9 +2,10 @@
 
     augpe:  load -> [privatize vocabulary] -> RANDOM_API -> T x (embed candidates -> DP vote histogram, votes
             per unit on the workers (drawn once) -> select -> VARIATION_API) -> gate -> publish
-    secpe:  load -> secrets per unit -> SecretNoise (LP, sigma) -> public k-means -> RANDOM_API -> T x (embed
-            candidates -> SecretClustering per class, sums per unit on the workers (drawn once) -> cluster votes
-            -> top N -> VARIATION_API) -> publish
+    secpe:  load -> secrets per unit -> SecretNoise (LP -> rho; the public sigma checked) -> public k-means
+            -> RANDOM_API -> T x (embed candidates -> SecretClustering per class, sums per unit on the workers
+            (drawn once) -> cluster votes -> top N -> VARIATION_API) -> publish
+            (--advise-sigma: load -> secrets per unit -> the calibrated sigma, printed; nothing drawn or written)
 
 Both run one round loop (tasks/stages/pe_rounds.py) with their own vote step. Private documents are read and
 embedded per work unit on the Dask workers and never persisted; what crosses the boundary are the noisy
@@ -27,8 +28,8 @@ from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
 from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
-from privseed.tasks.stages.pe import (charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets, dry_run_plan,
-                                      private_units, public_clusters, publish_evolution)
+from privseed.tasks.stages.pe import (advise_sigma, charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets,
+                                      dry_run_plan, private_units, public_clusters, publish_evolution)
 from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
 
 
@@ -71,16 +72,18 @@ def secpe_flow(config: SecPeConfig) -> dict:
     with dask_client(cfg.dask_address, cfg.n_workers, cluster_security(cfg)):
         plan = plan_private_corpus(cfg)
         labels = declared_labels(cfg, plan.integer_labels)
-        ledger = open_ledger(cfg, scan_private_corpus(plan, labels, cfg).identity)  # pass 1: labels, identity
+        identity = scan_private_corpus(plan, labels, cfg).identity  # pass 1: labels, identity
+        if cfg.advise_sigma:  # the owner's advice: printed, nothing drawn, charged or written
+            with private_units(cfg, labels, plan) as units:
+                return advise_sigma(cfg, detect_unit_secrets(cfg, units))
+        ledger = open_ledger(cfg, identity)
         with private_units(cfg, labels, plan) as units:  # secrets and rounds read the units on the workers
             secret_noise = ev.secpe_noise(cfg, detect_unit_secrets(cfg, units))
             schedule, mechanism = charge_secpe_schedule(ledger, cfg, secret_noise)
             vote = SecPeVote(ledger, cfg, mechanism, public_clusters(cfg), units, secret_noise.rho, labels)
             result = evolve(cfg, labels, vote)
         summary = {"method": "secpe", "schedule": schedule, "llm_calls": result.calls, "rounds": result.rounds,
-                   "guarantee": "(p, r)-secret protection for the detected secrets (SecPE Theorem 2); the reported "
-                                "DP epsilon holds per document if rho and sigma are treated as fixed "
-                                "(docs/baselines.md)"}
+                   "guarantee": schedule["release_guarantee"]["statement"]}
         manifest = publish_evolution(cfg, result.final, ledger, labels, summary)
         release_artifacts(manifest, ledger, cfg.out)
     log_cumulative_total(ledger)
@@ -114,7 +117,7 @@ def run_secpe_from_cli(cfg: SecPeConfig) -> int:
 
 def _run_cli(cfg: AugPeConfig | SecPeConfig, flow_fn: Any) -> int:
     manifest = flow_fn(cfg)
-    if manifest.get("dry_run"):
+    if manifest.get("dry_run") or manifest.get("advice"):
         print("\n".join(manifest["lines"]))
         return 0
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
@@ -123,8 +126,8 @@ def _run_cli(cfg: AugPeConfig | SecPeConfig, flow_fn: Any) -> int:
     if isinstance(cfg, SecPeConfig):
         # SecPE's guarantee is (p, r)-secret protection; its DP epsilon is conditional (docs/baselines.md).
         r = min(1.0, cfg.p * cfg.r_over_p)
-        guarantee = (f"(p, r) = ({cfg.p:g}, {r:g}) secret protection for the detected secrets; DP epsilon={epsilon:g}, "
-                     f"delta={delta:g} only if rho and sigma are taken as fixed")
+        guarantee = (f"(p, r) = ({cfg.p:g}, {r:g}) secret protection for the detected secrets, not DP; DP "
+                     f"epsilon={epsilon:g}, delta={delta:g} only if rho is taken as fixed")
     else:
         guarantee = f"epsilon={epsilon:g}, delta={delta:g}"
     print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  ({guarantee})")

@@ -520,6 +520,32 @@ def check_deployments(path: Path, repo: Path = REPO) -> list[str]:
                 problems.append(f"{where} has an invalid cron {cron!r}: {exc}")
             if schedule.get("active", True) is not False:
                 problems.append(f"{where} schedule {cron!r} is active; schedules ship inactive")
+        problems += _privacy_problems(where, (spec.get("parameters") or {}).get("config"))
+    return problems
+
+
+def _privacy_problems(where: str, config: Any) -> list[str]:
+    """A shipped deployment keeps the owner's private state out of the prefix it publishes, and reaches an
+    external Dask scheduler over mutual TLS only (private rows and exact statistics cross that connection)."""
+    if not isinstance(config, dict):
+        return []
+    problems = []
+    out, state = str(config.get("out") or ""), config.get("state")
+    if "://" in out:
+        published = out.rstrip("/").rsplit("/", 1)[0] + "/"  # the prefix a release folder is shared under
+        if not state:
+            problems.append(f"{where} writes to {out} without `state`: the private state would default to "
+                            f"{out.rstrip('/')}.private, under the published prefix {published}")
+        elif str(state).startswith(published) or str(state).startswith(out.rstrip("/") + "/"):
+            problems.append(f"{where} keeps its private state {state} under the published prefix {published}")
+    address = config.get("dask_address")
+    if address:
+        if not str(address).startswith("tls://"):
+            problems.append(f"{where} talks to Dask at {address} in plain text; use tls:// with dask_tls_ca_file, "
+                            "dask_tls_cert and dask_tls_key")
+        missing = [k for k in ("dask_tls_ca_file", "dask_tls_cert", "dask_tls_key") if not config.get(k)]
+        if missing:
+            problems.append(f"{where} reaches Dask at {address} without {', '.join(missing)}")
     return problems
 
 

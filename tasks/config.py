@@ -264,6 +264,26 @@ def config_from_args(model: type[Config], args: argparse.Namespace) -> Config:
 # ---------------------------------------------------------------------------------------------------------
 # The models
 # ---------------------------------------------------------------------------------------------------------
+#: Fields that locate the owner's data and machines: never written to a manifest (``public_dict``).
+OWNER_PATH_FIELDS = frozenset({"data", "out", "state", "labels_file", "public", "dask_address", "dask_tls_ca_file",
+                               "dask_tls_cert", "dask_tls_key"})
+
+
+def _is_owner_path(value: str) -> bool:
+    """An absolute local path or a URI of a store (not an LLM spec such as ``openai-compatible:http://...``)."""
+    return value.startswith(("/", "~", "file://", "s3://", "gs://", "az://", "abfs://"))
+
+
+def evaluation_folder(release: str) -> str:
+    """Where ``privseed evaluate`` writes by default: ``OUT.evaluation`` beside the release, never inside it."""
+    from privseed.tasks import storage
+
+    base = release.rstrip("/")
+    if storage.is_remote(base) and "/" not in base.split("://", 1)[1]:
+        raise ConfigError(f"the release {release} is a bucket root: give --report (and --json) outside it")
+    return base + ".evaluation"
+
+
 class ReleaseConfig(BaseModel):
     """What every method that writes a synthetic release shares."""
 
@@ -458,11 +478,20 @@ class ReleaseConfig(BaseModel):
         return self.state or default_state_uri(self.out)
 
     def public_dict(self) -> dict[str, Any]:
-        """The configuration as written to manifests: storage secrets redacted."""
+        """The configuration as written to manifests: storage secrets redacted, and no paths of the owner's (the
+        corpus, the release folder, the private state, the Dask scheduler and its TLS files; any other value
+        that is an absolute path or a URI keeps its last component only, e.g. a vocabulary or secrets file).
+        Where the owner keeps things says nothing the recipient needs, and may say more than the owner means to
+        (a user name, a bucket, a host)."""
         from privseed.tasks import storage
 
         values = self.model_dump()
         values["storage_options"] = storage.redact_options(self.storage_options)
+        for name in OWNER_PATH_FIELDS & set(values):
+            values[name] = None
+        for name, value in values.items():
+            if isinstance(value, str) and _is_owner_path(value):
+                values[name] = value.rstrip("/").rsplit("/", 1)[-1]
         return values
 
 
@@ -741,16 +770,29 @@ class SecPeConfig(EvolutionConfig):
     radius: float = Field(default=1.0, gt=0.0, description="R: clipping radius of embeddings (unit vectors: 1)")
     rho_norm: Literal["max", "paper"] = Field(default="max", description="how the LP weights become sampling "
                                               "probabilities rho: max (w / max w) or paper (Algorithm 1 as printed)")
-    noise_multiplier: float | None = Field(default=None, gt=0.0, description="fix sigma publicly (checked against "
-                                           "the (p, r) budget)",
-                                           json_schema_extra=cli(metavar="SIGMA",
-                                                                 default_text="calibrated on the secrets"))
+    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma, public and required for a "
+                                           "release: the run refuses if a detected secret needs more for (p, r); "
+                                           "--dry-run prints what a secret held by one document needs",
+                                           json_schema_extra=cli(metavar="SIGMA", default_text="required"))
+    advise_sigma: bool = Field(default=False, description="read the corpus, print the smallest sigma (rounded up to "
+                               "0.5) that meets (p, r) for its detected secrets, and stop: nothing drawn, charged or "
+                               "written; the number depends on the private data and is for the owner only")
     delta: float | None = Field(default=None, description="delta of the reported DP epsilon",
                                 json_schema_extra=cli(default_text="1/(n ln n) with n = --n-upper-bound"))
     n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
                                "size, for the default delta", json_schema_extra=cli(metavar="NMAX"))
     value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1, description="value discretization interval "
                                         "of the PLD accountant that calibrates sigma")
+
+    @model_validator(mode="after")
+    def _public_sigma(self) -> "SecPeConfig":
+        # A sigma calibrated on the private secret incidence would be released with the ledger (issue 30, item 2):
+        # the release's noise level is the owner's public choice, and the data-calibrated one only advice.
+        if self.noise_multiplier is None and not (self.dry_run or self.advise_sigma):
+            raise ValueError("SecPE releases need a public noise level: give --noise-multiplier SIGMA (--dry-run "
+                             "prints what a secret held by one document needs; --advise-sigma reads the corpus and "
+                             "prints what its secrets need, for the owner only)")
+        return self
 
 
 def _load_file(path: str) -> dict[str, Any]:
@@ -929,7 +971,10 @@ class EvaluateConfig(EvaluationOptions):
                                   json_schema_extra=cli(flag="json", metavar="FILE", default_text="no JSON"))
     report_path: str | None = Field(default=None, description="where report.html goes",
                                     json_schema_extra=cli(flag="report", metavar="FILE",
-                                                          default_text="OUT/report.html"))
+                                                          default_text="OUT.evaluation/report.html"))
+    report_in_release: bool = Field(default=False, description="write report.html into the release folder OUT "
+                                    "(it holds a per-document t-SNE of the test set, which then travels with the "
+                                    "release)")
     text_column: str = Field(default="text", description="column of --test and --client that holds the text",
                              json_schema_extra=cli(metavar="COLUMN"))
     label_column: str = Field(default="label", description="column of --test that holds the label",
@@ -939,14 +984,19 @@ class EvaluateConfig(EvaluationOptions):
     def _coral_needs_client(self) -> "EvaluateConfig":
         if self.coral and not self.client:
             raise ValueError("--coral needs --client PATH (unlabelled client documents, disjoint from the test set)")
+        if self.report_in_release and self.report_path:
+            raise ValueError("give --report FILE or --report-in-release, not both")
         return self
 
     @property
     def report_uri(self) -> str:
-        """Where report.html goes: --report, else beside the release."""
+        """Where report.html goes: --report; else OUT.evaluation/ beside the release, outside it, since the report
+        draws every test document (t-SNE) and OUT is what gets passed on; inside OUT only when asked."""
         from privseed.tasks import storage
 
-        return self.report_path or storage.join(self.synthetic, "report.html")
+        if self.report_in_release:  # never together with --report (refused above)
+            return storage.join(self.synthetic, "report.html")
+        return self.report_path or storage.join(evaluation_folder(self.synthetic), "report.html")
 
 
 def _eps_pair(item: Any) -> Any:

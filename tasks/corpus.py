@@ -15,13 +15,12 @@ parts' small descriptors (path, rows, sha256, rows per label, the release gate's
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import io
 import json
 import logging
 import platform
-import uuid
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,7 +45,10 @@ MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "privseed-release/1"
 SYNTHETIC_DIR = "synthetic"
 RELEASES_DIR = "_releases"
-QUARANTINE_DIR = "_quarantine"
+#: A refused candidate goes to ``<state>/quarantine/<release id>/`` (the owner's private state).
+QUARANTINE_DIR = "quarantine"
+#: Where versions before issue 30 kept it, inside the release folder: refused by ``publish_release``.
+LEGACY_QUARANTINE_DIR = "_quarantine"
 
 
 #: The input formats, by file extension. A file without an extension is read as Parquet (shards named part-0).
@@ -290,8 +292,42 @@ def _json_bytes(obj: Any) -> bytes:
 
 
 def new_release_id() -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{uuid.uuid4().hex[:6]}"
+    """A random release id (16 hex digits of OS entropy). No time: the id is minted after the private passes, so
+    a timestamp in it, set against the run's start, would time them, and their duration grows with |D|."""
+    return secrets.token_hex(8)
+
+
+def quarantine_uri(state_uri: str, release_id: str) -> str:
+    """Where a refused candidate goes: the owner's private state (``quarantine/<release id>``), never the release
+    folder, whose every file is meant for the recipient (a candidate drawn from reproducible noise is a
+    deterministic function of the data)."""
+    return storage.join(state_uri, QUARANTINE_DIR, release_id)
+
+
+def insecure_ledgers(out: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The ledgers under ``out`` that say a release was drawn from reproducible noise (``secure`` false): the
+    current ``ledger.json``, every ``_releases/<id>/ledger.json`` and any ``_quarantine/<id>/ledger.json`` an
+    earlier version left in the release folder."""
+    found = []
+    candidates = [storage.join(out, "ledger.json")]
+    for folder in (RELEASES_DIR, LEGACY_QUARANTINE_DIR):
+        try:
+            candidates += [storage.join(uri.rstrip("/"), "ledger.json")
+                           for uri in storage.listdir(storage.join(out, folder), storage_options)]
+        except (FileNotFoundError, StorageError):
+            continue
+    for uri in candidates:
+        try:
+            document = json.loads(storage.read_bytes(uri, storage_options))
+        except (FileNotFoundError, IsADirectoryError, StorageError):
+            continue
+        except ValueError:  # not JSON: not ours to judge, and not a secure ledger either
+            found.append(uri)
+            continue
+        total = document.get("total") if isinstance(document, dict) else None
+        if not isinstance(total, dict) or total.get("secure") is False or "stamp" in document:
+            found.append(uri)
+    return found
 
 
 @dataclass(frozen=True, eq=False)
@@ -424,13 +460,15 @@ def publish_release(
     parts of older releases (and of runs that died before their commit) are removed. Everything under ``out``
     is meant for the recipient; nothing of the private state (identity key, drawn values, data identity, LLM
     cache) is written there. A crash or a storage failure before the manifest leaves the previous manifest, and
-    every file it names, untouched. A failing gate puts the candidate under ``_quarantine/<id>/`` (staged parts
-    are moved there) and raises GateFailedError. ``quality_extra`` (e.g. the generation report) is added to
-    quality.json; with no gate, quality.json says ``"gate": "off"`` beside it.
+    every file it names, untouched. A failing gate puts the candidate under ``quarantine/<id>/`` in the private
+    state (``ledger.state_uri``; staged parts are moved there, out of ``out``) and raises GateFailedError.
+    ``quality_extra`` (e.g. the generation report) is added to quality.json; with no gate, quality.json says
+    ``"gate": "off"`` beside it.
 
     A ledger with any release drawn from reproducible noise (``--insecure-reproducible-noise``) is refused the
     same way, whether or not a gate runs, unless ``allow_insecure``; when allowed, manifest.json and
-    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp.
+    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp. A secure candidate is refused the same way while
+    ``out`` holds such a stamped release (``insecure_ledgers``): the recipient of the folder would get both.
 
     README.md, the dataset card (``privseed.tasks.dataset_card``: ``datasets.load_dataset(out)`` opens the release),
     is written with the other documents, before the manifest that lists it; ``class_names`` (the owner's public
@@ -449,7 +487,8 @@ def publish_release(
     n_rows = staged.rows if staged is not None else len(frame) if frame is not None else 0
     if n_rows == 0:
         raise GateFailedError("the synthetic corpus is empty; nothing to publish")
-    quarantine = storage.join(out, QUARANTINE_DIR, release_id)
+    # The private state, never OUT: everything under OUT is the recipient's (docs/privacy.md).
+    quarantine = quarantine_uri(ledger.state_uri, release_id)
 
     def quarantine_candidate(documents: Mapping[str, bytes]) -> None:
         if staged is not None:
@@ -465,10 +504,23 @@ def publish_release(
         quarantine_candidate({"ledger.json": ledger.to_json().encode()})
         raise GateFailedError(
             f"{INSECURE_STAMP}: {len(noise['insecure_entries'])} release(s) of this run were drawn from reproducible "
-            f"noise (--insecure-reproducible-noise), so the release is refused; candidate kept at {quarantine}. "
-            "Pass --allow-insecure-release to publish it anyway, stamped",
+            f"noise (--insecure-reproducible-noise), so the release is refused; candidate kept in the private state "
+            f"at {quarantine}. Pass --allow-insecure-release to publish it anyway, stamped",
             quarantine=quarantine,
         )
+    if noise["secure"]:
+        # A secure release is never committed beside a stamped one: the recipient of OUT would get both, and the
+        # stamped one's values are a deterministic function of its data.
+        stamped = insecure_ledgers(out, storage_options)
+        if stamped:
+            quarantine_candidate({"ledger.json": ledger.to_json().encode()})
+            raise GateFailedError(
+                f"the release folder {out} holds a release drawn from reproducible noise ({stamped[0]}"
+                f"{f' and {len(stamped) - 1} more' if len(stamped) > 1 else ''}; {INSECURE_STAMP}); a secure release "
+                "is not committed beside it. Publish into a fresh --out, or delete that folder's contents first; "
+                f"candidate kept in the private state at {quarantine}",
+                quarantine=quarantine,
+            )
     gate_result: dict[str, Any] | None
     if staged is not None and gate is not None:
         checks = [p.check for p in staged.parts]
@@ -524,15 +576,19 @@ def publish_release(
     manifest = {
         "format": MANIFEST_FORMAT,
         "release_id": release_id,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        # No creation time: publishing happens after every private pass, so a clock reading here (or anywhere
+        # after pass 1 starts), set against the run's start, would time the private stages, whose duration grows
+        # with |D|. A time taken before pass 1 would be harmless but says nothing the recipient needs; the
+        # recipient knows when they received the release.
         "rows": n_rows,
         # Synthetic per-class counts come from the configuration, so they are public.
         "rows_per_label": dict(sorted(rows_per_label.items())),
         "columns": list(parts[0].columns),
         "files": files,
         # The run id is random (or the operator's --run-id); the data identity stays in the private state.
+        # Which guarantee epsilon belongs to: (epsilon, delta)-DP, or SecPE's (p, r)-secret protection (not DP).
         "privacy": {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
-                    "noise": noise},
+                    "guarantee": ledger.guarantee(), "noise": noise},
         "gate": None if gate_result is None else {"success": gate_result.get("success")},
         "config": dict(config),
         "versions": _versions(),

@@ -425,10 +425,9 @@ def holder_probabilities(incidence: sparse.spmatrix, rho: np.ndarray) -> list[np
 @dataclass(frozen=True)
 class SecPeNoise:
     """SecretNoise's outcome. ``rho`` and ``worst_blow_up`` are functions of the private secret incidence: they
-    stay in memory (neither is logged or written). ``protection`` holds only values of the public configuration
-    and is what the ledger and evolution.json publish. ``sigma`` is public when fixed by --noise-multiplier;
-    calibrated, it depends on the incidence too (SecPE's Algorithm 1), and the ledger shows it
-    (docs/baselines.md)."""
+    stay in memory (neither is logged or written). ``sigma`` is the public ``--noise-multiplier`` and
+    ``protection`` holds only values of the public configuration: those two are what the ledger and
+    evolution.json publish (issue 30: a sigma calibrated on the incidence is never released)."""
 
     sigma: float
     rho: np.ndarray
@@ -436,9 +435,9 @@ class SecPeNoise:
     protection: dict
 
 
-def secpe_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> SecPeNoise:
-    """SecretNoise: LP weights -> rho -> sigma, calibrated on the blow-up of the round's joint (sizes, centres)
-    mechanism (one Bernoulli draw drives both: a sampled holder shifts it by sqrt(2)) composed T times."""
+def _secret_budget(cfg: SecPeConfig, incidence: sparse.spmatrix
+                   ) -> tuple[float, float | None, list[np.ndarray], np.ndarray]:
+    """r, eta, the holders' sampling probabilities per secret and rho (the last two private)."""
     r = min(1.0, cfg.p * cfg.r_over_p)
     eta: float | None
     if r < 1.0:
@@ -450,28 +449,61 @@ def secpe_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> SecPeNoise:
         eta = None
         weights = np.ones(incidence.shape[0])
     rho = sampling_probabilities(weights, cfg.rho_norm)
-    holders = holder_probabilities(incidence, rho)
-    if cfg.noise_multiplier is not None:
-        sigma = float(cfg.noise_multiplier)
-        worst = max((accounting.secret_blow_up(sigma, h, cfg.p, cfg.iterations, cfg.value_discretization)
-                     for h in holders), default=cfg.p)
-        if worst > r:
-            # The exact bound is a function of the private secret incidence: it is not put in the message.
-            raise ConfigError(f"--noise-multiplier {sigma:g} gives a reconstruction bound above r = {r:.3g} for at "
-                              "least one detected secret; raise it, or leave it out to calibrate sigma")
-    else:
-        cal = accounting.calibrate_secret_sigma(holders, cfg.p, r, cfg.iterations, cfg.value_discretization)
-        sigma, worst = cal.sigma, float(cal.blow_ups.max(initial=cfg.p))
+    return r, eta, holder_probabilities(incidence, rho), rho
+
+
+def secpe_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> SecPeNoise:
+    """SecretNoise with a public sigma: LP weights -> rho, and a check that ``--noise-multiplier`` meets (p, r) for
+    every detected secret on the blow-up of the round's joint (sizes, centres) mechanism (one Bernoulli draw
+    drives both: a sampled holder shifts it by sqrt(2)) composed T times. A sigma that falls short is refused;
+    the exact bound is private and not shown. Nothing released depends on the incidence but through the noisy
+    rounds (sigma is the owner's; ``advise_secpe_sigma`` is the data-calibrated advice, never released)."""
+    if cfg.noise_multiplier is None:
+        raise ConfigError("SecPE releases need a public noise level: give --noise-multiplier SIGMA "
+                          "(--advise-sigma prints what the corpus's secrets need, for the owner only)")
+    r, eta, holders, rho = _secret_budget(cfg, incidence)
+    sigma = float(cfg.noise_multiplier)
+    worst = max((accounting.secret_blow_up(sigma, h, cfg.p, cfg.iterations, cfg.value_discretization)
+                 for h in holders), default=cfg.p)
+    if worst > r:
+        # The exact bound is a function of the private secret incidence: it is not put in the message.
+        raise ConfigError(f"--noise-multiplier {sigma:g} gives a reconstruction bound above r = {r:.3g} for at "
+                          "least one detected secret; raise it (--advise-sigma prints what the corpus needs)")
     protection = {
         "p": cfg.p, "r": r, "eta": eta if eta is not None else "none (r = 1: no capacity constraint)",
         "rounds": cfg.iterations, "holder_shift_l2": accounting.SECPE_HOLDER_SHIFT,
         "adjacency": accounting.SECPE_ADJACENCY,
-        "calibration": "B(p) <= r for every detected secret, B the blow-up of sum_k P(S=k) N(sqrt(2) k, sigma^2) vs "
-                       "N(0, sigma^2) composed T times (dp-accounting PLD, pessimistic, value_discretization_interval "
-                       f"{cfg.value_discretization:g})",
-        "sigma_source": "config (public)" if cfg.noise_multiplier is not None
-        else "calibrated on the private secret incidence"}
-    return SecPeNoise(float(sigma), rho, float(worst), protection)
+        "calibration": "B(p) <= r checked for every detected secret, B the blow-up of sum_k P(S=k) N(sqrt(2) k, "
+                       "sigma^2) vs N(0, sigma^2) composed T times (dp-accounting PLD, pessimistic, "
+                       f"value_discretization_interval {cfg.value_discretization:g})",
+        "sigma_source": "config (public --noise-multiplier)"}
+    return SecPeNoise(sigma, rho, float(worst), protection)
+
+
+#: The data-calibrated sigma is advice, rounded up to a multiple of this, so that most adjacent corpora get the
+#: same number (it is still a function of the private data: the owner decides whether to use it).
+ADVICE_STEP = 0.5
+
+
+def advise_secpe_sigma(cfg: SecPeConfig, incidence: sparse.spmatrix) -> float:
+    """``--advise-sigma``: SecPE's Algorithm 1, line 6 (the smallest sigma with B_j(p) <= r for every detected
+    secret j) rounded up to ``ADVICE_STEP``. A function of the private secret incidence (with ``--rho-norm paper``
+    of |D| too): printed for the owner, never logged to a release, written or charged."""
+    r, _, holders, _ = _secret_budget(cfg, incidence)
+    cal = accounting.calibrate_secret_sigma(holders, cfg.p, r, cfg.iterations, cfg.value_discretization)
+    return float(math.ceil(cal.sigma / ADVICE_STEP) * ADVICE_STEP) if cal.sigma > 0 else 0.0
+
+
+def lone_holder_sigma(cfg: SecPeConfig) -> float:
+    """The sigma a secret held by one document needs at (p, r, T), from the configuration alone (public): its LP
+    weight is min(1, eta), so its rho is min(1, eta) under ``--rho-norm max``. A corpus whose secrets have more
+    holders may need more; the run checks. (Under ``--rho-norm paper`` rho depends on |D|: no public figure.)"""
+    r = min(1.0, cfg.p * cfg.r_over_p)
+    if r >= 1.0:
+        return 0.0
+    rho = min(1.0, accounting.gdp_mu_for_secret(cfg.p, r))
+    return accounting.calibrate_secret_sigma([np.array([rho])], cfg.p, r, cfg.iterations,
+                                             cfg.value_discretization).sigma
 
 
 # ----------------------------------------------------------------------------------------------------------

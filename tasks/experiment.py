@@ -521,7 +521,7 @@ def round_timings(release: Release | None, state: str | None = None) -> dict[str
     from privseed.tasks.evolution import OPERATOR_TIMINGS
     from privseed.tasks.identity import default_state_uri
 
-    state = state or release.manifest.get("config", {}).get("state") or default_state_uri(release.path)
+    state = state or default_state_uri(release.path)  # manifests name no state (owner's path)
     info_uri = storage.join(state, OPERATOR_TIMINGS)
     if not storage.exists(info_uri):
         return {}

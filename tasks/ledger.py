@@ -56,6 +56,12 @@ LEDGER_FORMAT = "privseed-ledger/1"
 _NAME = re.compile(r"^[A-Za-z0-9_.=-]+$")
 
 
+#: The guarantee of a release whose ledger declares no other (tasks/ledger.py ``PrivacyLedger.guarantee``).
+DP_GUARANTEE = {"kind": "(epsilon, delta)-differential privacy",
+                "statement": "(epsilon, delta)-differential privacy per document (add or remove one labelled "
+                             "document), epsilon and delta as in the total"}
+
+
 def public_rng(seed: int, *names: str) -> np.random.Generator:
     """An independent stream of PUBLIC randomness for (seed, stage names): random features, sampling from
     released sketches, selection from released histograms, LLM call seeds, masks.
@@ -178,6 +184,17 @@ class PrivacyLedger:
                     raise LedgerMismatchError(
                         f"release {name!r} uses another {key} ({_short(description[key])}) than the schedule "
                         f"{accounted_in!r} charged ({_short(charged.get(key))})")
+            # The schedule's epsilon covers its number of releases, and no more (issue 30: a T = 1 charge, then
+            # 10 rounds, left the total at the one-round figure). Counted per partition: parallel classes each
+            # get the schedule's rounds. A re-read of a drawn round is not a new release.
+            drawn = [e["name"] for e in self._entries.values()
+                     if e.get("accounted_in") == accounted_in and e.get("partition") == partition and e["name"] != name]
+            paid = charged.get("releases")
+            if name not in self._entries and isinstance(paid, int) and len(drawn) >= paid:
+                raise LedgerMismatchError(
+                    f"release {name!r} would be release {len(drawn) + 1} of schedule {accounted_in!r}"
+                    f"{f' (partition {partition})' if partition is not None else ''}, which was charged for {paid}; "
+                    "charge a schedule for as many rounds as are drawn (a new run for a longer schedule)")
         record = self._record(name, description["mechanism"], params, description["epsilon"], description["delta"],
                               description["sensitivity"], partition, stage)
         record.update(self._noise_fields(description, accounted_in=accounted_in, releases=1))
@@ -389,13 +406,26 @@ class PrivacyLedger:
         document = {"format": LEDGER_FORMAT, "run_id": self.run_id, "entries": entries, **self._totals()}
         return json.dumps(document, indent=2, sort_keys=True, default=to_jsonable) + "\n"
 
+    def guarantee(self) -> dict[str, Any]:
+        """What the run's releases guarantee: per-document (epsilon, delta)-DP, unless an entry's parameters declare
+        another guarantee (``release_guarantee``: SecPE's (p, r)-secret protection), or none at all when a release
+        was drawn from reproducible noise."""
+        if not self.is_secure():
+            return {"kind": "none", "statement": f"{INSECURE_STAMP}: noise reproducible from the public --seed"}
+        declared = [e["params"]["release_guarantee"] for e in self.entries()
+                    if isinstance(e.get("params"), dict) and "release_guarantee" in e["params"]]
+        if declared:
+            return dict(declared[0])
+        return dict(DP_GUARANTEE)
+
     def _totals(self) -> dict[str, Any]:
         """The run's total and noise report (with the NOT DIFFERENTIALLY PRIVATE stamp when it applies)."""
         epsilon, delta = self.total()
         noise = self.noise_report()
         document: dict[str, Any] = {
             "total": {"epsilon": epsilon, "delta": delta, "secure": noise["secure"],
-                      "composition": "basic across stages, parallel across partitions (classes)"},
+                      "composition": "basic across stages, parallel across partitions (classes)",
+                      "guarantee": self.guarantee()},
             "noise": noise}
         if not noise["secure"]:
             document["stamp"] = INSECURE_STAMP

@@ -138,7 +138,7 @@ def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_comm
     assert not cfg.insecure_reproducible_noise and not cfg.allow_insecure_release
     assert cfg.noise("vocabulary") is secure_noise()  # the default never derives noise from --seed
     for command, model, extra in (("dpkps", DpKpsConfig, []), ("augpe", AugPeConfig, []),
-                                  ("secpe", SecPeConfig, ["--public", "p.parquet"])):
+                                  ("secpe", SecPeConfig, ["--public", "p.parquet", "--noise-multiplier", "3"])):
         args = parser.parse_args([command, "d.parquet", "--out", "o", "--seed", "4", *extra, "--labels", "a,b",
                                   "--insecure-reproducible-noise", "--allow-insecure-release"])
         cfg = config_from_args(model, args)
@@ -170,3 +170,21 @@ def test_document_rules_by_name_reach_generation_and_the_release_gate():
                          ({"language": "de"}, "unknown document rule 'language'")]:
         with pytest.raises(ConfigError, match=message):
             validate_config(DpKpsConfig, base(document_rules=bad))
+
+
+def test_the_manifest_config_names_no_path_of_the_owner():
+    # Issue 30, item 5: the manifest published the corpus and state paths (and the Dask scheduler's address).
+    import json
+
+    from privseed.tasks.config import DpKpsConfig, SecPeConfig, validate_config
+
+    owner = {"data": "/home/owner/private/corpus.parquet", "out": "/srv/releases/x", "state": "/srv/vault/x",
+             "labels": ["a", "b"], "dask_address": "tls://10.1.2.3:8786", "dask_tls_ca_file": "/etc/tls/ca.pem",
+             "dask_tls_cert": "/etc/tls/cert.pem", "dask_tls_key": "/etc/tls/key.pem"}
+    dpkps = validate_config(DpKpsConfig, {**owner, "vocab": "/home/owner/vocab.txt"}).public_dict()
+    secpe = validate_config(SecPeConfig, {**owner, "public": "s3://owner-bucket/public/", "noise_multiplier": 3.0,
+                                          "secrets": "/home/owner/secrets.txt", "llm": "local"}).public_dict()
+    for public in (dpkps, secpe):
+        text = json.dumps(public)
+        assert not any(where in text for where in ("/home/owner", "/srv/", "/etc/tls", "10.1.2.3", "owner-bucket"))
+    assert dpkps["vocab"] == "vocab.txt" and secpe["secrets"] == "secrets.txt" and dpkps["data"] is None

@@ -39,7 +39,8 @@ COMMANDS: dict[str, type[BaseModel]] = {"dpkps": DpKpsConfig, "augpe": AugPeConf
 REQUIRED: dict[str, dict[str, Any]] = {
     "dpkps": {"data": "d.parquet", "out": "o", "labels": ["a", "b"]},
     "augpe": {"data": "d.parquet", "out": "o", "labels": ["a", "b"]},
-    "secpe": {"data": "d.parquet", "out": "o", "labels": ["a", "b"], "public": "p.parquet"},
+    "secpe": {"data": "d.parquet", "out": "o", "labels": ["a", "b"], "public": "p.parquet",
+              "noise_multiplier": 3.0},
     "evaluate": {"synthetic": "o", "test": "t.parquet"},
     "experiment": {},
     "audit": {},
@@ -459,7 +460,7 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
                         "vocab_size": 20})
             augpe_flow({**pe, "out": str(tmp / "augpe-dry"), "noise_multiplier": 2.0, "variation": "fill-blanks",
                         "dry_run": True})
-            secpe = {**pe, "public": str(public), "clusters": 4}
+            secpe = {**pe, "public": str(public), "clusters": 4, "noise_multiplier": 8.0}
             with pytest.MonkeyPatch.context() as in_process:
                 # --llm-shards 2 starts a LocalCluster of --workers; its workers are threads of this process here,
                 # where the fake LLM is registered
@@ -500,7 +501,8 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
             patch.setattr("privseed.flows.demo.demo_corpus_path", lambda name="dbpedia14_demo_train.parquet":
                           str(demo_files[name]))
             assert main(["demo", "--llm", "none", "--out", str(tmp / "demo")]) == 0
-            assert (tmp / "demo" / "manifest.json").exists() and (tmp / "demo" / "evaluation.json").exists()
+            # the evaluation goes beside the release, not into it (issue 30)
+            assert (tmp / "demo" / "manifest.json").exists() and (tmp / "demo.evaluation" / "evaluation.json").exists()
         finally:
             register_backend("local:fake", None)
     return {command: recorder.reads[model] for command, model in COMMANDS.items()}

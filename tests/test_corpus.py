@@ -2,6 +2,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -150,6 +151,8 @@ def test_failing_gate_quarantines_and_publishes_nothing(tmp_path):
         publish_release(out, _synthetic(), ledger=_ledger(tmp_path), config={}, gate=gate)
     assert not os.path.exists(os.path.join(out, "manifest.json"))
     assert os.path.exists(os.path.join(info.value.quarantine, "quality.json"))
+    assert info.value.quarantine.startswith(str(tmp_path / "out.private"))  # the private state, not the release
+    assert not os.path.exists(out) or os.listdir(out) == []
     with pytest.raises(CorpusError, match="manifest.json is missing"):
         read_release(out)
 
@@ -176,3 +179,54 @@ def test_public_files_are_read_by_column_and_written_atomically(tmp_path, tiny_c
     assert column_names(str(folder)) == ["text", "label", "label_name"]
     with pytest.raises(CorpusError, match="no column 'topic'"):
         read_columns(str(folder), ["text", "topic"])
+
+
+def _insecure_ledger(tmp_path, run_id="insecure"):
+    from privseed.tasks.mechanisms import LaplaceMechanism, insecure_noise
+
+    ledger = PrivacyLedger(str(tmp_path / "out.private"), "id-of-the-corpus", run_id)
+    ledger.draw_once("vocabulary", mechanism=LaplaceMechanism(sensitivity=1.0, epsilon=1.0),
+                     noise=insecure_noise(0, "vocabulary"), params={}, exact=lambda: np.zeros(3))
+    return ledger
+
+
+def test_a_refused_non_dp_candidate_leaves_nothing_under_out(tmp_path):
+    # Issue 30, item 1: the refused candidate (a deterministic function of the data) went to OUT/_quarantine.
+    out = tmp_path / "out"
+    with pytest.raises(GateFailedError, match="NOT DIFFERENTIALLY PRIVATE") as info:
+        publish_release(str(out), _synthetic(), ledger=_insecure_ledger(tmp_path), config={})
+    assert not out.exists() or [p for p in out.rglob("*")] == []
+    quarantine = Path(info.value.quarantine)
+    assert quarantine.parent.parent == tmp_path / "out.private"
+    assert (quarantine / "ledger.json").exists() and list((quarantine / "synthetic").glob("*.parquet"))
+
+
+def test_a_secure_release_is_not_committed_beside_a_stamped_one(tmp_path):
+    # Issue 30, item 1: a secure release into an OUT that holds a NOT DIFFERENTIALLY PRIVATE release (published
+    # with --allow-insecure-release, or a refused candidate an older version left in OUT/_quarantine) went ahead.
+    out = str(tmp_path / "out")
+    publish_release(out, _synthetic(), ledger=_insecure_ledger(tmp_path), config={}, allow_insecure=True)
+    stamped = json.load(open(os.path.join(out, "manifest.json")))
+    with pytest.raises(GateFailedError, match="holds a release drawn from reproducible noise"):
+        publish_release(out, _synthetic(4), ledger=_ledger(tmp_path), config={})
+    assert json.load(open(os.path.join(out, "manifest.json"))) == stamped  # nothing committed
+    legacy = tmp_path / "legacy"
+    (legacy / "_quarantine" / "old").mkdir(parents=True)
+    (legacy / "_quarantine" / "old" / "ledger.json").write_text(_insecure_ledger(tmp_path, "old").to_json())
+    with pytest.raises(GateFailedError, match="reproducible noise"):
+        publish_release(str(legacy), _synthetic(4), ledger=_ledger(tmp_path), config={})
+    assert not (legacy / "manifest.json").exists()
+    clean = str(tmp_path / "clean")  # a fresh folder takes the secure release
+    assert publish_release(clean, _synthetic(4), ledger=_ledger(tmp_path), config={})["privacy"]["secure"] is True
+
+
+def test_the_manifest_holds_no_clock_reading(tmp_path):
+    # Issue 30, item 3: manifest.created_at was read after every private pass (it timed them against the run).
+    import re
+
+    out = tmp_path / "out"
+    publish_release(str(out), _synthetic(), ledger=_ledger(tmp_path), config={})
+    for path in out.rglob("*.json"):
+        text = path.read_text()
+        assert "created_at" not in text, path
+        assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}|\d{8}T\d{6}Z", text), path

@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -67,7 +68,9 @@ def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_an
     assert set(result["prdc"]) == {"precision", "recall", "density", "coverage", "nearest_k"}
     # 30 synthetic documents: a 10 % split (3) is too small for early stopping, and the report says so
     assert [w["kind"] for w in result["warnings"]] == ["no-early-stopping"]
-    html_text = open(f"{out}/report.html").read()
+    # Issue 30, item 5: the report (a t-SNE of every test document) went into the release folder by default
+    assert not os.path.exists(f"{out}/report.html") and result["report"] == f"{out}.evaluation/report.html"
+    html_text = open(f"{out}.evaluation/report.html").read()
     for section in report.RUN_SECTIONS:
         assert f"<section id='{section}'>" in html_text
     assert "Athlete" in html_text  # label names from the test file's label_name column
@@ -236,7 +239,8 @@ def test_experiment_compares_dpkps_and_pe_at_matched_texts_calls_and_budget(pref
                  "llm": "local:fake-topics", "max_epochs": 5, "gate": False,
                  "generation": {"max_tokens": 32, "temperature": 0.7},
                  "pe": {"iterations": 2, "variations": 1, "n_upper_bound": 10_000},
-                 "secpe": {"p": 1e-4, "r_over_p": 10.0, "clusters": 4, "secrets": str(tmp_path / "secrets.txt")},
+                 "secpe": {"p": 1e-4, "r_over_p": 10.0, "clusters": 4, "secrets": str(tmp_path / "secrets.txt"),
+                           "noise_multiplier": 8.0},
                  "dpkps": {"vocab_size": 50, "n_features": 50},
                  "dataset": {"name": "tiny", "train": str(tmp_path / "train.parquet"), "labels": [0, 1, 2],
                              "test": str(tmp_path / "test.parquet"), "private_per_class": 12,

@@ -257,14 +257,19 @@ def test_secpe_flow_with_file_secrets(prefect_harness, corpus_file, tmp_path, fa
     secrets = tmp_path / "secrets.txt"
     secrets.write_text("goals\nglacier\nguitar\n")
     out = tmp_path / "secpe"
-    cfg = _cfg(corpus_file, out, public=str(public), secrets=str(secrets), clusters=6, p=1e-4, r_over_p=10.0)
+    cfg = _cfg(corpus_file, out, public=str(public), secrets=str(secrets), clusters=6, p=1e-4, r_over_p=10.0,
+               noise_multiplier=8.0)
     cfg.pop("epsilon")
     secpe_flow(cfg)
     manifest, frame, ledger = _read_release(out)
     assert manifest["rows"] == 6
     schedule = next(e for e in ledger["entries"] if e["name"] == "secpe.schedule")
     sched = schedule["params"]
-    assert sched["sigma"] > 0 and sched["secret_protection"]["rounds"] == 2
+    assert sched["sigma"] == 8.0 and sched["secret_protection"]["rounds"] == 2  # the public --noise-multiplier
+    # the release says which guarantee it has: (p, r)-secret protection, which is not (epsilon, delta)-DP
+    for guarantee in (manifest["privacy"]["guarantee"], ledger["total"]["guarantee"]):
+        assert guarantee["kind"] == "(p, r)-secret protection" and (guarantee["p"], guarantee["r"]) == (1e-4, 1e-3)
+        assert "not (epsilon, delta)-differential privacy" in guarantee["statement"]
     assert sched["secret_protection"]["holder_shift_l2"] == pytest.approx(2 ** 0.5)
     # the blow-up reached depends on the private secret incidence: it is not released
     assert "worst_blow_up" not in json.dumps(ledger) and "compositions" not in sched["secret_protection"]
@@ -299,7 +304,7 @@ def test_secpe_insecure_reproducible_noise_repeats_and_is_stamped(prefect_harnes
     stored = []
     for name in ("a", "b"):
         cfg = _cfg(corpus_file, tmp_path / name, public=str(public), secrets=str(secrets), clusters=6, iterations=1,
-                   insecure_reproducible_noise=True, allow_insecure_release=True)
+                   insecure_reproducible_noise=True, allow_insecure_release=True, noise_multiplier=8.0)
         cfg.pop("epsilon")
         secpe_flow(cfg)
         stored.append(sorted((tmp_path / f"{name}.private").rglob("secpe.round-001.class-*.npz")))
@@ -322,11 +327,11 @@ def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, 
     secrets.write_text("goals\nglacier\nguitar\n")
     argv = ["secpe", corpus_file, "--public", str(public), "--out", str(tmp_path / "cli"), "--llm", "local:fake-topics",
             "--secrets", str(secrets), "--clusters", "6", "--iterations", "2", "--population", "2", "--variations", "1",
-            "--no-gate", "--no-progress", "--doc-type", "short text", "--labels", "0,1,2"]
+            "--no-gate", "--no-progress", "--doc-type", "short text", "--labels", "0,1,2", "--noise-multiplier", "8"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "(p, r) = (0.0001, 0.001) secret protection" in printed
-    assert "only if rho and sigma are taken as fixed" in printed
+    assert "(p, r) = (0.0001, 0.001) secret protection for the detected secrets, not DP" in printed
+    assert "only if rho is taken as fixed" in printed
 
 
 @pytest.mark.parametrize("llm", ["local:fake-topics", "anthropic:claude-haiku-4-5"])
@@ -359,7 +364,7 @@ def test_flows_handle_dry_run_themselves_before_the_ledger_opens(prefect_harness
     assert result["dry_run"] and result["plan"]["total"] == 3 * 2 * 2 + 3 * 2 * 1
     cfg = _cfg(corpus_file, tmp_path / "s", dry_run=True, public=str(public), clusters=6)
     cfg.pop("epsilon")
-    assert secpe_flow(cfg)["dry_run"]
+    assert secpe_flow(cfg)["dry_run"]  # without --noise-multiplier: the plan says a release needs one
     assert fake_llm.calls == 0
     assert not any(tmp_path.glob("*/runs")) and not (tmp_path / "a").exists() and not (tmp_path / "s").exists()
 
@@ -374,7 +379,7 @@ def test_pe_methods_refuse_undeclared_labels(prefect_harness, corpus_file, tmp_p
     cfg = _cfg(corpus_file, tmp_path / method, labels=["0", "1"])
     if method == "secpe":
         cfg.pop("epsilon")
-        cfg.update(public=str(public), clusters=6)
+        cfg.update(public=str(public), clusters=6, noise_multiplier=8.0)
     with pytest.raises(ConfigError, match="not in the declared label set"):
         (augpe_flow if method == "augpe" else secpe_flow)(cfg)
     assert fake_llm.calls == 0 and not (tmp_path / f"{method}.private" / "runs").exists()
@@ -387,23 +392,22 @@ def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     from scipy import sparse
 
     from privseed.tasks.config import SecPeConfig
-    from privseed.tasks.evolution import secpe_noise
+    from privseed.tasks.evolution import advise_secpe_sigma, secpe_noise
 
     incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
     base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
             "r_over_p": 10.0, "labels": ["0", "1"]}
-    calibrated = secpe_noise(SecPeConfig.model_validate(base), incidence)
-    assert calibrated.worst_blow_up <= 1e-3 and calibrated.rho[2] == 1.0  # a document without secrets: always
-    assert calibrated.protection["sigma_source"] == "calibrated on the private secret incidence"
-    fixed = secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": calibrated.sigma * 1.01}), incidence)
-    assert fixed.sigma == pytest.approx(calibrated.sigma * 1.01)
-    assert fixed.protection["sigma_source"] == "config (public)"
+    advised = advise_secpe_sigma(SecPeConfig.model_validate({**base, "advise_sigma": True}), incidence)
+    assert advised > 0 and advised % 0.5 == 0  # rounded up to a multiple of 0.5
+    fixed = secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": advised}), incidence)
+    assert fixed.sigma == advised and fixed.worst_blow_up <= 1e-3 and fixed.rho[2] == 1.0  # no secret: always
+    assert fixed.protection["sigma_source"] == "config (public --noise-multiplier)"
     with pytest.raises(ConfigError, match="reconstruction bound above r") as refused:
-        secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": calibrated.sigma * 0.5}), incidence)
+        secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": advised * 0.4}), incidence)
     assert "e-0" not in str(refused.value).split("r = ")[0]  # the private bound itself is not in the message
 
 
-@pytest.mark.parametrize("r_over_p,noise_multiplier", [(1e4, 2.0), (10.0, 50.0), (10.0, None)])
+@pytest.mark.parametrize("r_over_p,noise_multiplier", [(1e4, 2.0), (10.0, 50.0)])
 def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_over_p, noise_multiplier):
     """What the ledger and evolution.json publish about the secret noise is a function of the configuration: the
     same for a corpus and for one with 1,000 more documents (with r >= 1 the capacity was |D| before)."""
@@ -517,8 +521,48 @@ def test_secpe_end_to_end_with_local_llm(prefect_harness, two_class_corpus, tmp_
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(12)]}).to_parquet(public)
     cfg = _cfg(two_class_corpus, tmp_path / "local-secpe", llm="local", per_class=1, max_tokens=32, labels=["0", "1"],
-               public=str(public), clusters=4, secrets="words", secret_quantile=0.02, secret_count=400)
+               public=str(public), clusters=4, secrets="words", secret_quantile=0.02, secret_count=400,
+               noise_multiplier=20.0)
     cfg.pop("epsilon")
     out = run_secpe(cfg)
     manifest, frame, _ = _read_release(Path(out))
     assert manifest["rows"] == 2 and frame["text"].str.len().gt(0).all()
+
+
+def test_secpe_releases_no_sigma_or_epsilon_computed_from_the_private_data(tmp_path):
+    """Issue 30, item 2: sigma was calibrated on the secret incidence and released with the epsilon it implies
+    (3 documents each holding one secret: sigma 5.03; one more document holding none: 3.48). A release now needs
+    the public --noise-multiplier, and what it publishes (sigma, the conditional DP epsilon, the protection) is the
+    same for adjacent corpora, including under --rho-norm paper (where the calibrated sigma encoded |D|)."""
+    from scipy import sparse
+
+    from privseed.tasks.config import SecPeConfig, validate_config
+    from privseed.tasks.evolution import advise_secpe_sigma, secpe_noise
+
+    base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "labels": ["0"]}
+    with pytest.raises(ConfigError, match="--noise-multiplier"):
+        validate_config(SecPeConfig, base)
+    holders = sparse.csr_matrix(np.eye(3))
+    plus_one = sparse.vstack([holders, sparse.csr_matrix((1, 3))]).tocsr()
+    for rho_norm in ("max", "paper"):
+        cfg = SecPeConfig.model_validate({**base, "noise_multiplier": 40.0, "rho_norm": rho_norm})
+        a, b = secpe_noise(cfg, holders), secpe_noise(cfg, plus_one)
+        assert (a.sigma, a.protection) == (b.sigma, b.protection) and a.sigma == 40.0
+        advice = SecPeConfig.model_validate({**base, "advise_sigma": True, "rho_norm": rho_norm})
+        assert advise_secpe_sigma(advice, holders) > 0  # the data-calibrated number is advice for the owner only
+
+
+def test_secpe_advice_reads_the_corpus_and_writes_nothing(prefect_harness, corpus_file, tmp_path, fake_llm):
+    from privseed.flows.evolution import secpe_flow
+
+    public = tmp_path / "public.parquet"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    secrets = tmp_path / "secrets.txt"
+    secrets.write_text("goals\nglacier\nguitar\n")
+    cfg = _cfg(corpus_file, tmp_path / "advice", public=str(public), secrets=str(secrets), clusters=6,
+               advise_sigma=True)
+    cfg.pop("epsilon")
+    result = secpe_flow(cfg)
+    assert result["advice"] and result["sigma"] > 0 and "--noise-multiplier" in result["lines"][0]
+    assert fake_llm.calls == 0 and not (tmp_path / "advice").exists()
+    assert not (tmp_path / "advice.private" / "runs").exists()  # no ledger opened, nothing drawn or charged

@@ -5,8 +5,6 @@ spill to disk, a worker with another package version) and mutual TLS with a CA m
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
 import re
@@ -27,7 +25,9 @@ from privseed.tasks.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 DASK = str(Path(sys.executable).with_name("dask"))
-COMPOSE_ADDRESS = "tcp://dask-scheduler:8786"
+COMPOSE_ADDRESS = "tls://dask-scheduler:8786"
+#: Where infra/compose.yaml mounts the certificates of infra/make_tls.py.
+COMPOSE_TLS = ("/tls/ca.pem", "/tls/cert.pem", "/tls/key.pem")
 
 
 def compose_dask_services() -> tuple[list[str], list[str], dict[str, str]]:
@@ -49,9 +49,22 @@ class DaskProcesses:
         self.folder = folder
         self.processes: list[tuple[subprocess.Popen, Path]] = []
         self.scheduler_command, self.worker_command, self.worker_env = compose_dask_services()
+        # the compose stack's mutual TLS, with certificates made here in place of the mounted ones
+        self.tls = make_tls_files(folder / "tls")
+        self.tls_flags = ["--dask-tls-ca-file", str(self.tls[0]), "--dask-tls-cert", str(self.tls[1]),
+                          "--dask-tls-key", str(self.tls[2])]
+
+    @property
+    def security(self):
+        from distributed.security import Security
+
+        return Security(tls_ca_file=str(self.tls[0]), tls_client_cert=str(self.tls[1]),
+                        tls_client_key=str(self.tls[2]), require_encryption=True)
 
     def _start(self, argv: list[str], name: str, env: dict[str, str]) -> subprocess.Popen:
         log = self.folder / f"{name}.log"
+        mounted = dict(zip(COMPOSE_TLS, map(str, self.tls)))
+        argv = [mounted.get(token, token) for token in argv]
         # PYTHONPATH: this checkout's code wins over the installed privseed, as in the flow's own process.
         process = subprocess.Popen(["nice", "-n", "10", DASK, *argv[1:]], cwd=self.folder, stdout=log.open("wb"),
                                    stderr=subprocess.STDOUT, start_new_session=True,
@@ -142,10 +155,10 @@ def test_release_runs_on_an_external_cluster_started_like_infra(prefect_harness,
     from privseed.tasks.corpus import read_release
 
     address = dask_processes.scheduler()
-    assert address.startswith("tcp://127.0.0.1:")
+    assert address.startswith("tls://127.0.0.1:")  # the compose stack talks mutual TLS only
     dask_processes.worker(address, "worker-a")
     dask_processes.worker(address, "worker-b")
-    wait_for_workers(address, 2, dask_processes)
+    wait_for_workers(address, 2, dask_processes, dask_processes.security)
 
     corpus = tmp_path / "corpus"
     write_shards(tiny_corpus, corpus)
@@ -155,18 +168,19 @@ def test_release_runs_on_an_external_cluster_started_like_infra(prefect_harness,
                         'n_features = 64\nseed = 7\n')
     env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_API_URL": str(get_current_settings().api.url)}
     run = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "privseed.flows.cli", "dpkps", str(corpus), "--out",
-                          str(out), "--config", str(settings), "--llm", "none", "--dask-address", address],
+                          str(out), "--config", str(settings), "--llm", "none", "--dask-address", address,
+                          *dask_processes.tls_flags],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:] + dask_processes.logs()
 
     manifest, synthetic = read_release(str(out))
     assert manifest["rows"] == len(synthetic) == 12  # 3 declared classes x per_class 4
     assert sorted(map(str, synthetic["label"].unique())) == ["0", "1", "2"]
-    assert manifest["config"]["dask_address"] == address
+    assert manifest["config"]["dask_address"] is None  # the owner's scheduler is not the recipient's business
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["entries"] and ledger["total"]["epsilon"] > 0
 
-    with Client(address, timeout="60s") as client:
+    with Client(address, security=dask_processes.security, timeout="60s") as client:
         ran = client.run(executed_on_worker)
     assert len(ran) == 2, ran
     # Both workers executed tasks of the run (client.run and version checks are not tasks: only the flow's
@@ -190,10 +204,10 @@ def test_an_external_cluster_that_would_leak_or_mismatch_is_refused(dask_process
         (fake / "RECORD").write_text("")
         dask_processes.worker(address, "old-opendp", env={**dask_processes.worker_env,
                                                           "PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"})
-        expected = re.escape(f"opendp {version('opendp')} here, 0.0.1 on tcp://127.0.0.1:")
-    wait_for_workers(address, 1, dask_processes)
+        expected = re.escape(f"opendp {version('opendp')} here, 0.0.1 on tls://127.0.0.1:")
+    wait_for_workers(address, 1, dask_processes, dask_processes.security)
     with pytest.raises(ConfigError, match=expected):
-        with dask_client(address):
+        with dask_client(address, security=dask_processes.security):
             pytest.fail("the cluster was accepted")
 
 
@@ -213,39 +227,11 @@ def test_version_mismatches_name_the_package_and_where():
 # TLS
 # ------------------------------------------------------------------------------------------------------------
 def make_tls_files(folder: Path) -> tuple[Path, Path, Path]:
-    """A self-signed CA and one certificate it signed for 127.0.0.1 (server and client use), as PEM files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    """A CA and one certificate it signed for 127.0.0.1 (server and client use): infra/make_tls.py's."""
+    sys.path.insert(0, str(REPO / "infra"))
+    import make_tls
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "privseed test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    paths = folder / "ca.pem", folder / "cert.pem", folder / "key.pem"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return paths
+    return make_tls.make_tls_files(folder, ("127.0.0.1", "localhost"), days=1)
 
 
 def _square(x: float) -> float:

@@ -41,6 +41,20 @@ def test_run_ids_are_random():
     assert len(ids) == 50
 
 
+def test_run_and_release_ids_hold_no_time():
+    # Issue 30, item 3: ids were UTC times; the run id is minted after pass 1 and the release id after pass 2, so
+    # their difference timed the private stages.
+    import datetime as dt
+    import re
+
+    from privseed.tasks.corpus import new_release_id
+
+    today = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")
+    for made in (new_run_id(), new_release_id()):
+        assert re.fullmatch(r"(run-)?[0-9a-f]{16}", made), made
+        assert today not in made
+
+
 def test_a_damaged_key_is_refused(tmp_path):
     from privseed.tasks.errors import LedgerMismatchError
 

@@ -120,6 +120,32 @@ def test_k8s_problems_are_named(k8s_copy, file, mutate, expected):
     assert any(expected in p for p in problems), problems
 
 
+def _s3(document: dict) -> dict:
+    return next(d for d in document["deployments"] if d["name"] == "dpkps-s3")
+
+
+def test_compose_dask_talks_mutual_tls():
+    services = yaml.safe_load((REPO / "infra" / "compose.yaml").read_text())["services"]
+    scheduler, worker = services["dask-scheduler"]["command"], services["dask-worker"]["command"]
+    assert scheduler[scheduler.index("--protocol") + 1] == "tls" and "tls://dask-scheduler:8786" in worker
+    for command in (scheduler, worker):
+        assert all(flag in command for flag in ("--tls-ca-file", "--tls-cert", "--tls-key"))
+    for name in ("dask-scheduler", "dask-worker", "prefect-worker"):
+        assert "./tls:/tls:ro" in services[name]["volumes"]
+
+
+def test_make_tls_writes_a_ca_and_a_certificate_for_the_stack(tmp_path):
+    sys.path.insert(0, str(REPO / "infra"))
+    import make_tls
+    from cryptography import x509
+
+    ca, cert, key = make_tls.make_tls_files(tmp_path)
+    names = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value
+    assert "dask-scheduler" in names.get_values_for_type(x509.DNSName)
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and ca.read_bytes().startswith(b"-----BEGIN CERTIFICATE")
+
+
 @pytest.fixture
 def deployments_copy(tmp_path):
     target = tmp_path / "prefect.yaml"
@@ -134,6 +160,13 @@ def deployments_copy(tmp_path):
     (lambda d: d["deployments"][0].update(entrypoint="flows/nope.py:x"), "does not exist"),
     (lambda d: d["deployments"].append(dict(d["deployments"][0])), "is used twice"),
     (lambda d: d["deployments"][0].pop("work_pool"), "no work_pool.name"),
+    # Issue 30, item 5: the S3 deployment kept its private state under the prefix it publishes (releases/), and
+    # reached Dask over plain tcp.
+    (lambda d: _s3(d)["parameters"]["config"].pop("state"), "under the published prefix s3://privseed/releases/"),
+    (lambda d: _s3(d)["parameters"]["config"].update(state="s3://privseed/releases/dpkps.private"),
+     "under the published prefix"),
+    (lambda d: _s3(d)["parameters"]["config"].update(dask_address="tcp://dask-scheduler:8786"), "in plain text"),
+    (lambda d: _s3(d)["parameters"]["config"].pop("dask_tls_key"), "without dask_tls_key"),
 ])
 def test_deployment_file_problems_are_named(deployments_copy, mutate, expected):
     assert validate.check_deployments(deployments_copy, REPO) == []

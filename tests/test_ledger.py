@@ -126,6 +126,35 @@ def test_composition_sums_stages_and_takes_max_over_classes(tmp_path):
     assert ledger.total() == pytest.approx((11.0, 0.0))
 
 
+def test_a_schedule_pays_for_its_number_of_rounds_and_no_more(tmp_path):
+    # Issue 30, item 5: an Aug-PE schedule charged for T = 1 and then drawn for 10 rounds kept the total at the
+    # one-round (2.0, 1e-5).
+    from privseed.tasks.stages.pe import augpe_round_mechanism, augpe_schedule
+    from privseed.tasks.config import AugPeConfig
+
+    cfg = AugPeConfig.model_validate({"data": "d", "out": str(tmp_path / "out"), "llm": "local", "labels": ["0"],
+                                      "epsilon": 2.0, "delta": 1e-5, "iterations": 1})
+    schedule = augpe_schedule(cfg)
+    ledger = PrivacyLedger(str(tmp_path / "state"), "fp", "r1")
+    mechanism = augpe_round_mechanism(schedule)
+    ledger.charge("augpe.schedule", mechanism=mechanism, noise=SECURE, params=schedule, releases=1)
+    draw = dict(mechanism=mechanism, noise=SECURE, exact=counted([1, 2]), accounted_in="augpe.schedule")
+    ledger.draw_once("augpe.round-001.histogram", params={"round": 1}, **draw)
+    ledger.draw_once("augpe.round-001.histogram", params={"round": 1}, **draw)  # a re-read is no new release
+    with pytest.raises(LedgerMismatchError, match="release 2 of schedule 'augpe.schedule', which was charged for 1"):
+        ledger.draw_once("augpe.round-002.histogram", params={"round": 2}, **draw)
+    assert ledger.total() == pytest.approx((2.0, 1e-5)) and len(ledger.entries()) == 2
+    # per partition: each class of a schedule charged for T = 2 gets two rounds
+    ledger.charge("per-class", mechanism=mechanism, noise=SECURE, params={}, releases=2, stage="s")
+    for t in (1, 2):
+        for label in ("a", "b"):
+            ledger.draw_once(f"pc.round-{t}.{label}", params={}, partition=label, stage="s", mechanism=mechanism,
+                             noise=SECURE, exact=counted([1]), accounted_in="per-class")
+    with pytest.raises(LedgerMismatchError, match="partition a"):
+        ledger.draw_once("pc.round-3.a", params={}, partition="a", stage="s", mechanism=mechanism, noise=SECURE,
+                         exact=counted([1]), accounted_in="per-class")
+
+
 def test_a_schedule_is_charged_once_and_its_rounds_are_recorded_not_charged(tmp_path):
     ledger = PrivacyLedger(str(tmp_path), "fp", "r1")
     round_mechanism = GaussianMechanism(sensitivity=1.0, sigma=3.0, epsilon=4.0, delta=1e-5)  # eps of all T rounds

@@ -163,7 +163,7 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
         else:
             public = tmp_path / "public.parquet"
             pd.DataFrame({"text": tiny_corpus["text"].tolist()}).to_parquet(public)
-            run_secpe({**cfg, "public": str(public), "clusters": 4, "secrets": "pii"})
+            run_secpe({**cfg, "public": str(public), "clusters": 4, "secrets": "pii", "noise_multiplier": 8.0})
         assert fake.message_calls == evolution_call_plan(3, 2, 1, 2)["total"]  # every call sent once
         sent = fake.sent_texts()
     console_out, console_err = capfd.readouterr()

@@ -160,7 +160,8 @@ def test_insecure_reproducible_noise_repeats_is_stamped_and_refused_unless_allow
     with pytest.raises(GateFailedError, match="NOT DIFFERENTIALLY PRIVATE.*--allow-insecure-release"):
         dpkps_flow(_dpkps_config(data, tmp_path / "refused", insecure_reproducible_noise=True))
     assert not (tmp_path / "refused" / "manifest.json").exists()
-    assert list((tmp_path / "refused" / "_quarantine").glob("*/ledger.json"))  # kept for the operator, not published
+    assert not (tmp_path / "refused").exists() or not list((tmp_path / "refused").rglob("*.*"))  # nothing in OUT
+    assert list((tmp_path / "refused-state" / "quarantine").glob("*/ledger.json"))  # kept for the operator
     outs = [tmp_path / "a", tmp_path / "b"]
     manifests = [dpkps_flow(_dpkps_config(data, out, insecure_reproducible_noise=True, allow_insecure_release=True))
                  for out in outs]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,8 +23,7 @@ from privseed.flows.cli import main
 
 pytestmark = pytest.mark.slow
 
-FLAGS = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
-         "--llm", "none", "--no-gate", "--workers", "1", "--labels", "0,1,2", "--seed", "0"]
+LLM = "local:recording-release-privacy"
 
 
 def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -37,18 +37,28 @@ def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
         yield path, json.dumps(value, sort_keys=True, default=str)
 
 
-def release_values(out: Path) -> dict[str, str]:
+def release_values(out: Path, rows_as_sets: bool = False) -> dict[str, str]:
     """Every JSON value and every Parquet cell of a release folder, keyed by a name that does not depend on the
-    (random) release id: file kind + JSON path, or synthetic part index + row + column."""
+    (random) release id: file kind + JSON path, or synthetic part index + row + column.
+
+    ``rows_as_sets``: PE releases select whole candidates (text, call seed, origin) by noisy votes from a pool
+    the public seed makes; a cell-by-cell comparison would flag two runs that picked the same candidate for one
+    position by chance. There the rows of each class are compared as one multiset (one value per class)."""
     values: dict[str, str] = {}
     parts = sorted((out / "synthetic").glob("*.parquet"))
-    for index, part in enumerate(parts):
-        frame = pq.read_table(io.BytesIO(part.read_bytes())).to_pandas()
+    frames = [pq.read_table(io.BytesIO(part.read_bytes())).to_pandas() for part in parts]
+    for index, frame in enumerate(frames):
         for row in range(len(frame)):
             for column in frame.columns:
                 cell = frame[column].iloc[row]
                 values[f"synthetic[{index}][{row}].{column}"] = json.dumps(
                     cell.tolist() if hasattr(cell, "tolist") else cell, default=str)
+    if rows_as_sets:
+        rows = [json.dumps([values[f"synthetic[{i}][{r}].{c}"] for c in frame.columns])
+                for i, frame in enumerate(frames) for r in range(len(frame))]
+        labels = [str(frame["label"].iloc[r]) for frame in frames for r in range(len(frame))]
+        values = {f"synthetic.class[{label}]": json.dumps(sorted(row for row, of in zip(rows, labels) if of == label))
+                  for label in sorted(set(labels))}
     for path in sorted(out.rglob("*.json")):
         kind = path.name  # _releases/<id>/ledger.json and the top-level copy hold the same document
         for key, value in _leaves(json.loads(path.read_text()), kind):
@@ -62,21 +72,80 @@ def release_values(out: Path) -> dict[str, str]:
     return values
 
 
-def test_no_release_value_is_a_deterministic_function_of_the_data(prefect_harness, tmp_path, tiny_corpus):
+DPKPS_FLAGS = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length",
+               "5", "--no-gate", "--workers", "1", "--labels", "0,1,2", "--seed", "0"]
+# PE: a large pool per class (N (K + 1) = 16 candidates, N = 4 kept) and strong noise, so that two runs agree on a
+# class's whole population only by a rare chance; the recording backend writes a distinct text for every call.
+PE_FLAGS = ["--llm", LLM, "--per-class", "4", "--variations", "3", "--iterations", "1", "--no-gate",
+            "--no-progress", "--workers", "1", "--labels", "0,1,2", "--seed", "0", "--doc-type", "short text",
+            "--max-tokens", "32", "--min-words", "0"]
+
+#: method -> (argv after the corpus and --out, compare PE rows as multisets)
+METHODS: dict[str, tuple[list[str], bool]] = {
+    "dpkps": (["dpkps", *DPKPS_FLAGS, "--llm", "none"], False),
+    "dpkps-llm": (["dpkps", *DPKPS_FLAGS, "--llm", LLM], False),
+    "histogram": (["dpkps", *DPKPS_FLAGS, "--llm", "none", "--method", "histogram", "--epsilon", "2",
+                   "--hist-top-k", "30"], False),
+    "histogram-markov": (["dpkps", *DPKPS_FLAGS, "--llm", "none", "--method", "histogram-markov", "--epsilon", "2",
+                          "--hist-top-k", "30"], False),
+    "augpe": (["augpe", *PE_FLAGS, "--epsilon", "0.1", "--delta", "1e-5"], True),
+    "secpe": (["secpe", *PE_FLAGS, "--noise-multiplier", "50", "--r-over-p", "10000", "--clusters", "4"], True),
+}
+
+
+@pytest.fixture
+def recording_llm():
+    from privseed.tasks.llm import register_backend
+    from tests.fakes.recording import RecordingBackend
+
+    openers = ("The page opens with", "It then turns to", "Later the writer mentions", "Near the end it adds",
+               "Finally it closes with", "A note also recalls", "One more line names")
+
+    def answer(request) -> str:  # prose around the prompt's terms (their list given back is no document)
+        found = re.search(r"terms: (.*?)\.", request.messages[-1].content)
+        terms = found.group(1).split(", ") if found else ["this page"]
+        return f"Call {request.seed}. " + " ".join(f"{openers[i % len(openers)]} {term}, which matters here for "
+                                                   f"reason {request.seed % 97 + i}." for i, term in enumerate(terms))
+
+    backend = RecordingBackend(answer=answer)
+    register_backend(LLM, backend)
+    yield backend
+    register_backend(LLM, None)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_no_release_value_is_a_deterministic_function_of_the_data(prefect_harness, tmp_path, tiny_corpus,
+                                                                 recording_llm, method):
+    # Issue 30: DP-KPS alone was tested; SecPE's released sigma and epsilon (a function of the secret incidence)
+    # went unnoticed. Every method now: its ledger, manifest, evolution.json and rows.
+    argv, rows_as_sets = METHODS[method]
     corpus = tmp_path / "corpus.parquet"  # one path for every run: the config (data=...) is the same
     tiny_corpus.drop_duplicates().to_parquet(corpus, index=False)
+    if method == "secpe":
+        public = tmp_path / "public.parquet"
+        pd.DataFrame({"text": [f"{t} public {i}" for i, t in enumerate(tiny_corpus["text"].unique())]}).to_parquet(
+            public)
+        secrets = tmp_path / "secrets.txt"
+        secrets.write_text("football\nglacier\n")  # the document removed for C holds the only "football"
+        argv = [*argv, "--public", str(public), "--secrets", str(secrets)]
+
+    def run(name: str) -> None:
+        assert main([argv[0], str(corpus), "--out", str(tmp_path / name), *argv[1:]]) == 0
+
     for name in ("A", "B"):
-        assert main(["dpkps", str(corpus), "--out", str(tmp_path / name), *FLAGS]) == 0
+        run(name)
     smaller = pd.read_parquet(corpus).iloc[1:]  # the adjacent corpus: one document removed
     smaller.to_parquet(corpus, index=False)
-    assert main(["dpkps", str(corpus), "--out", str(tmp_path / "C"), *FLAGS]) == 0
+    run("C")
 
-    a, b, c = (release_values(tmp_path / name) for name in "ABC")
+    a, b, c = (release_values(tmp_path / name, rows_as_sets) for name in "ABC")
     assert set(a) == set(b) == set(c), "the three releases have different shapes"
-    keyphrases = [k for k in a if k.endswith(".keyphrases")]
-    assert keyphrases and any(a[k] != b[k] for k in keyphrases), "two runs released the same keyphrases"
+    rows = [k for k in a if k.startswith("synthetic") and (rows_as_sets or k.endswith((".keyphrases", ".text")))]
+    assert rows and any(a[k] != b[k] for k in rows), "two runs released the same rows"
     data_dependent = sorted(k for k in a if a[k] == b[k] and c[k] != a[k])
     assert data_dependent == [], f"equal across runs yet changed by removing one document: {data_dependent[:10]}"
     # the private state (identity key, drawn values) is beside each release, never inside it
     for name in "ABC":
         assert (tmp_path / f"{name}.private" / "identity.key").exists() and not (tmp_path / name / "_state").exists()
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert str(tmp_path) not in json.dumps(manifest)  # no path of the owner's

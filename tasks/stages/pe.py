@@ -273,12 +273,10 @@ def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise:
                           ) -> tuple[dict, GaussianMechanism]:
     """Charge the per-document DP epsilon of the T rounds up front and return the schedule and the round
     mechanism. One document moves its round's normalised (sizes, centres) vector by at most sqrt(2): T Gaussian
-    rounds. This treats rho and sigma as fixed; a calibrated sigma is computed from the private secret incidence,
-    as in the paper (see docs/baselines.md)."""
+    rounds. sigma is the public --noise-multiplier, so the epsilon is a function of the configuration only; it
+    treats rho (from the private secret incidence) as fixed, and the schedule's ``release_guarantee`` says so: the
+    release's guarantee is (p, r)-secret protection, not (epsilon, delta)-DP (docs/baselines.md)."""
     sigma = secret_noise.sigma
-    if sigma <= 0:
-        raise ConfigError("SecPE found no secret to protect (sigma = 0): no noise would be added; "
-                          "choose other secrets or fix --noise-multiplier")
     delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
     dp_epsilon = accounting.secpe_dp_epsilon(sigma, delta, cfg.iterations)
     # One Gaussian mechanism per round and class: sizes and centres (in noise units) as one vector.
@@ -288,7 +286,7 @@ def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise:
                 "centre_noise_scale": "(R + max(R, ||e_k||)) / n_k", "rho_norm": cfg.rho_norm,
                 "per_class": cfg.per_class, "variations": cfg.variations, "min_words": cfg.min_words,
                 "secret_protection": secret_noise.protection, "dp_epsilon_if_rho_sigma_fixed": dp_epsilon,
-                "delta": delta}
+                "delta": delta, "release_guarantee": secpe_guarantee(cfg)}
     check_schedule(ledger, "secpe.schedule", schedule)
     ledger.charge("secpe.schedule", mechanism=mechanism, noise=cfg.noise("secpe"), params=schedule,
                   releases=cfg.iterations, stage="secpe")
@@ -296,6 +294,35 @@ def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise:
     stage_logger().info("SecPE: T=%d, sigma=%.4f, p=%g, r=%g (B(p) <= r checked for every detected secret)",
                         cfg.iterations, sigma, cfg.p, secret_noise.protection["r"])
     return schedule, mechanism
+
+
+def secpe_guarantee(cfg: SecPeConfig) -> dict[str, Any]:
+    """What a SecPE release guarantees, in the ledger and the manifest (``privacy.guarantee``): (p, r)-secret
+    protection, which is not (epsilon, delta)-DP."""
+    r = min(1.0, cfg.p * cfg.r_over_p)
+    return {"kind": "(p, r)-secret protection", "p": cfg.p, "r": r,
+            "statement": f"(p, r) = ({cfg.p:g}, {r:g})-secret protection for the detected secrets (SecPE Theorem 2): "
+                         "an adversary with prior success p reconstructs a secret with probability at most r. This is "
+                         "not (epsilon, delta)-differential privacy: the ledger's epsilon is the per-document DP "
+                         "epsilon of the same releases only if the sampling probabilities rho, computed from the "
+                         "private secret incidence, are taken as fixed"}
+
+
+def advise_sigma(cfg: SecPeConfig, incidence: sparse.csr_matrix) -> dict[str, Any]:
+    """``--advise-sigma``: what the corpus's detected secrets need, printed for the owner and returned; nothing is
+    drawn, charged or written (no ledger is open). The number is a function of the private data."""
+    sigma = ev.advise_secpe_sigma(cfg, incidence)
+    r = min(1.0, cfg.p * cfg.r_over_p)
+    lines = [f"advice (owner only, computed from the private corpus): --noise-multiplier {sigma:g} meets "
+             f"(p, r) = ({cfg.p:g}, {r:g}) over T={cfg.iterations} rounds for every detected secret "
+             f"(rounded up to a multiple of {ev.ADVICE_STEP:g})",
+             "  this number depends on the private data: a release publishes the --noise-multiplier it is given, so "
+             "prefer a value chosen without the data (--dry-run prints the public figure for a secret held by one "
+             "document) and keep this one as a check",
+             "  nothing was drawn, charged, sent or written"]
+    for line in lines:
+        stage_logger().info("%s", line)
+    return {"advice": True, "sigma": sigma, "lines": lines}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -373,8 +400,19 @@ def dry_run_plan(cfg: EvolutionConfig) -> dict[str, Any]:
         result["schedule"] = sched
         lines.append(f"  schedule: sigma={sched['sigma']:.4f}, epsilon={sched['epsilon']:g}, delta={sched['delta']:.3g}"
                      + (f" (+ eps_voc={cfg.eps_voc:g} for V~)" if cfg.vocab_words else ""))
-    else:
-        lines.append("  schedule: sigma is calibrated on the private secret incidence when the run starts")
+    elif isinstance(cfg, SecPeConfig):
+        lone = ev.lone_holder_sigma(cfg) if cfg.rho_norm == "max" else None
+        needs = (f"a secret held by one document needs sigma >= {lone:.4f} at this (p, r, T)" if lone is not None
+                 else "--rho-norm paper: what a secret needs depends on |D|")
+        if cfg.noise_multiplier is not None:
+            delta = cfg.delta if cfg.delta is not None else accounting.default_delta(cfg.n_upper_bound)
+            eps = accounting.secpe_dp_epsilon(cfg.noise_multiplier, delta, cfg.iterations)
+            lines.append(f"  schedule: sigma={cfg.noise_multiplier:g} (public); DP epsilon={eps:.4g} at "
+                         f"delta={delta:.3g} only if rho is taken as fixed; {needs}; the run refuses if a detected "
+                         "secret needs more")
+        else:
+            lines.append(f"  schedule: give --noise-multiplier SIGMA for a release; {needs} (public); --advise-sigma "
+                         "reads the corpus and prints what its secrets need (owner only)")
     estimate = estimate_evolution(cfg, labels)
     result.update(estimate=estimate.describe(), calls=estimate.calls, usd=estimate.usd, tokens_in=estimate.tokens_in,
                   tokens_out_max=estimate.tokens_out_max)
