@@ -331,8 +331,8 @@ def test_defaults_of_the_other_commands_described_in_words_are_the_ones_the_code
     for profile, counts in AUDIT_PROFILES.items():
         assert validate_config(AuditConfig, {"profile": profile}).trial_counts() == counts
         assert f"{profile}: {counts[1]} evaluation trials" in AuditConfig.model_fields["profile"].description
-    assert default_text(EvaluateConfig, "report_path") == "OUT/report.html"
-    assert validate_config(EvaluateConfig, REQUIRED["evaluate"]).report_uri == "o/report.html"
+    assert default_text(EvaluateConfig, "report_path") == "OUT.evaluation/report.html"
+    assert validate_config(EvaluateConfig, REQUIRED["evaluate"]).report_uri == "o.evaluation/report.html"
 
 
 def test_the_fixed_drift_stays_fixed(capsys):

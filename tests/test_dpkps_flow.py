@@ -55,7 +55,7 @@ def test_release_has_the_contract_layout(first_release):
     assert ledger["total"]["epsilon"] == pytest.approx(11.0)  # eps_voc 1 + eps_kde 10
     assert {e["mechanism"] for e in ledger["entries"]}
     assert not any("data_identity" in e or "dataset_fingerprint" in e for e in ledger["entries"])
-    assert set(manifest["privacy"]) == {"epsilon", "delta", "run_id", "secure", "noise"}
+    assert set(manifest["privacy"]) == {"epsilon", "delta", "run_id", "secure", "noise", "guarantee"}
     assert manifest["privacy"]["epsilon"] == pytest.approx(11.0)
     # the private state lives beside the release, not in it; the manifest names release files only
     assert not (out / "_state").exists() and (out.parent / "out.private" / "identity.key").exists()

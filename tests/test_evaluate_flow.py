@@ -78,7 +78,7 @@ def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_an
     printed = capsys.readouterr().out  # the summary on stdout: scores, fidelity, warnings, where the report is
     assert "MLP on MiniLM + CORAL: accuracy" in printed and "coverage" in printed
     assert "WARNING: MLP on MiniLM + CORAL trained without early stopping" in printed
-    assert printed.rstrip().endswith(f"report: {out}/report.html")
+    assert printed.rstrip().endswith(f"report: {out}.evaluation/report.html")
 
 
 def test_warnings_name_a_collapsed_classifier_a_chance_score_and_a_tiny_validation_split():
@@ -432,7 +432,11 @@ def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path,
             return [ChatResult(text="A memo about the new office hours for all staff.", tokens_in=1, tokens_out=2)
                     for _ in requests]
 
-    monkeypatch.setattr(generation, "get_backend", lambda spec: specs.append(spec) or Answering())
+    from privseed.tasks.llm import service
+
+    answering = Answering()
+    monkeypatch.setattr(service, "get_backend", lambda spec: specs.append(spec) or answering)  # the one LLM service
+    monkeypatch.setattr(generation, "get_backend", service.get_backend)
     df = only_llm_corpus("openai-compatible:http://127.0.0.1:9/v1#answering", "memo", {}, ["a"], 2, seed=0,
                          cache_uri=str(tmp_path / "cache"), llm_concurrency=7, llm_secret="my-block")
     assert dict(specs[0].options) == {"max_concurrency": 7, "secret_block": "my-block"}
