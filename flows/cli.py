@@ -195,16 +195,20 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     return action.choices[name]
 
 
+class _DropErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+_DROP_ERRORS = _DropErrors()
+
+
 def _quiet_errors_of_the_engines() -> None:
     """Without --verbose, the one line main() prints is the error's only report: Prefect's task and flow loggers
     would repeat it with a traceback for every task, flow and retry, and the Dask workers' logs once more."""
-    class DropErrors(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return record.levelno < logging.ERROR
-
     for name in ("prefect.task_runs", "prefect.flow_runs", "prefect.engine", "prefect.flow_engine",
                  "prefect.task_engine", "distributed.worker", "distributed.scheduler", "distributed.core"):
-        logging.getLogger(name).addFilter(DropErrors())
+        logging.getLogger(name).addFilter(_DROP_ERRORS)  # once per logger, however often main() runs
     # The workers of a LocalCluster log a failed task once more ("Compute Failed", with its traceback) in their own
     # processes: their logs are silenced below CRITICAL (privseed.tasks.cluster.dask_log_level).
     os.environ.setdefault("PRIVSEED_DASK_LOG_LEVEL", "CRITICAL")

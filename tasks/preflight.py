@@ -29,16 +29,21 @@ def check_private_corpus(cfg: ReleaseConfig) -> None:
     plan_corpus(cfg.data, cfg.text_column, cfg.label_column, cfg.storage_options)
 
 
-def check_llm(llm: str, secret: str | None = None) -> None:
-    """A local model's file exists (a packaged or opt-in one is located and verified); a remote API has a key."""
+def check_llm(llm: str, secret: str | None = None, *, sends: bool = True) -> None:
+    """A local model's file exists (a packaged or opt-in one is located and verified); a remote API has a key,
+    unless the run ``sends`` nothing (a dry run prices the calls). A backend this process already serves for the
+    spec (``privseed.tasks.llm.service.register_backend``: a custom client, a test double) needs neither."""
     from privseed.tasks.llm import parse_llm_spec
+    from privseed.tasks.llm.service import has_backend
 
     spec = parse_llm_spec(llm)
+    if has_backend(spec):
+        return
     if spec.kind == "local":
         from privseed.tasks.llm.local import resolve_local_model
 
         resolve_local_model(spec.model)
-    elif spec.kind == "anthropic" and not secret and not os.environ.get("ANTHROPIC_API_KEY"):
+    elif spec.kind == "anthropic" and sends and not secret and not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(f"--llm {llm}: no API key; set ANTHROPIC_API_KEY or name a Prefect Secret block with "
                           "--llm-secret BLOCK")
 
@@ -56,7 +61,7 @@ def _looks_like_path(value: str) -> bool:
 
 
 def check_release_input(cfg: ReleaseConfig) -> None:
-    check_llm(cfg.llm, cfg.llm_secret)
+    check_llm(cfg.llm, cfg.llm_secret, sends=not getattr(cfg, "dry_run", False))
     options = cfg.storage_options
     if isinstance(cfg, DpKpsConfig):
         check_public_file("--few-shot", cfg.few_shot, options)

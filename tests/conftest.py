@@ -17,6 +17,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["DO_NOT_TRACK"] = "1"
 
+# Prefect sets up its console log handlers once per process, on the stream sys.stderr is at that moment. The CLI
+# imports Prefect only to run a command, so without this the first test that runs the CLI under capsys would bind
+# them to that test's capture, which is closed when it ends, and every later log line of the session would fail.
+import prefect.main  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402

@@ -343,8 +343,10 @@ def test_dry_run_plans_and_prices_without_sending(prefect_harness, corpus_file, 
     argv = ["augpe", corpus_file, "--out", str(out), "--llm", llm, "--epsilon", "4", "--delta", "1e-5",
             "--iterations", "3", "--population", "2", "--variations", "2", "--vocab-words", "--max-tokens", "50",
             "--dry-run", "--labels", "0,1,2"]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    printed = captured.out
     plan = evolution_call_plan(3, 2, 2, 3)
     assert f"{plan['random']} RANDOM_API + {plan['variation']} VARIATION_API" in printed
     assert f"{plan['total']} LLM calls (0 already cached" in printed

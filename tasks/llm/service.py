@@ -267,6 +267,12 @@ def register_backend(spec: LLMSpec | str, backend: LLMBackend | None) -> None:
             _BACKENDS[_key(spec)] = backend
 
 
+def has_backend(spec: LLMSpec | str) -> bool:
+    """Whether this process already serves ``spec`` (a registered or an already built backend)."""
+    with _LOCK:
+        return _key(as_spec(spec)) in _BACKENDS
+
+
 @overload
 def complete(spec: LLMSpec | str, requests: Sequence[ChatRequest], cache: CallCache | None = None, *,
              on_result: Callable[[ChatResult], None] | None = None, on_each: OnEach | None = None,
