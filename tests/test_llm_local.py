@@ -24,8 +24,10 @@ def test_packaged_gguf_is_found_without_importing_the_package():
 def test_resolution_errors_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match="not installed"):
         packaged_gguf("no-such-distribution-xyz")
-    with pytest.raises(ConfigError, match="neither"):
+    with pytest.raises(ConfigError, match="missing.gguf does not exist"):  # a path: say it is missing
         resolve_local_model(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ConfigError, match="neither"):  # a bare name: say what it could have been
+        resolve_local_model("no-such-model")
     with pytest.raises(ConfigError, match="no config.json"):
         resolve_local_model(str(tmp_path))
 

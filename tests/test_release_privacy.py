@@ -101,11 +101,18 @@ def recording_llm():
     openers = ("The page opens with", "It then turns to", "Later the writer mentions", "Near the end it adds",
                "Finally it closes with", "A note also recalls", "One more line names")
 
+    # Varied clauses: the release gate's repetition statistics reject one clause repeated after every term.
+    tails = ("because readers asked about it", "as the local archive records", "which surprised several visitors",
+             "during a long and quiet winter", "after the council voted on it", "with help from two teachers",
+             "when the harbour reopened", "before anyone had written it down", "for reasons nobody fully explained",
+             "under a new and younger editor")
+
     def answer(request) -> str:  # prose around the prompt's terms (their list given back is no document)
         found = re.search(r"terms: (.*?)\.", request.messages[-1].content)
         terms = found.group(1).split(", ") if found else ["this page"]
-        return f"Call {request.seed}. " + " ".join(f"{openers[i % len(openers)]} {term}, which matters here for "
-                                                   f"reason {request.seed % 97 + i}." for i, term in enumerate(terms))
+        return f"Call {request.seed}. " + " ".join(f"{openers[i % len(openers)]} {term}, "
+                                                   f"{tails[(request.seed + i) % len(tails)]}."
+                                                   for i, term in enumerate(terms))
 
     backend = RecordingBackend(answer=answer)
     register_backend(LLM, backend)
