@@ -60,4 +60,4 @@ bench: setup
 	for script in benchmarks/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf demo-out .pytest_cache .prefect
+	rm -rf demo-out demo-out.evaluation .pytest_cache .prefect
