@@ -298,7 +298,9 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
         if isinstance(t, Mapping):
             first = [k for k in ("epsilon", "delta") if k in t]
             total = ", ".join(f"{k} = {_fmt(t[k])}" for k in first)
-            rest = [f"{k}: {v}" for k, v in t.items() if k not in first]
+            # A nested value (the guarantee: kind + statement) is named by its kind; the statement is in the ledger.
+            rest = [f"{k}: {v.get('kind', v) if isinstance(v, Mapping) else v}" for k, v in t.items()
+                    if k not in first]
             total += f" ({'; '.join(rest)})" if rest else ""
         elif isinstance(t, (list, tuple)) and len(t) == 2:
             total = f"epsilon = {_fmt(t[0])}, delta = {_fmt(t[1])}"

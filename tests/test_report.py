@@ -83,6 +83,11 @@ def test_ledger_rows_reads_the_foundation_ledger_format():
     assert rows[0]["name"] == "kde-0" and rows[0]["partition"] == "3" and '"I": 300' in rows[0]["params"]
     assert "epsilon = 11" in total
     assert report.ledger_rows(None) == ([], "no ledger in this release")
+    # the guarantee (a mapping) is named by its kind on the one-line total, not printed as a dict
+    _, total = report.ledger_rows({"entries": [], "total": {
+        "epsilon": 11.0, "delta": 0.0, "guarantee": {"kind": "(epsilon, delta)-differential privacy",
+                                                     "statement": "per document"}}})
+    assert total == "epsilon = 11, delta = 0 (guarantee: (epsilon, delta)-differential privacy)"
 
 
 def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():
