@@ -1,4 +1,4 @@
-"""What one DP-KPS release's LLM step made of its seeds (docs/generation.md, "The issue's command").
+"""What one DP-KPS release's LLM step made of its seeds (experiments/results/generation.md).
 
     python benchmarks/generation_release_summary.py OUT [--log RUN.log]
         [--test $PRIVSEED_DATA_ROOT/dbpedia14/test.parquet]
