@@ -1,9 +1,8 @@
 """Time the DP-KPS privatization stage at paper scale and compare fast scoring with naive scoring.
 
-Paper scale: 14 classes x 1,000 sequences, |V~| = 1,000, L = 10, on
-shared/data/dbpedia14/train.parquet. Stages: extract (phrase matching over V), histogram (first-S counts
-+ discrete Laplace noise from OpenDP + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class
-sums, noise), sample.
+Paper scale: 14 classes x 1,000 sequences, |V~| = 1,000, L = 10, on $PRIVSEED_DATA_ROOT/dbpedia14/train.parquet
+(docs/datasets.md). Stages: extract (phrase matching over V), histogram (first-S counts + discrete Laplace noise
+from OpenDP + top N), embed (V~ with MiniLM), sketch (V~ matching, features, per-class sums, noise), sample.
 The pure functions run in-process here (no Prefect, no Dask), so the figures are the math itself.
 
 Naive scoring builds every zero-padded d*B query vector and projects it in full; it is timed on a slice of
@@ -29,6 +28,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from privseed.tasks.embedding import embed_texts  # noqa: E402
+from privseed.tasks.experiment import data_root  # noqa: E402
 from privseed.tasks.kde import FeatureSpec, release_sketch, shard_sketch_sums, sketch_mechanism  # noqa: E402
 from privseed.tasks.ledger import public_rng  # noqa: E402
 from privseed.tasks.mechanisms import secure_noise  # noqa: E402
@@ -40,10 +40,6 @@ from privseed.tasks.vocabulary import (  # noqa: E402
     PhraseMatcher, english_vocabulary, first_terms_histogram, privatize_vocabulary, vocabulary_mechanism,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()),
-              REPO.parent / "shared")
-DATA = SHARED / "data" / "dbpedia14" / "train.parquet"
 DEFAULT_RULE = {"independent": "power-2", "iterative-linear": "top-5", "iterative-log": "top-5"}
 
 
@@ -56,7 +52,7 @@ def timed(label: str, fn, results: dict):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--data", help="default: $PRIVSEED_DATA_ROOT/dbpedia14/train.parquet (docs/datasets.md)")
     parser.add_argument("--features", type=int, default=300)
     parser.add_argument("--per-class", type=int, default=1000)
     parser.add_argument("--length", type=int, default=10)
@@ -66,6 +62,7 @@ def main() -> None:
     parser.add_argument("--scale-docs", type=int, default=100_000,
                         help="documents for the extraction scale check (0 to skip)")
     args = parser.parse_args()
+    args.data = args.data or str(data_root() / "dbpedia14" / "train.parquet")
 
     device = default_device()
     print(f"machine: {os.cpu_count()} CPU core(s), torch {torch.__version__}, scoring device {device}, "
@@ -164,8 +161,9 @@ def extraction_scale(texts: list[str], n_docs: int) -> None:
 
     start = time.perf_counter()
     english = english_vocabulary(400_000)
-    medical_path = SHARED / "data" / "vocab" / "medical_terms.txt"
-    medical = file_vocabulary(str(medical_path)).terms if medical_path.exists() else ()
+    root = os.environ.get("PRIVSEED_DATA_ROOT")  # the medical terms join the English list when they are there
+    medical_path = Path(root) / "vocab" / "medical_terms.txt" if root else None
+    medical = file_vocabulary(str(medical_path)).terms if medical_path and medical_path.exists() else ()
     big = Vocabulary.from_terms("english400k+medical", [*english.terms, *medical])
     matcher = PhraseMatcher(big)
     build = time.perf_counter() - start

@@ -28,9 +28,6 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data" / "dbpedia14"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/dbpedia14")
 
 
 def classify(train: pd.DataFrame, test: pd.DataFrame) -> tuple[float, float]:
@@ -73,8 +70,11 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    train = pd.read_parquet(DATA / "train.parquet")
-    test = pd.read_parquet(DATA / "test.parquet")
+    from privseed.tasks.experiment import data_root
+
+    data = data_root() / "dbpedia14"  # $PRIVSEED_DATA_ROOT (docs/datasets.md)
+    train = pd.read_parquet(data / "train.parquet")
+    test = pd.read_parquet(data / "test.parquet")
     rng = np.random.default_rng(20240601 + args.seed)
     priv_rows, pub_rows = [], []
     for _label, group in train.groupby("label"):

@@ -3,7 +3,7 @@ its catch rate on labelled degenerate LLM answers.
 
     nice -n 10 python benchmarks/document_predicate_real.py --data DIR [--examples 2] [--limit N]
 
-Public data only (DIR holds the copies described in docs/generation.md): the thresholds of the measured statistics
+Public data only (DIR holds the corpora of docs/datasets.md): the thresholds of the measured statistics
 were chosen on the tuning splits (DBPedia-14 train, OHSUMED-23 train, Yelp dev); the test splits of the same corpora
 and Medical Abstracts (no split of it was seen in tuning) measure the false rejects. Each real document is checked
 with its own first 10 distinct public-vocabulary terms as its "seed" (so the seed-echo tests see realistic seeds)

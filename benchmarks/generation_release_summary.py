@@ -1,7 +1,7 @@
-"""What one DP-KPS release's LLM step made of its seeds (docs/generation.md, "The issue's command").
+"""What one DP-KPS release's LLM step made of its seeds (experiments/results/generation.md).
 
     python benchmarks/generation_release_summary.py OUT [--log RUN.log]
-        [--test /work/shared/data/dbpedia14/test.parquet]
+        [--test $PRIVSEED_DATA_ROOT/dbpedia14/test.parquet]
 
 Prints: rows generated / kept / dropped (and why), rejected candidates by reason and regeneration calls (the
 release's quality.json), mean seed-term coverage of the kept rows (privseed.tasks.metrics.term_coverage), their
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from privseed.flows.demo import documents_vs_seeds
 from privseed.flows.evaluate import read_release
+from privseed.tasks.experiment import data_root
 from privseed.tasks.metrics import degenerate_rate, seed_term_coverage
 
 _FINISHED = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) \| INFO +\| "
@@ -42,8 +43,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("release")
     ap.add_argument("--log", help="the flow's output (for the generation stage's wall time)")
-    ap.add_argument("--test", default="/work/shared/data/dbpedia14/test.parquet")
+    ap.add_argument("--test", help="the real test split (default: "
+                    "$PRIVSEED_DATA_ROOT/dbpedia14/test.parquet, docs/datasets.md)")
     args = ap.parse_args()
+    args.test = args.test or str(data_root() / "dbpedia14" / "test.parquet")
     rows = read_release(args.release).rows
     quality = json.loads((Path(args.release) / "quality.json").read_text())
     gen = quality.get("generation", {})

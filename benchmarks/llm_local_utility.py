@@ -18,10 +18,10 @@ import time
 import numpy as np
 import pandas as pd
 
+from privseed.tasks.experiment import data_root
 from privseed.tasks.generation import GenerationParams, generate_shard
 from privseed.tasks.llm import LLMSpec, RecipientExample, ReleasedVocabulary, get_backend
 
-DATA = "/work/shared/data/dbpedia14"
 DOC_TYPE = "summary of a Wikipedia-style article"
 # One public example of the document type, written for this benchmark (not from the dataset).
 PUBLIC_EXAMPLE = RecipientExample(
@@ -81,8 +81,9 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the generated rows of each config to OUT_<config>.parquet")
     args = ap.parse_args()
 
-    train = pd.read_parquet(f"{DATA}/train.parquet")
-    test = pd.read_parquet(f"{DATA}/test.parquet")
+    data = data_root() / "dbpedia14"  # $PRIVSEED_DATA_ROOT (docs/datasets.md)
+    train = pd.read_parquet(data / "train.parquet")
+    test = pd.read_parquet(data / "test.parquet")
     rng = np.random.default_rng(args.seed)
     picked = pd.concat([g.iloc[rng.permutation(len(g))[: args.per_class]] for _, g in train.groupby("label")])
     vocab_list = public_vocabulary()

@@ -3,7 +3,7 @@ text, tested on a real test set, beside the same classifier trained on the keyph
 (what `--llm none` releases from those seeds). Also: mean seed-term coverage and the rows the document
 predicate (privseed.tasks.quality.document_rejection) rejects, by reason.
 
-    python benchmarks/llm_release_utility.py OUT [OUT ...] [--test /work/shared/data/dbpedia14/test.parquet]
+    python benchmarks/llm_release_utility.py OUT [OUT ...] [--test $PRIVSEED_DATA_ROOT/dbpedia14/test.parquet]
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pandas as pd
 
 from benchmarks.llm_local_utility import utility
 from privseed.tasks.corpus import read_release
+from privseed.tasks.experiment import data_root
 from privseed.tasks.llm import term_coverage
 from privseed.tasks.quality import document_rejection
 
@@ -21,9 +22,10 @@ from privseed.tasks.quality import document_rejection
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("releases", nargs="+")
-    ap.add_argument("--test", default="/work/shared/data/dbpedia14/test.parquet")
+    ap.add_argument("--test", help="the real test split (default: "
+                    "$PRIVSEED_DATA_ROOT/dbpedia14/test.parquet, docs/datasets.md)")
     args = ap.parse_args()
-    test = pd.read_parquet(args.test)
+    test = pd.read_parquet(args.test or data_root() / "dbpedia14" / "test.parquet")
     for out in args.releases:
         manifest, df = read_release(out)
         labels = df["label"].astype(int)

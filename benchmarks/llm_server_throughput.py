@@ -60,9 +60,10 @@ def _shard(seeds: list, spec, params) -> pd.DataFrame:
 
 
 def public_seeds(n: int, per_class: int = 1) -> list:
+    from privseed.tasks.experiment import data_root
     from privseed.tasks.llm import ReleasedVocabulary
 
-    test = pd.read_parquet(os.environ.get("PRIVSEED_DBPEDIA_TEST", "/work/shared/data/dbpedia14/test.parquet"))
+    test = pd.read_parquet(os.environ.get("PRIVSEED_DBPEDIA_TEST") or data_root() / "dbpedia14" / "test.parquet")
     rng = np.random.default_rng(2024)
     vocab = public_vocabulary()
     picks = [i for label in sorted(test["label"].unique())

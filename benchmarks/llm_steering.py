@@ -66,7 +66,9 @@ def main() -> None:
         labels, terms = rows["label"].tolist(), [list(map(str, k)) for k in rows["keyphrases"]]
         source = "DP-KPS release from the public DBPedia-14 test split"
     else:
-        test = pd.read_parquet("/work/shared/data/dbpedia14/test.parquet")
+        from privseed.tasks.experiment import data_root
+
+        test = pd.read_parquet(data_root() / "dbpedia14" / "test.parquet")
         rng = np.random.default_rng(2024)
         vocab = public_vocabulary()
         picks = [i for label in sorted(test["label"].unique())

@@ -1,5 +1,6 @@
-"""The generation grid's figure for docs/generation.md: per setting (LLM, class names, method), accuracy of the
-two classifiers trained on the release only, and the documents' seed-term coverage and degenerate rate.
+"""The generation grid's figure for experiments/results/generation.md: per setting (LLM, class names, method),
+accuracy of the two classifiers trained on the release only, and the documents' seed-term coverage and degenerate
+rate.
 
     python benchmarks/plot_generation_grid.py experiments/results/dbpedia14-generation-cpu/table.csv \
         docs/img/generation_grid.png [--chance 0.0714]

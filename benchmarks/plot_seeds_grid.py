@@ -1,4 +1,4 @@
-"""Table and plot of the seed-method grid (docs/evaluation.md, "Seed methods on four corpora").
+"""Table and plot of the seed-method grid (experiments/results/evaluation.md, "Seed methods on four corpora").
 
 Reads experiments/results/seeds-grid/cells.jsonl (histogram methods and the real-data line, written by
 `benchmarks/tune_histogram_defaults.py --split test`; rows at the English top-20K cut are the defaults before

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
@@ -29,13 +28,11 @@ from privseed.tasks.histogram_seeds import (build_mechanism, class_pair_counts, 
                                             class_term_releases, class_unit_l2_weights, noise_floor, pair_candidates,
                                             pair_coherence, pair_matrix, pair_mechanism, release_all,
                                             sample_class_sequences, stage_budgets)
+from privseed.tasks.experiment import data_root
 from privseed.tasks.mechanisms import insecure_noise
 from privseed.tasks.sampling import SelectionRule
 from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
-DATA = Path(os.environ.get("PRIVSEED_DATA_ROOT") or next(
-    (p / "shared" / "data" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
-    Path("shared/data")))
 CORPORA = {
     "dbpedia14": ("dbpedia14/train.parquet", "label", None),
     "ohsumed23": ("ohsumed23/train.parquet", "label", None),
@@ -78,7 +75,7 @@ def load_split(name: str, private_posts: int = 500, validation_posts: int = 60) 
         private, validation = load_split(base)
         return posts(private, private_posts, low, high, 11), posts(validation, validation_posts, low, high, 12)
     path, label_column, grid_test_fraction = CORPORA[name]
-    frame = pd.read_parquet(DATA / path)
+    frame = pd.read_parquet(data_root() / path)  # $PRIVSEED_DATA_ROOT (docs/datasets.md)
     frame = pd.DataFrame({"text": frame["text"].astype(str), "label": frame[label_column]})
     if grid_test_fraction:  # drop exactly the experiment grid's test rows (tasks/experiment.py prepare_data)
         order = np.random.default_rng(20240601).permutation(len(frame))

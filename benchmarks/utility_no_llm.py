@@ -1,4 +1,5 @@
-"""No-LLM utility of DP-KPS (the paper's Table 5 ablation) on the shared DBPedia-14 copy.
+"""No-LLM utility of DP-KPS (the paper's Table 5 ablation) on DBPedia-14 ($PRIVSEED_DATA_ROOT/dbpedia14,
+docs/datasets.md).
 
 For every method and every (eps_voc, eps_kde) of the paper's table it runs the real command
 
@@ -24,8 +25,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.exists()),
-              REPO.parent / "shared")
 sys.path.insert(0, str(REPO))
 
 BUDGETS = [(1.0, 5.0), (5.0, 5.0), (1.0, 10.0), (5.0, 10.0)]  # eps_total 6, 10, 11, 15
@@ -54,8 +53,9 @@ def accuracy(out: str, test_path: Path) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(SHARED / "data" / "dbpedia14" / "train.parquet"))
-    parser.add_argument("--test", default=str(SHARED / "data" / "dbpedia14" / "test.parquet"))
+    parser.add_argument("--data", help="private corpus (default: $PRIVSEED_DATA_ROOT/dbpedia14/train.parquet, "
+                        "docs/datasets.md)")
+    parser.add_argument("--test", help="real test split (default: $PRIVSEED_DATA_ROOT/dbpedia14/test.parquet)")
     parser.add_argument("--out", default="/tmp/dpkps-utility")
     parser.add_argument("--methods", default="independent,iterative-log,iterative-linear")
     parser.add_argument("--budgets", default=",".join(f"{a:g}+{b:g}" for a, b in BUDGETS))
@@ -65,6 +65,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from privseed.flows.cli import main as privseed
+    from privseed.tasks.experiment import data_root
+
+    args.data = args.data or str(data_root() / "dbpedia14" / "train.parquet")
+    args.test = args.test or str(data_root() / "dbpedia14" / "test.parquet")
 
     budgets = [tuple(float(x) for x in b.split("+")) for b in args.budgets.split(",")]
     rows = []

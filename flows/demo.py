@@ -1,8 +1,8 @@
 """``privseed demo``: DP-KPS on the bundled DBpedia-14 sample with every embedded default.
 
 Local files, a LocalCluster, the offline MiniLM embedding model and the local LLM shipped in a package:
-nothing is downloaded. The demo uses a small vocabulary cut and few documents per class so it finishes in a
-few minutes on two cores; the numbers in docs/ come from the full commands, not from the demo.
+nothing is downloaded. The demo writes few documents per class (3 with an LLM, 20 without) so it finishes in a
+few minutes on two cores; the figures in experiments/results/ come from the full commands, not from the demo.
 """
 
 from __future__ import annotations

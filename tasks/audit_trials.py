@@ -95,8 +95,9 @@ class Profile:
 
 
 # quick: 40 + 100 trials (the suite's slow CLI test; the suite's own audit is --trials 10, 10 + 10). full: the
-# figures of docs/privacy.md; with 500 evaluation trials per side a perfect threshold test bounds epsilon by about
-# 4.9, above every claim audited here, and every noise group of the calibration check reaches its 20,000 values.
+# figures of experiments/results/privacy-audit.md; with 500 evaluation trials per side a perfect threshold test
+# bounds epsilon by about 4.9, above every claim audited here, and every noise group of the calibration check
+# reaches its 20,000 values.
 PROFILES = {name: Profile(*counts) for name, counts in AUDIT_PROFILES.items()}
 
 # ---------------------------------------------------------------------------------------------------------

@@ -913,7 +913,7 @@ EXPERIMENT_OUT = "experiments/results"
 AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
                     "histogram-threshold")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
-#: figures of docs/privacy.md (500 evaluation trials per side bound epsilon by about 4.9 at most)
+#: figures of experiments/results/privacy-audit.md (500 evaluation trials per side bound epsilon by about 4.9)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}
 
 

@@ -45,14 +45,13 @@ GENERATION_KEYS = ("max_tokens", "temperature", "llm_concurrency", "llm_secret")
 
 
 def data_root() -> Path:
-    """Where `{data}` in experiment files points: $PRIVSEED_DATA_ROOT, else the project's shared/data."""
+    """Where `{data}` in experiment files points: $PRIVSEED_DATA_ROOT, the folder that holds the public corpora
+    (dbpedia14/, ohsumed23/, augpe/yelp/, medabstracts/, vocab/; docs/datasets.md)."""
     env = os.environ.get("PRIVSEED_DATA_ROOT")
-    if env:
-        return Path(env)
-    for candidate in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data"):
-        if candidate.exists():
-            return candidate
-    raise ConfigError("cannot find the shared datasets: set PRIVSEED_DATA_ROOT")
+    if not env:
+        raise ConfigError("PRIVSEED_DATA_ROOT is not set: point it at the folder that holds the public corpora "
+                          "(dbpedia14/, ohsumed23/, ...; docs/datasets.md)")
+    return Path(env)
 
 
 @dataclass

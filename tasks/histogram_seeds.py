@@ -13,8 +13,8 @@ greedy longest-match extraction as DP-KPS):
     group's size, and a term weighs its noisy count times (1 - q). The mass the q-values attribute to noise is
     the class's ``background_share``: that share of the class's draws comes from the weights pooled over all
     classes, so that every class's sequences carry the corpus's common words at a similar rate (measured in
-    docs/dpkps.md: without it the classes whose lists are mostly noise lose their test documents to the
-    classes with clean lists). ``clip`` keeps the K largest clipped counts as they are. Each sequence draws L
+    experiments/results/dpkps.md: without it the classes whose lists are mostly noise lose their test documents
+    to the classes with clean lists). ``clip`` keeps the K largest clipped counts as they are. Each sequence draws L
     terms i.i.d. with the selection rule (``SelectionRule``, e.g. power-G) on those weights.
 
 ``histogram-markov``

@@ -29,7 +29,13 @@ import pytest  # noqa: E402
 pytest_plugins = ["tests.s3server"]
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# The public corpora (docs/datasets.md) are found through $PRIVSEED_DATA_ROOT, as experiment files find them. When
+# it is unset, the development checkout's sibling data folder is the default, so tests that read real documents
+# run there and skip elsewhere; the variable is set for the session, so `{data}` in experiments/*.toml resolves too.
+_SIBLING_DATA = REPO.parent / "shared" / "data"
+if not os.environ.get("PRIVSEED_DATA_ROOT") and _SIBLING_DATA.is_dir():
+    os.environ["PRIVSEED_DATA_ROOT"] = str(_SIBLING_DATA)
+DATA_ROOT = Path(os.environ.get("PRIVSEED_DATA_ROOT") or _SIBLING_DATA)
 
 
 @pytest.fixture(scope="session")

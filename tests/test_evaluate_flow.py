@@ -167,7 +167,7 @@ def test_experiment_configs_in_the_repo_load(monkeypatch, tmp_path):
 
     try:
         grid.data_root()
-    except ConfigError:  # a checkout with no shared/data beside it: loading only resolves {data}, reads nothing
+    except ConfigError:  # PRIVSEED_DATA_ROOT unset: loading only resolves {data}, reads nothing
         monkeypatch.setenv("PRIVSEED_DATA_ROOT", str(tmp_path))
     for path in sorted(Path(grid.REPO / "experiments").glob("*.toml")):
         spec = grid.load_experiment(str(path))
@@ -466,7 +466,7 @@ def test_experiment_options_replace_the_files_settings(monkeypatch, tmp_path):
 
     try:
         grid.data_root()
-    except ConfigError:  # a checkout with no shared/data beside it: loading only resolves {data}, reads nothing
+    except ConfigError:  # PRIVSEED_DATA_ROOT unset: loading only resolves {data}, reads nothing
         monkeypatch.setenv("PRIVSEED_DATA_ROOT", str(tmp_path))
     path = str(grid.REPO / "experiments" / "dbpedia14_generation.toml")  # 3 LLMs, with and without class names
     plain = grid.load_experiment(path)

@@ -26,7 +26,7 @@ from privseed.tasks.passes import (
                                    )
 from privseed.tasks.units import map_reduce_units
 from privseed.tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
-from tests.conftest import SHARED_DATA, corpus_plan
+from tests.conftest import DATA_ROOT, corpus_plan
 
 LABELS = tuple(range(14))
 KEY = bytes(range(32))
@@ -34,8 +34,9 @@ KEY = bytes(range(32))
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """600 real DBPedia-14 documents (or the tiny corpus without the shared data) in 3 shards of 5-row groups."""
-    path = SHARED_DATA / "dbpedia14" / "train.parquet"
+    """600 real DBPedia-14 documents (or the tiny corpus without the public corpora of docs/datasets.md) in 3
+    shards of 5-row groups."""
+    path = DATA_ROOT / "dbpedia14" / "train.parquet"
     if path.exists():
         frame = pd.read_parquet(path, columns=["text", "label"]).sample(600, random_state=1).reset_index(drop=True)
     else:

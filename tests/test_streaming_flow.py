@@ -13,7 +13,7 @@ import pytest
 from privseed.tasks import units
 from privseed.tasks.errors import CorpusError, StorageError
 from privseed.tasks.ledger import PrivacyLedger
-from tests.conftest import SHARED_DATA, write_shards
+from tests.conftest import DATA_ROOT, write_shards
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +22,9 @@ LABELS = [str(i) for i in range(14)]
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[str, pd.DataFrame]:
-    path = SHARED_DATA / "dbpedia14" / "train.parquet"
+    path = DATA_ROOT / "dbpedia14" / "train.parquet"
     if not path.exists():
-        pytest.skip("the shared data is not beside this checkout")
+        pytest.skip("the public corpora are not under $PRIVSEED_DATA_ROOT (docs/datasets.md)")
     frame = pd.read_parquet(path, columns=["text", "label"]).sample(700, random_state=2).reset_index(drop=True)
     return write_shards(frame, tmp_path_factory.mktemp("streaming") / "corpus", n_shards=3, row_group_rows=20), frame
 

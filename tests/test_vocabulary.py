@@ -158,15 +158,15 @@ def test_first_matches_agree_with_the_full_extraction_across_chunk_cuts():
 @pytest.mark.parametrize("corpus,vocab", [("dbpedia14/train.parquet", "english"),
                                           ("ohsumed23/train.parquet", "vocab/medical_terms.txt")])
 def test_first_matches_agree_with_the_full_extraction_on_real_documents(corpus, vocab):
-    """Real documents of the shared data: English words on DBPedia-14, and multi-word medical terms (up to 22
-    tokens, so a candidate often reaches past a chunk cut) on OHSUMED abstracts."""
+    """Real documents of the public corpora (docs/datasets.md): English words on DBPedia-14, and multi-word medical
+    terms (up to 22 tokens, so a candidate often reaches past a chunk cut) on OHSUMED abstracts."""
     import pandas as pd
 
     from privseed.tasks.vocabulary import load_vocabulary
-    from tests.conftest import SHARED_DATA
+    from tests.conftest import DATA_ROOT
 
-    if not (SHARED_DATA / corpus).exists():
-        pytest.skip("the shared data is not beside this checkout")
-    texts = pd.read_parquet(SHARED_DATA / corpus, columns=["text"])["text"].tolist()[:1500]
-    vocabulary = load_vocabulary("english" if vocab == "english" else str(SHARED_DATA / vocab))
+    if not (DATA_ROOT / corpus).exists():
+        pytest.skip("the public corpora are not under $PRIVSEED_DATA_ROOT (docs/datasets.md)")
+    texts = pd.read_parquet(DATA_ROOT / corpus, columns=["text"])["text"].tolist()[:1500]
+    vocabulary = load_vocabulary("english" if vocab == "english" else str(DATA_ROOT / vocab))
     _first_agrees(PhraseMatcher(vocabulary), texts)

@@ -119,7 +119,7 @@ def _file_digest(path: Path) -> str:
 
 def default_threads() -> int:
     """Half the cores, at most 8. llama.cpp threads spin-wait on each other: on a shared 2-core machine
-    1 thread gave 58 tokens/s and 2 threads 11 tokens/s (docs/generation.md); run several Dask workers
+    1 thread gave 58 tokens/s and 2 threads 11 tokens/s (experiments/results/generation.md); run several Dask workers
     with 1-thread models instead of one model on every core."""
     return max(1, min((os.cpu_count() or 2) // 2, 8))
 

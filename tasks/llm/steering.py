@@ -32,7 +32,7 @@ Two schedules (``schedule``):
   A term the answer has just finished is **closed**: right after the last token of one of its forms, tokens
   that would glue more letters or digits onto it (``continues_word``) are banned, so "dmitri" does not become
   "dmitrii" (no longer the term) and then get pushed again ("dmitrii, dmitrias, dmitres, ...").
-  Measured on DP seeds from the public test split (docs/generation.md, "Seed steering").
+  Measured on DP seeds from the public test split (experiments/results/generation.md, "Seed steering").
 
 Privacy: the terms are the released seed (already in the prompt); nothing else is read. Costs no privacy.
 """

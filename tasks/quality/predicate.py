@@ -68,7 +68,7 @@ class DocumentRules:
     """Thresholds of ``document_rejection``. The statistics' thresholds were chosen on public real text: the
     tuning splits (DBPedia-14 train, OHSUMED-23 train, Yelp dev) set them, each at or beyond what real documents
     reach, and the test splits of the same corpora and Medical Abstracts (never seen in tuning) measure the false
-    rejects: at most 0.5 % per corpus (``benchmarks/document_predicate_real.py``, docs/generation.md)."""
+    rejects: at most 0.5 % per corpus (``benchmarks/document_predicate_real.py``, experiments/results/generation.md)."""
 
     min_words: int = 5
     max_words: int = 2000
