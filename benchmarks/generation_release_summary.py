@@ -20,8 +20,8 @@ import json
 import re
 from pathlib import Path
 
-from privseed.flows.demo import documents_vs_seeds
-from privseed.flows.evaluate import read_release
+from privseed.tasks.evaluation import documents_vs_seeds
+from privseed.tasks.release_reader import read_release
 from privseed.tasks.experiment import data_root
 from privseed.tasks.metrics import degenerate_rate, seed_term_coverage
 
