@@ -68,7 +68,7 @@ COMMANDS: tuple[Command, ...] = (
             "the release goes to --out, the owner's private state beside it (OUT.private). Example:\n\n"
             "  privseed dpkps corpus.parquet --out release --labels-file labels.txt --llm none"),
     Command("demo", "DemoConfig", "privseed.flows.demo:run_from_cli",
-            "run DP-KPS on the bundled demo corpus with embedded defaults",
+            "DP seeds made into documents on the bundled demo corpus, then evaluated (embedded defaults)",
             "Run DP-KPS on a bundled sample of DBpedia-14 (7,000 documents, 14 classes), then train a classifier on "
             "the release and score it on the bundled real test split. Nothing is downloaded."),
     Command("augpe", "AugPeConfig", "privseed.flows.evolution:run_augpe_from_cli",

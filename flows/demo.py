@@ -1,8 +1,12 @@
-"""``privseed demo``: DP-KPS on the bundled DBpedia-14 sample with every embedded default.
+"""``privseed demo``: privseed's best seeds made into documents on the bundled DBpedia-14 sample, with every
+embedded default, then the recipient's evaluation.
 
-Local files, a LocalCluster, the offline MiniLM embedding model and the local LLM shipped in a package:
-nothing is downloaded. The demo writes few documents per class (3 with an LLM, 20 without) so it finishes in a
-few minutes on two cores; the figures in experiments/results/ come from the full commands, not from the demo.
+The seeds are ``--method histogram`` (per-class DP term histograms, total epsilon 11; docs/dpkps.md), the
+strongest method without an LLM; the packaged local LLM (SmolLM2-135M, llama.cpp) writes one document from each
+seed, told the public class name (the demo declares DBpedia-14's ontology class names, as an owner would) and the
+document type. Local files, a LocalCluster, the offline MiniLM embedding model: nothing is downloaded. The demo
+writes 4 documents per class (20 without an LLM) so the demo step finishes in about ten minutes on two cores; the
+figures in experiments/results/ come from the full commands, not from the demo.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ DEMO_STEER = STEER_DEFAULT  # the CLI default, chosen on public seeds (docs/gene
 DEMO_TEST = "dbpedia14_demo_test.parquet"
 #: The demo's declared label set (0-13, one per line): like every run, the demo never reads labels from the data.
 DEMO_LABELS = "dbpedia14_labels.txt"
+#: The public names of those classes (DBpedia-14's ontology classes): each prompt names its class.
+DEMO_CLASS_NAMES = "dbpedia14_class_names.toml"
+#: The demo's seed method and its total epsilon (one budget for the term histograms).
+DEMO_METHOD = "histogram"
+DEMO_EPSILON = 11.0
 
 
 def demo_corpus_path(name: str = DEMO_TRAIN) -> str:
@@ -32,21 +41,23 @@ def demo_config(out: str, llm: str) -> dict:
         "data": demo_corpus_path(),
         "out": out,
         "labels_file": demo_corpus_path(DEMO_LABELS),
+        "class_names": demo_corpus_path(DEMO_CLASS_NAMES),
+        "method": DEMO_METHOD,
+        "epsilon": DEMO_EPSILON,
         "llm": llm,
         "doc_type": "Wikipedia article",
-        "per_class": 3 if llm != "none" else 20,
-        "eps_voc": 1.0,
-        "eps_kde": 10.0,
+        "per_class": 4 if llm != "none" else 20,
         "seed": 0,
         # The embedded 135M model needs help to write documents from its seeds (docs/generation.md): a prompt
-        # that demands every term, two short example articles written for the demo (public, not from the data;
-        # they fix the format), seed steering and no repeated 4-grams while it decodes, a lower temperature, and
-        # regeneration of answers that are not documents.
+        # that demands every term and names the class, two short example articles written for the demo (public,
+        # not from the data; they fix the format), seed steering and no repeated 4-grams while it decodes, a lower
+        # temperature, answers of an abstract's length (128 tokens: longer ones drift off their seeds; measured in
+        # experiments/results/generation.md), and regeneration of answers that are not documents.
         "prompt_template": "coverage",
         "few_shot": demo_corpus_path(DEMO_FEW_SHOT),
         "temperature": 0.4,
         "best_of": 1,
-        "max_tokens": 160,
+        "max_tokens": 128,
         "steer": DEMO_STEER,
         "no_repeat_ngram": 4,
         "max_regenerations": 3,
@@ -58,12 +69,12 @@ def run_from_cli(demo: DemoConfig) -> int:
 
 
 def run_demo(demo: DemoConfig) -> int:
-    """DP-KPS on the bundled corpus with the demo's settings, then the recipient's evaluation of the release."""
+    """The demo's seeds and documents from the bundled corpus, then the recipient's evaluation of the release."""
     from privseed.flows.dpkps import dpkps_flow
 
     out = str(Path(demo.out).resolve()) if "://" not in demo.out else demo.out
     cfg = validate_config(DpKpsConfig, demo_config(out, demo.llm))
-    print(f"privseed demo: DP-KPS on {cfg.data} (7,000 documents, 14 classes), LLM: {cfg.llm}")
+    print(f"privseed demo: {cfg.method} seeds from {cfg.data} (7,000 documents, 14 classes), LLM: {cfg.llm}")
     started = time.perf_counter()
     manifest = dpkps_flow(cfg)
     # The data recipient's side: train on the synthetic corpus only, score on the bundled real test split.
@@ -76,7 +87,7 @@ def run_demo(demo: DemoConfig) -> int:
         "report_path": storage.join(evaluated, "report.html")}))
     elapsed = time.perf_counter() - started
     print(f"\nDone in {elapsed:.0f} s: {manifest['rows']} synthetic documents, "
-          f"epsilon = {manifest['privacy']['epsilon']:g} (eps_voc {cfg.eps_voc:g} + eps_kde {cfg.eps_kde:g})")
+          f"epsilon = {manifest['privacy']['epsilon']:g} ({cfg.method} seeds)")
     print(f"  synthetic corpus: {storage.join(out, 'synthetic')}")
     print(f"  privacy ledger:   {storage.join(out, 'ledger.json')}")
     print(f"  manifest:         {storage.join(out, 'manifest.json')}")

@@ -1135,8 +1135,8 @@ class AuditConfig(BaseModel):
 
 
 class DemoConfig(BaseModel):
-    """`privseed demo`: DP-KPS on the bundled DBpedia-14 sample, then the recipient's evaluation. The demo's
-    DP-KPS settings are fixed (flows/demo.py); these are the two a user chooses."""
+    """`privseed demo`: histogram seeds made into documents on the bundled DBpedia-14 sample, then the
+    recipient's evaluation. The demo's settings are fixed (flows/demo.py); these are the two a user chooses."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     cli_group: ClassVar[str] = "the demo"

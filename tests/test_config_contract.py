@@ -497,7 +497,8 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
             assert (tmp / "audit" / "audit.json").exists()
             # the demo without an LLM, its bundled corpus (7,000 documents: minutes) swapped for the small one
             demo_files = {"dbpedia14_demo_train.parquet": corpus, "dbpedia14_demo_test.parquet": corpus,
-                          "dbpedia14_labels.txt": _labels_file(tmp), "few_shot_wikipedia.jsonl": few_shot}
+                          "dbpedia14_labels.txt": _labels_file(tmp), "few_shot_wikipedia.jsonl": few_shot,
+                          "dbpedia14_class_names.toml": _class_names_file(tmp)}
             patch.setattr("privseed.flows.demo.demo_corpus_path", lambda name="dbpedia14_demo_train.parquet":
                           str(demo_files[name]))
             assert main(["demo", "--llm", "none", "--out", str(tmp / "demo")]) == 0
@@ -520,6 +521,12 @@ def _experiment_file(tmp: Path, corpus: Path) -> Path:
 def _labels_file(tmp: Path) -> Path:
     path = tmp / "labels.txt"
     path.write_text("0\n1\n2\n")
+    return path
+
+
+def _class_names_file(tmp: Path) -> Path:
+    path = tmp / "class_names.toml"
+    path.write_text('[class_names]\n0 = "Company"\n1 = "School"\n2 = "Artist"\n')
     return path
 
 
