@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import sys
+import textwrap
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -134,6 +135,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(2)
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """A description's paragraphs wrapped to the terminal; indented lines (an example command) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(line if not line or line.startswith(" ") else
+                         textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+                         for line in text.splitlines())
+
+
 def _suggest(message: str, parser: argparse.ArgumentParser) -> str:
     """argparse's message with the closest valid choice of an invalid one."""
     marker = "invalid choice: "
@@ -162,7 +172,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if not _installed(command):  # a method not built into this installation
             continue
         sub = subparsers.add_parser(command.name, help=command.help, description=command.description,
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                                    formatter_class=_HelpFormatter)
         if only is None or only == command.name:
             from privseed.tasks.config import add_config_arguments
 
