@@ -85,6 +85,16 @@ def test_ledger_rows_reads_the_foundation_ledger_format():
     assert report.ledger_rows(None) == ([], "no ledger in this release")
 
 
+def test_the_ledger_total_reads_as_words_not_as_a_python_dict():
+    """The demo's report printed the guarantee as ``{'kind': ..., 'statement': ...}`` and ``secure: True``."""
+    statement = "(epsilon, delta)-differential privacy per document (add or remove one labelled document)"
+    _, total = report.ledger_rows({"entries": [], "total": {
+        "epsilon": 11.0, "delta": 0.0, "composition": "basic across stages",
+        "guarantee": {"kind": "(epsilon, delta)-differential privacy", "statement": statement}, "secure": True}})
+    assert total == f"epsilon = 11, delta = 0 (composition: basic across stages; guarantee: {statement}; secure: yes)"
+    assert "{" not in total and "True" not in total
+
+
 def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():
     from privseed.tasks.mechanisms import INSECURE_STAMP
 
