@@ -224,6 +224,11 @@ def _quiet_errors_of_the_engines() -> None:
     os.environ.setdefault("PRIVSEED_DASK_LOG_LEVEL", "CRITICAL")
 
 
+#: Libraries whose INFO records are their own bookkeeping, not the run's progress: Great Expectations logs about 200
+#: lines ("Skipping registering function ...") each time the release gate builds its context.
+CHATTY_LOGGERS = ("great_expectations",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen_command(argv)
@@ -242,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     apply_offline_defaults()  # before Prefect is imported (it reads its settings once)
     if not args.verbose:
         _quiet_errors_of_the_engines()
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return COMMANDS_BY_NAME[args.command].run(args)
     except PrivseedError as exc:

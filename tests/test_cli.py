@@ -4,6 +4,7 @@ before Prefect, Dask or torch is imported (so before any server or cluster start
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -84,6 +85,17 @@ def test_a_missing_required_flag_is_one_line_that_names_it():
     assert results[0]["err"].strip() == (
         "privseed evaluate: error: invalid configuration: --synthetic: a value is required (on the command line, "
         "as `synthetic` in the --config file or as PRIVSEED_SYNTHETIC)")
+
+
+def test_a_run_keeps_great_expectations_bookkeeping_off_the_terminal(tmp_path):
+    """A dpkps run printed about 200 INFO lines of Great Expectations' own ("Skipping registering function ...")
+    among its 260 lines of stderr; --verbose keeps them."""
+    code = ("import logging, sys; from privseed.flows.cli import main\n"
+            "main(sys.argv[1:])\n"
+            "print('LEVEL', logging.getLogger('great_expectations').getEffectiveLevel())")
+    missing = ["dpkps", str(tmp_path / "missing.parquet"), "--out", str(tmp_path / "out"), "--labels", "a,b"]
+    assert _python(code, *missing).stdout.strip().splitlines()[-1] == f"LEVEL {logging.WARNING}"
+    assert _python(code, "-v", *missing).stdout.strip().splitlines()[-1] == f"LEVEL {logging.DEBUG}"
 
 
 def test_importing_privseed_changes_no_process_wide_setting():
