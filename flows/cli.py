@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import sys
+import textwrap
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -134,6 +135,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(2)
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """A description's paragraphs wrapped to the terminal; indented lines (an example command) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(line if not line or line.startswith(" ") else
+                         textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+                         for line in text.splitlines())
+
+
 def _suggest(message: str, parser: argparse.ArgumentParser) -> str:
     """argparse's message with the closest valid choice of an invalid one."""
     marker = "invalid choice: "
@@ -162,7 +172,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if not _installed(command):  # a method not built into this installation
             continue
         sub = subparsers.add_parser(command.name, help=command.help, description=command.description,
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+                                    formatter_class=_HelpFormatter)
         if only is None or only == command.name:
             from privseed.tasks.config import add_config_arguments
 
@@ -214,6 +224,11 @@ def _quiet_errors_of_the_engines() -> None:
     os.environ.setdefault("PRIVSEED_DASK_LOG_LEVEL", "CRITICAL")
 
 
+#: Libraries whose INFO records are their own bookkeeping, not the run's progress: Great Expectations logs about 200
+#: lines ("Skipping registering function ...") each time the release gate builds its context.
+CHATTY_LOGGERS = ("great_expectations",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen_command(argv)
@@ -232,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     apply_offline_defaults()  # before Prefect is imported (it reads its settings once)
     if not args.verbose:
         _quiet_errors_of_the_engines()
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return COMMANDS_BY_NAME[args.command].run(args)
     except PrivseedError as exc:

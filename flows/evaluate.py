@@ -62,7 +62,7 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
                             ledger=release.ledger, opts=cfg)
     result["report"] = cfg.report_uri
     write_evaluation(result, html, result["report"], cfg.json_path)
-    score_artifacts(result["scores"], result["report"])  # the scores and the report's link, in the Prefect UI
+    score_artifacts(result)  # the scores (warnings first) and the report's link, in the Prefect UI
     return result
 
 

@@ -30,9 +30,7 @@ DEFAULTS: dict[str, str] = {
 
 #: Third-party loggers that would print request bodies at DEBUG; privseed never logs private text and these must
 #: not either.
-QUIET_LOGGERS = ("httpx", "httpcore", "anthropic", "openai", "urllib3", "botocore", "s3fs", "aiobotocore",
-                 # the release gate's Great Expectations logs its own set-up at INFO (hundreds of lines a run)
-                 "great_expectations")
+QUIET_LOGGERS = ("httpx", "httpcore", "anthropic", "openai", "urllib3", "botocore", "s3fs", "aiobotocore")
 
 
 def apply_offline_defaults() -> None:

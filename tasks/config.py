@@ -66,17 +66,20 @@ def read_labels_file(path: str, storage_options: dict[str, Any] | None = None) -
 # ---------------------------------------------------------------------------------------------------------
 def cli(*, flag: str | None = None, aliases: tuple[str, ...] = (), default_text: str | None = None,
         default_note: str | None = None, metavar: str | None = None, positional: bool = False,
-        group: str | None = None) -> dict[str, Any]:
+        group: str | None = None, either: str | None = None) -> dict[str, Any]:
     """A field's command-line metadata, kept in its ``json_schema_extra`` (so it is plain data):
 
     ``flag``: the flag's name when it is not the field's name with dashes (``n_features`` -> ``--features``);
     ``aliases``: further names of the same flag (``--population`` for ``--per-class``);
-    ``default_text``: what an unset field (default None) means, shown as its default ("a LocalCluster");
+    ``default_text``: what an unset field (default None) means, shown as its default ("a LocalCluster"; "required"
+    for a value a run refuses to go without although the model's default is None);
     ``default_note``: when another setting changes a non-None default, appended to it;
     ``metavar``: the value's placeholder in --help; ``positional``: an argument without a flag (DATA);
-    ``group``: the --help section, when not the one of the model that declares the field (``cli_group``)."""
+    ``group``: the --help section, when not the one of the model that declares the field (``cli_group``);
+    ``either``: fields that share this key are alternatives, one of which a run needs (--labels, --labels-file)."""
     meta = {"flag": flag, "aliases": list(aliases) or None, "default_text": default_text,
-            "default_note": default_note, "metavar": metavar, "positional": positional or None, "group": group}
+            "default_note": default_note, "metavar": metavar, "positional": positional or None, "group": group,
+            "either": either}
     return {key: value for key, value in meta.items() if value is not None}
 
 
@@ -145,10 +148,22 @@ def default_text(model: type[BaseModel], name: str) -> str:
     return render_value(default) + (f"; {meta['default_note']}" if "default_note" in meta else "")
 
 
+def requirement(model: type[BaseModel], name: str) -> str | None:
+    """How a run needs field ``name``, as --help says it: "required" (no default, or a None default that a run
+    refuses: ``default_text="required"``), "required: --a or --b" for alternatives (``either``), None when
+    the field is optional."""
+    meta = _meta(model.model_fields[name])
+    if "either" in meta:
+        alternatives = [flag_of(model, other) for other, field in model.model_fields.items()
+                        if _meta(field).get("either") == meta["either"]]
+        return "required: " + " or ".join(alternatives)
+    return "required" if default_text(model, name) == "required" else None
+
+
 def help_of(model: type[BaseModel], name: str) -> str:
-    """The --help line of field ``name``: its description, then its true default."""
-    text = default_text(model, name)
-    suffix = "(required)" if text == "required" else f"(default: {text})"
+    """The --help line of field ``name``: its description, then its true default (or how it is required)."""
+    need = requirement(model, name)
+    suffix = f"({need})" if need else f"(default: {default_text(model, name)})"
     description = model.model_fields[name].description
     return f"{description} {suffix}" if description else suffix
 
@@ -183,9 +198,15 @@ def comma_list(raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+#: The --help section of what a run needs (listed first; the usage line shows these alone, without brackets)
+REQUIRED_GROUP = "required"
+
+
 def _group_title(model: type[BaseModel], name: str) -> str:
-    """The --help section of a field: its ``group``, else the first class of the hierarchy that declares it
-    (``cli_group``)."""
+    """The --help section of a field: "required" for what a run needs, else its ``group``, else the first class of
+    the hierarchy that declares it (``cli_group``)."""
+    if requirement(model, name):
+        return REQUIRED_GROUP
     if "group" in _meta(model.model_fields[name]):
         return _meta(model.model_fields[name])["group"]
     for cls in reversed(model.__mro__):
@@ -194,29 +215,54 @@ def _group_title(model: type[BaseModel], name: str) -> str:
     return "options"
 
 
+def usage_of(parts: Iterable[tuple[str, str | None]]) -> str:
+    """The usage line of a command from its required arguments, each ``(text, either)`` in field order: the
+    alternatives that share an ``either`` key become one ``(--a A | --b B)``; every other option is ``[options]``."""
+    words: list[str] = []
+    alternatives: dict[str, list[str]] = {}
+    for text, either in parts:
+        if either is None:
+            words.append(text)
+        elif either in alternatives:
+            alternatives[either].append(text)
+        else:
+            alternatives[either] = [text]
+            words.append(either)
+    shown = [f"({' | '.join(alternatives[w])})" if w in alternatives else w for w in words]
+    return " ".join(["%(prog)s", *shown, "[options]"])
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
                          exclude: Iterable[str] = ()) -> None:
     """One argument per field of ``model`` (and ``--config FILE``): types from the annotations, choices from a
     Literal, booleans as ``--x/--no-x``, lists as ``a,b,c``, a dict as repeatable ``KEY=VALUE``, the help ending in
     the model's true default. Every argparse default is None: an absent flag leaves the config file, the
     environment and the model's default in charge (:func:`build_config`); values are checked by the model.
-    ``--config`` is left to a field that claims it (the experiment file of ``privseed experiment``)."""
+    ``--config`` is left to a field that claims it (the experiment file of ``privseed experiment``).
+
+    What a run needs (:func:`requirement`) is listed first, in a "required" section, and the usage line names
+    only those (``privseed dpkps DATA --out OUT (--labels A,B,... | --labels-file FILE) [options]``). argparse
+    itself does not enforce them (``required=True``), since a --config file or a PRIVSEED_<FIELD> variable may
+    give them; the model refuses a run without them, naming the flag."""
     if not any(flag_of(model, name) == "--config" for name in model.model_fields):
         parser.add_argument("--config", dest="config_file", metavar="FILE",
                             help="TOML or YAML file with values for these options, by field name (PRIVSEED_<FIELD> "
                                  "environment variables override it, flags override both)")
-    groups: dict[str, Any] = {}
-    for name, field in model.model_fields.items():
-        if name in exclude:
-            continue
+    names = [name for name in model.model_fields if name not in exclude]
+    needed = [name for name in names if requirement(model, name)]
+    groups: dict[str, Any] = {REQUIRED_GROUP: parser.add_argument_group(REQUIRED_GROUP)} if needed else {}
+    usage: list[tuple[str, str | None]] = []
+    for name in [*needed, *(name for name in names if name not in needed)]:
+        field = model.model_fields[name]
         meta = _meta(field)
         kind = value_type(field.annotation)
         help_text = help_of(model, name).replace("%", "%%")
-        if meta.get("positional"):
-            parser.add_argument(name, metavar=flag_of(model, name), help=help_text)
-            continue
         title = _group_title(model, name)
         group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
+        if meta.get("positional"):
+            group.add_argument(name, metavar=flag_of(model, name), help=help_text)
+            usage.append((flag_of(model, name), None))
+            continue
         kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
         metavar = meta.get("metavar", {int: "N", float: "X"}.get(kind, flag_of(model, name).lstrip("-").upper()))
         if kind is bool:
@@ -232,6 +278,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
         else:
             kwargs["metavar"] = metavar
         group.add_argument(*_named_flags(model, name), **kwargs)
+        if name in needed:
+            usage.append((" ".join(filter(None, (flag_of(model, name), kwargs.get("metavar")))), meta.get("either")))
+    parser.usage = usage_of(usage)
 
 
 def flags_from_args(model: type[BaseModel], args: argparse.Namespace) -> dict[str, Any]:
@@ -302,12 +351,12 @@ class ReleaseConfig(BaseModel):
                               json_schema_extra=cli(metavar="COLUMN"))
     labels: list[str] | None = Field(
         default=None,
-        description="the public label set, comma separated; required here, as --labels-file or as `labels` in the "
-                    "config file; never read from the private data",
-        json_schema_extra=cli(metavar="A,B,..."),
+        description="the public label set, comma separated (or `labels` in the --config file); never read from the "
+                    "private data",
+        json_schema_extra=cli(metavar="A,B,...", either="labels"),
     )
     labels_file: str | None = Field(default=None, description="a file with the label set, one label per line "
-                                    "(# comments)", json_schema_extra=cli(metavar="FILE"))
+                                    "(# comments)", json_schema_extra=cli(metavar="FILE", either="labels"))
     per_class: int = Field(default=100, ge=1, le=1_000_000, description="synthetic documents per class (public)")
     llm: str = Field(default="none", description="the LLM that writes documents from the seeds: none | "
                      "local[:MODEL_OR_PATH] | local-server[:MODEL_OR_PATH] (one shared llama.cpp server) | "
@@ -359,9 +408,8 @@ class ReleaseConfig(BaseModel):
                                  "(no language test)")
     document_rules: dict[str, Any] = Field(
         default_factory=dict,
-        description="a threshold of the document test by name (tasks/quality/predicate.py DocumentRules, "
-                    "docs/generation.md), "
-                    "e.g. max_seed_line_labels=4 for a corpus whose documents are forms (repeatable)",
+        description="set a threshold of the document test by name (docs/generation.md lists them), e.g. "
+                    "max_seed_line_labels=4 for a corpus whose documents are forms (repeatable)",
         json_schema_extra=cli(flag="document-rule", metavar="NAME=VALUE"))
     llm_concurrency: int = Field(default=4, ge=1, le=256, description="LLM calls in flight for remote APIs")
     llm_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key",
@@ -528,7 +576,7 @@ class DpKpsConfig(ReleaseConfig):
         description="the DP-KPS sampler, or privseed's per-class DP term histograms (docs/dpkps.md)")
     # The histogram methods (tasks/histogram_seeds.py, privseed's own comparator; docs/dpkps.md) spend one budget.
     epsilon: float | None = Field(default=None, description="total budget of --method histogram / histogram-markov",
-                                  json_schema_extra={**cli(metavar="EPS", default_text="eps_voc + eps_kde"),
+                                  json_schema_extra={**cli(metavar="EPS", default_text="--eps-voc + --eps-kde"),
                                                      **POSITIVE})
     hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class by the "
                             "histogram methods", json_schema_extra=cli(metavar="K"))
@@ -661,15 +709,17 @@ class EvolutionConfig(ReleaseConfig):
     per_class: int = Field(default=100, ge=1, le=1_000_000, description="N: population kept per class each round, "
                            "the synthetic documents per class", json_schema_extra=cli(aliases=("population",),
                                                                                      metavar="N"))
-    llm: str = Field(default="local", description="the LLM of RANDOM_API and VARIATION_API: local[:MODEL_OR_PATH] | "
-                     "local-server[:MODEL_OR_PATH] | anthropic:MODEL | openai-compatible:URL[#MODEL]",
+    llm: str = Field(default="local", description="the LLM that writes the first candidates and their variations: "
+                     "local[:MODEL_OR_PATH] | local-server[:MODEL_OR_PATH] | anthropic:MODEL | "
+                     "openai-compatible:URL[#MODEL]",
                      json_schema_extra=cli(metavar="SPEC"))
     iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds",
                             json_schema_extra=cli(metavar="T"))
     variations: int = Field(default=2, ge=1, le=100, description="K: LLM variations of each kept sample per round",
                             json_schema_extra=cli(metavar="K"))
     variation: Literal["paraphrase", "fill-blanks", "mixed"] = Field(
-        default="mixed", description="VARIATION_API prompt; mixed alternates paraphrase and fill-in-the-blanks")
+        default="mixed", description="how the LLM varies a kept sample: paraphrase, fill-blanks (fill in blanked "
+                                     "words), or mixed (the two alternate)")
     mask_fraction: float = Field(default=0.3, ge=0.0, lt=1.0, description="fill-in-the-blanks: share of words blanked")
     max_tokens: int = Field(default=128, ge=8, le=8192, description="output tokens per LLM call")
     temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="LLM sampling temperature")
@@ -717,8 +767,8 @@ class AugPeConfig(EvolutionConfig):
                              json_schema_extra=cli(metavar="H"))
     selection: Literal["rank", "sample"] = Field(default="rank", description="keep the N highest noisy counts, or "
                                                  "sample N proportional to them")
-    vocab_words: bool = Field(default=False, description="AugPE+V~: RANDOM_API prompts carry random words of DP-KPS's "
-                              "released vocabulary V~ (costs --eps-voc)")
+    vocab_words: bool = Field(default=False, description="AugPE+V~: the prompts of the first candidates carry "
+                              "random words of DP-KPS's released vocabulary V~ (costs --eps-voc)")
     words_per_prompt: int = Field(default=5, ge=1, le=100, description="AugPE+V~: words of V~ per prompt")
     vocab: str = Field(default="english", description="AugPE+V~: public vocabulary V, english or a file of terms",
                        json_schema_extra=cli(metavar="english|FILE"))
@@ -770,9 +820,10 @@ class SecPeConfig(EvolutionConfig):
     radius: float = Field(default=1.0, gt=0.0, description="R: clipping radius of embeddings (unit vectors: 1)")
     rho_norm: Literal["max", "paper"] = Field(default="max", description="how the LP weights become sampling "
                                               "probabilities rho: max (w / max w) or paper (Algorithm 1 as printed)")
-    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma, public and required for a "
-                                           "release: the run refuses if a detected secret needs more for (p, r); "
-                                           "--dry-run prints what a secret held by one document needs",
+    noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma, the public noise level of "
+                                           "the votes (not needed with --dry-run or --advise-sigma): the run refuses "
+                                           "if a detected secret needs more for (p, r); --dry-run prints what a "
+                                           "secret held by one document needs",
                                            json_schema_extra=cli(metavar="SIGMA", default_text="required"))
     advise_sigma: bool = Field(default=False, description="read the corpus, print the smallest sigma (rounded up to "
                                "0.5) that meets (p, r) for its detected secrets, and stop: nothing drawn, charged or "
@@ -879,6 +930,9 @@ def describe_error(model: type[BaseModel], error: Any) -> str:
         close = difflib.get_close_matches(name, list(model.model_fields), n=1, cutoff=0.6)
         if close:
             message += f"; did you mean {flag_of(model, close[0])} ({close[0]})?"
+    if error["type"] == "missing" and name in model.model_fields:
+        message = (f"a value is required (on the command line, as `{name}` in the --config file or as "
+                   f"PRIVSEED_{name.upper()})")
     if error["type"] == "literal_error" and isinstance(error.get("input"), str):
         choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
         close = difflib.get_close_matches(error["input"], choices, n=1, cutoff=0.6)

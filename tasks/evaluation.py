@@ -226,7 +226,8 @@ def classifier_warnings(y_true: Sequence[Any], runs: Mapping[str, Mapping[str, A
         if plan and not plan["used"] and plan["wanted"]:
             found.append({"classifier": label, "kind": "no-early-stopping", "message": (
                 f"{label} trained without early stopping: a validation split of the synthetic data would hold "
-                f"{plan['wanted']} documents, fewer than the {plan['minimum']} a split needs to mean anything (at "
+                f"{plan['wanted']} document{'s' if plan['wanted'] != 1 else ''}, fewer than the "
+                f"{plan['minimum']} a split needs to mean anything (at "
                 f"least two per class), so it trained all {len(run.get('history') or [])} epochs on every synthetic "
                 "document. Scores of a release this small vary widely from seed to seed.")})
     return found

@@ -232,44 +232,65 @@ def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
 SendCandidates = Callable[[list[ChatRequest], list[int], OnEach], None]
 
 
+#: ``on_settled(i, kept)``: owner i needs no further candidate; ``kept``: it has a document (else it is dropped).
+OnSettled = Callable[[int, bool], None]
+
+
 def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
                      request: Callable[[int, int], ChatRequest], is_document: Callable[[int, ChatResult], bool],
-                     send: SendCandidates) -> None:
+                     send: SendCandidates, on_settled: OnSettled | None = None) -> None:
     """Best-of-k, then regeneration (the control flow only; ``request(i, j)`` builds candidate j of owner i and
     ``send`` makes the calls). Round 0 asks for candidates 0..first_round-1 of every owner; each later round asks
     for one more candidate (the next index) of every owner none of whose candidates so far ``is_document``, for
     at most ``max_regenerations`` rounds. Deterministic in the answers: run twice over the same cache, it asks
     for the same calls. Seeded generation (``seeded_rounds``) and the only-LLM baseline (``generate_unseeded``)
-    both regenerate through it, so the two arms of a comparison follow one policy."""
+    both regenerate through it, so the two arms of a comparison follow one policy.
+
+    ``on_settled(i, kept)`` is told once per owner, as soon as its fate is known: when the last of its candidates of
+    a round arrives and one of its candidates is a document (kept), or when its last possible round ends without
+    one (dropped). A progress bar over the documents advances on it, so its total never changes however many
+    regenerations there are."""
     has_document = [False] * owners
     n_candidates = [first_round] * owners
+    lock = threading.Lock()  # backends may deliver answers from their own threads
 
-    def judge(asked: list[int]) -> OnEach:
+    def judge(asked: list[int], last_round: bool) -> OnEach:
+        pending = [0] * owners
+        for i in asked:
+            pending[i] += 1
+
         def on_each(j: int, result: ChatResult) -> None:
             i = asked[j]
-            if not has_document[i] and is_document(i, result):
-                has_document[i] = True
+            document = not has_document[i] and is_document(i, result)
+            with lock:
+                has_document[i] = has_document[i] or document
+                pending[i] -= 1
+                settled = pending[i] == 0 and (has_document[i] or last_round)
+            if settled and on_settled is not None:
+                on_settled(i, has_document[i])
         return on_each
 
     first = [i for i in range(owners) for _ in range(first_round)]
-    send([request(i, j) for i in range(owners) for j in range(first_round)], first, judge(first))
-    for _ in range(max_regenerations):
+    send([request(i, j) for i in range(owners) for j in range(first_round)], first,
+         judge(first, max_regenerations == 0))
+    for round_ in range(1, max_regenerations + 1):
         bad = [i for i, ok in enumerate(has_document) if not ok]
         if not bad:
             break
         extra = [request(i, n_candidates[i]) for i in bad]
         for i in bad:
             n_candidates[i] += 1
-        send(extra, bad, judge(bad))
+        send(extra, bad, judge(bad, round_ == max_regenerations))
 
 
 def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
-                  backend_kind: str, send: SendCandidates, rules: DocumentRules) -> None:
+                  backend_kind: str, send: SendCandidates, rules: DocumentRules,
+                  on_settled: OnSettled | None = None) -> None:
     """``candidate_rounds`` over released seeds: ``params.best_of`` candidates each (``candidate_request``), then
     up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected."""
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
                      lambda i, j: candidate_request(template, seeds[i], params, j, backend_kind),
-                     lambda i, result: rejection(seeds[i], _cleaned(result), rules) is None, send)
+                     lambda i, result: rejection(seeds[i], _cleaned(result), rules) is None, send, on_settled)
 
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
@@ -372,41 +393,56 @@ def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCac
 
 # -- I/O -------------------------------------------------------------------------------------------------------
 class CallProgress:
-    """tqdm bar of LLM calls: calls done, tokens in/out, cost so far (thread-safe). Pass it as ``on_result``
-    to :func:`privseed.tasks.llm.cached_complete` for per-call steps; shards on other processes go through
-    :class:`ShardProgress`."""
+    """tqdm bar of a generation (thread-safe), over a total fixed when it is made. ``unit="call"``: every call is
+    planned (private evolution's rounds), the bar moves with each call. ``unit="doc"``: the total is the documents
+    to write, one per seed; the bar moves when a seed is settled (:func:`candidate_rounds`' ``on_settled``: a
+    document kept, or the seed dropped after its last regeneration), and the calls, regenerations included, are a
+    count beside it (``calls=``, ``dropped=``), so the percentage and the ETA mean what they say.
 
-    def __init__(self, total: int, prices: tuple[float, float] | None, desc: str, enabled: bool):
+    Either way the postfix holds tokens in/out, answers served from the call cache and the cost so far. Pass the
+    bar as ``on_result`` to :func:`privseed.tasks.llm.cached_complete` for per-call steps; shards on other processes
+    go through :class:`ShardProgress`."""
+
+    def __init__(self, total: int, prices: tuple[float, float] | None, desc: str, enabled: bool,
+                 unit: str = "call"):
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="call", disable=not enabled, leave=False)
+        self.bar = tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
+        self.per_call = unit == "call"
         self.prices = prices
-        self.tokens_in = self.tokens_out = self.cached = 0
+        self.calls = self.tokens_in = self.tokens_out = self.cached = self.dropped = 0
         self.lock = threading.Lock()
 
     def __call__(self, r: ChatResult) -> None:
         self.add(1, r.tokens_in, r.tokens_out, int(r.cached))
 
-    def add(self, calls: int, tokens_in: int, tokens_out: int, cached: int = 0, planned: int | None = None) -> None:
-        """``planned``: the calls this step was counted for in ``total``; regenerations beyond it raise the total,
-        so the bar ends at 100 % instead of running past it."""
+    def add(self, calls: int, tokens_in: int, tokens_out: int, cached: int = 0) -> None:
+        """Calls answered (the bar moves with them when its unit is the call)."""
         with self.lock:
-            if planned is not None and calls > planned:
-                self.bar.total += calls - planned
+            self.calls += calls
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
             self.cached += cached
-            post: dict[str, int | str] = {"in": self.tokens_in, "out": self.tokens_out, "cached": self.cached}
-            if self.prices is not None:
-                post["usd"] = f"{(self.tokens_in * self.prices[0] + self.tokens_out * self.prices[1]) / 1e6:.4f}"
-            self.bar.set_postfix(post, refresh=False)
-            self.bar.update(calls)
+            self._show(calls if self.per_call else 0)
 
-    def extend(self, calls: int) -> None:
-        """Calls not planned when the bar was made (a regeneration round) join its total."""
+    def settle(self, documents: int = 1, dropped: int = 0) -> None:
+        """Seeds settled, ``dropped`` of them without a document (the bar moves with them when its unit is the
+        document)."""
         with self.lock:
-            self.bar.total += calls
-            self.bar.refresh()
+            self.dropped += dropped
+            self._show(0 if self.per_call else documents)
+
+    def on_settled(self, i: int, kept: bool) -> None:
+        """:func:`candidate_rounds`' ``on_settled``."""
+        self.settle(1, int(not kept))
+
+    def _show(self, steps: int) -> None:
+        post: dict[str, int | str] = {} if self.per_call else {"calls": self.calls, "dropped": self.dropped}
+        post.update({"in": self.tokens_in, "out": self.tokens_out, "cached": self.cached})
+        if self.prices is not None:
+            post["usd"] = f"{(self.tokens_in * self.prices[0] + self.tokens_out * self.prices[1]) / 1e6:.4f}"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(steps)  # 0 redraws the postfix, as often as tqdm's own interval allows
 
     def close(self) -> None:
         self.bar.close()
@@ -414,16 +450,17 @@ class CallProgress:
 
 class ShardProgress:
     """Per-call progress of a generation split into shards that finish long after their first call (a local
-    model writes a few documents a minute): each call of shard i arrives as a message (``on_call``, from
-    :func:`privseed.tasks.cluster.publish_event` on whichever process runs the shard) and moves the bar at once; when
-    shard i finishes, ``finished`` adds whatever its messages did not carry yet (messages are best-effort), and
-    later messages of that shard are ignored, so the bar counts each call once. Calls beyond a shard's
-    ``planned`` (regenerations) raise the bar's total as they happen."""
+    model writes a few documents a minute): each call of shard i, and each of its seeds as it is settled, arrives
+    as a message (``on_call``, from :func:`privseed.tasks.cluster.publish_event` on whichever process runs the
+    shard) and moves the bar at once; when shard i finishes, ``finished`` adds whatever its messages did not carry
+    yet (messages are best-effort), and later messages of that shard are ignored, so the bar counts each call and
+    each seed once. ``planned[i]``: shard i's share of the bar's total (its seeds for a bar over documents, its
+    calls for a bar over calls)."""
 
     def __init__(self, bar: CallProgress, planned: Sequence[int]):
         self.bar = bar
         self.planned = [int(p) for p in planned]
-        self.seen = [[0, 0, 0] for _ in self.planned]  # calls, tokens in, tokens out, per shard
+        self.seen = [[0, 0, 0, 0, 0] for _ in self.planned]  # calls, tokens in, tokens out, settled, dropped
         self.done: set[int] = set()
         self.lock = threading.Lock()
 
@@ -433,18 +470,26 @@ class ShardProgress:
             if i in self.done:
                 return
             seen = self.seen[i]
+            if "settled" in message:
+                if seen[3] < self.planned[i]:
+                    seen[3] += 1
+                    seen[4] += int(not message["kept"])
+                    self.bar.settle(1, int(not message["kept"]))
+                return
             seen[0] += 1
             seen[1] += int(message["in"])
             seen[2] += int(message["out"])
-            self.bar.add(1, int(message["in"]), int(message["out"]), int(message["cached"]),
-                         planned=1 if seen[0] <= self.planned[i] else 0)
+            self.bar.add(1, int(message["in"]), int(message["out"]), int(message["cached"]))
 
-    def finished(self, i: int, calls: int, tokens_in: int, tokens_out: int) -> None:
+    def finished(self, i: int, calls: int, tokens_in: int, tokens_out: int, dropped: int = 0) -> None:
+        """Shard i is done: ``calls`` answered (``tokens_in``, ``tokens_out``), ``dropped`` of its seeds without a
+        document."""
         with self.lock:
             self.done.add(i)
-            seen_calls, seen_in, seen_out = self.seen[i]
-            self.bar.add(max(0, calls - seen_calls), max(0, tokens_in - seen_in), max(0, tokens_out - seen_out),
-                         planned=max(0, self.planned[i] - seen_calls))
+            seen_calls, seen_in, seen_out, settled, seen_dropped = self.seen[i]
+            self.bar.add(max(0, calls - seen_calls), max(0, tokens_in - seen_in), max(0, tokens_out - seen_out))
+            if not self.bar.per_call:
+                self.bar.settle(max(0, self.planned[i] - settled), max(0, dropped - seen_dropped))
 
 
 def call_messages(topic: str | None, shard: int) -> Callable[[ChatResult], None] | None:
@@ -459,14 +504,28 @@ def call_messages(topic: str | None, shard: int) -> Callable[[ChatResult], None]
     return report
 
 
+def settle_messages(topic: str | None, shard: int) -> OnSettled | None:
+    """What a shard's settled seeds report to ``ShardProgress.on_call`` through ``topic`` (None: no progress
+    wanted)."""
+    if topic is None:
+        return None
+    from privseed.tasks.cluster import publish_event
+
+    def report(i: int, kept: bool) -> None:
+        publish_event(topic, {"shard": shard, "settled": 1, "kept": int(kept)})
+    return report
+
+
 def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
                    cache_uri: str | None, storage_options: dict | None = None, progress: bool = True,
                    shard: int = 0, cache_index: CacheIndex | None = None,
-                   on_call: Callable[[ChatResult], None] | None = None) -> pd.DataFrame:
+                   on_call: Callable[[ChatResult], None] | None = None,
+                   on_settled: OnSettled | None = None) -> pd.DataFrame:
     """Write one document per seed. Every call goes through the call cache, so re-running a crashed shard
     sends only the calls that never finished. ``cache_index``: the generation's listing of the cache (then
     only its hits are read); None lists the cache here when that is cheaper than probing. ``on_call``: told of
-    every finished call (a driver's progress bar, :func:`call_messages`)."""
+    every finished call, ``on_settled`` of every seed settled (a driver's progress bar, :func:`call_messages`,
+    :func:`settle_messages`)."""
     spec = as_spec(spec)
     if not kind_of(spec).writes_text:
         return no_llm_rows(seeds)
@@ -474,7 +533,7 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options, index=cache_index) if cache_uri else None
     n_first = len(seeds) * params.best_of
-    bar = CallProgress(n_first, call_prices(spec, n_first), f"generate[{shard}] {spec.kind}", progress)
+    bar = CallProgress(len(seeds), call_prices(spec, n_first), f"generate[{shard}] {spec.kind}", progress, unit="doc")
     k = params.best_of
     rules = document_rules(params)
     per_seed: list[list[ChatResult]] = [[] for _ in seeds]
@@ -484,14 +543,17 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
         if on_call is not None:
             on_call(result)
 
+    def settled(i: int, kept: bool) -> None:
+        bar.on_settled(i, kept)
+        if on_settled is not None:
+            on_settled(i, kept)
+
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
-        if any(per_seed):
-            bar.extend(len(requests))
         for i, result in zip(owners, complete(spec, requests, cache, on_result=on_result, on_each=on_each)):
             per_seed[i].append(result)
 
     try:
-        seeded_rounds(seeds, template, params, spec.kind, send, rules)
+        seeded_rounds(seeds, template, params, spec.kind, send, rules, settled)
     finally:
         bar.close()
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
@@ -532,9 +594,10 @@ def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     """One document per seed, as a frame (callers that keep the documents in memory: evaluation baselines,
     benchmarks; a release is written by :func:`generate_release_parts`). With a Dask client (the flow's),
     shards of ``shard_size`` seeds run on the workers, each worker process keeping its model loaded, and one
-    progress bar here moves with every call (``ShardProgress``); without one, everything runs in this process with a
-    per-call bar. Rows come back in seed order. The call cache is listed once, here, and every shard reads only
-    its hits. A batching Anthropic run is one shard: Message Batches want one big submission."""
+    progress bar here over the documents moves as each seed is settled (``ShardProgress``); without one,
+    everything runs in this process with the same bar. Rows come back in seed order. The call cache is listed
+    once, here, and every shard reads only its hits. A batching Anthropic run is one shard: Message Batches want
+    one big submission."""
     spec = as_spec(spec)
     if not kind_of(spec).writes_text:
         return no_llm_rows(seeds)
@@ -565,11 +628,12 @@ def _generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params: Genera
         return pd.concat(frames, ignore_index=True)
     from privseed.tasks.cluster import map_shards
 
-    bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
-    calls = ShardProgress(bar, [len(shard) * params.best_of for shard in shards])
+    bar = CallProgress(len(seeds), call_prices(spec, n_calls), f"generate {spec.kind}", progress, unit="doc")
+    calls = ShardProgress(bar, [len(shard) for shard in shards])
 
     def advance(i: int, df: pd.DataFrame) -> None:
-        calls.finished(i, int(df["candidates"].sum()), int(df["tokens_in"].sum()), int(df["tokens_out"].sum()))
+        calls.finished(i, int(df["candidates"].sum()), int(df["tokens_in"].sum()), int(df["tokens_out"].sum()),
+                       int(df["document_reason"].notna().sum()))
 
     try:
         with _call_topic(calls, progress) as topic:
@@ -594,7 +658,7 @@ def _numbered_shard(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, pa
                     cache_index: CacheIndex | None, topic: str | None = None) -> pd.DataFrame:
     number, seeds = shard
     return generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index,
-                          on_call=call_messages(topic, number))
+                          on_call=call_messages(topic, number), on_settled=settle_messages(topic, number))
 
 
 # -- a release written by the shards -------------------------------------------------------------------------
@@ -629,7 +693,7 @@ def generate_part(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, para
     ``topic`` as it finishes (the driver's progress bar)."""
     number, seeds = shard
     rows = generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index,
-                          on_call=call_messages(topic, number))
+                          on_call=call_messages(topic, number), on_settled=settle_messages(topic, number))
     kept, report = split_documents(rows, params.max_regenerations)
     part = write_part(out, release_id, number, kept, storage_options, gate) if len(kept) else None
     return GeneratedPart(part, report, int(rows["candidates"].sum()), int(rows["tokens_in"].sum()),
@@ -647,17 +711,16 @@ def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: Gener
     cache = CallCache(cache_uri, storage_options, index=cache_index)
     cache.load_index()
     n_first = len(seeds) * params.best_of
-    bar = CallProgress(n_first, call_prices(spec, n_first), f"generate {spec.kind} (batches)", progress)
+    bar = CallProgress(len(seeds), call_prices(spec, n_first), f"generate {spec.kind} (batches)", progress,
+                       unit="doc")
     sent: list[int] = []
 
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
-        if sent:
-            bar.extend(len(requests))
         sent.append(len(requests))
         complete(spec, requests, cache, on_result=bar, on_each=on_each, keep=False)
 
     try:
-        seeded_rounds(seeds, template, params, spec.kind, send, document_rules(params))
+        seeded_rounds(seeds, template, params, spec.kind, send, document_rules(params), bar.on_settled)
     finally:
         bar.close()
     log.info("batched calls: %d requests in %d round(s), %d served from the cache", sum(sent), len(sent), bar.cached)
@@ -719,11 +782,11 @@ def _generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params
             else:
                 index = client.submit(fill_cache, list(seeds), spec, params, cache_uri, storage_options, index,
                                       pure=False).result()
-        bar = CallProgress(n_calls, call_prices(spec, n_calls), f"generate {spec.kind}", progress)
-        calls = ShardProgress(bar, [len(shard) * params.best_of for shard in shards])
+        bar = CallProgress(len(seeds), call_prices(spec, n_calls), f"generate {spec.kind}", progress, unit="doc")
+        calls = ShardProgress(bar, [len(shard) for shard in shards])
 
         def advance(i: int, done: GeneratedPart) -> None:
-            calls.finished(i, done.calls, done.tokens_in, done.tokens_out)
+            calls.finished(i, done.calls, done.tokens_in, done.tokens_out, int(done.report.get("rows_dropped", 0)))
 
         try:
             with _call_topic(calls, progress) as topic:
@@ -783,17 +846,17 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
 
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
-    bar = CallProgress(len(row_labels), call_prices(spec, len(row_labels)), f"generate {spec.kind}", progress)
+    bar = CallProgress(len(row_labels), call_prices(spec, len(row_labels)), f"generate {spec.kind}", progress,
+                       unit="doc")
     answers: list[list[ChatResult]] = [[] for _ in row_labels]
 
     def send(requests: list[ChatRequest], owners: list[int], on_each: OnEach) -> None:
-        if any(answers):
-            bar.extend(len(requests))
         for i, answer in zip(owners, complete(spec, requests, cache, on_result=bar, on_each=on_each)):
             answers[i].append(answer)
 
     try:
-        candidate_rounds(len(row_labels), 1, params.max_regenerations, request, unseeded_document, send)
+        candidate_rounds(len(row_labels), 1, params.max_regenerations, request, unseeded_document, send,
+                         bar.on_settled)
     finally:
         bar.close()
         close_backend(spec)

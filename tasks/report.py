@@ -298,15 +298,27 @@ def ledger_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[
         if isinstance(t, Mapping):
             first = [k for k in ("epsilon", "delta") if k in t]
             total = ", ".join(f"{k} = {_fmt(t[k])}" for k in first)
-            # A nested value (the guarantee: kind + statement) is named by its kind; the statement is in the ledger.
-            rest = [f"{k}: {v.get('kind', v) if isinstance(v, Mapping) else v}" for k, v in t.items()
-                    if k not in first]
+            rest = [f"{k}: {_total_detail(v)}" for k, v in t.items() if k not in first]
             total += f" ({'; '.join(rest)})" if rest else ""
         elif isinstance(t, (list, tuple)) and len(t) == 2:
             total = f"epsilon = {_fmt(t[0])}, delta = {_fmt(t[1])}"
         elif t is not None:
             total = str(t)
     return rows, total
+
+
+def _total_detail(value: Any) -> str:
+    """A detail of a ledger's total in words: a guarantee by its statement, a flag as yes / no, a mapping as
+    ``key=value`` pairs (never a Python dict's repr)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Mapping):
+        if "statement" in value:
+            return str(value["statement"])
+        return ", ".join(f"{k}={_total_detail(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_total_detail(v) for v in value) or "none"
+    return _fmt(value)
 
 
 def ledger_stage_rows(ledger: Mapping[str, Any] | Sequence[Any] | None) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ before Prefect, Dask or torch is imported (so before any server or cluster start
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -59,6 +60,42 @@ def test_help_and_version_import_nothing_heavy():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "HEAVY []"
     assert "privseed 0." in done.stdout and "--eps-kde" in done.stdout and "--synthetic" in done.stdout
+
+
+def test_help_shows_required_flags_as_required():
+    """Issue 31: "required flags show as optional". The usage line names what a run needs, without brackets, and a
+    "required" section lists it first; the rest are [options]."""
+    code = ("import sys; from privseed.flows.cli import main\n"
+            "try:\n    main([sys.argv[1], '--help'])\nexcept SystemExit:\n    pass\n")
+    dpkps = _python(code, "dpkps").stdout
+    assert dpkps.startswith("usage: privseed dpkps DATA --out OUT (--labels A,B,... | --labels-file FILE) [options]\n")
+    required = dpkps.split("\nrequired:\n", 1)[1].split("\n\n", 1)[0]
+    assert "--out OUT" in required and "(required)" in required and "(required: --labels or --labels-file)" in required
+    assert "--eps-kde" not in required and "--eps-kde" in dpkps
+    evaluate = _python(code, "evaluate").stdout
+    assert evaluate.startswith("usage: privseed evaluate --synthetic OUT --test PATH [options]\n")
+    assert "[--synthetic" not in evaluate and "[--test" not in evaluate
+    demo = _python(code, "demo").stdout  # nothing required: every flag is an option
+    assert demo.startswith("usage: privseed demo [options]\n") and "\nrequired:" not in demo
+
+
+def test_a_missing_required_flag_is_one_line_that_names_it():
+    results, heavy = run_cli(["evaluate", "--test", "t.parquet"])
+    assert results[0]["code"] == 2 and heavy == []
+    assert results[0]["err"].strip() == (
+        "privseed evaluate: error: invalid configuration: --synthetic: a value is required (on the command line, "
+        "as `synthetic` in the --config file or as PRIVSEED_SYNTHETIC)")
+
+
+def test_a_run_keeps_great_expectations_bookkeeping_off_the_terminal(tmp_path):
+    """A dpkps run printed about 200 INFO lines of Great Expectations' own ("Skipping registering function ...")
+    among its 260 lines of stderr; --verbose keeps them."""
+    code = ("import logging, sys; from privseed.flows.cli import main\n"
+            "main(sys.argv[1:])\n"
+            "print('LEVEL', logging.getLogger('great_expectations').getEffectiveLevel())")
+    missing = ["dpkps", str(tmp_path / "missing.parquet"), "--out", str(tmp_path / "out"), "--labels", "a,b"]
+    assert _python(code, *missing).stdout.strip().splitlines()[-1] == f"LEVEL {logging.WARNING}"
+    assert _python(code, "-v", *missing).stdout.strip().splitlines()[-1] == f"LEVEL {logging.DEBUG}"
 
 
 def test_importing_privseed_changes_no_process_wide_setting():

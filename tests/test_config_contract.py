@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from privseed.tasks.config import (AugPeConfig, AuditConfig, DemoConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig,
                                    ReleaseConfig, SecPeConfig, value_type, config_from_args, default_text, flag_of,
-                                   flags_of, render_value, validate_config)
+                                   flags_of, render_value, requirement, validate_config)
 from privseed.tasks.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -277,8 +277,8 @@ def test_help_shows_every_flag_with_its_true_default(command, capsys):
             assert flag in shown, f"{command} --help does not show {flag}"
         assert field.description and not re.search(r"\(default|default:? ?[-+.\d]", field.description), (
             f"{name}: a description states no default value; the generator appends the true one")
-        text = default_text(model, name)
-        suffix = "(required)" if text == "required" else f"(default: {text})"
+        text, need = default_text(model, name), requirement(model, name)
+        suffix = f"({need})" if need else f"(default: {text})"
         assert action.help.replace("%%", "%").endswith(suffix)
         assert re.sub(r"\s+", "", action.help.replace("%%", "%")) in shown
         if field.is_required() or name in REQUIRED[command]:
@@ -303,7 +303,7 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
     histogram = validate_config(DpKpsConfig, {**base, "method": "histogram"})
     assert histogram.vocab_top == DpKpsConfig.model_fields["vocab_top"].default
     assert histogram.histogram_epsilon == histogram.eps_voc + histogram.eps_kde
-    assert default_text(DpKpsConfig, "epsilon") == "eps_voc + eps_kde"
+    assert default_text(DpKpsConfig, "epsilon") == "--eps-voc + --eps-kde"
     schedule = augpe_schedule(validate_config(AugPeConfig, REQUIRED["augpe"]))
     assert default_text(AugPeConfig, "epsilon").startswith(f"{schedule['epsilon']:g} ")
     assert schedule["delta"] == accounting.default_delta(AugPeConfig.model_fields["n_upper_bound"].default)
@@ -333,6 +333,34 @@ def test_defaults_of_the_other_commands_described_in_words_are_the_ones_the_code
         assert f"{profile}: {counts[1]} evaluation trials" in AuditConfig.model_fields["profile"].description
     assert default_text(EvaluateConfig, "report_path") == "OUT.evaluation/report.html"
     assert validate_config(EvaluateConfig, REQUIRED["evaluate"]).report_uri == "o.evaluation/report.html"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_what_a_run_needs_as_required(command, capsys):
+    """A field a run cannot be without (no default, "required" as its unset meaning, or one of alternatives such as
+    --labels / --labels-file) is listed under "required" and named without brackets in the usage line; every
+    other field is an [option]."""
+    from privseed.flows.cli import build_parser
+
+    model = COMMANDS[command]
+    parser = _subparser(build_parser(), command)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    shown = capsys.readouterr().out
+    usage = shown.split("\n\n", 1)[0].removeprefix(f"usage: privseed {command} ")
+    sections = {group.title: [a.dest for a in group._group_actions] for group in parser._action_groups}
+    needed = [name for name in model.model_fields if requirement(model, name)]
+    assert set(REQUIRED[command]) <= set(needed)  # what a run cannot be without is shown so
+    assert sections.get("required", []) == needed
+    assert usage.endswith("[options]") and "[" not in usage.removesuffix("[options]")
+    for name in needed:
+        flag = flag_of(model, name)
+        assert flag in usage, f"{command}: the usage line does not name {flag}"
+        assert f"[{flag}" not in usage
+    if needed:
+        assert shown.index("\nrequired:\n") < min(shown.index(f"\n{t}:\n") for t in sections
+                                                  if t not in ("required", "options", "positional arguments")
+                                                  and sections[t])
 
 
 def test_the_fixed_drift_stays_fixed(capsys):

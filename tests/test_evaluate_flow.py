@@ -453,7 +453,7 @@ def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path,
 def test_deployable_entry_points_validate_their_config(prefect_harness):
     with pytest.raises(ConfigError, match=r"--colar: unknown option \(EvaluateConfig has no field 'colar'\)"):
         ev.evaluate({"synthetic": "OUT", "test": "t.parquet", "colar": True})
-    with pytest.raises(ConfigError, match="--test: Field required"):
+    with pytest.raises(ConfigError, match="--test: a value is required"):
         ev.evaluate({"synthetic": "OUT"})
     with pytest.raises(ConfigError, match="--coral needs --client"):
         ev.evaluate({"synthetic": "OUT", "test": "t.parquet", "coral": True})

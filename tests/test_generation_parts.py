@@ -217,52 +217,90 @@ def test_on_a_cluster_batches_go_out_together_and_workers_write_the_parts(tmp_pa
     assert frame["text"].str.startswith("A fake document").all()
 
 
-def test_the_call_bar_grows_with_regenerations_and_ends_at_its_total():
+def test_the_document_bar_keeps_its_total_and_counts_the_calls_beside_it():
+    """Issue 31: the bar's total grew with regenerations, so its percentage and ETA misled. Its total is now the
+    documents to write; it moves when a seed is settled, and the calls (regenerations included) are a count."""
     from privseed.tasks.generation import CallProgress
 
-    bar = CallProgress(10, None, "generate", enabled=True)  # two shards of 5 seeds, best of 1
-    bar.add(7, 10, 20, planned=5)  # the first shard regenerated twice
-    assert (bar.bar.n, bar.bar.total) == (7, 12)
-    bar.add(5, 10, 20, planned=5)
-    assert bar.bar.n == bar.bar.total == 12
+    bar = CallProgress(10, None, "generate", enabled=True, unit="doc")  # 10 seeds, best of 1
+    bar.add(7, 10, 20)  # 7 calls: 5 first candidates and 2 regenerations
+    assert (bar.bar.n, bar.bar.total, bar.calls) == (0, 10, 7)
+    bar.settle(4)
+    bar.on_settled(4, kept=False)  # a seed dropped after its last regeneration
+    assert (bar.bar.n, bar.bar.total, bar.dropped) == (5, 10, 1)
+    assert "calls=7" in bar.bar.postfix and "dropped=1" in bar.bar.postfix
     bar.close()
 
 
-def test_shard_progress_counts_each_call_once_whether_its_message_comes_early_late_or_never():
+def test_a_call_bar_moves_with_each_call():
+    """Private evolution's rounds plan every call: their bars count calls (and show no calls= beside them)."""
+    from privseed.tasks.generation import CallProgress
+
+    bar = CallProgress(6, None, "augpe", enabled=True)
+    bar.add(2, 10, 20)
+    bar.settle(1)  # a call bar does not count documents
+    assert (bar.bar.n, bar.bar.total) == (2, 6) and "calls=" not in bar.bar.postfix
+    bar.close()
+
+
+def test_shard_progress_counts_each_call_and_seed_once_whether_its_message_comes_early_late_or_never():
     from privseed.tasks.generation import CallProgress, ShardProgress
 
-    bar = CallProgress(10, None, "generate", enabled=True)  # two shards of 5 seeds, best of 1
+    bar = CallProgress(10, None, "generate", enabled=True, unit="doc")  # two shards of 5 seeds, best of 1
     calls = ShardProgress(bar, [5, 5])
     message = {"in": 10, "out": 20, "cached": 0}
-    for _ in range(7):  # shard 0's calls as they happen: 5 planned, then 2 regenerations
+    for _ in range(7):  # shard 0's calls as they happen: 5 first candidates, then 2 regenerations
         calls.on_call({"shard": 0, **message})
-    assert (bar.bar.n, bar.bar.total) == (7, 12)
-    calls.finished(0, 7, 70, 140)  # everything already counted
+    for kept in (1, 1, 1, 1, 0):  # and its seeds as they are settled, one dropped
+        calls.on_call({"shard": 0, "settled": 1, "kept": kept})
+    calls.on_call({"shard": 0, "settled": 1, "kept": 1})  # one more than the shard has seeds: not counted
+    assert (bar.bar.n, bar.bar.total, bar.calls, bar.dropped) == (5, 10, 7, 1)
+    calls.finished(0, 7, 70, 140, dropped=1)  # everything already counted
     calls.on_call({"shard": 0, **message})  # a message that arrives after its shard finished
-    assert (bar.bar.n, bar.bar.total, bar.tokens_in) == (7, 12, 70)
-    calls.on_call({"shard": 1, **message})  # shard 1: one message arrives, the rest never do
-    calls.finished(1, 6, 60, 120)
-    assert bar.bar.n == bar.bar.total == 13 and (bar.tokens_in, bar.tokens_out) == (130, 260)
+    assert (bar.bar.n, bar.bar.total, bar.calls, bar.tokens_in) == (5, 10, 7, 70)
+    calls.on_call({"shard": 1, **message})  # shard 1: one message of each kind arrives, the rest never do
+    calls.on_call({"shard": 1, "settled": 1, "kept": 1})
+    assert (bar.bar.n, bar.bar.total) == (6, 10)
+    calls.finished(1, 6, 60, 120, dropped=2)
+    assert (bar.bar.n, bar.bar.total, bar.calls, bar.dropped) == (10, 10, 13, 3)
+    assert (bar.tokens_in, bar.tokens_out) == (130, 260)
     bar.close()
 
 
-def test_the_bar_moves_with_every_call_not_only_when_a_shard_finishes(tmp_path, recording, monkeypatch):
-    """Shards of a local model finish minutes apart: the bar must move per call. Each call's message reaches
-    the bar before its shard's final count does, and the totals agree with what was sent."""
+def test_the_bar_moves_with_every_seed_and_its_total_never_changes(tmp_path, recording, monkeypatch):
+    """Shards of a local model finish minutes apart: the bar must move before a shard does. Each call's and each
+    seed's message reaches the bar before its shard's final count does; the total stays the number of seeds while
+    seed 1003 is regenerated to the end and dropped, and the counts agree with what was sent."""
     from privseed.tasks import generation
 
     events: list[tuple[str, int]] = []
+    shown: list[tuple[int, int]] = []
     on_call, finished = generation.ShardProgress.on_call, generation.ShardProgress.finished
     monkeypatch.setattr(generation.ShardProgress, "on_call",
-                        lambda self, m: (events.append(("call", m["shard"])), on_call(self, m))[1])
+                        lambda self, m: (events.append(("seed" if "settled" in m else "call", m["shard"])),
+                                         on_call(self, m))[1])
     monkeypatch.setattr(generation.ShardProgress, "finished",
                         lambda self, i, *a: (events.append(("shard done", i)), finished(self, i, *a))[1])
+    show = generation.CallProgress._show
+    monkeypatch.setattr(generation.CallProgress, "_show",
+                        lambda self, steps: (show(self, steps),
+                                             self.bar.disable or shown.append((self.bar.n, self.bar.total)))[0])
+    closed: list[tuple[int, int, int, int]] = []
+    close = generation.CallProgress.close
+    monkeypatch.setattr(generation.CallProgress, "close",
+                        lambda self: (closed.append((self.bar.n, self.bar.total, self.calls, self.dropped)),
+                                      close(self))[1])
     generate_release_parts(seeds(), SPEC, PARAMS, str(tmp_path / "cache"), None, out=str(tmp_path / "out"),
                            gate=None, shard_size=8, progress=True)
     calls = [shard for kind, shard in events if kind == "call"]
-    assert len(calls) == len(recording.requests)  # one message per call (regenerations included)
-    for shard in range(4):  # each shard's calls were reported before the shard was
-        assert events.index(("shard done", shard)) > max(i for i, e in enumerate(events) if e == ("call", shard))
+    assert len(calls) == len(recording.requests) > 30  # one message per call (regenerations included)
+    assert len([e for e in events if e[0] == "seed"]) == 30  # one per seed
+    for shard in range(4):  # each shard's calls and seeds were reported before the shard was
+        assert events.index(("shard done", shard)) > max(i for i, e in enumerate(events) if e[1] == shard
+                                                         and e[0] != "shard done")
+    assert {total for _, total in shown} == {30}  # the total never changed
+    assert [n for n, _ in shown] == sorted(n for n, _ in shown)
+    assert closed[-1] == (30, 30, len(recording.requests), 1)  # every seed settled, seed 1003 dropped
 
 
 @pytest.mark.slow
@@ -279,7 +317,7 @@ def test_on_a_cluster_the_workers_calls_reach_the_drivers_bar_as_they_finish(tmp
     monkeypatch.setattr(generation.ShardProgress, "on_call", lambda self, m: (messages.append(m), on_call(self, m))[1])
     close = generation.CallProgress.close
     monkeypatch.setattr(generation.CallProgress, "close",
-                        lambda self: (closed.append((self.bar.n, self.bar.total)), close(self))[1])
+                        lambda self: (closed.append((self.bar.n, self.bar.total, self.calls)), close(self))[1])
     monkeypatch.setenv("ANTHROPIC_API_KEY", "fake-key")
     with FakeAnthropic(api_key="fake-key") as fake:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
@@ -290,6 +328,8 @@ def test_on_a_cluster_the_workers_calls_reach_the_drivers_bar_as_they_finish(tmp
                                    str(tmp_path / "cache"), None, out=str(tmp_path / "out"), gate=gate,
                                    shard_size=8, progress=True)
         sent = fake.message_calls
-    assert sent >= 30 and 0 < len(messages) <= sent  # messages came from the worker processes
+    call_messages = [m for m in messages if "settled" not in m]
+    assert sent >= 30 and 0 < len(call_messages) <= sent  # messages came from the worker processes
+    assert 0 < len(messages) - len(call_messages) <= 30  # and so did the settled seeds'
     assert {m["shard"] for m in messages} <= {0, 1, 2, 3}
-    assert closed[-1] == (sent, sent)  # each call counted once, the bar at 100 %
+    assert closed[-1] == (30, 30, sent)  # each seed and each call counted once, the bar at 100 %

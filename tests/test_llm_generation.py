@@ -75,6 +75,27 @@ def test_candidate_rounds_asks_one_more_candidate_per_round_of_the_owners_withou
     assert len(rounds) == 1
 
 
+def test_candidate_rounds_settle_each_owner_once_as_soon_as_its_fate_is_known():
+    """The generation bar's total is the documents to write and it moves on ``on_settled``: each owner is settled
+    exactly once, kept as soon as the round that gave it a document is in, dropped when its last round is over."""
+    first_document = {0: 0, 1: 2, 2: None}
+    log: list = []
+
+    def is_document(i, result):
+        return first_document[i] is not None and result >= first_document[i]
+
+    def send(requests, owners, on_each):
+        log.append("round")
+        for j, (_, k) in enumerate(requests):
+            on_each(j, k)
+
+    candidate_rounds(3, 2, 3, lambda i, j: (i, j), is_document, send, lambda i, kept: log.append((i, kept)))
+    assert log == ["round", (0, True), "round", (1, True), "round", "round", (2, False)]
+    log.clear()
+    candidate_rounds(3, 2, 0, lambda i, j: (i, j), is_document, send, lambda i, kept: log.append((i, kept)))
+    assert log == ["round", (0, True), (1, False), (2, False)]
+
+
 def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
     # Candidate j answers with j+1 seed terms, so best-of-3 must pick candidate 2.
     def answer(req):

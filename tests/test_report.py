@@ -83,11 +83,21 @@ def test_ledger_rows_reads_the_foundation_ledger_format():
     assert rows[0]["name"] == "kde-0" and rows[0]["partition"] == "3" and '"I": 300' in rows[0]["params"]
     assert "epsilon = 11" in total
     assert report.ledger_rows(None) == ([], "no ledger in this release")
-    # the guarantee (a mapping) is named by its kind on the one-line total, not printed as a dict
+    # the guarantee (a mapping) is written as its statement on the one-line total, not printed as a dict
     _, total = report.ledger_rows({"entries": [], "total": {
         "epsilon": 11.0, "delta": 0.0, "guarantee": {"kind": "(epsilon, delta)-differential privacy",
                                                      "statement": "per document"}}})
-    assert total == "epsilon = 11, delta = 0 (guarantee: (epsilon, delta)-differential privacy)"
+    assert total == "epsilon = 11, delta = 0 (guarantee: per document)"
+
+
+def test_the_ledger_total_reads_as_words_not_as_a_python_dict():
+    """The demo's report printed the guarantee as ``{'kind': ..., 'statement': ...}`` and ``secure: True``."""
+    statement = "(epsilon, delta)-differential privacy per document (add or remove one labelled document)"
+    _, total = report.ledger_rows({"entries": [], "total": {
+        "epsilon": 11.0, "delta": 0.0, "composition": "basic across stages",
+        "guarantee": {"kind": "(epsilon, delta)-differential privacy", "statement": statement}, "secure": True}})
+    assert total == f"epsilon = 11, delta = 0 (composition: basic across stages; guarantee: {statement}; secure: yes)"
+    assert "{" not in total and "True" not in total
 
 
 def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():

@@ -239,10 +239,10 @@ def cached_complete(backend: LLMBackend, requests: Sequence[ChatRequest], cache:
         answered[i] = True
         if results is not None:
             results[i] = res
+        if on_result:  # first: a bar counts the call before on_each may settle its seed
+            on_result(res)
         if on_each:
             on_each(i, res)
-        if on_result:
-            on_result(res)
 
     if cache is not None:
         for i, res in cache.read_hits(keys):
