@@ -20,6 +20,7 @@ import json
 import re
 from pathlib import Path
 
+from privseed.tasks.corpus import read_corpus
 from privseed.tasks.evaluation import documents_vs_seeds
 from privseed.tasks.release_reader import read_release
 from privseed.tasks.experiment import data_root
@@ -51,7 +52,7 @@ def main() -> None:
     quality = json.loads((Path(args.release) / "quality.json").read_text())
     gen = quality.get("generation", {})
     texts, seeds = rows["text"].astype(str).tolist(), [list(map(str, k)) for k in rows["keyphrases"]]
-    docs, seeds_alone = documents_vs_seeds(args.release, args.test)
+    docs, seeds_alone = documents_vs_seeds(rows, read_corpus(args.test))
     rejected = sum(gen.get("rejected_candidates_by_reason", {}).values())
     tokens = int(rows["tokens_out"].sum())
     print(f"release {args.release}: model {rows['model'].iloc[0]}, prompt {rows['prompt_version'].iloc[0]}")
