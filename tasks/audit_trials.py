@@ -578,19 +578,20 @@ class HistogramAudit(_Mechanism):
         """Documents D and D' hold besides the audit corpus (none: its own counts serve the calibration check)."""
         return None
 
-    def noise_draws(self, ledger: _RecordingLedger, counts: Mapping[bool, np.ndarray],
-                    with_canary: bool) -> dict[str, stats.NoiseDraw]:
-        """The calibration check's blocks: every class's whole noisy row, moved by the canary."""
+    def noise_draws(self, ledger: _RecordingLedger, own: np.ndarray, with_canary: bool) -> dict[str, stats.NoiseDraw]:
+        """The calibration check's blocks: every class's whole noisy row, moved by the canary (pass 1 on the other
+        corpus too, every trial). ``own``: the trial's corpus's counts, which the stage released."""
+        counts = {with_canary: own, not with_canary: _scan_counts(self.plans[not with_canary], self.labels, self.cfg)}
         return self.draws(ledger, {f"histogram-class{c}": (counts[False][c], counts[True][c])
                                    for c in range(len(self.labels))}, with_canary)
 
     def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.histogram import privatize_class_histograms
 
-        counts = {side: _scan_counts(plan, self.labels, self.cfg) for side, plan in self.plans.items()}
+        own = _scan_counts(self.plans[with_canary], self.labels, self.cfg)
         with self.ledger() as ledger:
-            released = privatize_class_histograms.fn(counts[with_canary], self.labels, self.cfg, ledger)[0]
-            draws = self.noise_draws(ledger, counts, with_canary)
+            released = privatize_class_histograms.fn(own, self.labels, self.cfg, ledger)[0]
+            draws = self.noise_draws(ledger, own, with_canary)
         noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
         # D's exact counts of the S terms are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
         return stats.TrialOutcome({"class 0, the canary's S term counts, Laplace likelihood ratio":
@@ -623,9 +624,11 @@ class HistogramThresholdAudit(HistogramAudit):
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
-        # D+'s counts, by the same pass 1 (once: the pass is deterministic, and the trials recompute D's)
+        # D+'s move of D's counts, by the same pass 1 on both, once: the pass is deterministic, and a trial's pass
+        # over a corpus of 1,900 documents is most of its time.
         neighbour = _write_corpus(_with(audit_corpus(), _TOPICS[0][0], 0), workdir / f"{self.name}-neighbour",
                                   bulk=self.bulk())
+        self.without = _scan_counts(self.plans[False], self.labels, self.cfg)
         self.neighbour_counts = _scan_counts(neighbour, self.labels, self.cfg)
 
     def bulk(self) -> pd.DataFrame:
@@ -635,12 +638,11 @@ class HistogramThresholdAudit(HistogramAudit):
         return pd.DataFrame([(text, label) for label, texts in _TOPICS.items() for text in texts
                              for _ in range(copies)], columns=["text", "label"])
 
-    def noise_draws(self, ledger: _RecordingLedger, counts: Mapping[bool, np.ndarray],
-                    with_canary: bool) -> dict[str, stats.NoiseDraw]:
-        """Per class: released minus exact on the counts at or above the floor of the threshold and scale the
-        ledger recorded (the noise: discrete Laplace, the family the kind states), and D+'s move of the counts at
-        or above it on D and on D+."""
-        neighbour = self.neighbour_counts
+    def noise_draws(self, ledger: _RecordingLedger, own: np.ndarray, with_canary: bool) -> dict[str, stats.NoiseDraw]:
+        """Per class: released minus exact (``own``, this trial's pass) on the counts at or above the floor of the
+        threshold and scale the ledger recorded (the noise: discrete Laplace, the family the kind states), and
+        D+'s move of the counts at or above it on D and on D+."""
+        neighbour, without = self.neighbour_counts, self.without
         entries = {e["name"]: e for e in ledger.entries()}
         out = {}
         for c in range(len(self.labels)):
@@ -649,12 +651,11 @@ class HistogramThresholdAudit(HistogramAudit):
             if entry["mechanism"] != "laplace-threshold":
                 raise ConfigError(f"audit {self.name}: {name} was drawn by {entry['mechanism']!r}")
             floor = stats.untruncated_floor(entry["guarantee"]["threshold"], float(entry["scale"]))
-            own, without = np.asarray(counts[with_canary][c]), np.asarray(counts[False][c])
-            whole = own >= floor
-            moved = (without >= floor) & (neighbour[c] >= floor)
+            whole = own[c] >= floor
+            moved = (without[c] >= floor) & (neighbour[c] >= floor)
             released = np.asarray(ledger.released[name]["noisy"], dtype=np.float64)
-            out[name] = stats.NoiseDraw(family="laplace", residual=released[whole] - own[whole],
-                                        move=(neighbour[c] - without)[moved].astype(np.float64),
+            out[name] = stats.NoiseDraw(family="laplace", residual=released[whole] - own[c][whole],
+                                        move=(neighbour[c] - without[c])[moved].astype(np.float64),
                                         claimed_scale=float(entry["scale"]))
         return out
 
