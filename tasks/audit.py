@@ -173,6 +173,25 @@ def scale_upper_limit(family: str, residuals: ArrayLike, alpha: float) -> float:
     return -1.0 / math.log(a)
 
 
+#: For a thresholded release (counts under a threshold are released as 0), the probability per value that a count
+#: the calibration check takes as released whole was in fact cut: at most 20,000 values per group, so at most 2e-8
+#: per audit, next to its level of 1e-5 or more.
+TRUNCATION_PROBABILITY = 1e-12
+
+
+def untruncated_floor(threshold: float, scale: float, probability: float = TRUNCATION_PROBABILITY) -> int:
+    """The exact count from which a release "noisy count if noisy >= threshold, else 0" (Laplace or discrete
+    Laplace noise of ``scale``) cuts a count with probability at most ``probability``: there ``released - exact``
+    is the noise, as the calibration check needs.
+
+    An exact count c >= threshold + m is cut only when its noise is < -m (discrete: <= -(m + 1), probability
+    a^(m + 1) / (1 + a) with a = exp(-1 / scale); continuous: exp(-m / scale) / 2), both at most exp(-m / scale),
+    which is at most ``probability`` for m = ceil(scale ln(1 / probability))."""
+    if not (scale > 0 and 0 < probability < 1):
+        raise ConfigError(f"the floor needs a scale > 0 and a probability in (0, 1), got {scale}, {probability}")
+    return int(math.ceil(threshold)) + int(math.ceil(scale * math.log(1 / probability)))
+
+
 def gaussian_delta(epsilon: float, mu: float) -> float:
     """The privacy profile of N(0, 1) against N(mu, 1): the smallest delta with which they are (epsilon, delta)
     indistinguishable (Balle and Wang 2018, Theorem 8)."""

@@ -18,11 +18,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from privseed.tasks.mechanisms import GaussianMechanism, LaplaceMechanism, SecureNoise
+from privseed.tasks.mechanisms import (LAPLACE_THRESHOLD, GaussianMechanism, LaplaceMechanism,
+                                       LaplaceThresholdMechanism, SecureNoise, Sensitivity)
 
 #: Where each audited mechanism's mechanism object is built: (module, factory). Every stage looks the factory up
 #: on its module when it draws, so patching the attribute reaches the flow's own code path.
@@ -33,14 +35,22 @@ SENSITIVITY_FACTORIES: dict[str, tuple[str, str]] = {
     "markov": ("privseed.tasks.histogram_seeds", "pair_mechanism"),
     "augpe": ("privseed.tasks.evolution", "vote_mechanism"),
     "secpe": ("privseed.tasks.evolution", "secpe_round_mechanism"),
+    # the variants of stage 1 are built by the same factory as histogram's, for their own kind and contribution
+    "histogram-unit-l2": ("privseed.tasks.histogram_seeds", "build_mechanism"),
+    "histogram-threshold": ("privseed.tasks.histogram_seeds", "build_mechanism"),
 }
 FAULTS = ("half-noise", "half-sensitivity")
 
 
 def halved(mechanism: Any) -> Any:
     """The same mechanism with its sensitivity counted half: Laplace's scale follows (sensitivity / epsilon), a
-    Gaussian's sigma is halved with it (sigma is a noise multiplier times the sensitivity); epsilon and delta, the
-    claim, stay."""
+    Gaussian's sigma is halved with it (sigma is a noise multiplier times the sensitivity), and the thresholded
+    histogram is calibrated again by its kind for half the L1 (half the scale, and the threshold OpenDP's map then
+    gives); epsilon and delta, the claim, stay."""
+    if isinstance(mechanism, LaplaceThresholdMechanism):
+        sensitivity = Sensitivity(l2=math.sqrt(mechanism.sensitivity / 2), l1=mechanism.sensitivity / 2,
+                                  l0=mechanism.l0, linf=mechanism.linf)
+        return LAPLACE_THRESHOLD.calibrated(sensitivity, mechanism.epsilon, mechanism.delta)
     if isinstance(mechanism, LaplaceMechanism):
         return dataclasses.replace(mechanism, sensitivity=mechanism.sensitivity / 2)
     if isinstance(mechanism, GaussianMechanism):

@@ -40,23 +40,29 @@ tasks/audit_faults.py; the power table is in docs/privacy.md).
                 public candidates. Canary: a private document identical to one candidate that no other document
                 votes for. Test: its noisy count.
     secpe       One SecPE round (detect_unit_secrets, secpe_noise, charge_secpe_schedule, exact_cluster_sums,
-                draw_secpe_round, T = 1)
-    histogram-unit-l2  The histogram methods' stage 1 with --hist-contribution unit-l2 (Gaussian, L2 sensitivity
-                1, delta 1e-5). Canary: a class-0 document of S terms no document uses, 1/sqrt(S) each (L2 norm 1,
-                the whole sensitivity). Tests: as for histogram, through the same passes.
+                draw_secpe_round, T = 1) with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE
+                reports "if rho and sigma are fixed". The canary holds no secret, so rho = 1 (it is always
+                sampled). K = 2 public clusters, and only the canary's class is drawn per trial (the other
+                classes' releases are independent of it). Tests: the noisy size of its cluster, the centre's move
+                towards it, and their likelihood-ratio combination.
+    histogram   The histogram methods' stage 1 (privatize_class_histograms; Laplace, epsilon 1, S = 4). Canary: a
+                class-0 document of S terms no document uses: S counts move by 1, the whole L1 sensitivity.
+                Tests: the Laplace likelihood ratio of those S released counts and their sum.
+    histogram-unit-l2  The same stage with --hist-contribution unit-l2 (Gaussian, L2 sensitivity 1, delta 1e-5).
+                Canary: the same document, 1/sqrt(S) on each term (L2 norm 1, the whole sensitivity). Tests: as
+                for histogram, through the same passes.
     histogram-threshold  The same stage with --mechanism laplace-threshold and delta 1e-5: the canary's terms
-                exist only on D', so they are released only when their noisy counts pass the threshold.
-                with a public sigma (--noise-multiplier), auditing the DP epsilon SecPE reports "if rho and sigma
-                are fixed". The canary holds no secret, so rho = 1 (it is always sampled). K = 2 public clusters,
-                and only the canary's class is drawn per trial (the other classes' releases are independent of
-                it). Tests: the noisy size of its cluster, the centre's move towards it, and their
-                likelihood-ratio combination.
+                exist only on D', so they are released only when their noisy counts pass the threshold. The
+                calibration check takes only the counts far above the threshold (cut with probability at most
+                1e-12) and the move of a second neighbour on them (HistogramThresholdAudit).
 
 Small public configs keep a trial cheap (a 57-term vocabulary file, 36 documents, I = 32, epsilon 1-2 per
-mechanism). With noise drawn from --seed (main before issue 13) or from ``--insecure-reproducible-noise``, every
-trial on D is identical, and so is every trial on D': the test separates them perfectly and the bound reaches
-about 5 with 500 trials per side, above every claim. The trials call the stage functions directly (``.fn``), not
-through a Prefect flow run per trial: a flow run costs more than the trial itself.
+mechanism; histogram-threshold's corpora hold about 1,900 short documents more, as one more work unit). With
+noise drawn from --seed (main before issue 13) or from ``--insecure-reproducible-noise``, every trial on D is
+identical, and so is every trial on D': the test separates them perfectly and the bound reaches about 5 with 500
+trials per side, above every claim (except histogram-threshold's, whose canary's counts stay under the threshold on
+both corpora, so both release the same zeros). The trials call the stage functions directly (``.fn``), not through
+a Prefect flow run per trial: a flow run costs more than the trial itself.
 """
 from __future__ import annotations
 
@@ -245,9 +251,12 @@ class _Mechanism(abc.ABC):
             values["insecure_reproducible_noise"] = True
         return values
 
-    def write_corpora(self, private: pd.DataFrame, canary: pd.DataFrame) -> dict[bool, CorpusPlan]:
-        """D (False) and D' (True) as Parquet corpora, planned into work units as a run plans its corpus."""
-        return {side: _write_corpus(frame, self.workdir / f"{self.name}-{'with' if side else 'without'}-canary")
+    def write_corpora(self, private: pd.DataFrame, canary: pd.DataFrame,
+                      bulk: pd.DataFrame | None = None) -> dict[bool, CorpusPlan]:
+        """D (False) and D' (True) as Parquet corpora, planned into work units as a run plans its corpus; ``bulk``:
+        documents both hold besides, as one more work unit (``_write_corpus``)."""
+        return {side: _write_corpus(frame, self.workdir / f"{self.name}-{'with' if side else 'without'}-canary",
+                                    bulk=bulk)
                 for side, frame in ((False, private), (True, canary))}
 
     @staticmethod
@@ -270,9 +279,12 @@ class _Mechanism(abc.ABC):
         """Run the stage once on D (or D') and return what it released, as statistics and as noise draws."""
 
 
-def _write_corpus(frame: pd.DataFrame, folder: Path, rows_per_group: int = 8) -> CorpusPlan:
+def _write_corpus(frame: pd.DataFrame, folder: Path, rows_per_group: int = 8,
+                  bulk: pd.DataFrame | None = None) -> CorpusPlan:
     """``frame`` as one Parquet shard of row groups of ``rows_per_group`` rows, planned into units of two row
-    groups: the audit corpus of 36 documents is then three units, combined in the passes' reduction tree."""
+    groups: the audit corpus of 36 documents is then three units, combined in the passes' reduction tree.
+    ``bulk`` (many short documents) is a second shard of one row group, so one more unit: in units of 16 rows its
+    pass would cost a unit's overhead per 16 documents, every trial."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -281,6 +293,9 @@ def _write_corpus(frame: pd.DataFrame, folder: Path, rows_per_group: int = 8) ->
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False),
                    folder / "part-0.parquet", row_group_size=rows_per_group)
+    if bulk is not None:
+        pq.write_table(pa.Table.from_pandas(bulk.reset_index(drop=True), preserve_index=False),
+                       folder / "part-1.parquet", row_group_size=max(1, len(bulk)))
     return plan_corpus(str(folder), unit_rows=2 * rows_per_group)
 
 
@@ -536,8 +551,6 @@ class HistogramAudit(_Mechanism):
     name = "histogram"
     #: configuration a variant of stage 1 changes (its mechanism or its contribution)
     variant: dict[str, Any] = {}
-    #: whether released minus exact is the noise, as the calibration check needs (not for a thresholded release)
-    calibration_checked: bool = True
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
@@ -551,24 +564,35 @@ class HistogramAudit(_Mechanism):
         self.cfg = DpKpsConfig(**self.config_values(dict(
             method="histogram", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=len(self.vocabulary),
             epsilon=1.0, per_class=10, length=5, n_workers=1, **self.variant), DpKpsConfig))
+        eps_1, delta_1 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
+                                       self.cfg.markov_term_share)[0]
+        self.mechanism = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1,
+                                         self.cfg.hist_contribution)
+        self.scale = self.mechanism.scale
         private = audit_corpus()
         # A class-0 document of S terms no document uses: S counts of class 0 move by 1, the whole L1 sensitivity.
         self.canary_ids = [self.vocabulary.terms.index(t) for t in _UNUSED_TERMS[:self.cfg.first_terms]]
-        self.plans = self.write_corpora(private, _with(private, " ".join(_UNUSED_TERMS[:self.cfg.first_terms]), 0))
-        eps_1, delta_1 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
-                                       self.cfg.markov_term_share)[0]
-        self.scale = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1,
-                                     self.cfg.hist_contribution).scale
+        self.plans = self.write_corpora(private, _with(private, " ".join(_UNUSED_TERMS[:self.cfg.first_terms]), 0),
+                                        self.bulk())
+
+    def bulk(self) -> pd.DataFrame | None:
+        """Documents D and D' hold besides the audit corpus (none: its own counts serve the calibration check)."""
+        return None
+
+    def noise_draws(self, ledger: _RecordingLedger, own: np.ndarray, with_canary: bool) -> dict[str, stats.NoiseDraw]:
+        """The calibration check's blocks: every class's whole noisy row, moved by the canary (pass 1 on the other
+        corpus too, every trial). ``own``: the trial's corpus's counts, which the stage released."""
+        counts = {with_canary: own, not with_canary: _scan_counts(self.plans[not with_canary], self.labels, self.cfg)}
+        return self.draws(ledger, {f"histogram-class{c}": (counts[False][c], counts[True][c])
+                                   for c in range(len(self.labels))}, with_canary)
 
     def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.histogram import privatize_class_histograms
 
-        counts = {side: _scan_counts(plan, self.labels, self.cfg) for side, plan in self.plans.items()}
+        own = _scan_counts(self.plans[with_canary], self.labels, self.cfg)
         with self.ledger() as ledger:
-            released = privatize_class_histograms.fn(counts[with_canary], self.labels, self.cfg, ledger)[0]
-            draws = self.draws(ledger, {f"histogram-class{c}": (counts[False][c], counts[True][c])
-                                        for c in range(len(self.labels))}, with_canary) \
-                if self.calibration_checked else {}
+            released = privatize_class_histograms.fn(own, self.labels, self.cfg, ledger)[0]
+            draws = self.noise_draws(ledger, own, with_canary)
         noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
         # D's exact counts of the S terms are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
         return stats.TrialOutcome({"class 0, the canary's S term counts, Laplace likelihood ratio":
@@ -577,15 +601,64 @@ class HistogramAudit(_Mechanism):
 
 
 class HistogramThresholdAudit(HistogramAudit):
-    """Stage 1 with ``--mechanism laplace-threshold`` (noise only on occurring terms, released above the
-    threshold; (epsilon, delta) by OpenDP's map). The canary's S counts exist only on D': the test sees them when
-    they pass the threshold (probability within delta) and through their noisy values."""
+    """Stage 1 with ``--mechanism laplace-threshold`` (discrete Laplace noise only on occurring terms, a noisy
+    count released only at or above the threshold; (epsilon, delta) by OpenDP's map). The canary's S counts exist
+    only on D': the test sees them when they pass the threshold (probability within delta) and through their noisy
+    values.
+
+    The calibration check. A count under the threshold is released as 0, so released minus exact is the noise
+    only where the exact count is far above the threshold: from ``stats.untruncated_floor`` (threshold +
+    ceil(b ln 1e12), 161 at the threshold 50 and scale b = 4 of epsilon 1) a count is cut with probability at most
+    1e-12, so the check takes the released counts there and no others. D's own counts are at most 9, so both
+    corpora also hold ``bulk()``: each of the audit corpus's 12 texts, as many times as the floor (37 counts of
+    the three classes at or above it, about 1,500 noise values in the suite's 40 trials). The canary's terms never
+    get there (they are the delta event), so the check's move is that of a second neighbour through the same
+    pass 1: D+ = D plus one more copy of a class-0 bulk text, which moves S = 4 counts above the floor by 1 each,
+    the whole L1 sensitivity. There both sides are discrete Laplace of scale b, and its privacy loss is S / b,
+    as for histogram. (The check bounds that pure epsilon; at the claimed delta the same shift has an epsilon of
+    at least S / b + ln(1 - 2^S delta), since the loss S / b has probability >= 2^-S: 1.6e-4 less at delta
+    1e-5, against the factor 2 of the faults. And a cut count among the check's values, probability at most 2e-8 per
+    audit, adds that much to its level.)"""
 
     name = "histogram-threshold"
     variant = {"mechanism": "laplace-threshold", "delta": 1e-5}
-    # A count under the threshold is released as 0, so released minus exact is not the noise there: only the
-    # threshold test (which assumes no noise family) audits this mechanism.
-    calibration_checked = False
+
+    def __init__(self, workdir: Path, insecure: bool) -> None:
+        super().__init__(workdir, insecure)
+        # D+'s move of D's counts, by the same pass 1 on both, once: the pass is deterministic, and a trial's pass
+        # over a corpus of 1,900 documents is most of its time.
+        neighbour = _write_corpus(_with(audit_corpus(), _TOPICS[0][0], 0), workdir / f"{self.name}-neighbour",
+                                  bulk=self.bulk())
+        self.without = _scan_counts(self.plans[False], self.labels, self.cfg)
+        self.neighbour_counts = _scan_counts(neighbour, self.labels, self.cfg)
+
+    def bulk(self) -> pd.DataFrame:
+        """Every text of the audit corpus, ``untruncated_floor`` times: each of its S counted terms is at the
+        floor or above (the floor of the mechanism as built, so of a faulty one too)."""
+        copies = stats.untruncated_floor(self.mechanism.threshold, self.mechanism.scale)
+        return pd.DataFrame([(text, label) for label, texts in _TOPICS.items() for text in texts
+                             for _ in range(copies)], columns=["text", "label"])
+
+    def noise_draws(self, ledger: _RecordingLedger, own: np.ndarray, with_canary: bool) -> dict[str, stats.NoiseDraw]:
+        """Per class: released minus exact (``own``, this trial's pass) on the counts at or above the floor of the
+        threshold and scale the ledger recorded (the noise: discrete Laplace, the family the kind states), and
+        D+'s move of the counts at or above it on D and on D+."""
+        neighbour, without = self.neighbour_counts, self.without
+        entries = {e["name"]: e for e in ledger.entries()}
+        out = {}
+        for c in range(len(self.labels)):
+            name = f"histogram-class{c}"
+            entry = entries[name]
+            if entry["mechanism"] != "laplace-threshold":
+                raise ConfigError(f"audit {self.name}: {name} was drawn by {entry['mechanism']!r}")
+            floor = stats.untruncated_floor(entry["guarantee"]["threshold"], float(entry["scale"]))
+            whole = own[c] >= floor
+            moved = (without[c] >= floor) & (neighbour[c] >= floor)
+            released = np.asarray(ledger.released[name]["noisy"], dtype=np.float64)
+            out[name] = stats.NoiseDraw(family="laplace", residual=released[whole] - own[c][whole],
+                                        move=(neighbour[c] - without[c])[moved].astype(np.float64),
+                                        claimed_scale=float(entry["scale"]))
+        return out
 
 
 class HistogramUnitL2Audit(HistogramAudit):
