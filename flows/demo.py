@@ -5,7 +5,7 @@ The seeds are ``--method histogram`` (per-class DP term histograms, total epsilo
 strongest method without an LLM; the packaged local LLM (SmolLM2-135M, llama.cpp) writes one document from each
 seed, told the public class name (the demo declares DBpedia-14's ontology class names, as an owner would) and the
 document type. Local files, a LocalCluster, the offline MiniLM embedding model: nothing is downloaded. The demo
-writes 4 documents per class (20 without an LLM) so the demo step finishes in about ten minutes on two cores; the
+writes 6 documents per class (20 without an LLM) so the demo step finishes within ten minutes on two cores; the
 figures in experiments/results/ come from the full commands, not from the demo.
 """
 
@@ -46,7 +46,7 @@ def demo_config(out: str, llm: str) -> dict:
         "epsilon": DEMO_EPSILON,
         "llm": llm,
         "doc_type": "Wikipedia article",
-        "per_class": 4 if llm != "none" else 20,
+        "per_class": 6 if llm != "none" else 20,
         "seed": 0,
         # The embedded 135M model needs help to write documents from its seeds (docs/generation.md): a prompt
         # that demands every term and names the class, two short example articles written for the demo (public,
