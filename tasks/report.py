@@ -431,7 +431,10 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
             f"{k} <b>{fidelity[k]:.2f}</b>" for k in PRDC_METRICS if k in fidelity) + ".</p>")
     prompt_names = ((manifest or {}).get("config") or {}).get("prompt_class_names")
     if prompt_names:
-        listed = ", ".join(f"{k}: {v}" for k, v in prompt_names.items())
+        # JSON keys come back as strings in text order ("10" before "2"): list integer labels in their own order
+        listed = ", ".join(f"{k}: {v}" for k, v in sorted(
+            prompt_names.items(), key=lambda kv: (0, int(kv[0]), "") if str(kv[0]).lstrip("-").isdigit()
+            else (1, 0, str(kv[0]))))
         summary += ("<p><b>Prompts named the class</b>: the data owner declared these public class names "
                     f"(--class-names), and each prompt carried its seed's: {_esc(listed)}.</p>")
     elif manifest and "prompt_class_names" in (manifest.get("config") or {}):

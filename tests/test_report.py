@@ -115,6 +115,15 @@ def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():
         assert stamped.count(INSECURE_STAMP) >= 2  # title and the banner above the summary
 
 
+def test_run_report_lists_the_prompts_class_names_in_label_order():
+    """The manifest's JSON keys come back as text ("10" sorts before "2"); the report lists labels 0, 1, 2, ..."""
+    names = {str(i): f"class {i}" for i in range(12)}
+    manifest = {"privacy": {"secure": True}, "config": {"prompt_class_names": dict(sorted(names.items()))}}
+    html_text = report.render_run_report({"title": "t", "scores": {}}, figures={}, ledger=None, manifest=manifest,
+                                         examples=[])
+    assert "0: class 0, 1: class 1, 2: class 2, " in html_text and "9: class 9, 10: class 10, 11: class 11" in html_text
+
+
 def _kps_ledger(classes: int = 14) -> dict:
     entries = [{"name": "vocabulary", "stage": "vocabulary", "mechanism": "laplace", "epsilon": 1.0, "delta": 0.0,
                 "noise_source": "opendp", "secure": True, "charged": True, "params": {"S": 10}}]
