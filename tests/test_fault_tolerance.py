@@ -4,6 +4,7 @@ endpoint fails the run with a StorageError while the last good release stays exa
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -97,8 +98,13 @@ def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_
     out = tmp_path / "out"
     fast_text = anthropic_server.fake_text
 
-    def slow_text(messages):  # each call takes a while, so the kill lands in the middle of generation
-        time.sleep(0.4)
+    answered = itertools.count()
+
+    def slow_text(messages):
+        # The first four calls are answered in 0.4 s, the rest in 5 s: the kill lands while calls are unfinished
+        # even when this test process is scheduled late on a loaded machine (with 0.4 s for every call, all 12
+        # could finish before the poll below saw the third).
+        time.sleep(0.4 if next(answered) < 4 else 5.0)
         return fast_text(messages)
 
     with FakeAnthropic(api_key="privseed-fake-openai-key") as fake:
