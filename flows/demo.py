@@ -50,9 +50,11 @@ def demo_config(out: str, llm: str) -> dict:
         "seed": 0,
         # The embedded 135M model needs help to write documents from its seeds (docs/generation.md): a prompt
         # that demands every term and names the class, two short example articles written for the demo (public,
-        # not from the data; they fix the format), seed steering and no repeated 4-grams while it decodes, a lower
-        # temperature, answers of an abstract's length (128 tokens: longer ones drift off their seeds; measured in
-        # experiments/results/generation.md), and regeneration of answers that are not documents.
+        # not from the data; they fix the format; their subjects, a festival and a dish, are none of the corpus's
+        # classes, because an example album made the Artist documents write about albums), seed steering and no
+        # repeated 4-grams while it decodes, a lower temperature, answers of an abstract's length (128 tokens:
+        # longer ones drift off their seeds; measured in experiments/results/generation.md), and regeneration of
+        # answers that are not documents.
         "prompt_template": "coverage",
         "few_shot": demo_corpus_path(DEMO_FEW_SHOT),
         "temperature": 0.4,

@@ -411,8 +411,8 @@ def test_the_gate_names_the_reason_of_a_degenerate_row():
     assert run_gate(df.assign(text=[" ".join(k) for k in df["keyphrases"]]), llm_used=False, min_words=1)["success"]
 
 
-# The bundled few-shot album example (tasks/demo_data/few_shot_wikipedia.jsonl) and a `make demo` row that
-# copied its frame with seed words in the slots.
+# The few-shot album example the demo bundled until 2026-11-26 (tasks/demo_data/few_shot_wikipedia.jsonl) and a
+# `make demo` row that copied its frame with seed words in the slots.
 ALBUM_EXAMPLE = ("Northern Lights is the second studio album by the Scottish rock band The Harbour Lamps, released in "
                  "2004. It was recorded in Glasgow over six weeks and contains eleven songs, most written by the "
                  "guitar player Ewan Moir.")
