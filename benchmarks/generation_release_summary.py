@@ -7,10 +7,11 @@ Prints: rows generated / kept / dropped (and why), rejected candidates by reason
 release's quality.json), mean seed-term coverage of the kept rows (privseed.tasks.metrics.term_coverage), their
 degenerate rate by the document predicate (privseed.tasks.metrics.degenerate_rate; 0 by construction for a gated
 release, so the candidates' rejection rate is printed too), TF-IDF + LR accuracy on the real test split of the
-documents and of the same rows' keyphrase sequences (privseed.flows.demo.documents_vs_seeds: what `--llm none` would
-release from the same seeds), output tokens, median words, and, given the flow's log (`privseed dpkps ... > RUN.log
-2>&1`), the generation stage's wall time (from the end of `sample-sequences` to the end of `generate-documents`) with
-its output tokens/s and documents/min. Reads only the published release (and the public test split).
+documents and of the same rows' keyphrase sequences (privseed.tasks.evaluation.documents_vs_seeds: what
+`--llm none` would release from the same seeds), the same per class, worst first (where the documents lose),
+output tokens, median words, and, given the flow's log (`privseed dpkps ... > RUN.log 2>&1`), the generation
+stage's wall time (from the end of `sample-sequences` to the end of `generate-documents`) with its output
+tokens/s and documents/min. Reads only the published release (and the public test split).
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ import re
 from pathlib import Path
 
 from privseed.tasks.corpus import read_corpus
-from privseed.tasks.evaluation import documents_vs_seeds
+from privseed.tasks.evaluation import documents_and_seeds_predictions, recall_by_class
 from privseed.tasks.release_reader import read_release
 from privseed.tasks.experiment import data_root
-from privseed.tasks.metrics import degenerate_rate, seed_term_coverage
+from privseed.tasks.metrics import classification_scores, degenerate_rate, seed_term_coverage
 
 _FINISHED = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) \| INFO +\| "
                        r"Task run '([a-z-]+)-[0-9a-f]+' - Finished in state Completed")
@@ -52,7 +53,11 @@ def main() -> None:
     quality = json.loads((Path(args.release) / "quality.json").read_text())
     gen = quality.get("generation", {})
     texts, seeds = rows["text"].astype(str).tolist(), [list(map(str, k)) for k in rows["keyphrases"]]
-    docs, seeds_alone = documents_vs_seeds(rows, read_corpus(args.test))
+    test = read_corpus(args.test)
+    docs_predicted, seeds_predicted = documents_and_seeds_predictions(rows, test)
+    truth = test["label"].tolist()
+    docs = classification_scores(truth, docs_predicted)["accuracy"]
+    seeds_alone = classification_scores(truth, seeds_predicted)["accuracy"]
     rejected = sum(gen.get("rejected_candidates_by_reason", {}).values())
     tokens = int(rows["tokens_out"].sum())
     print(f"release {args.release}: model {rows['model'].iloc[0]}, prompt {rows['prompt_version'].iloc[0]}")
@@ -69,6 +74,11 @@ def main() -> None:
           f"finish {rows['finish_reason'].value_counts().to_dict()}")
     print(f"  TF-IDF + LR on {args.test}: documents {docs:.1%}, their keyphrase sequences alone {seeds_alone:.1%} "
           f"(gap {100 * (seeds_alone - docs):+.1f} points)")
+    # Where the documents lose: per class, the share of its real test documents each classifier gets right.
+    by_docs, by_seeds = recall_by_class(truth, docs_predicted), recall_by_class(truth, seeds_predicted)
+    worst = sorted(by_docs, key=lambda c: by_docs[c] - by_seeds[c])
+    print("  recall per class, documents / seeds, worst first: " + ", ".join(
+        f"{c} {by_docs[c]:.0%}/{by_seeds[c]:.0%}" for c in worst))
     line = f"  output tokens {tokens:,} (all candidates)"
     if args.log:
         seconds = stage_seconds(args.log).get("generate-documents")

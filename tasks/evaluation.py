@@ -237,13 +237,27 @@ def documents_vs_seeds(rows: pd.DataFrame, test: pd.DataFrame) -> tuple[float, f
     """Accuracy on the real test split of the same classifier (TF-IDF + LR) trained on the released documents,
     and on the released seeds alone (each row's keyphrases joined: what `--llm none` would release). Shows what
     the LLM step added or lost."""
+    truth = test["label"].tolist()
+    docs, alone = documents_and_seeds_predictions(rows, test)
+    return (metrics.classification_scores(truth, docs)["accuracy"],
+            metrics.classification_scores(truth, alone)["accuracy"])
+
+
+def documents_and_seeds_predictions(rows: pd.DataFrame, test: pd.DataFrame) -> tuple[list, list]:
+    """The test split's labels as predicted by TF-IDF + LR trained on the released documents, and by the same
+    classifier trained on the same rows' seeds (``documents_vs_seeds``; per class: ``recall_by_class``)."""
     seeds = [" ".join(map(str, k)) for k in rows["keyphrases"]]
-    scores = []
-    for train_texts in (rows["text"].astype(str).tolist(), seeds):
-        predicted = classify.tfidf_logreg_predict(train_texts, rows["label"].tolist(),
-                                                  test["text"].astype(str).tolist(), seed=0)
-        scores.append(metrics.classification_scores(test["label"].tolist(), predicted)["accuracy"])
-    return scores[0], scores[1]
+    docs = classify.tfidf_logreg_predict(rows["text"].astype(str).tolist(), rows["label"].tolist(),
+                                         test["text"].astype(str).tolist(), seed=0)
+    alone = classify.tfidf_logreg_predict(seeds, rows["label"].tolist(), test["text"].astype(str).tolist(), seed=0)
+    return list(docs), list(alone)
+
+
+def recall_by_class(truth: Sequence, predicted: Sequence) -> dict[str, float]:
+    """Per true class (as text), the share of its test documents predicted as that class: where a synthetic
+    corpus loses, e.g. one class's documents written about another's topic."""
+    frame = pd.DataFrame({"truth": list(map(str, truth)), "hit": [str(t) == str(p) for t, p in zip(truth, predicted)]})
+    return {str(k): float(v) for k, v in frame.groupby("truth")["hit"].mean().items()}
 
 
 def generation_quality(train: pd.DataFrame, llm: str, release_s: float) -> dict[str, float | None]:
