@@ -503,7 +503,8 @@ class MarkovPairsAudit(_Mechanism):
         # always released (their position in the release depends on stage 1's order and is looked up per trial).
         # Most of the budget goes to the pairs (eps_2 = 0.75 of 1), so the audit measures the pair stage.
         self.cfg = DpKpsConfig(**self.config_values(dict(
-            method="histogram-markov", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=size,
+            method="histogram-markov", mechanism="laplace", vocab=str(path), vocab_top=None, first_terms=4,
+            hist_top_k=size,
             markov_pair_top=size, markov_pair_terms=3, epsilon=1.0, markov_term_share=0.25, per_class=10,
             length=5, n_workers=1), DpKpsConfig))
         private = audit_corpus()
@@ -549,8 +550,9 @@ class HistogramAudit(_Mechanism):
     a share of the budget): per-class noisy term counts."""
 
     name = "histogram"
-    #: configuration a variant of stage 1 changes (its mechanism or its contribution)
-    variant: dict[str, Any] = {}
+    #: configuration a variant of stage 1 changes (its mechanism or its contribution); this audit is of the
+    #: first-S Laplace histogram (--mechanism laplace), named because the histogram methods' default is Gaussian
+    variant: dict[str, Any] = {"mechanism": "laplace"}
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)

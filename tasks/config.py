@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.seed_methods import SEED_METHOD_NAMES, SEED_METHODS
+from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHOD_NAMES, SEED_METHODS
 
 if TYPE_CHECKING:
     from privseed.tasks.mechanisms import NoiseSource
@@ -551,7 +551,7 @@ class DpKpsConfig(ReleaseConfig):
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
         "method", "length", "n_features", "bandwidth", "embedding_model", "text_column", "label_column",
         "epsilon", "hist_top_k", "markov_term_share", "hist_denoise", "hist_candidates", "markov_pair_top",
-        "markov_pair_terms", "hist_contribution",
+        "markov_pair_terms", "hist_contribution", "n_upper_bound",
     )
 
     vocab: str = Field(default="english", description="public vocabulary V: english (wordfreq) or a file of terms, "
@@ -562,10 +562,16 @@ class DpKpsConfig(ReleaseConfig):
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
-    delta: float = Field(default=0.0, ge=0.0, lt=1.0, description="delta, for --mechanism gaussian only")
+    delta: float = Field(default=0.0, ge=0.0, lt=1.0,
+                         description="delta, for --mechanism gaussian and laplace-threshold only",
+                         json_schema_extra=cli(default_text="0; the histogram methods with a mechanism that needs "
+                                               "one: 1/(n ln n) with n = --n-upper-bound"))
+    n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
+                               "size, for the histogram methods' default delta", json_schema_extra=cli(metavar="NMAX"))
     mechanism: Literal["laplace", "gaussian", "laplace-threshold"] = Field(
         default="laplace", description="noise of the sketches and of the histogram methods; laplace-threshold "
-        "(histogram methods only, needs --delta): noise only on the terms that occur, released above a threshold")
+        "(histogram methods only, needs a delta): noise only on the terms that occur, released above a threshold",
+        json_schema_extra=cli(default_text="laplace; gaussian for --method histogram and histogram-markov"))
     first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram",
                              json_schema_extra=cli(metavar="S"))
     vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
@@ -590,8 +596,8 @@ class DpKpsConfig(ReleaseConfig):
         default="first-terms",
         description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
                     "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
-                    "document at L2 sensitivity 1 (needs --mechanism gaussian and --delta)",
-        json_schema_extra=cli(metavar="HOW"))
+                    "document at L2 sensitivity 1 (needs --mechanism gaussian and a delta)",
+        json_schema_extra=cli(metavar="HOW", default_text="unit-l2 when --mechanism is not given, else first-terms"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
         description="M: terms with the largest noisy counts summed over classes form the candidate group of "
@@ -671,6 +677,28 @@ class DpKpsConfig(ReleaseConfig):
         if value != value or value == float("inf"):
             raise ValueError("epsilon must be a finite number")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _histogram_defaults(cls, values: Any) -> Any:
+        """The histogram methods' defaults, chosen once on validation splits of the public corpora and of a
+        long-document set (docs/dpkps.md, "Defaults of the histogram methods"): every document counts whole
+        (``unit-l2``: 1/sqrt(n) on each of its n distinct terms, L2 sensitivity 1 under add/remove of one document)
+        under the Gaussian mechanism, calibrated by dp-accounting's PLD to (epsilon, delta). Only values the user
+        did not give are filled in; an explicit ``--mechanism laplace`` keeps the first-S histogram (pure DP).
+        delta defaults to Aug-PE's 1/(n ln n) with n the public bound ``--n-upper-bound`` (never the corpus size;
+        7.2e-8 at 10^6); the ledger, the manifest and the report state it with the epsilon."""
+        if not isinstance(values, dict) or values.get("method") not in HISTOGRAM_METHODS:
+            return values
+        values = dict(values)
+        if values.get("mechanism") is None:
+            values["mechanism"] = "gaussian"
+            values.setdefault("hist_contribution", "unit-l2")
+        if values["mechanism"] in ("gaussian", "laplace-threshold") and values.get("delta") is None:
+            from privseed.tasks.accounting import default_delta
+
+            values["delta"] = default_delta(int(values.get("n_upper_bound") or 1_000_000))
+        return values
 
     @model_validator(mode="after")
     def _gaussian_needs_delta(self) -> DpKpsConfig:

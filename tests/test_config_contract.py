@@ -303,6 +303,17 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
     histogram = validate_config(DpKpsConfig, {**base, "method": "histogram"})
     assert histogram.vocab_top == DpKpsConfig.model_fields["vocab_top"].default
     assert histogram.histogram_epsilon == histogram.eps_voc + histogram.eps_kde
+    # the histogram methods' defaults (docs/dpkps.md): whole documents, Gaussian, delta from the public bound
+    n_bound = DpKpsConfig.model_fields["n_upper_bound"].default
+    assert (histogram.mechanism, histogram.hist_contribution) == ("gaussian", "unit-l2")
+    assert histogram.delta == accounting.default_delta(n_bound)
+    assert validate_config(DpKpsConfig, {**base, "method": "histogram", "n_upper_bound": 1000}).delta == \
+        accounting.default_delta(1000)
+    laplace = validate_config(DpKpsConfig, {**base, "method": "histogram-markov", "mechanism": "laplace"})
+    assert (laplace.hist_contribution, laplace.delta) == ("first-terms", 0.0)
+    assert validate_config(DpKpsConfig, {**base, "method": "histogram", "delta": 1e-6}).delta == 1e-6
+    dpkps = validate_config(DpKpsConfig, base)
+    assert (dpkps.mechanism, dpkps.delta) == ("laplace", 0.0)
     assert default_text(DpKpsConfig, "epsilon") == "--eps-voc + --eps-kde"
     schedule = augpe_schedule(validate_config(AugPeConfig, REQUIRED["augpe"]))
     assert default_text(AugPeConfig, "epsilon").startswith(f"{schedule['epsilon']:g} ")

@@ -264,8 +264,9 @@ def test_pair_coherence_counts_pairs_that_share_a_document_of_the_class():
 
 # ------------------------------------------------------------------ the flow's stages, with real noise
 def _config(tmp_path, **overrides):
+    # the first-S Laplace histogram, named: the histogram methods' default is the Gaussian unit-l2 one
     values = dict(data="unused", out=str(tmp_path / "out"), labels=["0", "1", "2", "3"], method="histogram",
-                  vocab_top=20000, hist_top_k=40,
+                  mechanism="laplace", vocab_top=20000, hist_top_k=40,
                   per_class=6, length=5, epsilon=4.0, gate=False, first_terms=4)
     values.update(overrides)
     return DpKpsConfig(**values)
@@ -435,7 +436,7 @@ def test_unit_l2_needs_the_gaussian_mechanism_and_pass_1_counts_whole_documents(
 
     with pytest.raises(ValueError, match="--mechanism gaussian"):
         DpKpsConfig(data="d.parquet", out=str(tmp_path / "o"), labels=["a", "b"], method="histogram",
-                    hist_contribution="unit-l2")
+                    mechanism="laplace", hist_contribution="unit-l2")
     counting = TermCounting("english", 20_000, first_terms=2, per_class=True, contribution="unit-l2")
     text = "football club player scored goals league season"
     counts = counting.count([text], [0], n_classes=1)

@@ -295,8 +295,9 @@ def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(p
     out = tmp_path / "markov"
     # eps_1 = 18 lets the topic words stand out of the noise, so the pair candidates are words of the class
     epsilon, share, pair_terms, pair_top = 20.0, 0.9, 3, 30
-    dpkps_flow(_dpkps_config(data, out, method="histogram-markov", epsilon=epsilon, markov_term_share=share,
-                             markov_pair_terms=pair_terms, markov_pair_top=pair_top, hist_top_k=60))
+    dpkps_flow(_dpkps_config(data, out, method="histogram-markov", mechanism="laplace", epsilon=epsilon,
+                             markov_term_share=share, markov_pair_terms=pair_terms, markov_pair_top=pair_top,
+                             hist_top_k=60))
     eps_1, eps_2 = share * epsilon, epsilon - share * epsilon
     terms = english_vocabulary(VOCAB_TOP).terms
     index = {t: i for i, t in enumerate(terms)}

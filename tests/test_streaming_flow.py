@@ -102,7 +102,8 @@ def test_histogram_markov_flow_privatizes_exactly_the_in_memory_counts(prefect_h
     from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
     data, frame = corpus
-    dpkps_flow(_config(data, tmp_path / "out", method="histogram-markov", hist_top_k=25, epsilon=6.0))
+    dpkps_flow(_config(data, tmp_path / "out", method="histogram-markov", mechanism="laplace", hist_top_k=25,
+                       epsilon=6.0))
     vocabulary = load_vocabulary("english", 20_000)
     full = [phrase_matcher(vocabulary).match(t) for t in frame["text"]]
     positions = class_positions(list(range(14)), frame["label"])

@@ -58,7 +58,20 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
                                  partition=f"class{c}", stage="histogram")
                 for c in range(len(labels))]
     stage_logger().info("released the top %d noisy terms of %d classes", cfg.hist_top_k, len(labels))
+    if cfg.delta:
+        stage_logger().info("%s, %s: the whole release is (epsilon %g, delta %g)-DP, delta %s", cfg.mechanism,
+                            cfg.hist_contribution, cfg.histogram_epsilon, cfg.delta, _delta_origin(cfg))
     return released
+
+
+def _delta_origin(cfg: DpKpsConfig) -> str:
+    """Where the run's delta came from, for the log: the default is a function of a public bound, never of the
+    private corpus's size."""
+    from privseed.tasks.accounting import default_delta
+
+    if cfg.delta == default_delta(cfg.n_upper_bound):
+        return f"= 1/(n ln n) with the public bound n = --n-upper-bound {cfg.n_upper_bound}"
+    return "as given (--delta)"
 
 
 def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[ClassRelease]:
