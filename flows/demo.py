@@ -1,7 +1,8 @@
 """``privseed demo``: privseed's best seeds made into documents on the bundled DBpedia-14 sample, with every
 embedded default, then the recipient's evaluation.
 
-The seeds are ``--method histogram`` (per-class DP term histograms, total epsilon 11; docs/dpkps.md), the
+The seeds are ``--method histogram`` (per-class DP term histograms, each document counted whole under Gaussian
+noise, total epsilon 11 and delta 7.2e-8, the method's defaults; docs/dpkps.md), the
 strongest method without an LLM; the packaged local LLM (SmolLM2-135M, llama.cpp) writes one document from each
 seed, told the public class name (the demo declares DBpedia-14's ontology class names, as an owner would) and the
 document type. Local files, a LocalCluster, the offline MiniLM embedding model: nothing is downloaded. The demo
@@ -88,8 +89,11 @@ def run_demo(demo: DemoConfig) -> int:
         "synthetic": out, "test": demo_corpus_path(DEMO_TEST), "json_path": storage.join(evaluated, "evaluation.json"),
         "report_path": storage.join(evaluated, "report.html")}))
     elapsed = time.perf_counter() - started
-    print(f"\nDone in {elapsed:.0f} s: {manifest['rows']} synthetic documents, "
-          f"epsilon = {manifest['privacy']['epsilon']:g} ({cfg.method} seeds)")
+    privacy = manifest["privacy"]
+    guarantee = f"epsilon = {privacy['epsilon']:g}"
+    if privacy.get("delta"):
+        guarantee += f", delta = {privacy['delta']:.2g}"
+    print(f"\nDone in {elapsed:.0f} s: {manifest['rows']} synthetic documents, {guarantee} ({cfg.method} seeds)")
     print(f"  synthetic corpus: {storage.join(out, 'synthetic')}")
     print(f"  privacy ledger:   {storage.join(out, 'ledger.json')}")
     print(f"  manifest:         {storage.join(out, 'manifest.json')}")
