@@ -27,6 +27,7 @@ from privseed.tasks.quality import (
                                     validate_release,
                                     validate_release_task,
                                     )
+from privseed.tasks.quality.shapes import doubled_phrase
 
 LABELS = ["business", "science", "sports"]
 TOPICS = {
@@ -296,6 +297,20 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
     text, seed, finish, reason = DEGENERATE[name]
     assert document_rejection(text, seed, finish) == reason
     assert not is_document(text, seed, finish)
+
+
+@pytest.mark.parametrize("text, length", [
+    ("It is endemic to the island of the island of Saint Helena.", 3),
+    ("The form is a part that is part that is a part of the school.", 3),
+    ("It was named the best of the year of the year in 2014.", 3),
+    # Inside one clause only: a sentence that names its subject again does not loop.
+    ("It docked at the International Space Station. The International Space Station is in low orbit.", 0),
+    ("They sang the song, the song, and left.", 0),
+    # Two-word phrases are left to the phrase-run test ("New York New York" is a real title).
+    ("He moved to New York New York in 1990.", 0),
+])
+def test_doubled_phrase_is_seen_inside_a_clause_only(text, length):
+    assert doubled_phrase(text) == length
 
 
 # Prose that sits next to the meta-talk and glossary patterns and must stay a document.
