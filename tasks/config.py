@@ -564,14 +564,14 @@ class DpKpsConfig(ReleaseConfig):
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     delta: float = Field(default=0.0, ge=0.0, lt=1.0,
                          description="delta, for --mechanism gaussian and laplace-threshold only",
-                         json_schema_extra=cli(default_text="0; the histogram methods with a mechanism that needs "
-                                               "one: 1/(n ln n) with n = --n-upper-bound"))
+                         json_schema_extra=cli(default_note="the histogram methods with a mechanism that needs one: "
+                                               "1/(n ln n) with n = --n-upper-bound"))
     n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
                                "size, for the histogram methods' default delta", json_schema_extra=cli(metavar="NMAX"))
     mechanism: Literal["laplace", "gaussian", "laplace-threshold"] = Field(
         default="laplace", description="noise of the sketches and of the histogram methods; laplace-threshold "
         "(histogram methods only, needs a delta): noise only on the terms that occur, released above a threshold",
-        json_schema_extra=cli(default_text="laplace; gaussian for --method histogram and histogram-markov"))
+        json_schema_extra=cli(default_note="gaussian for --method histogram and histogram-markov"))
     first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram",
                              json_schema_extra=cli(metavar="S"))
     vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
@@ -597,7 +597,7 @@ class DpKpsConfig(ReleaseConfig):
         description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
                     "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
                     "document at L2 sensitivity 1 (needs --mechanism gaussian and a delta)",
-        json_schema_extra=cli(metavar="HOW", default_text="unit-l2 when --mechanism is not given, else first-terms"))
+        json_schema_extra=cli(metavar="HOW", default_note="unit-l2 when --mechanism is not given"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
         description="M: terms with the largest noisy counts summed over classes form the candidate group of "

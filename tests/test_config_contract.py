@@ -277,6 +277,9 @@ def test_help_shows_every_flag_with_its_true_default(command, capsys):
             assert flag in shown, f"{command} --help does not show {flag}"
         assert field.description and not re.search(r"\(default|default:? ?[-+.\d]", field.description), (
             f"{name}: a description states no default value; the generator appends the true one")
+        meta = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        assert "default_text" not in meta or field.get_default(call_default_factory=True) is None, (
+            f"{name}: default_text is shown for a None default only; a set default takes default_note")
         text, need = default_text(model, name), requirement(model, name)
         suffix = f"({need})" if need else f"(default: {text})"
         assert action.help.replace("%%", "%").endswith(suffix)
