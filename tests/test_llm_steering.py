@@ -6,7 +6,8 @@ from privseed.tasks.llm.steering import SeedSteeringProcessor, surface_forms
 
 # A toy vocabulary: whole words with and without a leading space, plus two pieces of "burrowing".
 PIECES = ["<eos>", " the", " a", " river", " River", "river", "River", " burr", " Burr", "burr", "Burr", "owing",
-          " flows", " north", " village", " Village", "village", "Village", ".", " of", " arm", "s"]
+          " flows", " north", " village", " Village", "village", "Village", ".", " of", " arm", "s", "\n", " (", ","]
+PIECES += [" " + p[1:].capitalize() for p in PIECES if p[:1] == " " and p[1:2].islower()]  # " The", " Flows"
 INDEX = {p: i for i, p in enumerate(PIECES)}
 
 
@@ -47,8 +48,10 @@ def test_surface_forms():
 
 def test_missing_terms_are_boosted_at_their_first_tokens():
     delta = processor().bonus(ids(" the"), len(PIECES))
-    for piece in (" river", " River", "river", "River", " burr", " Burr", " village", " Village"):
+    for piece in (" river", " River", " burr", " Burr", " village", " Village"):
         assert delta[INDEX[piece]] == 2.0, piece
+    for piece in ("river", "River", "burr", "village"):  # after "the" they would glue on: "theriver"
+        assert delta[INDEX[piece]] == 0.0, piece
     assert delta[INDEX[" flows"]] == 0.0 and delta[INDEX["owing"]] == 0.0  # not a first token: no boost yet
     assert delta[0] == pytest.approx(-2.0)  # end of text: every term still missing
 
@@ -92,7 +95,9 @@ def test_no_repeat_ngram_bans_the_token_that_would_repeat_a_phrase():
     generated = ids(" of", " the", " arm", " of", " the")
     delta = p.bonus(generated, len(PIECES))
     assert delta[INDEX[" arm"]] == -np.inf
-    assert np.isfinite(np.delete(delta, INDEX[" arm"])).all()
+    doubled = [INDEX[" the"], INDEX[" The"]]  # "the the": the last word again
+    assert (delta[doubled] == -np.inf).all()
+    assert np.isfinite(np.delete(delta, [INDEX[" arm"], *doubled])).all()
 
 
 def test_bad_parameters_are_refused():
@@ -189,3 +194,37 @@ def test_budget_schedule_closes_a_term_it_has_just_finished():
     q(prompt, np.zeros(len(PIECES), dtype=np.float32))
     out = q(np.concatenate([prompt, ids(" village")]).astype(np.intc), np.zeros(len(PIECES), dtype=np.float32))
     assert out[INDEX["s"]] == -np.inf  # the logits processor applies the closing too
+
+
+def test_a_form_without_a_space_is_pushed_only_where_a_word_begins():
+    """The demo's "... the most celebrated musicianelecelec elec.": the term's bare form was pushed straight after
+    a word, glued on, did not count as written, and was pushed again."""
+    p = processor()
+    at_start = p.bonus([], len(PIECES))
+    assert at_start[INDEX["river"]] == 2.0 and at_start[INDEX["River"]] == 2.0  # the answer's first word
+    after_stop = p.bonus(ids(" the", " river", "."), len(PIECES))
+    assert after_stop[INDEX["Village"]] == 0.0 and after_stop[INDEX[" Village"]] == 2.0  # not "river.Village"
+    for opener in ("\n", " ("):
+        assert p.bonus(ids(" the", " river", ".", opener), len(PIECES))[INDEX["Village"]] == 2.0
+    after_word = p.bonus(ids(" the", " arm"), len(PIECES))
+    assert after_word[INDEX["village"]] == 0.0 and after_word[INDEX[" village"]] == 2.0
+    # A bare start glued onto a word is not a started term: its rest is not pushed either ("armburr" + "owing").
+    glued = p.bonus(ids(" arm", "burr"), len(PIECES))
+    assert glued[INDEX["owing"]] == 0.0
+    started = p.bonus(ids(" arm", ".", "\n", "Burr"), len(PIECES))
+    assert started[INDEX["owing"]] == 4.0
+
+
+def test_the_last_word_is_not_written_again_right_after_it_or_after_a_comma():
+    """The demo's "the Yangtze Yangtze", "Khorasan, Khorasan Province": an n-gram ban of four tokens lets a word
+    of one or two tokens be doubled."""
+    p = processor(strength=0.0, ngram=4)
+    doubled = p.bonus(ids(" the", " village"), len(PIECES))
+    assert doubled[INDEX[" village"]] == -np.inf and doubled[INDEX[" Village"]] == -np.inf
+    assert doubled[INDEX[" river"]] == 0.0 and doubled[INDEX[","]] == 0.0
+    after_comma = p.bonus(ids(" the", " village", ","), len(PIECES))
+    assert after_comma[INDEX[" village"]] == -np.inf and after_comma[INDEX[" Village"]] == -np.inf
+    later = p.bonus(ids(" the", " village", ".", " the"), len(PIECES))
+    assert later[INDEX[" village"]] == 0.0  # a sentence later the word may come back
+    # Without the n-gram ban, nothing is banned.
+    assert not processor(strength=0.0).bonus(ids(" the", " village"), len(PIECES)).any()

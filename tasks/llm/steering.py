@@ -8,14 +8,18 @@ it once per generated token with every token id so far (prompt first) and the lo
 At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``) and the push p (below):
 
 - a token that **begins** a seed term not yet in the answer (its first token in any of the surface forms
-  " term", " Term", "term", "Term") gets +p, except in the ``gap`` tokens right after a term was written:
+  " term", " Term", "term", "Term"; the forms without a space only where a word begins without one, at the
+  start of the answer, after white space or an opening bracket or quote, or the push glues the term onto what
+  comes before: "artistyorkyorky york", "Togo.Tenth") gets +p, except in the ``gap`` tokens right after a term was written:
   boosting every missing term at every step makes a small model write the seed list ("Gillingham, General
   Resellers, Class Archdiocese, ..."), the gap makes it write prose between two terms;
 - a token that **continues** a term the answer is in the middle of writing (the answer ends with the term's
   first k tokens) gets +2p, so a started term is finished rather than abandoned;
 - the first token of a term **already written** gets -s, so the model moves on to the next term instead of
   repeating one ("Australia, Australia, ...");
-- with ``no_repeat_ngram`` n > 0, a token that would repeat a token n-gram already in the answer is banned.
+- with ``no_repeat_ngram`` n > 0, a token that would repeat a token n-gram already in the answer is banned, and
+  so is the token that would begin the answer's last word again right after it or after a comma ("the Yangtze
+  Yangtze", "Khorasan, Khorasan Province": the loops a small model starts that an n-gram ban lets through).
 
 Two schedules (``schedule``):
 
@@ -39,6 +43,7 @@ Privacy: the terms are the released seed (already in the prompt); nothing else i
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable, Sequence
 
 import numpy as np
@@ -46,6 +51,10 @@ import numpy as np
 from privseed.tasks.metrics import terms_present
 
 SCHEDULES = ("flat", "budget")
+#: Characters a word may follow without a space.
+WORD_OPENERS = frozenset("([{\"'\u201c\u2018")
+#: The answer's last word, alone or followed by a comma (the next word must not repeat it).
+LAST_WORD = re.compile(r"([^\W\d_][\w'\u2019-]*),?$")
 
 
 def surface_forms(term: str) -> list[str]:
@@ -92,17 +101,25 @@ class SeedSteeringProcessor:
         self.terms = [t for t in dict.fromkeys(str(t) for t in terms) if t.strip()]
         self.strength = float(strength)
         self.detokenize = detokenize
+        self.tokenize = tokenize
+        self._word_starts: dict[str, frozenset[int]] = {}
         self.eos_ids = sorted({int(i) for i in eos_ids})
         self.no_repeat_ngram = int(no_repeat_ngram)
         self.continues_word = None if continues_word is None else np.flatnonzero(np.asarray(continues_word, dtype=bool))
         # Token sequences of each term's surface forms (distinct, non-empty).
         self.forms: dict[str, list[tuple[int, ...]]] = {}
+        # Sequences of the forms without a leading space ("york"): they begin a term only where a word begins.
+        self.bare: set[tuple[int, ...]] = set()
         for term in self.terms:
-            seqs = {tuple(int(i) for i in tokenize(form)) for form in surface_forms(term)}
-            self.forms[term] = sorted(s for s in seqs if s)
+            spaced, bare = set(), set()
+            for form in surface_forms(term):
+                (spaced if form.startswith(" ") else bare).add(tuple(int(i) for i in tokenize(form)))
+            self.forms[term] = sorted(s for s in spaced | bare if s)
+            self.bare |= {s for s in bare - spaced if s}
         self.prompt_len: int | None = None
-        # Memo of the answer seen so far: its tokens and, for each prefix length k, the terms written by then.
+        # Memo of the answer seen so far: its tokens and, for each prefix length k, its text and the terms written.
         self._seen: list[int] = []
+        self._text_at: list[str] = [""]
         self._written_at: list[frozenset[str]] = [frozenset()]
 
     def _written_text(self, text: str) -> frozenset[str]:
@@ -118,10 +135,20 @@ class SeedSteeringProcessor:
             while common < limit and self._seen[common] == generated[common]:
                 common += 1
         del self._seen[common:]
+        del self._text_at[common + 1:]
         del self._written_at[common + 1:]
         for token in generated[common:]:
             self._seen.append(int(token))
-            self._written_at.append(self._written_text(self.detokenize(self._seen)))
+            text = self.detokenize(self._seen)
+            self._text_at.append(text)
+            self._written_at.append(self._written_text(text))
+
+    def word_starts_at(self, generated: Sequence[int], position: int) -> bool:
+        """Whether a word can begin without a space after the first ``position`` tokens of ``generated`` (the
+        memo's answer): at its start, after white space or after an opening bracket or quote. Not after "." or
+        "-" ("Togo.Tenth", "Albu-Albu")."""
+        text = self._text_at[position]
+        return not text or text[-1].isspace() or text[-1] in WORD_OPENERS
 
     def written(self, generated: Sequence[int] | np.ndarray) -> set[str]:
         """Terms the answer already contains (the coverage measure's own test, privseed.tasks.metrics.terms_present)."""
@@ -176,14 +203,19 @@ class SeedSteeringProcessor:
             for term in done:
                 for seq in self.forms[term]:
                     delta[seq[0]] = -s
+            length = len(generated)
             if self.steps_since_last_term(generated, done) >= gap:
+                at_word_start = self.word_starts_at(generated, length)
                 for term in missing:
                     for seq in self.forms[term]:
+                        if seq in self.bare and not at_word_start:
+                            continue  # "artist" + "york" would glue the term onto a word ("artistyorkyork")
                         delta[seq[0]] = max(delta.get(seq[0], -math.inf), push)
             for term in missing:
                 for seq in self.forms[term]:
                     for k in range(len(seq) - 1, 0, -1):  # the answer ends with the first k tokens of the term
-                        if len(generated) >= k and tuple(generated[-k:]) == seq[:k]:
+                        if length >= k and tuple(generated[-k:]) == seq[:k] and \
+                                (seq not in self.bare or self.word_starts_at(generated, length - k)):
                             delta[seq[k]] = max(delta.get(seq[k], -math.inf), 2 * push)
                             break
             if missing:
@@ -202,7 +234,28 @@ class SeedSteeringProcessor:
                 banned = windows[(windows[:, :-1] == history[len(history) - n + 1:]).all(axis=1), -1]
             for token in banned.tolist():
                 delta[token] = -math.inf
+        if n > 0:
+            for token in self.repeated_word_starts(generated):
+                delta[token] = -math.inf
         return delta
+
+    def repeated_word_starts(self, generated: Sequence[int]) -> frozenset[int]:
+        """The first tokens of the answer's last word written again after a space (as it stands, lower case,
+        capitalised), when the answer ends with that word or with it and a comma; a first token that is white
+        space alone is left alone (it begins every word)."""
+        self._advance([int(t) for t in generated])
+        match = LAST_WORD.search(self._text_at[len(generated)])
+        if match is None:
+            return frozenset()
+        word = match.group(1)
+        if word not in self._word_starts:
+            starts = set()
+            for form in {word, word.lower(), word[:1].upper() + word[1:]}:
+                ids = self.tokenize(" " + form)
+                if ids and self.detokenize([ids[0]]).strip():
+                    starts.add(int(ids[0]))
+            self._word_starts[word] = frozenset(starts)
+        return self._word_starts[word]
 
     def bonus(self, generated: Sequence[int] | np.ndarray, n_vocab: int) -> np.ndarray:
         """``adjustments`` and ``closed_tokens`` as a dense vector over a vocabulary of ``n_vocab`` tokens."""
