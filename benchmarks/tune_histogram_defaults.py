@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from privseed.tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions, class_term_counts,
-                                            class_term_releases, class_unit_l2_weights, noise_floor, pair_candidates,
+                                            class_rank_l2_weights, class_term_releases, class_unit_l2_weights,
+                                            noise_floor, pair_candidates,
                                             pair_coherence, pair_matrix, pair_mechanism, release_all,
                                             sample_class_sequences, stage_budgets)
 from privseed.tasks.experiment import data_root
@@ -180,6 +181,8 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     contribution = setting.get("contribution", "first-terms")
     if contribution == "unit-l2":  # every distinct term of every document, L2 norm 1 (Gaussian only)
         counts = class_unit_l2_weights(private_ids, private_index, len(labels), len(terms))
+    elif contribution == "rank-l2":  # every distinct term, the i-th weighted i^-decay, L2 norm 1 (Gaussian only)
+        counts = class_rank_l2_weights(private_ids, private_index, len(labels), len(terms), setting["decay"])
     else:
         counts = class_term_counts(private_ids, private_index, len(labels), len(terms), setting["S"])
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0], contribution=contribution)

@@ -51,6 +51,8 @@ tasks/audit_faults.py; the power table is in docs/privacy.md).
     histogram-unit-l2  The same stage with --hist-contribution unit-l2 (Gaussian, L2 sensitivity 1, delta 1e-5).
                 Canary: the same document, 1/sqrt(S) on each term (L2 norm 1, the whole sensitivity). Tests: as
                 for histogram, through the same passes.
+    histogram-rank-l2  The same stage with --hist-contribution rank-l2 (Gaussian, L2 sensitivity 1, delta 1e-5).
+                Canary: the same document, its i-th term i^-0.5 scaled to L2 norm 1 (the whole sensitivity).
     histogram-threshold  The same stage with --mechanism laplace-threshold and delta 1e-5: the canary's terms
                 exist only on D', so they are released only when their noisy counts pass the threshold. The
                 calibration check takes only the counts far above the threshold (cut with probability at most
@@ -671,6 +673,14 @@ class HistogramUnitL2Audit(HistogramAudit):
     variant = {"mechanism": "gaussian", "delta": 1e-5, "hist_contribution": "unit-l2"}
 
 
+class HistogramRankL2Audit(HistogramAudit):
+    """The histogram methods' stage 1 with ``--hist-contribution rank-l2`` (Gaussian, L2 sensitivity 1): the i-th
+    of a document's n distinct terms weighs i^-0.5, scaled to L2 norm 1, computed by the flows' own pass 1."""
+
+    name = "histogram-rank-l2"
+    variant = {"mechanism": "gaussian", "delta": 1e-5, "hist_contribution": "rank-l2"}
+
+
 class SecPeAudit(_PeAudit):
     name = "secpe"
 
@@ -758,6 +768,7 @@ class SecPeAudit(_PeAudit):
 AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "histogram": HistogramAudit,
                                        "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit,
                                        "histogram-unit-l2": HistogramUnitL2Audit,
+                                       "histogram-rank-l2": HistogramRankL2Audit,
                                        "histogram-threshold": HistogramThresholdAudit}
 
 

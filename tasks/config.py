@@ -592,12 +592,14 @@ class DpKpsConfig(ReleaseConfig):
                     "(candidate group / rest), weight = count x (1 - q), the noise share drawn from the pooled "
                     "classes; clip: the K largest clipped counts (docs/dpkps.md)",
         json_schema_extra=cli(metavar="RULE"))
-    hist_contribution: Literal["first-terms", "unit-l2"] = Field(
+    hist_contribution: Literal["first-terms", "unit-l2", "rank-l2"] = Field(
         default="first-terms",
         description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
                     "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
-                    "document at L2 sensitivity 1 (needs --mechanism gaussian and a delta)",
-        json_schema_extra=cli(metavar="HOW", default_note="unit-l2 when --mechanism is not given"))
+                    "document at L2 sensitivity 1; rank-l2: every distinct term too, the i-th in reading order "
+                    "weighted 1/sqrt(i), scaled to L2 norm 1 (the unit-l2 and rank-l2 need --mechanism gaussian and "
+                    "a delta)",
+        json_schema_extra=cli(metavar="HOW", default_note="rank-l2 when --mechanism is not given"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
         description="M: terms with the largest noisy counts summed over classes form the candidate group of "
@@ -683,8 +685,8 @@ class DpKpsConfig(ReleaseConfig):
     def _histogram_defaults(cls, values: Any) -> Any:
         """The histogram methods' defaults, chosen once on validation splits of the public corpora and of a
         long-document set (docs/dpkps.md, "Defaults of the histogram methods"): every document counts whole
-        (``unit-l2``: 1/sqrt(n) on each of its n distinct terms, L2 sensitivity 1 under add/remove of one document)
-        under the Gaussian mechanism, calibrated by dp-accounting's PLD to (epsilon, delta). Only values the user
+        (``rank-l2``: each of its n distinct terms, the i-th in reading order weighted 1/sqrt(i), scaled to L2 norm
+        1, so L2 sensitivity 1 under add/remove of one document) under the Gaussian mechanism, calibrated by dp-accounting's PLD to (epsilon, delta). Only values the user
         did not give are filled in; an explicit ``--mechanism laplace`` keeps the first-S histogram (pure DP).
         delta defaults to Aug-PE's 1/(n ln n) with n the public bound ``--n-upper-bound`` (never the corpus size;
         7.2e-8 at 10^6); the ledger, the manifest and the report state it with the epsilon."""
@@ -693,7 +695,7 @@ class DpKpsConfig(ReleaseConfig):
         values = dict(values)
         if values.get("mechanism") is None:
             values["mechanism"] = "gaussian"
-            values.setdefault("hist_contribution", "unit-l2")
+            values.setdefault("hist_contribution", "rank-l2")
         if values["mechanism"] in ("gaussian", "laplace-threshold") and values.get("delta") is None:
             from privseed.tasks.accounting import default_delta
 
@@ -718,9 +720,9 @@ class DpKpsConfig(ReleaseConfig):
 
     @model_validator(mode="after")
     def _unit_l2_needs_gaussian(self) -> DpKpsConfig:
-        if self.hist_contribution == "unit-l2" and self.mechanism != "gaussian":
-            raise ValueError("--hist-contribution unit-l2 bounds a document's L2 norm only: add --mechanism gaussian "
-                             "--delta D (e.g. 1e-6)")
+        if self.hist_contribution in ("unit-l2", "rank-l2") and self.mechanism != "gaussian":
+            raise ValueError(f"--hist-contribution {self.hist_contribution} bounds a document's L2 norm only: add "
+                             "--mechanism gaussian --delta D (e.g. 1e-6)")
         return self
 
     @property
@@ -993,7 +995,7 @@ EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["metho
 EXPERIMENT_OUT = "experiments/results"
 #: The mechanisms `privseed audit` can audit (tasks/audit_trials.py)
 AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-                    "histogram-threshold")
+                    "histogram-rank-l2", "histogram-threshold")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
 #: figures of experiments/results/privacy-audit.md (500 evaluation trials per side bound epsilon by about 4.9)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}

@@ -119,6 +119,28 @@ def class_unit_l2_weights(sequences: Iterable[Sequence[int]], class_index: Seque
     return weights
 
 
+def rank_l2_weights(n_terms: int, decay: float) -> np.ndarray:
+    """The ``rank-l2`` contribution of a document with ``n_terms`` distinct terms, in reading order: the i-th
+    weighs i^-decay, scaled to L2 norm exactly 1 (decay 0 is ``unit-l2``; a larger decay leans on the first
+    terms, a title's, as ``first-terms`` does, and still counts every later term)."""
+    raw = np.arange(1, n_terms + 1, dtype=np.float64) ** -float(decay)
+    return raw / np.sqrt(np.sum(raw * raw))
+
+
+def class_rank_l2_weights(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
+                          n_classes: int, vocab_size: int, decay: float) -> np.ndarray:
+    """Exact per-class sums (n_classes, |V|) float64 of each document's ``rank-l2`` contribution: its n distinct
+    terms of V in the order they first occur, the i-th adding ``rank_l2_weights(n, decay)[i]`` to its class's
+    row. Every document's vector has L2 norm exactly 1, whatever its length and its label, so the Gaussian
+    mechanism on L2 sensitivity 1 covers it, as for ``class_unit_l2_weights``. Additive over disjoint shards."""
+    weights = np.zeros((n_classes, vocab_size), dtype=np.float64)
+    for terms, c in zip(sequences, class_index, strict=True):
+        distinct = np.fromiter(dict.fromkeys(int(t) for t in terms), dtype=np.int64)
+        if distinct.size:
+            weights[int(c), distinct] += rank_l2_weights(distinct.size, decay)
+    return weights
+
+
 def class_pair_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
                       candidate_ids: Sequence[np.ndarray], pair_terms: int) -> np.ndarray:
     """Exact co-occurrence counts (C, P (P - 1) / 2) of unordered pairs among each class's P candidate terms.
@@ -197,10 +219,13 @@ def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) 
 
 
 #: How a document enters stage 1: ``first-terms``, 1 on each of its first S distinct terms (L1 S, L2 sqrt(S));
-#: ``unit-l2``, 1 / sqrt(n) on each of its n distinct terms (L2 exactly 1, every term of a long document counts).
-CONTRIBUTIONS = ("first-terms", "unit-l2")
-#: The L2 norm of one document's ``unit-l2`` contribution (``class_unit_l2_weights``): its whole sensitivity.
+#: ``unit-l2``, 1 / sqrt(n) on each of its n distinct terms (L2 exactly 1, every term of a long document counts);
+#: ``rank-l2``, the i-th of its n distinct terms i^-RANK_DECAY, scaled to L2 norm exactly 1.
+CONTRIBUTIONS = ("first-terms", "unit-l2", "rank-l2")
+#: The L2 norm of one document's ``unit-l2`` or ``rank-l2`` contribution: its whole sensitivity.
 UNIT_L2_SENSITIVITY = 1.0
+#: ``rank-l2``'s decay (public, chosen on validation splits: experiments/results/dpkps.md).
+RANK_DECAY = 0.5
 
 
 def contribution_sensitivity(contribution: str, max_terms: int) -> Any:
@@ -215,7 +240,7 @@ def contribution_sensitivity(contribution: str, max_terms: int) -> Any:
 
     if contribution == "first-terms":
         return Sensitivity.of_counts(l1_sensitivity(max_terms))
-    if contribution == "unit-l2":
+    if contribution in ("unit-l2", "rank-l2"):
         return Sensitivity(l2=UNIT_L2_SENSITIVITY)
     raise ConfigError(f"unknown contribution {contribution!r}; choose one of {', '.join(CONTRIBUTIONS)}")
 

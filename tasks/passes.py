@@ -71,8 +71,9 @@ class TermCounting:
     english_top_n: int
     first_terms: int
     per_class: bool = False
-    #: per class only: ``first-terms`` (1 on each of the first S distinct terms) or ``unit-l2`` (1 / sqrt(n) on
-    #: each of a document's n distinct terms, float64; ``privseed.tasks.histogram_seeds.class_unit_l2_weights``)
+    #: per class only: ``first-terms`` (1 on each of the first S distinct terms), ``unit-l2`` (1 / sqrt(n) on
+    #: each of a document's n distinct terms, float64; ``privseed.tasks.histogram_seeds.class_unit_l2_weights``) or
+    #: ``rank-l2`` (the i-th distinct term in reading order i^-decay, L2 norm 1; ``class_rank_l2_weights``)
     contribution: str = "first-terms"
 
     def count(self, texts: Sequence[str], positions: Sequence[int] | np.ndarray | None = None,
@@ -89,13 +90,15 @@ class TermCounting:
         vocabulary = load_vocabulary(self.vocab, self.english_top_n)  # loaded and indexed once per process
         matcher = phrase_matcher(vocabulary)
         s = self.first_terms
-        if self.per_class and self.contribution == "unit-l2":
-            from privseed.tasks.histogram_seeds import class_unit_l2_weights
+        if self.per_class and self.contribution in ("unit-l2", "rank-l2"):
+            from privseed.tasks.histogram_seeds import RANK_DECAY, class_rank_l2_weights, class_unit_l2_weights
 
             assert positions is not None  # per-class counts need each document's class
             every = max(1, len(vocabulary))  # at most |V| distinct terms: the whole document is read
-            return class_unit_l2_weights((matcher.first_matches(t, every, distinct=True) for t in texts), positions,
-                                         n_classes, len(vocabulary))
+            documents = (matcher.first_matches(t, every, distinct=True) for t in texts)  # in reading order
+            if self.contribution == "rank-l2":
+                return class_rank_l2_weights(documents, positions, n_classes, len(vocabulary), RANK_DECAY)
+            return class_unit_l2_weights(documents, positions, n_classes, len(vocabulary))
         if self.per_class:
             assert positions is not None  # per-class counts need each document's class
             return class_term_counts((matcher.first_matches(t, s, distinct=True) for t in texts), positions,

@@ -308,7 +308,7 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
     assert histogram.histogram_epsilon == histogram.eps_voc + histogram.eps_kde
     # the histogram methods' defaults (docs/dpkps.md): whole documents, Gaussian, delta from the public bound
     n_bound = DpKpsConfig.model_fields["n_upper_bound"].default
-    assert (histogram.mechanism, histogram.hist_contribution) == ("gaussian", "unit-l2")
+    assert (histogram.mechanism, histogram.hist_contribution) == ("gaussian", "rank-l2")
     assert histogram.delta == accounting.default_delta(n_bound)
     assert validate_config(DpKpsConfig, {**base, "method": "histogram", "n_upper_bound": 1000}).delta == \
         accounting.default_delta(1000)

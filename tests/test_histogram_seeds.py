@@ -443,3 +443,28 @@ def test_unit_l2_needs_the_gaussian_mechanism_and_pass_1_counts_whole_documents(
     first = TermCounting("english", 20_000, first_terms=2, per_class=True).count([text], [0], n_classes=1)
     assert first.sum() == 2 and (counts > 0).sum() == 7
     assert np.linalg.norm(counts) == pytest.approx(1.0)
+
+
+def test_rank_l2_contribution_leans_on_the_first_terms_at_norm_one_in_reading_order():
+    from privseed.tasks.histogram_seeds import build_mechanism, class_rank_l2_weights, rank_l2_weights
+    from privseed.tasks.passes import TermCounting
+
+    assert np.allclose(rank_l2_weights(3, 0.0), 1 / np.sqrt(3))  # decay 0 is unit-l2
+    w = rank_l2_weights(40, 0.5)
+    assert np.linalg.norm(w) == pytest.approx(1.0) and np.all(np.diff(w) < 0)
+    assert w[0] / w[3] == pytest.approx(2.0)  # 1/sqrt(1) against 1/sqrt(4)
+    doc = [7, 3, 7, 9, 3, 1]  # distinct in reading order: 7, 3, 9, 1
+    weights = class_rank_l2_weights([doc, []], [1, 0], n_classes=2, vocab_size=10, decay=0.5)
+    assert np.allclose(weights[1, [7, 3, 9, 1]], rank_l2_weights(4, 0.5)) and not weights[0].any()
+    assert np.linalg.norm(weights) == pytest.approx(1.0)
+    assert build_mechanism("gaussian", 10, 2.0, 1e-6, contribution="rank-l2").sensitivity == 1.0
+    with pytest.raises(ConfigError, match="no bounded L1"):
+        build_mechanism("laplace", 10, 2.0, 0.0, contribution="rank-l2")
+    with pytest.raises(ValueError, match="rank-l2 bounds a document's L2 norm only"):
+        DpKpsConfig(data="d.parquet", out="o", labels=["a", "b"], method="histogram", mechanism="laplace",
+                    hist_contribution="rank-l2")
+    text = "football club player scored goals league season"
+    counts = TermCounting("english", 20_000, first_terms=2, per_class=True, contribution="rank-l2").count(
+        [text], [0], n_classes=1)
+    row = counts[0][counts[0] > 0]
+    assert row.size == 7 and np.linalg.norm(counts) == pytest.approx(1.0) and row.max() / row.min() > 2

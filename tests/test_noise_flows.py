@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.mechanisms import INSECURE_STAMP
-from tests.noise_checks import assert_noise_is
+from tests.noise_checks import FALSE_ALARM, assert_noise_is, scale_pvalue
 
 pytestmark = pytest.mark.slow
 
@@ -335,37 +335,54 @@ def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(p
     assert ledger["total"]["epsilon"] == pytest.approx(epsilon)
 
 
-def test_histogram_unit_l2_noise_is_gaussian_of_sensitivity_one_over_whole_documents(prefect_harness, tmp_path):
-    """The real flow with --method histogram --hist-contribution unit-l2: each document adds 1 / sqrt(n) to each of
-    its n distinct terms (all of them, although S = 2 here), and the released rows minus those weights, recomputed
-    here, are Gaussian of sigma = z(eps, delta) * 1 on every term of V of every class; the ledger says L2
-    sensitivity 1. Half or twice sigma is refuted, and so is a count of the first S terms only (its residuals on
-    the counted terms would be far from 0)."""
+#: A document's weights on its n distinct terms in reading order, written out here from docs/dpkps.md (not taken
+#: from the code under test): unit-l2 1/sqrt(n) each; rank-l2 the i-th 1/sqrt(i), over sqrt(1 + 1/2 + ... + 1/n).
+WHOLE_DOCUMENT_WEIGHTS = {
+    "unit-l2": lambda n: [1.0 / math.sqrt(n)] * n,
+    "rank-l2": lambda n: [1.0 / math.sqrt(i) / math.sqrt(sum(1.0 / j for j in range(1, n + 1)))
+                          for i in range(1, n + 1)],
+}
+
+
+@pytest.mark.parametrize("contribution", sorted(WHOLE_DOCUMENT_WEIGHTS))
+def test_histogram_whole_document_noise_is_gaussian_of_sensitivity_one(prefect_harness, tmp_path, contribution):
+    """The real flow with --method histogram --hist-contribution unit-l2 or rank-l2: each document adds its
+    weights to each of its n distinct terms (all of them, although S = 2 here), and the released rows minus those
+    weights, recomputed here, are Gaussian of sigma = z(eps, delta) * 1 on every term of V of every class; the
+    ledger says L2 sensitivity 1. Half or twice sigma is refuted, and so is a count of the first S terms only (its
+    residuals on the counted terms would be far from 0) and the other contribution's weights (at epsilon 50 sigma
+    is 0.16, under the weights' differences, so residuals from the wrong weights are too wide)."""
     from privseed.flows.dpkps import dpkps_flow
     from privseed.tasks.kde import gaussian_noise_multiplier
     from privseed.tasks.vocabulary import english_vocabulary
 
     data, frame = _corpus(tmp_path)
-    out = tmp_path / "unit-l2"
-    epsilon, delta = 4.0, 1e-6
+    out = tmp_path / contribution
+    epsilon, delta = 50.0, 1e-6
     dpkps_flow(_dpkps_config(data, out, method="histogram", epsilon=epsilon, delta=delta, mechanism="gaussian",
-                             hist_contribution="unit-l2", first_terms=2, hist_top_k=60))
+                             hist_contribution=contribution, first_terms=2, hist_top_k=60))
     sigma = gaussian_noise_multiplier(epsilon, delta)
     terms = english_vocabulary(VOCAB_TOP).terms
     index = {t: i for i, t in enumerate(terms)}
-    noise, on_terms = [], []
+    [other] = set(WHOLE_DOCUMENT_WEIGHTS) - {contribution}
+    noise, on_terms, other_on_terms = [], [], []
     for c, label in enumerate(sorted(TOPICS)):
-        exact = np.zeros(len(terms))
+        exact, exact_other = np.zeros(len(terms)), np.zeros(len(terms))
         for text in frame.loc[frame["label"] == label, "text"]:
             distinct = _first_distinct(text, index, len(terms))
             assert len(distinct) > 2  # every document has more terms than S: the rest must count too
-            exact[[index[t] for t in distinct]] += 1.0 / math.sqrt(len(distinct))
-        residual = _stored(out, f"histogram-class{c}")["noisy"] - exact
+            exact[[index[t] for t in distinct]] += WHOLE_DOCUMENT_WEIGHTS[contribution](len(distinct))
+            exact_other[[index[t] for t in distinct]] += WHOLE_DOCUMENT_WEIGHTS[other](len(distinct))
+        released = _stored(out, f"histogram-class{c}")["noisy"]
+        residual = released - exact
         noise.append(residual)
         on_terms.append(residual[exact > 0])
+        other_on_terms.append((released - exact_other)[exact > 0])
     assert_noise_is(np.concatenate(noise), "gaussian", sigma)
     on_terms_ = np.concatenate(on_terms)
     assert abs(on_terms_.mean()) < 5 * sigma / math.sqrt(on_terms_.size)  # the recomputed weights are the flow's
+    assert scale_pvalue(on_terms_, "gaussian", sigma) > FALSE_ALARM
+    assert scale_pvalue(np.concatenate(other_on_terms), "gaussian", sigma) < FALSE_ALARM
     ledger = json.loads((out / "ledger.json").read_text())
     stage = [e for e in ledger["entries"] if e["name"].startswith("histogram-class")]
     assert len(stage) == 3 and all(e["sensitivity"] == 1.0 and e["scale"] == pytest.approx(sigma) for e in stage)

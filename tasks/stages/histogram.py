@@ -32,7 +32,8 @@ def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) 
 
 #: What ledger entries say about a document's contribution (the first-terms text is that of existing releases).
 _CONTRIBUTION_TEXT = {"first-terms": "first S distinct terms of the document",
-                      "unit-l2": "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)"}
+                      "unit-l2": "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)",
+                      "rank-l2": "the i-th of the document's n distinct terms i^-0.5, scaled to L2 norm 1"}
 
 
 @private_stage("privatize-class-histograms")
@@ -41,8 +42,8 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     """Stage 1: noise on EVERY term of V for every class, top K per class; drawn once through the ledger.
 
     Sensitivity: a document adds 1 to at most S distinct terms of its own class -> L1 S (Laplace(S/eps_1)),
-    L2 sqrt(S) (Gaussian); with ``--hist-contribution unit-l2`` it adds a vector of L2 norm 1 over all its distinct
-    terms -> L2 1 (Gaussian only). Classes are disjoint: parallel composition (partition per class)."""
+    L2 sqrt(S) (Gaussian); with ``--hist-contribution unit-l2`` or ``rank-l2`` it adds a vector of L2 norm 1 over
+    all its distinct terms -> L2 1 (Gaussian only). Classes are disjoint: parallel composition (partition per class)."""
     from privseed.tasks.histogram_seeds import build_mechanism, stage_budgets, top_k
     from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
