@@ -27,7 +27,7 @@ from privseed.tasks.quality import (
                                     validate_release,
                                     validate_release_task,
                                     )
-from privseed.tasks.quality.shapes import doubled_phrase
+from privseed.tasks.quality.shapes import doubled_phrase, short_item_run
 
 LABELS = ["business", "science", "sports"]
 TOPICS = {
@@ -311,6 +311,19 @@ def test_each_degenerate_shape_is_rejected_with_its_reason(name):
 ])
 def test_doubled_phrase_is_seen_inside_a_clause_only(text, length):
     assert doubled_phrase(text) == length
+
+
+@pytest.mark.parametrize("text, run", [
+    ("The Good, Media, Year, published, written work, English, reviewed, working, world, written, edited, "
+     "published, november, edited, writing, edited, publishing, edited, editing, edited, life, edited.", 22),
+    # a real list of its length breaks at an item of three words and at the sentence end
+    ("Symptoms were fever, cough, chest pain, dyspnea and fatigue in most of the patients, headache, nausea. "
+     "Rash, itch.", 3),
+    ("She plays guitar, piano and drums.", 2),
+])
+def test_short_item_run_counts_short_items_in_a_row_within_a_sentence(text, run):
+    assert short_item_run(text) == run
+    assert (document_rejection(text, [], "stop") == "fragments") == (run > DEFAULT_RULES.max_short_item_run)
 
 
 # Prose that sits next to the meta-talk and glossary patterns and must stay a document.

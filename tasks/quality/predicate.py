@@ -37,6 +37,7 @@ from privseed.tasks.quality.shapes import (
     quoted_term_glosses,
     seed_definitions,
     seed_line_labels,
+    short_item_run,
     syllable_loop,
     term_glosses,
 )
@@ -135,6 +136,11 @@ class DocumentRules:
     # words long, is fragments, not prose.
     fragment_min_lines: int = 6
     max_fragment_share: float = 0.6
+    # Items of one or two words in a row in one sentence (``short_item_run``): at most this many. The longest real
+    # lists of the tuning splits: 15 (OHSUMED-23 train, drug and symptom lists), 13 (Yelp dev, dishes), 10
+    # (DBPedia-14 train); no test split goes past 15 either. The demo's seed list with its variants ("The Good,
+    # Media, Year, published, written work, English, reviewed, ...") runs to 23.
+    max_short_item_run: int = 15
     # Glossaries of the seeds (see privseed.tasks.quality.shapes): "Term:" entries, markdown headings or bold
     # labels, "a term that ..." glosses; seed terms opening lines as labels; quoted words explained; seed terms
     # opening sentences that define them.
@@ -299,7 +305,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "repetitive"
     if not_prose(stats, rules):
         return "not_prose"
-    if fragment_lines(text, rules.fragment_min_lines) > rules.max_fragment_share or article_list(text):
+    if (fragment_lines(text, rules.fragment_min_lines) > rules.max_fragment_share or article_list(text)
+            or short_item_run(text) > rules.max_short_item_run):
         return "fragments"
     if rules.examples and (copies_example(tokens, rules.examples, rules.max_example_run)
                            or borrows_example_name(text, keyphrases, rules.examples)):
