@@ -43,7 +43,8 @@ CORPORA = {
 BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 10, "mechanism": "laplace",
         "denoise": "fdr", "M": 500, "share": 0.8, "T": 1.0, "P": 30, "S2": 2, "mu": 0.5}
 # BASE ("{}" in a grid) is the first-S Laplace histogram, the default before issue 29 (the keys of earlier results
-# name it); the shipped default since then is {"contribution": "unit-l2", "mechanism": "gaussian"}.
+# name it); the shipped default since then was {"contribution": "unit-l2", "mechanism": "gaussian"}, and is now
+# {"contribution": "rank-l2", "mechanism": "gaussian", "decay": 0.5} (experiments/results/dpkps.md).
 # denoise / M: class_term_releases; share, T (pair floor: expected pure-noise pairs per class), P (pair candidates
 # per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov
 #: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of

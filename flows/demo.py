@@ -1,8 +1,8 @@
 """``privseed demo``: privseed's best seeds made into documents on the bundled DBpedia-14 sample, with every
 embedded default, then the recipient's evaluation.
 
-The seeds are ``--method histogram`` (per-class DP term histograms, each document counted whole under Gaussian
-noise, total epsilon 11 and delta 7.2e-8, the method's defaults; docs/dpkps.md), the
+The seeds are ``--method histogram`` (per-class DP term histograms, each document counted whole, its first terms
+weighed more, under Gaussian noise, total epsilon 11 and delta 7.2e-8, the method's defaults; docs/dpkps.md), the
 strongest method without an LLM; the packaged local LLM (SmolLM2-135M, llama.cpp) writes one document from each
 seed, told the public class name (the demo declares DBpedia-14's ontology class names, as an owner would) and the
 document type. Local files, a LocalCluster, the offline MiniLM embedding model: nothing is downloaded. The demo
