@@ -10,8 +10,8 @@ At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``) and t
 - a token that **begins** a seed term not yet in the answer (its first token in any of the surface forms
   " term", " Term", "term", "Term"; the forms without a space only where a word begins without one, at the
   start of the answer, after white space or an opening bracket or quote, or the push glues the term onto what
-  comes before: "artistyorkyorky york", "Togo.Tenth") gets +p, except in the ``gap`` tokens right after a term was written:
-  boosting every missing term at every step makes a small model write the seed list ("Gillingham, General
+  comes before: "artistyorkyorky york", "Togo.Tenth") gets +p, except in the ``gap`` tokens right after a term
+  was written: boosting every missing term at every step makes a small model write the seed list ("Gillingham, General
   Resellers, Class Archdiocese, ..."), the gap makes it write prose between two terms;
 - a token that **continues** a term the answer is in the middle of writing (the answer ends with the term's
   first k tokens) gets +2p, so a started term is finished rather than abandoned;
