@@ -111,7 +111,8 @@ class SeedSteeringProcessor:
         # Sequences of the forms without a leading space ("york"): they begin a term only where a word begins.
         self.bare: set[tuple[int, ...]] = set()
         for term in self.terms:
-            spaced, bare = set(), set()
+            spaced: set[tuple[int, ...]] = set()
+            bare: set[tuple[int, ...]] = set()
             for form in surface_forms(term):
                 (spaced if form.startswith(" ") else bare).add(tuple(int(i) for i in tokenize(form)))
             self.forms[term] = sorted(s for s in spaced | bare if s)
