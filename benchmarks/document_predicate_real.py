@@ -10,6 +10,8 @@ with its own first 10 distinct public-vocabulary terms as its "seed" (so the see
 and finish_reason "stop". A real document is a document: every rejection is a false reject. Prints the rate per
 corpus and per reason (and, for the statistics, which one), a few rejected texts per reason to read, then the catch
 rate on tests/fixtures/degenerate_documents.json (rows quoted from releases, each labelled with its reason).
+Beside the rejects, each corpus's share of the documents generation would ask to rewrite (``repetition_score`` >= 1,
+a soft test that rejects nothing: GenerationParams.max_rewrites).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from privseed.tasks.quality import DEFAULT_RULES, document_rejection, language_probability, statistic_over_threshold
+from privseed.tasks.quality import (DEFAULT_RULES, document_rejection, language_probability, repetition_score,
+                                    statistic_over_threshold)
 
 CORPORA = {
     "dbpedia14 train (tuning)": "dbpedia14/train.parquet",
@@ -54,20 +57,22 @@ def first_terms(text: str, vocab: set[str], length: int = 10) -> list[str]:
 
 
 def false_rejects(path: Path, vocab: set[str],
-                  limit: int) -> tuple[int, collections.Counter[str], dict[str, list[str]]]:
+                  limit: int) -> tuple[int, collections.Counter[str], dict[str, list[str]], int]:
     texts = pd.read_parquet(path, columns=["text"])["text"].astype(str).tolist()
     if limit:
         texts = texts[:limit]
     reasons: collections.Counter[str] = collections.Counter()
     examples: dict[str, list[str]] = collections.defaultdict(list)
+    repetitive = 0
     for text in texts:
+        repetitive += repetition_score(text) >= 1.0
         reason = document_rejection(text, first_terms(text, vocab), "stop")
         if reason:
             if reason in STATISTIC_REASONS:
                 reason = f"{reason}:{statistic_over_threshold(text)}"
             reasons[reason] += 1
             examples[reason].append(text)
-    return len(texts), reasons, examples
+    return len(texts), reasons, examples, repetitive
 
 
 def catch_rate() -> None:
@@ -102,10 +107,11 @@ def main() -> None:
     vocab = public_vocabulary()
     print(f"rules: {DEFAULT_RULES}")
     for name, relative in CORPORA.items():
-        n, reasons, examples = false_rejects(args.data / relative, vocab, args.limit)
+        n, reasons, examples, repetitive = false_rejects(args.data / relative, vocab, args.limit)
         rejected = sum(reasons.values())
         print(f"\n{name}: {n} real documents, {rejected} rejected = {100 * rejected / n:.2f} % "
-              f"({', '.join(f'{r} {c}' for r, c in reasons.most_common()) or 'none'})")
+              f"({', '.join(f'{r} {c}' for r, c in reasons.most_common()) or 'none'}); "
+              f"{100 * repetitive / n:.2f} % would be rewritten (repetition_score >= 1)")
         for reason, items in examples.items():
             for text in items[:args.examples]:
                 print(f"  [{reason}] {text[:220]!r}")

@@ -38,7 +38,7 @@ def only_llm_label_names(ds: DatasetSpec, data: PreparedData) -> dict[str, str]:
 
 def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], labels: Sequence[Any], per_class: int,
                     seed: int, cache_uri: str, max_tokens: int = 160, temperature: float = 1.0, *,
-                    max_regenerations: int | None = None,
+                    max_regenerations: int | None = None, max_rewrites: int | None = None,
                     llm_concurrency: int | None = None, llm_secret: str | None = None,
                     storage_options: dict | None = None, progress: bool = False) -> pd.DataFrame:
     """Unseeded prompts to the LLM: per_class documents per class, no private data involved at all.
@@ -50,7 +50,7 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
     finished. Call seeds come from the public ``public_rng(seed, "only-llm")``. Answers are cleaned, judged and
     regenerated like a DP-KPS release's (``generate_unseeded``): rows that are still not documents after the
     regeneration rounds (``max_regenerations``, default GenerationParams') are dropped, so both arms of the
-    comparison are scored on documents only."""
+    comparison are scored on documents only; ``max_rewrites`` rounds ask again for a repetitive document."""
     from privseed.tasks.generation import GenerationParams, generate_unseeded
     from privseed.tasks.llm.service import llm_spec
     from privseed.tasks.ledger import public_rng
@@ -64,6 +64,8 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
                               temperature=temperature, class_names=names)
     if max_regenerations is not None:
         params = dataclasses.replace(params, max_regenerations=max_regenerations)
+    if max_rewrites is not None:
+        params = dataclasses.replace(params, max_rewrites=max_rewrites)
     spec = llm_spec(llm, state_uri=cache_uri, storage_options=storage_options, llm_concurrency=llm_concurrency,
                     llm_secret=llm_secret)
     call_seeds = public_rng(seed, "only-llm").integers(0, 2**31 - 1, size=len(labels) * per_class)

@@ -647,6 +647,9 @@ class DpKpsConfig(ReleaseConfig):
     max_regenerations: int = Field(default=8, ge=0, le=20, description="rounds of regeneration (a new call seed) for "
                                    "a seed with no document among its candidates; still none: the row is dropped "
                                    "and counted in quality.json", json_schema_extra=cli(group=GENERATION))
+    max_rewrites: int = Field(default=1, ge=0, le=8, description="rounds of one more candidate for a seed whose "
+                              "documents are all repetitive (a word crowding the text, a low type-token ratio); "
+                              "the least repetitive is kept", json_schema_extra=cli(group=GENERATION))
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)",
                          json_schema_extra=cli(group=GENERATION))

@@ -56,7 +56,7 @@ from privseed.tasks.llm.service import (KINDS, LLMSpec, as_spec, call_prices, cl
                                         kind_of, serving, spec_from_config)
 from privseed.tasks.llm.steering import SCHEDULES
 from privseed.tasks.metrics import term_coverage
-from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection
+from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection, repetition_score
 
 log = logging.getLogger("privseed.generation")
 
@@ -81,6 +81,10 @@ class GenerationParams:
     # keeps 222 rows of 280 instead of 157 (TF-IDF 58.5 % instead of 50.9 %) for 57 % more calls
     # (docs/generation.md); a model that writes documents rarely needs a round at all.
     max_regenerations: int = 8
+    # Rounds of one more candidate for a seed whose documents are all repetitive (``repetition_score`` >= 1: a
+    # content word six times in 40 words, a low type-token ratio); the least repetitive is kept. 1: SmolLM2's
+    # demo documents are 14 % repetitive, so about 14 % more calls (experiments/results/generation.md).
+    max_rewrites: int = 1
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
     steer: float = 0.0
@@ -97,6 +101,8 @@ class GenerationParams:
     def __post_init__(self) -> None:
         if self.max_regenerations < 0:
             raise ConfigError(f"max_regenerations must be >= 0, got {self.max_regenerations}")
+        if self.max_rewrites < 0:
+            raise ConfigError(f"max_rewrites must be >= 0, got {self.max_rewrites}")
         if self.steer < 0:
             raise ConfigError(f"steer must be >= 0 (0 turns seed steering off), got {self.steer}")
         if self.steer_schedule not in SCHEDULES:
@@ -219,11 +225,15 @@ def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -
 
 def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
                 rules: DocumentRules = DEFAULT_RULES) -> tuple[int, float]:
-    """Index and coverage of the best candidate: documents first, then the most seed terms covered
-    (privseed.tasks.metrics.term_coverage), then the lowest index. Candidates are ranked as given (clean them first)."""
+    """Index and coverage of the best candidate: documents first, plain ones (``repetition_score`` under 1) before
+    repetitive ones; among plain documents the most seed terms covered (privseed.tasks.metrics.term_coverage), among
+    repetitive ones the least repetitive; then the lowest index. Candidates are ranked as given (clean them
+    first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
     ok = [rejection(seed, c, rules) is None for c in candidates]
-    best = max(range(len(covs)), key=lambda i: (ok[i], covs[i], -i))
+    scores = [repetition_score(c.text, rules) if ok[i] else 0.0 for i, c in enumerate(candidates)]
+    plain = [s < 1.0 for s in scores]
+    best = max(range(len(covs)), key=lambda i: (ok[i], plain[i], covs[i] if plain[i] else -scores[i], -i))
     return best, covs[best]
 
 
@@ -238,59 +248,79 @@ OnSettled = Callable[[int, bool], None]
 
 def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
                      request: Callable[[int, int], ChatRequest], is_document: Callable[[int, ChatResult], bool],
-                     send: SendCandidates, on_settled: OnSettled | None = None) -> None:
+                     send: SendCandidates, on_settled: OnSettled | None = None,
+                     is_plain: Callable[[int, ChatResult], bool] | None = None, max_rewrites: int = 0) -> None:
     """Best-of-k, then regeneration (the control flow only; ``request(i, j)`` builds candidate j of owner i and
     ``send`` makes the calls). Round 0 asks for candidates 0..first_round-1 of every owner; each later round asks
-    for one more candidate (the next index) of every owner none of whose candidates so far ``is_document``, for
-    at most ``max_regenerations`` rounds. Deterministic in the answers: run twice over the same cache, it asks
-    for the same calls. Seeded generation (``seeded_rounds``) and the only-LLM baseline (``generate_unseeded``)
-    both regenerate through it, so the two arms of a comparison follow one policy.
+    for one more candidate (the next index) of every owner none of whose candidates so far ``is_document``, at
+    most ``max_regenerations`` times per owner, and of every owner whose documents are all repetitive (not
+    ``is_plain``), at most ``max_rewrites`` times per owner. Deterministic in the answers: run twice over the same
+    cache, it asks for the same calls. Seeded generation (``seeded_rounds``) and the only-LLM baseline
+    (``generate_unseeded``) both regenerate through it, so the two arms of a comparison follow one policy.
 
     ``on_settled(i, kept)`` is told once per owner, as soon as its fate is known: when the last of its candidates of
-    a round arrives and one of its candidates is a document (kept), or when its last possible round ends without
-    one (dropped). A progress bar over the documents advances on it, so its total never changes however many
-    regenerations there are."""
+    a round arrives and no further one will be asked (it has a plain document, or a document and no rewrite left:
+    kept; no document and no regeneration left: dropped). A progress bar over the documents advances on it, so its
+    total never changes however many regenerations there are."""
+    if max_rewrites < 0:
+        raise ConfigError(f"max_rewrites must be >= 0, got {max_rewrites}")
     has_document = [False] * owners
+    has_plain = [is_plain is None or max_rewrites == 0] * owners
+    regenerations_left = [max_regenerations] * owners
+    rewrites_left = [max_rewrites] * owners
     n_candidates = [first_round] * owners
     lock = threading.Lock()  # backends may deliver answers from their own threads
 
-    def judge(asked: list[int], last_round: bool) -> OnEach:
+    def done(i: int) -> bool:
+        if has_document[i]:
+            return has_plain[i] or rewrites_left[i] == 0
+        return regenerations_left[i] == 0
+
+    def judge(asked: list[int]) -> OnEach:
         pending = [0] * owners
         for i in asked:
             pending[i] += 1
 
         def on_each(j: int, result: ChatResult) -> None:
             i = asked[j]
-            document = not has_document[i] and is_document(i, result)
+            document = is_document(i, result)
+            plain = document and (has_plain[i] or is_plain is None or is_plain(i, result))
             with lock:
                 has_document[i] = has_document[i] or document
+                has_plain[i] = has_plain[i] or plain
                 pending[i] -= 1
-                settled = pending[i] == 0 and (has_document[i] or last_round)
+                settled = pending[i] == 0 and done(i)
             if settled and on_settled is not None:
                 on_settled(i, has_document[i])
         return on_each
 
     first = [i for i in range(owners) for _ in range(first_round)]
-    send([request(i, j) for i in range(owners) for j in range(first_round)], first,
-         judge(first, max_regenerations == 0))
-    for round_ in range(1, max_regenerations + 1):
-        bad = [i for i, ok in enumerate(has_document) if not ok]
-        if not bad:
+    send([request(i, j) for i in range(owners) for j in range(first_round)], first, judge(first))
+    while True:
+        again = [i for i in range(owners) if not done(i)]
+        if not again:
             break
-        extra = [request(i, n_candidates[i]) for i in bad]
-        for i in bad:
+        for i in again:
+            if has_document[i]:
+                rewrites_left[i] -= 1
+            else:
+                regenerations_left[i] -= 1
+        extra = [request(i, n_candidates[i]) for i in again]
+        for i in again:
             n_candidates[i] += 1
-        send(extra, bad, judge(bad, round_ == max_regenerations))
+        send(extra, again, judge(again))
 
 
 def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
                   backend_kind: str, send: SendCandidates, rules: DocumentRules,
                   on_settled: OnSettled | None = None) -> None:
     """``candidate_rounds`` over released seeds: ``params.best_of`` candidates each (``candidate_request``), then
-    up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected."""
+    up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected and up to
+    ``params.max_rewrites`` for those whose documents are all repetitive (``repetition_score`` >= 1)."""
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
                      lambda i, j: candidate_request(template, seeds[i], params, j, backend_kind),
-                     lambda i, result: rejection(seeds[i], _cleaned(result), rules) is None, send, on_settled)
+                     lambda i, result: rejection(seeds[i], _cleaned(result), rules) is None, send, on_settled,
+                     lambda i, result: repetition_score(_cleaned(result).text, rules) < 1.0, params.max_rewrites)
 
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
@@ -814,7 +844,8 @@ def generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec | str, par
     that never finished.
 
     The answers go through the same cleaning and the same document predicate as a DP-KPS release, with the same
-    regeneration policy (``params.max_regenerations`` rounds, one new call seed per round, ``candidate_seed``),
+    regeneration policy (``params.max_regenerations`` rounds, one new call seed per round, ``candidate_seed``;
+    ``params.max_rewrites`` for repetitive documents),
     and a row with no document after them is dropped. A baseline that kept its loops and meta-talk would be
     scored on other texts than the method it is compared with. There are no seed terms, so the seed-echo tests
     do not apply. The frame's ``attrs["quality"]`` is the same quality report a release writes
@@ -844,6 +875,9 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
         return document_rejection(_cleaned(answer).text, (), answer.finish_reason, rules,
                                   mean_logprob=answer.mean_logprob) is None
 
+    def unseeded_plain(i: int, answer: ChatResult) -> bool:
+        return repetition_score(_cleaned(answer).text, rules) < 1.0
+
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
     bar = CallProgress(len(row_labels), call_prices(spec, len(row_labels)), f"generate {spec.kind}", progress,
@@ -856,14 +890,18 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
 
     try:
         candidate_rounds(len(row_labels), 1, params.max_regenerations, request, unseeded_document, send,
-                         bar.on_settled)
+                         bar.on_settled, unseeded_plain, params.max_rewrites)
     finally:
         bar.close()
         close_backend(spec)
     candidates = [[_cleaned(a) for a in row] for row in answers]
     reasons = [[document_rejection(c.text, (), c.finish_reason, rules, mean_logprob=c.mean_logprob) for c in row]
                for row in candidates]
-    best = [next((j for j, r in enumerate(rs) if r is None), 0) for rs in reasons]
+    # The first document, a plain one before a repetitive one (the least repetitive of those), as select_best.
+    scores = [[repetition_score(c.text, rules) if r is None else 0.0 for c, r in zip(row, rs)]
+              for row, rs in zip(candidates, reasons)]
+    best = [max(range(len(rs)), key=lambda j: (rs[j] is None, sc[j] < 1.0, -sc[j] if sc[j] >= 1.0 else 0.0, -j))
+            for rs, sc in zip(reasons, scores)]
     rows = pd.DataFrame({
         "text": [c[b].text for c, b in zip(candidates, best)], "label": row_labels,
         "keyphrases": [[] for _ in row_labels], "backend": backend.name, "model": backend.model,
@@ -920,7 +958,8 @@ def params_from_config(cfg) -> GenerationParams:
 
     few = getattr(cfg, "few_shot", None)
     class_names = class_names_from_config(cfg)
-    kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "steer",
+    kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "max_rewrites",
+                                       "steer",
                                        "steer_schedule", "repeat_penalty", "no_repeat_ngram")
           if getattr(cfg, k, None) is not None}
     if hasattr(cfg, "language"):

@@ -96,6 +96,46 @@ def test_candidate_rounds_settle_each_owner_once_as_soon_as_its_fate_is_known():
     assert log == ["round", (0, True), (1, False), (2, False)]
 
 
+def test_candidate_rounds_ask_again_for_a_repetitive_document_up_to_max_rewrites():
+    # every candidate is a document; owner 0's first is plain, owner 1's first two are repetitive, owner 2's all
+    first_plain = {0: 0, 1: 2, 2: None}
+    log: list = []
+
+    def is_plain(i, result):
+        return first_plain[i] is not None and result >= first_plain[i]
+
+    def send(requests, owners, on_each):
+        log.append([r for r in requests])
+        for j, (_, k) in enumerate(requests):
+            on_each(j, k)
+
+    settled: list = []
+    candidate_rounds(3, 1, 3, lambda i, j: (i, j), lambda i, r: True, send, lambda i, kept: settled.append((i, kept)),
+                     is_plain, max_rewrites=2)
+    assert log == [[(0, 0), (1, 0), (2, 0)], [(1, 1), (2, 1)], [(1, 2), (2, 2)]]
+    assert settled == [(0, True), (1, True), (2, True)]  # a repetitive document is still kept
+    log.clear()
+    candidate_rounds(3, 1, 3, lambda i, j: (i, j), lambda i, r: True, send, None, is_plain, max_rewrites=0)
+    assert log == [[(0, 0), (1, 0), (2, 0)]]
+    with pytest.raises(ConfigError):
+        candidate_rounds(1, 1, 0, lambda i, j: (i, j), lambda i, r: True, send, None, is_plain, max_rewrites=-1)
+
+
+def test_select_best_prefers_a_plain_document_then_the_least_repetitive():
+    s = VOCAB.seed(["football club", "village"], 0, 1)
+    loop = ChatResult("Football is played on a football field, and the football is played by a football player. "
+                      "Football is also played in the football stadium, and football is played in football "
+                      "stadiums.", 1, 1)  # "football" 8 times in 32 words: score 1.33
+    milder = ChatResult("The village club plays football on a football field near the church. Football is played by "
+                        "a football player, and the ball is kicked in the football stadium, where fans watch "
+                        "football.", 1, 1)  # 6 times: score 1.0, and it names the seed "village"
+    plain = ChatResult("The club was founded in 1921 by the miners of a small town and still plays in the county "
+                       "league on a pitch beside the old church.", 1, 1)
+    assert all(is_document(c.text, s.keyphrases) for c in (loop, milder, plain))
+    assert select_best(s, [loop, milder, plain])[0] == 2  # the plain one, though it names no seed term
+    assert select_best(s, [loop, milder])[0] == 1
+
+
 def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
     # Candidate j answers with j+1 seed terms, so best-of-3 must pick candidate 2.
     def answer(req):

@@ -18,12 +18,14 @@ from privseed.tasks.quality import (
     derive_quality_columns,
     document_rejection,
     language_probability,
+    repetition_score,
     statistic_over_threshold,
     text_stats,
 )
 from privseed.tasks.quality.language import model_languages
 from privseed.tasks.quality.patterns import PATTERNS_FILE
 from privseed.tasks.quality.text_stats import (
+    crowded_word_count,
     duplicate_ngram_char_fraction,
     moving_type_token_ratio,
     top_ngram_char_fraction,
@@ -63,6 +65,26 @@ def test_mattr_is_the_mean_share_of_new_words_per_window():
     assert moving_type_token_ratio(list("abcd")) == 1.0
     assert moving_type_token_ratio(list("abab"), window=2) == 1.0
     assert moving_type_token_ratio(list("aaab"), window=2) == pytest.approx((1 + 1 + 2) / 3 / 2)
+
+
+def test_crowded_word_counts_one_content_word_within_a_window():
+    words = "the football club and football clubs of the town play football".split()
+    assert crowded_word_count(words) == 3  # "clubs" counts as "club", "football" three times
+    assert crowded_word_count(["the"] * 10 + ["of"] * 10) == 0  # stop words and short words do not count
+    spread = (["river"] + ["x%d" % i for i in range(45)]) * 3
+    assert crowded_word_count(spread) == 1 and crowded_word_count(spread, window=100) == 3
+
+
+def test_a_repetitive_document_scores_one_or_more_and_is_not_rejected_for_it():
+    loop = ("Football is played on a football field, and the football is played by a football player. Football is "
+            "also played in the football stadium, and football is played in football stadiums.")
+    assert repetition_score(loop) >= 1.0 and repetition_score(PROSE) < 0.5
+    assert document_rejection(loop) is None  # soft: generation asks for another candidate, the gate keeps it
+    assert repetition_score(loop, DocumentRules(rewrite_crowded_word=9, rewrite_mattr=0.3)) < 1.0
+    assert repetition_score(None) == 0.0
+    with pytest.raises(ConfigError):
+        DocumentRules(rewrite_crowded_word=1)
+    assert DEFAULT_RULES.with_settings({"rewrite_mattr": "0.6"}).rewrite_mattr == 0.6
 
 
 def test_each_statistic_rejects_its_shape_and_prose_passes():

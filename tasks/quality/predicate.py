@@ -158,6 +158,15 @@ class DocumentRules:
     min_mean_logprob: float | None = None
     # The call stopped at max_tokens ("length") and the text does not end a sentence.
     reject_truncated: bool = True
+    # Not reasons: a document this repetitive is kept, but generation asks for another candidate
+    # (GenerationParams.max_rewrites) and keeps the less repetitive one (``repetition_score`` >= 1). One content
+    # word `rewrite_crowded_word` times in 40 words, or a moving type-token ratio at or under `rewrite_mattr` (texts
+    # of `mattr_min_words` words or more). Real documents reach either rarely (DBPedia-14 0.4-0.6 %, Yelp 0.1 %,
+    # OHSUMED-23 2.4 % and Medical Abstracts 2.8 %, whose abstracts name their subject often); SmolLM2's demo
+    # documents 14 %, among them the loops the hard thresholds cannot take without rejecting real text
+    # (experiments/results/generation.md).
+    rewrite_crowded_word: int = 6
+    rewrite_mattr: float = 0.505
     # The few-shot example documents of the prompt (public, from the recipient): a text that shares a run of
     # `max_example_run` words with one of them, or names one of their entities none of its seed terms is part of,
     # copies the example instead of writing from its seed. Empty: no test.
@@ -174,7 +183,7 @@ class DocumentRules:
                     and not 0.0 <= value <= 1.0):
                 raise ConfigError(f"document rules: {f.name}={value} must be in [0, 1]")
         for name in ("max_token_run", "max_phrase_run", "min_doubled_phrase_words", "max_seed_run", "max_example_run",
-                     "max_seed_line_labels", "max_quoted_term_glosses"):
+                     "max_seed_line_labels", "max_quoted_term_glosses", "rewrite_crowded_word"):
             if int(getattr(self, name)) < 2:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
         if self.language is not None and self.language not in LANGUAGES:
@@ -326,6 +335,20 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
     if rules.reject_truncated and finish_reason == "length" and not ends_a_sentence(text):
         return "truncated"
     return None
+
+
+def repetition_score(text: Any, rules: DocumentRules = DEFAULT_RULES) -> float:
+    """How repetitive a document is, against the soft thresholds (``rewrite_crowded_word``, ``rewrite_mattr``):
+    the larger of the crowded-word count over its threshold and one minus the moving type-token ratio over one
+    minus its threshold. 1 or more: worth another candidate (generation keeps the lower score). Not a rejection:
+    ``document_rejection`` never reads it. 0 for what is not a text."""
+    if not isinstance(text, str) or not text.strip():
+        return 0.0
+    stats = text_stats(text)
+    score = stats.crowded_word / rules.rewrite_crowded_word
+    if stats.words >= rules.mattr_min_words:
+        score = max(score, (1.0 - stats.mattr) / max(1e-9, 1.0 - rules.rewrite_mattr))
+    return float(score)
 
 
 def statistic_over_threshold(text: str, rules: DocumentRules = DEFAULT_RULES) -> str | None:

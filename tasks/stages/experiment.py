@@ -89,12 +89,12 @@ def only_llm_documents(spec: ExperimentSpec, cell: GridCell, label_names: dict[s
     ``privseed.tasks.baselines.only_llm_label_names``), judged and regenerated like the grid's DP-KPS releases; every
     call is cached under the cell's folder, so a retry or a re-run sends only the calls that never finished."""
     ds = cell.ds
-    # As many regeneration rounds as the grid's DP-KPS releases get ([dpkps] max_regenerations), so both arms
-    # drop the same kind of row after the same number of tries.
+    # As many regeneration (and rewrite) rounds as the grid's DP-KPS releases get ([dpkps] max_regenerations,
+    # max_rewrites), so both arms drop the same kind of row after the same number of tries.
     rounds = spec.dpkps.get("max_regenerations")
     return only_llm_corpus(cell.llm, ds.doc_type, label_names, declared_labels(ds), ds.synthetic_per_class,
                            cell.seed, storage.join(run_dir, "_llm_cache"), max_regenerations=rounds,
-                           **spec.generation)
+                           max_rewrites=spec.dpkps.get("max_rewrites"), **spec.generation)
 
 
 def score_cell(spec: ExperimentSpec, cell: GridCell, grid: GridData, train: pd.DataFrame, release: Release | None,
