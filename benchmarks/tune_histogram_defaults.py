@@ -17,6 +17,7 @@ Medical abstracts ships a test file only; its training part here is the 70 % the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -24,9 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from privseed.tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions, class_term_counts,
-                                            class_rank_l2_weights, class_term_releases, class_unit_l2_weights,
-                                            noise_floor, pair_candidates,
+from privseed.tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions,
+                                            class_term_releases, contribution_kind, noise_floor, pair_candidates,
                                             pair_coherence, pair_matrix, pair_mechanism, release_all,
                                             sample_class_sequences, stage_budgets)
 from privseed.tasks.experiment import data_root
@@ -180,12 +180,10 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     delta = GAUSSIAN_DELTA if setting["mechanism"] in ("gaussian", "laplace-threshold") else 0.0
     budgets = stage_budgets(method, eps, delta, setting["share"])
     contribution = setting.get("contribution", "first-terms")
-    if contribution == "unit-l2":  # every distinct term of every document, L2 norm 1 (Gaussian only)
-        counts = class_unit_l2_weights(private_ids, private_index, len(labels), len(terms))
-    elif contribution == "rank-l2":  # every distinct term, the i-th weighted i^-decay, L2 norm 1 (Gaussian only)
-        counts = class_rank_l2_weights(private_ids, private_index, len(labels), len(terms), setting["decay"])
-    else:
-        counts = class_term_counts(private_ids, private_index, len(labels), len(terms), setting["S"])
+    kind = contribution_kind(contribution)  # the flow's own: first S terms, or the whole document at L2 norm 1
+    if kind.whole_document and "decay" in setting:
+        kind = dataclasses.replace(kind, decay=float(setting["decay"]))
+    counts = kind.class_weights(private_ids, private_index, len(labels), len(terms), setting["S"])
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0], contribution=contribution)
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
     releases = class_term_releases(noisy, mech, setting["K"], setting["M"], setting["denoise"])

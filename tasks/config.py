@@ -724,7 +724,9 @@ class DpKpsConfig(ReleaseConfig):
 
     @model_validator(mode="after")
     def _unit_l2_needs_gaussian(self) -> DpKpsConfig:
-        if self.hist_contribution in ("unit-l2", "rank-l2") and self.mechanism != "gaussian":
+        from privseed.tasks.histogram_seeds import contribution_kind
+
+        if contribution_kind(self.hist_contribution).whole_document and self.mechanism != "gaussian":
             raise ValueError(f"--hist-contribution {self.hist_contribution} bounds a document's L2 norm only: add "
                              "--mechanism gaussian --delta D (e.g. 1e-6)")
         return self

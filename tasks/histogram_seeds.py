@@ -102,23 +102,6 @@ def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
     return counts
 
 
-def class_unit_l2_weights(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
-                          n_classes: int, vocab_size: int) -> np.ndarray:
-    """Exact per-class sums (n_classes, |V|) float64 of each document's unit-L2 contribution: a document with n
-    distinct terms of V (ALL of them, however long it is) adds 1 / sqrt(n) to each of them in its class's row.
-
-    The contribution vector has L2 norm exactly 1 (n entries of 1 / sqrt(n)), so removing or adding one document
-    moves the whole (n_classes, |V|) matrix by exactly 1 in L2 norm, whatever its length and its label (it lives
-    in its own class's row only): the Gaussian mechanism on L2 sensitivity 1 covers it. A document with no term of
-    V contributes nothing. Additive over disjoint shards."""
-    weights = np.zeros((n_classes, vocab_size), dtype=np.float64)
-    for terms, c in zip(sequences, class_index, strict=True):
-        distinct = np.unique(np.asarray(list(terms), dtype=np.int64))
-        if distinct.size:
-            weights[int(c), distinct] += 1.0 / math.sqrt(distinct.size)
-    return weights
-
-
 def rank_l2_weights(n_terms: int, decay: float) -> np.ndarray:
     """The ``rank-l2`` contribution of a document with ``n_terms`` distinct terms, in reading order: the i-th
     weighs i^-decay, scaled to L2 norm exactly 1 (decay 0 is ``unit-l2``; a larger decay leans on the first
@@ -131,8 +114,10 @@ def class_rank_l2_weights(sequences: Iterable[Sequence[int]], class_index: Seque
                           n_classes: int, vocab_size: int, decay: float) -> np.ndarray:
     """Exact per-class sums (n_classes, |V|) float64 of each document's ``rank-l2`` contribution: its n distinct
     terms of V in the order they first occur, the i-th adding ``rank_l2_weights(n, decay)[i]`` to its class's
-    row. Every document's vector has L2 norm exactly 1, whatever its length and its label, so the Gaussian
-    mechanism on L2 sensitivity 1 covers it, as for ``class_unit_l2_weights``. Additive over disjoint shards."""
+    row. Every document's vector has L2 norm exactly 1, whatever its length and its label, so removing or adding
+    one document moves the whole (n_classes, |V|) matrix by exactly 1 in L2 norm (it lives in its own class's row
+    only): the Gaussian mechanism on L2 sensitivity 1 covers it. Decay 0 is ``unit-l2``: 1 / sqrt(n) on each of
+    the n terms. A document with no term of V contributes nothing. Additive over disjoint shards."""
     weights = np.zeros((n_classes, vocab_size), dtype=np.float64)
     for terms, c in zip(sequences, class_index, strict=True):
         distinct = np.fromiter(dict.fromkeys(int(t) for t in terms), dtype=np.int64)
@@ -218,41 +203,75 @@ def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) 
     return [(epsilon * term_share, delta * term_share), (epsilon * (1 - term_share), delta * (1 - term_share))]
 
 
-#: How a document enters stage 1: ``first-terms``, 1 on each of its first S distinct terms (L1 S, L2 sqrt(S));
-#: ``unit-l2``, 1 / sqrt(n) on each of its n distinct terms (L2 exactly 1, every term of a long document counts);
-#: ``rank-l2``, the i-th of its n distinct terms i^-RANK_DECAY, scaled to L2 norm exactly 1.
-CONTRIBUTIONS = ("first-terms", "unit-l2", "rank-l2")
 #: The L2 norm of one document's ``unit-l2`` or ``rank-l2`` contribution: its whole sensitivity.
 UNIT_L2_SENSITIVITY = 1.0
 #: ``rank-l2``'s decay (public, chosen on validation splits: experiments/results/dpkps.md).
 RANK_DECAY = 0.5
 
 
-def contribution_sensitivity(contribution: str, max_terms: int) -> Any:
-    """How far one document moves stage 1's (classes, |V|) matrix under add/remove (``Sensitivity``).
+@dataclass(frozen=True)
+class Contribution:
+    """How one document enters stage 1's (classes, |V|) matrix, and how far that lets it move the matrix under
+    add/remove of one document. The label is part of the document: removing it removes its own class's row's
+    contribution and touches no other class (a relabelling -- replace-one adjacency -- moves two rows and would
+    double the L2 sensitivity to sqrt(2)).
 
-    ``first-terms``: at most S coordinates of its own class's row by 1 each -> L1 S, L2 sqrt(S). ``unit-l2``: a
-    vector of L2 norm 1 in its own class's row -> L2 1 and no L1 bound that does not grow with the document
-    (sqrt(n) for n distinct terms), so only an L2 kind (Gaussian) can release it. The label is part of the
-    document: removing it removes its row's contribution and touches no other class, as for ``first-terms``
-    (a relabelling -- replace-one adjacency -- moves two rows and would double the L2 sensitivity to sqrt(2))."""
-    from privseed.tasks.mechanisms import Sensitivity
+    ``decay`` None (``first-terms``): 1 on each of its first S distinct terms -> L1 S, L2 sqrt(S); any mechanism.
+    ``decay`` d >= 0: every distinct term of V it holds, however long it is, the i-th in reading order weighted
+    i^-d, scaled to L2 norm exactly 1 (``class_rank_l2_weights``; d = 0 is ``unit-l2``, 1 / sqrt(n) each) -> L2 1
+    and no L1 bound that does not grow with the document (sqrt(n) at d = 0), so only an L2 mechanism (Gaussian)
+    can release it. ``ledger_text`` is what the ledger says of it."""
 
-    if contribution == "first-terms":
-        return Sensitivity.of_counts(l1_sensitivity(max_terms))
-    if contribution in ("unit-l2", "rank-l2"):
+    name: str
+    decay: float | None
+    ledger_text: str
+
+    @property
+    def whole_document(self) -> bool:
+        """Pass 1 reads the whole document (every distinct term), not its first S."""
+        return self.decay is not None
+
+    def sensitivity(self, max_terms: int) -> Any:
+        """``Sensitivity`` of the whole (classes, |V|) matrix under add/remove of one document."""
+        from privseed.tasks.mechanisms import Sensitivity
+
+        if self.decay is None:
+            return Sensitivity.of_counts(l1_sensitivity(max_terms))
         return Sensitivity(l2=UNIT_L2_SENSITIVITY)
-    raise ConfigError(f"unknown contribution {contribution!r}; choose one of {', '.join(CONTRIBUTIONS)}")
+
+    def class_weights(self, documents: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
+                      n_classes: int, vocab_size: int, max_terms: int) -> np.ndarray:
+        """The exact (classes, |V|) matrix of these documents (term ids in reading order; additive over shards)."""
+        if self.decay is None:
+            return class_term_counts(documents, class_index, n_classes, vocab_size, max_terms)
+        return class_rank_l2_weights(documents, class_index, n_classes, vocab_size, self.decay)
+
+
+#: How a document may enter stage 1 (``--hist-contribution``), by name.
+CONTRIBUTIONS: dict[str, Contribution] = {c.name: c for c in (
+    Contribution("first-terms", None, "first S distinct terms of the document"),
+    Contribution("unit-l2", 0.0, "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)"),
+    Contribution("rank-l2", RANK_DECAY,
+                 f"the i-th of the document's n distinct terms i^-{RANK_DECAY:g}, scaled to L2 norm 1"),
+)}
+
+
+def contribution_kind(name: str) -> Contribution:
+    """The ``Contribution`` called ``name`` (``--hist-contribution``)."""
+    try:
+        return CONTRIBUTIONS[name]
+    except KeyError:
+        raise ConfigError(f"unknown contribution {name!r}; choose one of {', '.join(CONTRIBUTIONS)}") from None
 
 
 def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float,
                     contribution: str = "first-terms") -> Any:
-    """The mechanism of stage 1 (``contribution_sensitivity``): for ``first-terms`` Laplace on L1 sensitivity S,
-    or Gaussian on L2 sensitivity sqrt(S); for ``unit-l2`` Gaussian on L2 sensitivity 1. Sigma is calibrated for
-    (epsilon, delta) by dp-accounting's PLD accountant."""
+    """The mechanism of stage 1 (``Contribution.sensitivity``): for ``first-terms`` Laplace on L1 sensitivity S,
+    or Gaussian on L2 sensitivity sqrt(S); for ``unit-l2`` and ``rank-l2`` Gaussian on L2 sensitivity 1. Sigma is
+    calibrated for (epsilon, delta) by dp-accounting's PLD accountant."""
     from privseed.tasks.mechanisms import mechanism_kind
 
-    return mechanism_kind(kind).calibrated(contribution_sensitivity(contribution, max_terms), epsilon, delta)
+    return mechanism_kind(kind).calibrated(contribution_kind(contribution).sensitivity(max_terms), epsilon, delta)
 
 
 def pair_mechanism(kind: str, pair_terms: int, epsilon: float, delta: float) -> Any:

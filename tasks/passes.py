@@ -71,16 +71,15 @@ class TermCounting:
     english_top_n: int
     first_terms: int
     per_class: bool = False
-    #: per class only: ``first-terms`` (1 on each of the first S distinct terms), ``unit-l2`` (1 / sqrt(n) on
-    #: each of a document's n distinct terms, float64; ``privseed.tasks.histogram_seeds.class_unit_l2_weights``) or
-    #: ``rank-l2`` (the i-th distinct term in reading order i^-decay, L2 norm 1; ``class_rank_l2_weights``)
+    #: per class only: how a document enters its class's row, a name of
+    #: ``privseed.tasks.histogram_seeds.CONTRIBUTIONS`` (``first-terms``, ``unit-l2``, ``rank-l2``)
     contribution: str = "first-terms"
 
     def count(self, texts: Sequence[str], positions: Sequence[int] | np.ndarray | None = None,
               n_classes: int = 1) -> np.ndarray:
         """The counts of these documents (additive over disjoint sets of documents); ``positions`` (each
         document's class among ``n_classes``) only for ``per_class``."""
-        from privseed.tasks.histogram_seeds import class_term_counts
+        from privseed.tasks.histogram_seeds import contribution_kind
         from privseed.tasks.vocabulary import (
                                                first_terms_histogram,
                                                load_vocabulary,
@@ -90,19 +89,13 @@ class TermCounting:
         vocabulary = load_vocabulary(self.vocab, self.english_top_n)  # loaded and indexed once per process
         matcher = phrase_matcher(vocabulary)
         s = self.first_terms
-        if self.per_class and self.contribution in ("unit-l2", "rank-l2"):
-            from privseed.tasks.histogram_seeds import RANK_DECAY, class_rank_l2_weights, class_unit_l2_weights
-
-            assert positions is not None  # per-class counts need each document's class
-            every = max(1, len(vocabulary))  # at most |V| distinct terms: the whole document is read
-            documents = (matcher.first_matches(t, every, distinct=True) for t in texts)  # in reading order
-            if self.contribution == "rank-l2":
-                return class_rank_l2_weights(documents, positions, n_classes, len(vocabulary), RANK_DECAY)
-            return class_unit_l2_weights(documents, positions, n_classes, len(vocabulary))
         if self.per_class:
             assert positions is not None  # per-class counts need each document's class
-            return class_term_counts((matcher.first_matches(t, s, distinct=True) for t in texts), positions,
-                                     n_classes, len(vocabulary), s)
+            kind = contribution_kind(self.contribution)
+            # a whole-document contribution reads every distinct term (at most |V| of them), in reading order
+            read = max(1, len(vocabulary)) if kind.whole_document else s
+            documents = (matcher.first_matches(t, read, distinct=True) for t in texts)
+            return kind.class_weights(documents, positions, n_classes, len(vocabulary), s)
         return first_terms_histogram((matcher.first_matches(t, s) for t in texts), len(vocabulary), s)
 
 

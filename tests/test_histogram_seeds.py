@@ -415,15 +415,16 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
 
 
 def test_unit_l2_contribution_counts_every_distinct_term_at_norm_one_in_its_class_row():
-    from privseed.tasks.histogram_seeds import build_mechanism, class_unit_l2_weights
+    from privseed.tasks.histogram_seeds import CONTRIBUTIONS, build_mechanism
 
+    unit_l2 = CONTRIBUTIONS["unit-l2"]
     long_doc = list(range(40)) * 3  # 40 distinct terms, each repeated: far more than S
-    weights = class_unit_l2_weights([long_doc, [5], []], [1, 0, 2], n_classes=3, vocab_size=50)
+    weights = unit_l2.class_weights([long_doc, [5], []], [1, 0, 2], n_classes=3, vocab_size=50, max_terms=10)
     assert weights.dtype == np.float64 and weights.shape == (3, 50)
     assert np.allclose(weights[1, :40], 1 / np.sqrt(40)) and not weights[1, 40:].any()
     assert weights[0, 5] == 1.0 and not weights[2].any()  # no term of V: no contribution
     # removing any one document moves the matrix by exactly 1 in L2 norm, however long it is
-    without = class_unit_l2_weights([[5], []], [0, 2], n_classes=3, vocab_size=50)
+    without = unit_l2.class_weights([[5], []], [0, 2], n_classes=3, vocab_size=50, max_terms=10)
     assert np.linalg.norm(weights - without) == pytest.approx(1.0)
     mechanism = build_mechanism("gaussian", 10, 2.0, 1e-6, contribution="unit-l2")
     assert mechanism.sensitivity == 1.0  # not sqrt(S), not sqrt(40)
@@ -468,3 +469,16 @@ def test_rank_l2_contribution_leans_on_the_first_terms_at_norm_one_in_reading_or
         [text], [0], n_classes=1)
     row = counts[0][counts[0] > 0]
     assert row.size == 7 and np.linalg.norm(counts) == pytest.approx(1.0) and row.max() / row.min() > 2
+
+
+def test_every_contribution_is_one_registry_entry_the_cli_offers():
+    import typing
+
+    from privseed.tasks.histogram_seeds import CONTRIBUTIONS, contribution_kind
+
+    offered = typing.get_args(DpKpsConfig.model_fields["hist_contribution"].annotation)
+    assert set(offered) == set(CONTRIBUTIONS)
+    assert [c.whole_document for c in CONTRIBUTIONS.values()] == [False, True, True]
+    assert contribution_kind("first-terms").sensitivity(10).l1 == 10
+    with pytest.raises(ConfigError, match="unknown contribution"):
+        contribution_kind("half-l2")

@@ -144,10 +144,10 @@ class SeedSteeringProcessor:
             self._text_at.append(text)
             self._written_at.append(self._written_text(text))
 
-    def word_starts_at(self, generated: Sequence[int], position: int) -> bool:
-        """Whether a word can begin without a space after the first ``position`` tokens of ``generated`` (the
-        memo's answer): at its start, after white space or after an opening bracket or quote. Not after "." or
-        "-" ("Togo.Tenth", "Albu-Albu")."""
+    def word_starts_at(self, position: int) -> bool:
+        """Whether a word can begin without a space after the first ``position`` tokens of the answer the memo has
+        seen (``written`` advances it): at its start, after white space or after an opening bracket or quote. Not
+        after "." or "-" ("Togo.Tenth", "Albu-Albu")."""
         text = self._text_at[position]
         return not text or text[-1].isspace() or text[-1] in WORD_OPENERS
 
@@ -206,7 +206,7 @@ class SeedSteeringProcessor:
                     delta[seq[0]] = -s
             length = len(generated)
             if self.steps_since_last_term(generated, done) >= gap:
-                at_word_start = self.word_starts_at(generated, length)
+                at_word_start = self.word_starts_at(length)
                 for term in missing:
                     for seq in self.forms[term]:
                         if seq in self.bare and not at_word_start:
@@ -216,7 +216,7 @@ class SeedSteeringProcessor:
                 for seq in self.forms[term]:
                     for k in range(len(seq) - 1, 0, -1):  # the answer ends with the first k tokens of the term
                         if length >= k and tuple(generated[-k:]) == seq[:k] and \
-                                (seq not in self.bare or self.word_starts_at(generated, length - k)):
+                                (seq not in self.bare or self.word_starts_at(length - k)):
                             delta[seq[k]] = max(delta.get(seq[k], -math.inf), 2 * push)
                             break
             if missing:

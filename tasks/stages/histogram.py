@@ -25,15 +25,12 @@ if TYPE_CHECKING:
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
+    from privseed.tasks.histogram_seeds import contribution_kind
+
     return {"method": cfg.method, "vocab": vocabulary_name, "vocab_terms": vocab_terms,
             "first_terms": cfg.first_terms, "top_k": cfg.hist_top_k, "mechanism": cfg.mechanism,
-            "adjacency": "add/remove one document", "contribution": _CONTRIBUTION_TEXT[cfg.hist_contribution]}
-
-
-#: What ledger entries say about a document's contribution (the first-terms text is that of existing releases).
-_CONTRIBUTION_TEXT = {"first-terms": "first S distinct terms of the document",
-                      "unit-l2": "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)",
-                      "rank-l2": "the i-th of the document's n distinct terms i^-0.5, scaled to L2 norm 1"}
+            "adjacency": "add/remove one document",
+            "contribution": contribution_kind(cfg.hist_contribution).ledger_text}
 
 
 @private_stage("privatize-class-histograms")
