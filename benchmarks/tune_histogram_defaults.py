@@ -26,12 +26,13 @@ import numpy as np
 import pandas as pd
 
 from privseed.tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions,
-                                            class_term_releases, contribution_kind, noise_floor, pair_candidates,
+                                            class_term_releases, noise_floor, pair_candidates,
                                             pair_coherence, pair_matrix, pair_mechanism, release_all,
                                             sample_class_sequences, stage_budgets)
 from privseed.tasks.experiment import data_root
 from privseed.tasks.mechanisms import insecure_noise
 from privseed.tasks.sampling import SelectionRule
+from privseed.tasks.seed_methods import contribution_kind
 from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
 
 CORPORA = {

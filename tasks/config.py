@@ -724,7 +724,7 @@ class DpKpsConfig(ReleaseConfig):
 
     @model_validator(mode="after")
     def _unit_l2_needs_gaussian(self) -> DpKpsConfig:
-        from privseed.tasks.histogram_seeds import contribution_kind
+        from privseed.tasks.seed_methods import contribution_kind
 
         if contribution_kind(self.hist_contribution).whole_document and self.mechanism != "gaussian":
             raise ValueError(f"--hist-contribution {self.hist_contribution} bounds a document's L2 norm only: add "

@@ -60,7 +60,7 @@ import numpy as np
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.sampling import SelectionRule
-from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
+from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS, contribution_kind
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,65 +203,9 @@ def stage_budgets(method: str, epsilon: float, delta: float, term_share: float) 
     return [(epsilon * term_share, delta * term_share), (epsilon * (1 - term_share), delta * (1 - term_share))]
 
 
-#: The L2 norm of one document's ``unit-l2`` or ``rank-l2`` contribution: its whole sensitivity.
+#: The L2 norm of one document's ``unit-l2`` or ``rank-l2`` contribution: its whole sensitivity (how a document
+#: enters stage 1 is ``privseed.tasks.seed_methods.Contribution``).
 UNIT_L2_SENSITIVITY = 1.0
-#: ``rank-l2``'s decay (public, chosen on validation splits: experiments/results/dpkps.md).
-RANK_DECAY = 0.5
-
-
-@dataclass(frozen=True)
-class Contribution:
-    """How one document enters stage 1's (classes, |V|) matrix, and how far that lets it move the matrix under
-    add/remove of one document. The label is part of the document: removing it removes its own class's row's
-    contribution and touches no other class (a relabelling -- replace-one adjacency -- moves two rows and would
-    double the L2 sensitivity to sqrt(2)).
-
-    ``decay`` None (``first-terms``): 1 on each of its first S distinct terms -> L1 S, L2 sqrt(S); any mechanism.
-    ``decay`` d >= 0: every distinct term of V it holds, however long it is, the i-th in reading order weighted
-    i^-d, scaled to L2 norm exactly 1 (``class_rank_l2_weights``; d = 0 is ``unit-l2``, 1 / sqrt(n) each) -> L2 1
-    and no L1 bound that does not grow with the document (sqrt(n) at d = 0), so only an L2 mechanism (Gaussian)
-    can release it. ``ledger_text`` is what the ledger says of it."""
-
-    name: str
-    decay: float | None
-    ledger_text: str
-
-    @property
-    def whole_document(self) -> bool:
-        """Pass 1 reads the whole document (every distinct term), not its first S."""
-        return self.decay is not None
-
-    def sensitivity(self, max_terms: int) -> Any:
-        """``Sensitivity`` of the whole (classes, |V|) matrix under add/remove of one document."""
-        from privseed.tasks.mechanisms import Sensitivity
-
-        if self.decay is None:
-            return Sensitivity.of_counts(l1_sensitivity(max_terms))
-        return Sensitivity(l2=UNIT_L2_SENSITIVITY)
-
-    def class_weights(self, documents: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
-                      n_classes: int, vocab_size: int, max_terms: int) -> np.ndarray:
-        """The exact (classes, |V|) matrix of these documents (term ids in reading order; additive over shards)."""
-        if self.decay is None:
-            return class_term_counts(documents, class_index, n_classes, vocab_size, max_terms)
-        return class_rank_l2_weights(documents, class_index, n_classes, vocab_size, self.decay)
-
-
-#: How a document may enter stage 1 (``--hist-contribution``), by name.
-CONTRIBUTIONS: dict[str, Contribution] = {c.name: c for c in (
-    Contribution("first-terms", None, "first S distinct terms of the document"),
-    Contribution("unit-l2", 0.0, "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)"),
-    Contribution("rank-l2", RANK_DECAY,
-                 f"the i-th of the document's n distinct terms i^-{RANK_DECAY:g}, scaled to L2 norm 1"),
-)}
-
-
-def contribution_kind(name: str) -> Contribution:
-    """The ``Contribution`` called ``name`` (``--hist-contribution``)."""
-    try:
-        return CONTRIBUTIONS[name]
-    except KeyError:
-        raise ConfigError(f"unknown contribution {name!r}; choose one of {', '.join(CONTRIBUTIONS)}") from None
 
 
 def build_mechanism(kind: str, max_terms: int, epsilon: float, delta: float,

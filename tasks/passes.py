@@ -72,14 +72,14 @@ class TermCounting:
     first_terms: int
     per_class: bool = False
     #: per class only: how a document enters its class's row, a name of
-    #: ``privseed.tasks.histogram_seeds.CONTRIBUTIONS`` (``first-terms``, ``unit-l2``, ``rank-l2``)
+    #: ``privseed.tasks.seed_methods.CONTRIBUTIONS`` (``first-terms``, ``unit-l2``, ``rank-l2``)
     contribution: str = "first-terms"
 
     def count(self, texts: Sequence[str], positions: Sequence[int] | np.ndarray | None = None,
               n_classes: int = 1) -> np.ndarray:
         """The counts of these documents (additive over disjoint sets of documents); ``positions`` (each
         document's class among ``n_classes``) only for ``per_class``."""
-        from privseed.tasks.histogram_seeds import contribution_kind
+        from privseed.tasks.seed_methods import contribution_kind
         from privseed.tasks.vocabulary import (
                                                first_terms_histogram,
                                                load_vocabulary,

@@ -16,9 +16,14 @@ This module imports nothing heavy: the command line builds its choices from it b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from privseed.tasks.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -66,3 +71,68 @@ SEED_METHOD_NAMES: tuple[str, ...] = tuple(SEED_METHODS)
 DPKPS_SAMPLERS: tuple[str, ...] = tuple(n for n, m in SEED_METHODS.items() if m.family == "dpkps")
 #: privseed's per-class DP term histograms.
 HISTOGRAM_METHODS: tuple[str, ...] = tuple(n for n, m in SEED_METHODS.items() if m.family == "histogram")
+
+
+# -- how a document enters the histogram methods' stage 1 (``--hist-contribution``) ----------------------------
+
+#: ``rank-l2``'s decay (public, chosen on validation splits: experiments/results/dpkps.md).
+RANK_DECAY = 0.5
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """How one document enters stage 1's (classes, |V|) matrix, and how far that lets it move the matrix under
+    add/remove of one document. The label is part of the document: removing it removes its own class's row's
+    contribution and touches no other class (a relabelling -- replace-one adjacency -- moves two rows and would
+    double the L2 sensitivity to sqrt(2)).
+
+    ``decay`` None (``first-terms``): 1 on each of its first S distinct terms -> L1 S, L2 sqrt(S); any mechanism.
+    ``decay`` d >= 0: every distinct term of V it holds, however long it is, the i-th in reading order weighted
+    i^-d, scaled to L2 norm exactly 1 (``class_rank_l2_weights``; d = 0 is ``unit-l2``, 1 / sqrt(n) each) -> L2 1
+    and no L1 bound that does not grow with the document (sqrt(n) at d = 0), so only an L2 mechanism (Gaussian)
+    can release it. ``ledger_text`` is what the ledger says of it."""
+
+    name: str
+    decay: float | None
+    ledger_text: str
+
+    @property
+    def whole_document(self) -> bool:
+        """Pass 1 reads the whole document (every distinct term), not its first S."""
+        return self.decay is not None
+
+    def sensitivity(self, max_terms: int) -> Any:
+        """``Sensitivity`` of the whole (classes, |V|) matrix under add/remove of one document."""
+        from privseed.tasks import histogram_seeds
+        from privseed.tasks.mechanisms import Sensitivity
+
+        if self.decay is None:
+            return Sensitivity.of_counts(histogram_seeds.l1_sensitivity(max_terms))
+        return Sensitivity(l2=histogram_seeds.UNIT_L2_SENSITIVITY)
+
+    def class_weights(self, documents: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
+                      n_classes: int, vocab_size: int, max_terms: int) -> np.ndarray:
+        """The exact (classes, |V|) matrix of these documents (term ids in reading order; additive over shards;
+        tasks/histogram_seeds.py)."""
+        from privseed.tasks.histogram_seeds import class_rank_l2_weights, class_term_counts
+
+        if self.decay is None:
+            return class_term_counts(documents, class_index, n_classes, vocab_size, max_terms)
+        return class_rank_l2_weights(documents, class_index, n_classes, vocab_size, self.decay)
+
+
+#: How a document may enter stage 1 (``--hist-contribution``), by name.
+CONTRIBUTIONS: dict[str, Contribution] = {c.name: c for c in (
+    Contribution("first-terms", None, "first S distinct terms of the document"),
+    Contribution("unit-l2", 0.0, "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)"),
+    Contribution("rank-l2", RANK_DECAY,
+                 f"the i-th of the document's n distinct terms i^-{RANK_DECAY:g}, scaled to L2 norm 1"),
+)}
+
+
+def contribution_kind(name: str) -> Contribution:
+    """The ``Contribution`` called ``name`` (``--hist-contribution``)."""
+    try:
+        return CONTRIBUTIONS[name]
+    except KeyError:
+        raise ConfigError(f"unknown contribution {name!r}; choose one of {', '.join(CONTRIBUTIONS)}") from None

@@ -415,7 +415,8 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
 
 
 def test_unit_l2_contribution_counts_every_distinct_term_at_norm_one_in_its_class_row():
-    from privseed.tasks.histogram_seeds import CONTRIBUTIONS, build_mechanism
+    from privseed.tasks.histogram_seeds import build_mechanism
+    from privseed.tasks.seed_methods import CONTRIBUTIONS
 
     unit_l2 = CONTRIBUTIONS["unit-l2"]
     long_doc = list(range(40)) * 3  # 40 distinct terms, each repeated: far more than S
@@ -474,7 +475,7 @@ def test_rank_l2_contribution_leans_on_the_first_terms_at_norm_one_in_reading_or
 def test_every_contribution_is_one_registry_entry_the_cli_offers():
     import typing
 
-    from privseed.tasks.histogram_seeds import CONTRIBUTIONS, contribution_kind
+    from privseed.tasks.seed_methods import CONTRIBUTIONS, contribution_kind
 
     offered = typing.get_args(DpKpsConfig.model_fields["hist_contribution"].annotation)
     assert set(offered) == set(CONTRIBUTIONS)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
-    from privseed.tasks.histogram_seeds import contribution_kind
+    from privseed.tasks.seed_methods import contribution_kind
 
     return {"method": cfg.method, "vocab": vocabulary_name, "vocab_terms": vocab_terms,
             "first_terms": cfg.first_terms, "top_k": cfg.hist_top_k, "mechanism": cfg.mechanism,
