@@ -231,10 +231,19 @@ def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
     first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
     ok = [rejection(seed, c, rules) is None for c in candidates]
-    scores = [repetition_score(c.text, rules) if ok[i] else 0.0 for i, c in enumerate(candidates)]
-    plain = [s < 1.0 for s in scores]
-    best = max(range(len(covs)), key=lambda i: (ok[i], plain[i], covs[i] if plain[i] else -scores[i], -i))
+    best = best_candidate(ok, [repetition_score(c.text, rules) if ok[i] else 0.0 for i, c in enumerate(candidates)],
+                          covs)
     return best, covs[best]
+
+
+def best_candidate(ok: Sequence[bool], scores: Sequence[float], coverages: Sequence[float]) -> int:
+    """Index of the best candidate (pure): documents (``ok``) first, plain ones (repetition score under 1) before
+    repetitive ones, the highest coverage among plain documents and the lowest score among repetitive ones, then
+    the lowest index."""
+    def key(i: int) -> tuple:
+        plain = scores[i] < 1.0
+        return ok[i], plain, coverages[i] if plain else -scores[i], -i
+    return max(range(len(ok)), key=key)
 
 
 #: ``send(requests, owners, on_each)``: answer every request (a candidate of seed ``owners[j]``), calling
@@ -283,7 +292,8 @@ def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
 
         def on_each(j: int, result: ChatResult) -> None:
             i = asked[j]
-            document = is_document(i, result)
+            settled_before = has_document[i] and has_plain[i]  # nothing this answer says can change its fate
+            document = not settled_before and is_document(i, result)
             plain = document and (has_plain[i] or is_plain is None or is_plain(i, result))
             with lock:
                 has_document[i] = has_document[i] or document
@@ -897,11 +907,11 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
     candidates = [[_cleaned(a) for a in row] for row in answers]
     reasons = [[document_rejection(c.text, (), c.finish_reason, rules, mean_logprob=c.mean_logprob) for c in row]
                for row in candidates]
-    # The first document, a plain one before a repetitive one (the least repetitive of those), as select_best.
-    scores = [[repetition_score(c.text, rules) if r is None else 0.0 for c, r in zip(row, rs)]
-              for row, rs in zip(candidates, reasons)]
-    best = [max(range(len(rs)), key=lambda j: (rs[j] is None, sc[j] < 1.0, -sc[j] if sc[j] >= 1.0 else 0.0, -j))
-            for rs, sc in zip(reasons, scores)]
+    # As select_best, without seed terms to cover: the first plain document, else the least repetitive one.
+    best = [best_candidate([r is None for r in rs],
+                           [repetition_score(c.text, rules) if r is None else 0.0 for c, r in zip(row, rs)],
+                           [0.0] * len(rs))
+            for row, rs in zip(candidates, reasons)]
     rows = pd.DataFrame({
         "text": [c[b].text for c, b in zip(candidates, best)], "label": row_labels,
         "keyphrases": [[] for _ in row_labels], "backend": backend.name, "model": backend.model,
