@@ -87,21 +87,25 @@ def test_a_sampler_whose_sketches_are_noise_says_so_with_the_numbers_before_samp
     from privseed.tasks.mechanisms import secure_noise
     from privseed.tasks.stages.dpkps import feature_specs, signal_warning, sketch_mechanisms
 
-    cfg = DpKpsConfig(data="d.parquet", out=str(tmp_path / "o"), labels=["a", "b", "c"], method="iterative-linear",
+    # Nine classes: a sketch is reported when most classes look like noise, and a pure-noise sum reaches 3 noise
+    # standard deviations about once in a hundred draws, so with three classes about one run in a thousand missed a
+    # sketch (CI, 2026-11-27); with nine, five of nine must be that lucky (about 3e-8 a run).
+    labels = list("abcdefghi")
+    cfg = DpKpsConfig(data="d.parquet", out=str(tmp_path / "o"), labels=labels, method="iterative-linear",
                       length=4, eps_kde=4.0, n_features=64)
     specs = feature_specs(cfg, 8)
     mechanisms = sketch_mechanisms(cfg, specs)
     assert len(mechanisms) == 4 and mechanisms[0].epsilon == pytest.approx(1.0)
-    zeros = np.zeros((3, 4, 64))
+    zeros = np.zeros((len(labels), 4, 64))
     pure_noise = np.stack([[m.release(zeros[c, k], secure_noise()) for k, m in enumerate(mechanisms)]
-                           for c in range(3)])
+                           for c in range(len(labels))])
     warning = signal_warning(pure_noise, cfg.labels, cfg, specs)
     assert warning is not None and "--method iterative-linear: noise swamps the signal" in warning
     assert warning.count("indistinguishable from noise") == 4 and "noise standard deviations" in warning
     # a class sum of 2,000 documents, sqrt(2) cos(.) each, is far above Laplace(sqrt(2) I / 1) noise
-    strong = np.full((3, 4, 64), 2000 * np.sqrt(2) * 0.9)
+    strong = np.full((len(labels), 4, 64), 2000 * np.sqrt(2) * 0.9)
     released = np.stack([[m.release(strong[c, k], secure_noise()) for k, m in enumerate(mechanisms)]
-                         for c in range(3)])
+                         for c in range(len(labels))])
     assert signal_warning(released, cfg.labels, cfg, specs) is None
     assert sketch_signal(released[0, 0], mechanisms[0]).z > 10
     # pure noise: the estimate is centred on 0 in noise units
