@@ -87,6 +87,18 @@ def test_a_repetitive_document_scores_one_or_more_and_is_not_rejected_for_it():
     assert DEFAULT_RULES.with_settings({"rewrite_mattr": "0.6"}).rewrite_mattr == 0.6
 
 
+def test_a_document_that_circles_without_a_crowded_word_scores_one_or_more():
+    # make demo, 2026-11-27: no word six times in forty, but a type-token ratio of 0.51 (real text: 0.55 or less
+    # in at most 0.06 % of any public corpus).
+    circling = ("The River of the North, a tributary of the South, is located on the South-West of the Central, and "
+                "is a natural place that is known for its beauty and beauty. It is a natural wonder that is known to "
+                "many people around the world. The range of the North-South is a natural beauty that is known as the "
+                "Southwest. The North-South, a natural place, is a natural thing that is known. It is known as Lasts. "
+                "The North, South, and East are the four Maguire Mountains.")
+    assert text_stats(circling).crowded_word < DEFAULT_RULES.rewrite_crowded_word
+    assert repetition_score(circling) >= 1.0 and document_rejection(circling) is None
+
+
 def test_each_statistic_rejects_its_shape_and_prose_passes():
     assert statistic_over_threshold(PROSE) is None and document_rejection(PROSE, ["river"], "stop") is None
     genus = ("The genus of the group of animals known as the family of the group known as the group of the small "
