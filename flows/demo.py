@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 
 from privseed.tasks import storage
-from privseed.tasks.config import (STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig, evaluation_folder,
-                                   validate_config)
+from privseed.tasks.config import (REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig,
+                                   evaluation_folder, validate_config)
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
@@ -53,9 +53,10 @@ def demo_config(out: str, llm: str) -> dict:
         # that demands every term and names the class, two short example articles written for the demo (public,
         # not from the data; they fix the format; their subjects, a festival and a dish, are none of the corpus's
         # classes, because an example album made the Artist documents write about albums), seed steering and no
-        # repeated 4-grams while it decodes, a lower temperature, answers of an abstract's length (128 tokens:
-        # longer ones drift off their seeds; measured in experiments/results/generation.md), and regeneration of
-        # answers that are not documents.
+        # repeated 4-grams and a repeat penalty while it decodes (without the penalty one document in five circled
+        # back to its own words), a lower temperature, answers of an abstract's length (128 tokens: longer ones
+        # drift off their seeds; measured in experiments/results/generation.md), and regeneration of answers that
+        # are not documents.
         "prompt_template": "coverage",
         "few_shot": demo_corpus_path(DEMO_FEW_SHOT),
         "temperature": 0.4,
@@ -63,6 +64,7 @@ def demo_config(out: str, llm: str) -> dict:
         "max_tokens": 128,
         "steer": DEMO_STEER,
         "no_repeat_ngram": 4,
+        "repeat_penalty": REPEAT_PENALTY_DEFAULT,
         "max_regenerations": 3,
     }
 

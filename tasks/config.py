@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 #: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
 #: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
 STEER_DEFAULT = 4.0
+#: llama.cpp's repeat penalty for local models (1: off): at 1.0 SmolLM2-135M circled in about one demo document in
+#: five ("The building ... a square shape, with a square shape of the building's design"); 1.15 took the circling
+#: out, halved the calls and kept the documents' accuracy (experiments/results/generation.md, 2026-11-27).
+REPEAT_PENALTY_DEFAULT = 1.15
 #: The --help section of DP-KPS's generation options
 GENERATION = "LLM generation from the released seeds"
 #: Aug-PE's budget of the voting rounds when neither --epsilon nor --noise-multiplier is given (docs/baselines.md)
@@ -647,9 +651,9 @@ class DpKpsConfig(ReleaseConfig):
     max_regenerations: int = Field(default=8, ge=0, le=20, description="rounds of regeneration (a new call seed) for "
                                    "a seed with no document among its candidates; still none: the row is dropped "
                                    "and counted in quality.json", json_schema_extra=cli(group=GENERATION))
-    max_rewrites: int = Field(default=1, ge=0, le=8, description="rounds of one more candidate for a seed whose "
-                              "documents are all repetitive (a word crowding the text, a low type-token ratio); "
-                              "the least repetitive is kept", json_schema_extra=cli(group=GENERATION))
+    max_rewrites: int = Field(default=2, ge=0, le=8, description="rounds of one more candidate for a seed whose "
+                              "documents are all repetitive (a word crowding the text, a type-token ratio of 0.55 or "
+                              "less); the least repetitive is kept", json_schema_extra=cli(group=GENERATION))
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)",
                          json_schema_extra=cli(group=GENERATION))
@@ -657,7 +661,8 @@ class DpKpsConfig(ReleaseConfig):
         default="budget", description="seed steering schedule (local models): 'budget' pushes missing terms harder "
         "as the token budget runs out and holds the end while a term is missing; 'flat': a constant push",
         json_schema_extra=cli(group=GENERATION))
-    repeat_penalty: float = Field(default=1.0, gt=0.0, le=5.0, description="llama.cpp repeat penalty (1: off)",
+    repeat_penalty: float = Field(default=REPEAT_PENALTY_DEFAULT, gt=0.0, le=5.0,
+                                  description="local models: llama.cpp repeat penalty (1: off)",
                                   json_schema_extra=cli(group=GENERATION))
     no_repeat_ngram: int = Field(default=4, ge=0, le=64,
                                  description="local models: ban repeating a token n-gram of this length (0: off)",
