@@ -83,8 +83,9 @@ class GenerationParams:
     max_regenerations: int = 8
     # Rounds of one more candidate for a seed whose documents are all repetitive (``repetition_score`` >= 1: a
     # content word six times in 40 words, a type-token ratio of 0.55 or less); the least repetitive is kept. 2:
-    # about one SmolLM2 demo document in seven is repetitive, so about 17 % more calls, and one seed in about 300
-    # is left with three repetitive candidates (experiments/results/generation.md).
+    # without a repeat penalty about one SmolLM2 demo document in seven was repetitive; at the CLI's default
+    # penalty (1.15) the demo's first answers rarely are, so the rounds cost almost nothing there
+    # (experiments/results/generation.md).
     max_rewrites: int = 2
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
