@@ -10,8 +10,8 @@ with its own first 10 distinct public-vocabulary terms as its "seed" (so the see
 and finish_reason "stop". A real document is a document: every rejection is a false reject. Prints the rate per
 corpus and per reason (and, for the statistics, which one), a few rejected texts per reason to read, then the catch
 rate on tests/fixtures/degenerate_documents.json (rows quoted from releases, each labelled with its reason).
-Beside the rejects, each corpus's share of the documents generation would ask to rewrite (``repetition_score`` >= 1,
-a soft test that rejects nothing: GenerationParams.max_rewrites).
+Beside the rejects, each corpus's share of the documents generation would ask to rewrite (``rewrite_score`` >= 1:
+repetitive, or a seed glossed as a label; a soft test that rejects nothing: GenerationParams.max_rewrites).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from privseed.tasks.quality import (DEFAULT_RULES, document_rejection, language_probability, repetition_score,
+from privseed.tasks.quality import (DEFAULT_RULES, document_rejection, language_probability, rewrite_score,
                                     statistic_over_threshold)
 
 CORPORA = {
@@ -65,8 +65,9 @@ def false_rejects(path: Path, vocab: set[str],
     examples: dict[str, list[str]] = collections.defaultdict(list)
     repetitive = 0
     for text in texts:
-        repetitive += repetition_score(text) >= 1.0
-        reason = document_rejection(text, first_terms(text, vocab), "stop")
+        seed = first_terms(text, vocab)
+        repetitive += rewrite_score(text, seed) >= 1.0
+        reason = document_rejection(text, seed, "stop")
         if reason:
             if reason in STATISTIC_REASONS:
                 reason = f"{reason}:{statistic_over_threshold(text)}"
@@ -111,7 +112,7 @@ def main() -> None:
         rejected = sum(reasons.values())
         print(f"\n{name}: {n} real documents, {rejected} rejected = {100 * rejected / n:.2f} % "
               f"({', '.join(f'{r} {c}' for r, c in reasons.most_common()) or 'none'}); "
-              f"{100 * repetitive / n:.2f} % would be rewritten (repetition_score >= 1)")
+              f"{100 * repetitive / n:.2f} % would be rewritten (rewrite_score >= 1)")
         for reason, items in examples.items():
             for text in items[:args.examples]:
                 print(f"  [{reason}] {text[:220]!r}")

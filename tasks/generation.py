@@ -56,7 +56,7 @@ from privseed.tasks.llm.service import (KINDS, LLMSpec, as_spec, call_prices, cl
                                         kind_of, serving, spec_from_config)
 from privseed.tasks.llm.steering import SCHEDULES
 from privseed.tasks.metrics import term_coverage
-from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection, repetition_score
+from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection, rewrite_score
 
 log = logging.getLogger("privseed.generation")
 
@@ -81,8 +81,8 @@ class GenerationParams:
     # keeps 222 rows of 280 instead of 157 (TF-IDF 58.5 % instead of 50.9 %) for 57 % more calls
     # (docs/generation.md); a model that writes documents rarely needs a round at all.
     max_regenerations: int = 8
-    # Rounds of one more candidate for a seed whose documents are all repetitive (``repetition_score`` >= 1: a
-    # content word six times in 40 words, a type-token ratio of 0.55 or less); the least repetitive is kept. 2:
+    # Rounds of one more candidate for a seed whose documents all score 1 or more (``rewrite_score``: a content word
+    # six times in 40 words, a type-token ratio of 0.55 or less, a seed glossed as a label); the lowest is kept. 2:
     # without a repeat penalty about one SmolLM2 demo document in seven was repetitive; at the CLI's default
     # penalty (1.15) the demo's first answers rarely are, so the rounds cost almost nothing there
     # (experiments/results/generation.md).
@@ -227,13 +227,14 @@ def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -
 
 def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
                 rules: DocumentRules = DEFAULT_RULES) -> tuple[int, float]:
-    """Index and coverage of the best candidate: documents first, plain ones (``repetition_score`` under 1) before
-    repetitive ones; among plain documents the most seed terms covered (privseed.tasks.metrics.term_coverage), among
-    repetitive ones the least repetitive; then the lowest index. Candidates are ranked as given (clean them
-    first)."""
+    """Index and coverage of the best candidate: documents first, plain ones (``rewrite_score`` under 1: not
+    repetitive, no seed glossed as a label) before the others; among plain documents the most seed terms covered
+    (privseed.tasks.metrics.term_coverage), among the others the lowest score; then the lowest index. Candidates
+    are ranked as given (clean them first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
     ok = [rejection(seed, c, rules) is None for c in candidates]
-    best = best_candidate(ok, [repetition_score(c.text, rules) if ok[i] else 0.0 for i, c in enumerate(candidates)],
+    best = best_candidate(ok, [rewrite_score(c.text, seed.keyphrases, rules) if ok[i] else 0.0
+                               for i, c in enumerate(candidates)],
                           covs)
     return best, covs[best]
 
@@ -328,11 +329,13 @@ def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, param
                   on_settled: OnSettled | None = None) -> None:
     """``candidate_rounds`` over released seeds: ``params.best_of`` candidates each (``candidate_request``), then
     up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected and up to
-    ``params.max_rewrites`` for those whose documents are all repetitive (``repetition_score`` >= 1)."""
+    ``params.max_rewrites`` for those whose documents all score 1 or more (``rewrite_score``: repetitive, or a seed
+    glossed as a label)."""
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
                      lambda i, j: candidate_request(template, seeds[i], params, j, backend_kind),
                      lambda i, result: rejection(seeds[i], _cleaned(result), rules) is None, send, on_settled,
-                     lambda i, result: repetition_score(_cleaned(result).text, rules) < 1.0, params.max_rewrites)
+                     lambda i, result: rewrite_score(_cleaned(result).text, seeds[i].keyphrases, rules) < 1.0,
+                     params.max_rewrites)
 
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
@@ -888,7 +891,7 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
                                   mean_logprob=answer.mean_logprob) is None
 
     def unseeded_plain(i: int, answer: ChatResult) -> bool:
-        return repetition_score(_cleaned(answer).text, rules) < 1.0
+        return rewrite_score(_cleaned(answer).text, (), rules) < 1.0
 
     backend = get_backend(spec)
     cache = CallCache(cache_uri, storage_options) if cache_uri else None
@@ -911,7 +914,7 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
                for row in candidates]
     # As select_best, without seed terms to cover: the first plain document, else the least repetitive one.
     best = [best_candidate([r is None for r in rs],
-                           [repetition_score(c.text, rules) if r is None else 0.0 for c, r in zip(row, rs)],
+                           [rewrite_score(c.text, (), rules) if r is None else 0.0 for c, r in zip(row, rs)],
                            [0.0] * len(rs))
             for row, rs in zip(candidates, reasons)]
     rows = pd.DataFrame({

@@ -134,6 +134,11 @@ def test_select_best_prefers_a_plain_document_then_the_least_repetitive():
     assert all(is_document(c.text, s.keyphrases) for c in (loop, milder, plain))
     assert select_best(s, [loop, milder, plain])[0] == 2  # the plain one, though it names no seed term
     assert select_best(s, [loop, milder])[0] == 1
+    # A seed glossed as a label inside the text is no loop, but is not plain either (rewrite_score).
+    labelled = ChatResult("The club was founded in 1921 by the miners of a small town. Village: A village is a small "
+                          "place where people live near the church.", 1, 1)
+    assert is_document(labelled.text, s.keyphrases)
+    assert select_best(s, [labelled, plain])[0] == 1
 
 
 def test_shard_rows_best_of_k_and_cache(tmp_path, recording):
@@ -377,8 +382,9 @@ def test_degenerate_answers_are_regenerated_then_dropped_and_counted(tmp_path, r
 
 def test_the_owner_sets_a_document_rule_by_name_for_a_corpus_of_forms(tmp_path, recording):
     """A note whose lines open with two of its seed terms as labels is the seed list filled in as a form by
-    default (glossary: regenerated, then dropped); an owner whose documents are forms raises the threshold with
-    --document-rule, and the same answers are kept. An unknown rule fails before any call."""
+    default (glossary: regenerated, then dropped); an owner whose documents are forms raises the thresholds with
+    --document-rule (the glossary's and the rewrite's), and the same answers are kept. An unknown rule fails
+    before any call."""
     def answer(req):
         first, second = req.messages[-1].content.split("terms: ")[1].split(", ")[:2]
         return (f"{first.capitalize()}: the patient was seen in the morning and was comfortable.\n"
@@ -388,7 +394,8 @@ def test_the_owner_sets_a_document_rule_by_name_for_a_corpus_of_forms(tmp_path, 
     strict = generate_shard(seeds(2), "local:recording-test", GenerationParams(doc_type="memo", max_regenerations=1),
                             str(tmp_path / "a"), progress=False)
     assert strict["rejections"].tolist() == [["glossary"] * 2] * 2
-    loose = GenerationParams(doc_type="memo", max_regenerations=1, document_rules=(("max_seed_line_labels", 9),))
+    loose = GenerationParams(doc_type="memo", max_regenerations=1,
+                             document_rules=(("max_seed_line_labels", 9), ("rewrite_seed_labels", 9)))
     kept = generate_shard(seeds(2), "local:recording-test", loose, str(tmp_path / "b"), progress=False)
     assert kept["rejections"].tolist() == [[], []] and kept["candidates"].tolist() == [1, 1]
     calls = len(recording.requests)

@@ -19,11 +19,13 @@ from privseed.tasks.quality import (
     document_rejection,
     language_probability,
     repetition_score,
+    rewrite_score,
     statistic_over_threshold,
     text_stats,
 )
 from privseed.tasks.quality.language import model_languages
 from privseed.tasks.quality.patterns import PATTERNS_FILE
+from privseed.tasks.quality.shapes import seed_labels
 from privseed.tasks.quality.text_stats import (
     crowded_word_count,
     duplicate_ngram_char_fraction,
@@ -97,6 +99,24 @@ def test_a_document_that_circles_without_a_crowded_word_scores_one_or_more():
                 "The North, South, and East are the four Maguire Mountains.")
     assert text_stats(circling).crowded_word < DEFAULT_RULES.rewrite_crowded_word
     assert repetition_score(circling) >= 1.0 and document_rejection(circling) is None
+
+
+def test_a_seed_glossed_as_a_label_asks_for_another_candidate_without_being_rejected():
+    # make demo, 2026-11-27, at the default repeat penalty: four of twenty rows glossed a seed this way.
+    text = ("The University of Victoria, a premier academic institution in Canada, opened its doors to the public in "
+            "1895. Suburb: A small town or valley is a smaller part of a larger area that has junior standing.")
+    seed = ["valley", "university", "suburb", "opened", "school"]
+    assert seed_labels(text, seed) == 1 and rewrite_score(text, seed) >= 1.0
+    assert document_rejection(text, seed) is None and repetition_score(text) < 1.0
+    # a title's colon at the start, a structured abstract's capitals, a label that is not a seed term: not counted
+    assert seed_labels("Mulan: Rise of a Warrior is a 2009 film. It was shot in China.", ["mulan"]) == 0
+    assert seed_labels("A trial of aspirin. OBJECTIVE: To compare two doses.", ["objective"]) == 0
+    assert seed_labels("We ate well. Pros: the soup. Cons: the noise.", ["soup"]) == 0
+    assert seed_labels("We ate well. Soup: hot and good.", ["soup"]) == 1
+    assert seed_labels("We ate well.\n2. Soup: hot and good.", ["soup"]) == 1
+    assert rewrite_score(text, seed, DocumentRules(rewrite_seed_labels=2)) < 1.0
+    with pytest.raises(ConfigError):
+        DocumentRules(rewrite_seed_labels=0)
 
 
 def test_each_statistic_rejects_its_shape_and_prose_passes():

@@ -36,6 +36,7 @@ from privseed.tasks.quality.shapes import (
     markdown_labels,
     quoted_term_glosses,
     seed_definitions,
+    seed_labels,
     seed_line_labels,
     short_item_run,
     syllable_loop,
@@ -172,6 +173,11 @@ class DocumentRules:
     # hard thresholds cannot take without rejecting real text (experiments/results/generation.md).
     rewrite_crowded_word: int = 6
     rewrite_mattr: float = 0.55
+    # Also not a reason: `rewrite_seed_labels` distinct seed terms opening a sentence inside the text as a label
+    # ("... for schools. Suburb: A small town or valley is ..."), the way SmolLM2 glosses a seed it could not place
+    # at the default repeat penalty (4 of 20 demo rows read, 2026-11-27). Real texts: 0-0.03 % of DBPedia-14,
+    # OHSUMED-23 and Medical Abstracts, 0.1-0.3 % of Yelp reviews ("Pros: ... Cons: ...").
+    rewrite_seed_labels: int = 1
     # The few-shot example documents of the prompt (public, from the recipient): a text that shares a run of
     # `max_example_run` words with one of them, or names one of their entities none of its seed terms is part of,
     # copies the example instead of writing from its seed. Empty: no test.
@@ -191,6 +197,8 @@ class DocumentRules:
                      "max_seed_line_labels", "max_quoted_term_glosses", "max_term_glosses", "rewrite_crowded_word"):
             if int(getattr(self, name)) < 2:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
+        if self.rewrite_seed_labels < 1:
+            raise ConfigError(f"document rules: rewrite_seed_labels={self.rewrite_seed_labels} must be >= 1")
         if self.language is not None and self.language not in LANGUAGES:
             raise ConfigError(f"document rules: unknown language {self.language!r}; known: ISO 639 codes such as "
                               "en, de, fr, es (or None to skip the language test)")
@@ -353,6 +361,16 @@ def repetition_score(text: Any, rules: DocumentRules = DEFAULT_RULES) -> float:
     score = stats.crowded_word / rules.rewrite_crowded_word
     if stats.words >= rules.mattr_min_words:
         score = max(score, (1.0 - stats.mattr) / max(1e-9, 1.0 - rules.rewrite_mattr))
+    return float(score)
+
+
+def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAULT_RULES) -> float:
+    """Whether a document is worth another candidate: the larger of ``repetition_score`` and the seed terms that
+    open a sentence as a label (``seed_labels``) over ``rewrite_seed_labels``. 1 or more: generation asks again
+    (``GenerationParams.max_rewrites``) and keeps the lower score. Not a rejection."""
+    score = repetition_score(text, rules)
+    if isinstance(text, str) and text.strip():
+        score = max(score, seed_labels(text, keyphrases) / rules.rewrite_seed_labels)
     return float(score)
 
 

@@ -371,6 +371,25 @@ def seed_line_labels(text: str, keyphrases: Any = ()) -> int:
     return len(heads & seeds)
 
 
+# A sentence or line after the first that opens with a label of one to three words and a colon ("... for schools.
+# Suburb: A small town or valley is ...", "... Art Fair in London.\nEarly: The Artist is a community leader ...").
+_SENTENCE_LABEL = re.compile(r"(?:[.!?][\"'\u201d)]*[ \t]+|\n[ \t]*(?:(?:[-*+\u2022]|\d+[.)])[ \t]+)?)[\"'*\u201c]*"
+                             r"([^\W\d_][\w'\-]*(?:[ \t]+[\w'\-]+){0,2})[\"'*\u201d]*[ \t]*:[ \t]")
+
+
+def seed_labels(text: str, keyphrases: Any = ()) -> int:
+    """How many distinct seed terms open a sentence or line inside the text as a label ("Suburb: A small town or
+    valley is a smaller part of ...", "Inks: The Chinese engineering industry ..."): a seed the model could not
+    place, glossed under its own name. Not at the text's start, where a title has a colon ("Mulan: Rise of a
+    Warrior is a 2009 film"), and not in capitals ("OBJECTIVE:"). Real texts do it now and then ("Update: ...",
+    "Venue: ..."), so generation asks for another candidate instead of rejecting (``rewrite_score``)."""
+    seeds = {_singular(" ".join(w)) for w in _seed_words(keyphrases)}
+    if not seeds or not isinstance(text, str):
+        return 0
+    heads = {_singular(" ".join(_tokens(label))) for label in _SENTENCE_LABEL.findall(text) if not label.isupper()}
+    return len(heads & seeds)
+
+
 def _word_runs(tokens: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}
 
