@@ -653,7 +653,8 @@ class DpKpsConfig(ReleaseConfig):
                                    "and counted in quality.json", json_schema_extra=cli(group=GENERATION))
     max_rewrites: int = Field(default=2, ge=0, le=8, description="rounds of one more candidate for a seed whose "
                               "documents are all repetitive (a word crowding the text, a type-token ratio of 0.55 or "
-                              "less); the least repetitive is kept", json_schema_extra=cli(group=GENERATION))
+                              "less) or gloss a seed as a label; the lowest-scoring is kept",
+                              json_schema_extra=cli(group=GENERATION))
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)",
                          json_schema_extra=cli(group=GENERATION))

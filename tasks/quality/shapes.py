@@ -364,11 +364,7 @@ def seed_line_labels(text: str, keyphrases: Any = ()) -> int:
     or two named like a seed; a form with two seed labels on lines of their own is already the seed list filled
     in, not prose. All-capital labels ("OBJECTIVE:", "METHODS:") are a structured abstract's sections and are not
     counted."""
-    seeds = {_singular(" ".join(w)) for w in _seed_words(keyphrases)}
-    if not seeds or not isinstance(text, str):
-        return 0
-    heads = {_singular(" ".join(_tokens(label))) for label in _LINE_LABEL.findall(text) if not label.isupper()}
-    return len(heads & seeds)
+    return _seed_label_count(_LINE_LABEL, text, keyphrases)
 
 
 # A sentence or line after the first that opens with a label of one to three words and a colon ("... for schools.
@@ -383,10 +379,15 @@ def seed_labels(text: str, keyphrases: Any = ()) -> int:
     place, glossed under its own name. Not at the text's start, where a title has a colon ("Mulan: Rise of a
     Warrior is a 2009 film"), and not in capitals ("OBJECTIVE:"). Real texts do it now and then ("Update: ...",
     "Venue: ..."), so generation asks for another candidate instead of rejecting (``rewrite_score``)."""
+    return _seed_label_count(_SENTENCE_LABEL, text, keyphrases)
+
+
+def _seed_label_count(label: re.Pattern[str], text: str, keyphrases: Any) -> int:
+    """Distinct seed terms among the labels ``label`` finds, all-capital section heads left out."""
     seeds = {_singular(" ".join(w)) for w in _seed_words(keyphrases)}
     if not seeds or not isinstance(text, str):
         return 0
-    heads = {_singular(" ".join(_tokens(label))) for label in _SENTENCE_LABEL.findall(text) if not label.isupper()}
+    heads = {_singular(" ".join(_tokens(found))) for found in label.findall(text) if not found.isupper()}
     return len(heads & seeds)
 
 
