@@ -44,6 +44,11 @@ STEER_DEFAULT = 4.0
 #: five ("The building ... a square shape, with a square shape of the building's design"); 1.15 took the circling
 #: out, halved the calls and kept the documents' accuracy (experiments/results/generation.md, 2026-11-27).
 REPEAT_PENALTY_DEFAULT = 1.15
+#: Share of the seed terms the "budget" steering schedule makes a local model write before its answer may end: at
+#: 1 (every term) SmolLM2-135M stuffed the last terms it could not place into the final sentence ("... reviewed by
+#: several prominent authors in recent years agree."); at 0.8 (two of ten may stay out) it ends such answers a
+#: sentence earlier, for 3 points of coverage and the same accuracy (experiments/results/generation.md, 2026-11-27).
+STEER_END_COVERAGE_DEFAULT = 0.8
 #: The --help section of DP-KPS's generation options
 GENERATION = "LLM generation from the released seeds"
 #: Aug-PE's budget of the voting rounds when neither --epsilon nor --noise-multiplier is given (docs/baselines.md)
@@ -660,8 +665,12 @@ class DpKpsConfig(ReleaseConfig):
                          json_schema_extra=cli(group=GENERATION))
     steer_schedule: Literal["budget", "flat"] = Field(
         default="budget", description="seed steering schedule (local models): 'budget' pushes missing terms harder "
-        "as the token budget runs out and holds the end while a term is missing; 'flat': a constant push",
+        "as the token budget runs out and holds the end while terms are missing; 'flat': a constant push",
         json_schema_extra=cli(group=GENERATION))
+    steer_end_coverage: float = Field(
+        default=STEER_END_COVERAGE_DEFAULT, ge=0.0, le=1.0,
+        description="'budget' schedule: the share of the seed terms written before the answer may end (1: all)",
+        json_schema_extra=cli(group=GENERATION, metavar="SHARE"))
     repeat_penalty: float = Field(default=REPEAT_PENALTY_DEFAULT, gt=0.0, le=5.0,
                                   description="local models: llama.cpp repeat penalty (1: off)",
                                   json_schema_extra=cli(group=GENERATION))

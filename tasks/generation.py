@@ -91,6 +91,8 @@ class GenerationParams:
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
     steer: float = 0.0
     steer_schedule: str = "budget"  # tasks/llm/steering.py SCHEDULES
+    # The "budget" schedule holds the end of the answer until this share of the seed terms is written (1: all).
+    steer_end_coverage: float = 1.0
     repeat_penalty: float = 1.0
     no_repeat_ngram: int = 0
     # The corpus's declared language for the document predicate (None: no language test).
@@ -109,6 +111,8 @@ class GenerationParams:
             raise ConfigError(f"steer must be >= 0 (0 turns seed steering off), got {self.steer}")
         if self.steer_schedule not in SCHEDULES:
             raise ConfigError(f"steer_schedule must be one of {', '.join(SCHEDULES)}, got {self.steer_schedule!r}")
+        if not 0.0 <= self.steer_end_coverage <= 1.0:
+            raise ConfigError(f"steer_end_coverage must be in [0, 1], got {self.steer_end_coverage}")
         if self.repeat_penalty <= 0:
             raise ConfigError(f"repeat_penalty must be > 0 (1 turns it off), got {self.repeat_penalty}")
         if self.no_repeat_ngram < 0:
@@ -136,7 +140,7 @@ def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str
             params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
         return None
     return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
-                        int(params.no_repeat_ngram), params.steer_schedule)
+                        int(params.no_repeat_ngram), params.steer_schedule, float(params.steer_end_coverage))
 
 
 def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
@@ -975,7 +979,7 @@ def params_from_config(cfg) -> GenerationParams:
     class_names = class_names_from_config(cfg)
     kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "max_rewrites",
                                        "steer",
-                                       "steer_schedule", "repeat_penalty", "no_repeat_ngram")
+                                       "steer_schedule", "steer_end_coverage", "repeat_penalty", "no_repeat_ngram")
           if getattr(cfg, k, None) is not None}
     if hasattr(cfg, "language"):
         kw["language"] = cfg.language

@@ -36,10 +36,10 @@ CONTINUES_WORD = np.array([p[:1].isalnum() for p in PIECES])
 
 
 def processor(strength=2.0, terms=("river", "burrowing", "village"), ngram=0, gap=0, schedule="flat",
-              max_tokens=None, min_gap=2, continues_word=None) -> SeedSteeringProcessor:
+              max_tokens=None, min_gap=2, continues_word=None, end_coverage=1.0) -> SeedSteeringProcessor:
     return SeedSteeringProcessor(terms, strength, tokenize, detokenize, eos_ids=[0], no_repeat_ngram=ngram, gap=gap,
                                  schedule=schedule, max_tokens=max_tokens, min_gap=min_gap,
-                                 continues_word=continues_word)
+                                 continues_word=continues_word, end_coverage=end_coverage)
 
 
 def test_surface_forms():
@@ -156,6 +156,19 @@ def test_budget_schedule_does_not_let_the_answer_end_while_a_term_is_missing():
     flat = processor().bonus(ids(" the", " river", " burr", "owing"), len(PIECES))
     assert flat[0] == pytest.approx(-2.0 / 3)  # the flat schedule only lowers it by the share missing
     assert processor(strength=0.0, schedule="budget", max_tokens=200).bonus(ids(" the"), len(PIECES))[0] == 0.0
+
+
+def test_budget_schedule_lets_the_answer_end_once_the_end_coverage_is_written():
+    # Two of three terms written: at 0.6 one may stay out, so the answer may end; the missing term is still pushed.
+    two_of_three = ids(" the", " river", " burr", "owing")
+    loose = processor(schedule="budget", max_tokens=200, end_coverage=0.6).bonus(two_of_three, len(PIECES))
+    assert loose[0] == 0.0 and loose[INDEX[" village"]] > 0
+    assert processor(schedule="budget", max_tokens=200, end_coverage=0.6).bonus(ids(" the", " river"),
+                                                                                len(PIECES))[0] == -np.inf
+    assert processor(schedule="budget", max_tokens=200, end_coverage=0.7).bonus(two_of_three,
+                                                                                len(PIECES))[0] == -np.inf
+    with pytest.raises(ValueError, match="end_coverage"):
+        processor(schedule="budget", max_tokens=200, end_coverage=1.5)
 
 
 def test_the_memo_follows_a_sequence_that_changes_under_it():

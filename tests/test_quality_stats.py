@@ -119,6 +119,31 @@ def test_a_seed_glossed_as_a_label_asks_for_another_candidate_without_being_reje
         DocumentRules(rewrite_seed_labels=0)
 
 
+def test_a_seed_stuffed_tagged_or_explained_inside_a_sentence_asks_for_another_candidate():
+    # Three rows of the fresh-clone demo of 2dc13ba (2026-11-27) that failed the twenty-row reading and passed
+    # every rewrite test of the day.
+    listed = ("The Art of London is a musical genre that originated in andrew, john, born, best. It has since become "
+              "one of the most successful music genres around the world.")
+    listed_seed = ["andrew", "john", "born", "best", "music", "london", "barry"]
+    tagged = ("France was once again founded as a Christian nation with its own culture, including literature, music, "
+              "art, architecture, fashion, cuisine, Imprint: French Reviewed in 201 agree.")
+    tagged_seed = ["france", "fantasy", "imprint", "reviewed", "agree"]
+    explained = ("The interview with him by the public broadcaster has become an iconic moment. july is another term "
+                 "used when referring to abdul, which refers to his wife.")
+    explained_seed = ["july", "abdul", "born", "politician"]
+    for text, seed in ((listed, listed_seed), (tagged, tagged_seed), (explained, explained_seed)):
+        assert rewrite_score(text, seed) >= 1.0 and document_rejection(text, seed) is None
+        assert repetition_score(text) < 1.0
+    assert seed_labels(tagged, tagged_seed) == 1
+    # A lowercase word before the colon is a list or a pronunciation, and two seeds in a list are prose.
+    assert seed_labels("It has offices in 10 cities: Milan, London.", ["cities"]) == 0
+    assert seed_labels("Banco Popular (Spanish pronunciation: [ba]) is a bank.", ["pronunciation"]) == 0
+    assert rewrite_score("We had soup and bread by the window.", ["soup", "bread", "window"]) < 1.0
+    assert rewrite_score(listed, listed_seed, DocumentRules(rewrite_seed_run=5)) < 1.0
+    with pytest.raises(ConfigError):
+        DocumentRules(rewrite_seed_run=0)
+
+
 def test_each_statistic_rejects_its_shape_and_prose_passes():
     assert statistic_over_threshold(PROSE) is None and document_rejection(PROSE, ["river"], "stop") is None
     genus = ("The genus of the group of animals known as the family of the group known as the group of the small "

@@ -35,8 +35,8 @@ class SeedSteering:
     bonus for a token that begins or continues a term not yet written (the same amount is taken off a written
     term's first tokens); 0 turns steering off. ``repeat_penalty`` is llama.cpp's; ``no_repeat_ngram`` bans a
     token that would repeat a word n-gram of the answer (0: off). ``schedule``: "budget" (the push grows as the
-    token budget runs out, and the answer cannot end while a term is missing) or "flat" (the first version).
-    Remote APIs cannot apply these and get none.
+    token budget runs out, and the answer cannot end while more than a ``1 - end_coverage`` share of the terms is
+    missing) or "flat" (the first version). Remote APIs cannot apply these and get none.
     """
 
     terms: tuple[str, ...]
@@ -44,10 +44,14 @@ class SeedSteering:
     repeat_penalty: float = 1.0
     no_repeat_ngram: int = 0
     schedule: str = "budget"
+    end_coverage: float = 1.0
 
     def params(self) -> dict:
-        return {"terms": list(self.terms), "strength": self.strength, "repeat_penalty": self.repeat_penalty,
-                "no_repeat_ngram": self.no_repeat_ngram, "schedule": self.schedule}
+        params = {"terms": list(self.terms), "strength": self.strength, "repeat_penalty": self.repeat_penalty,
+                  "no_repeat_ngram": self.no_repeat_ngram, "schedule": self.schedule}
+        if self.end_coverage != 1.0:  # only then: requests that hold the end for every term keep their cache keys
+            params["end_coverage"] = self.end_coverage
+        return params
 
 
 @dataclass(frozen=True)

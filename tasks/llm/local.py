@@ -240,7 +240,8 @@ class LlamaCppBackend(LLMBackend):
                 tokenize=lambda text: llm.tokenize(text.encode("utf-8"), add_bos=False, special=False),
                 detokenize=detokenizer(llm),
                 eos_ids=end_of_generation_ids(llm), no_repeat_ngram=steering.no_repeat_ngram,
-                max_tokens=req.max_tokens, schedule=steering.schedule, continues_word=word_continuations(llm))
+                max_tokens=req.max_tokens, schedule=steering.schedule, continues_word=word_continuations(llm),
+                end_coverage=steering.end_coverage)
             kwargs["logits_processor"] = LogitsProcessorList([processor])
         return kwargs
 

@@ -31,8 +31,11 @@ Two schedules (``schedule``):
   u = (m / n) / ((T - t) / T): the share of terms still missing over the share of the budget still left. On
   pace or ahead (u <= 1) the push is s and the gap is ``gap``, as in "flat"; behind (u > 1) the push is s * u
   and the gap shrinks to gap / u (never below ``min_gap``, so terms are not joined into a list). And the answer
-  **cannot end while a term is missing**: every end-of-generation token is banned until all terms are written
-  (or the budget is spent), so the model writes another sentence, and the push puts a missing term in it.
+  **cannot end while too many terms are missing**: every end-of-generation token is banned until a share
+  ``end_coverage`` of the terms is written (or the budget is spent), so the model writes another sentence, and the
+  push puts a missing term in it. At 1 (every term) a small model stuffs the terms it cannot place into its last
+  sentence ("... reviewed by several prominent authors in recent years agree."); the CLI's default is 0.8
+  (``STEER_END_COVERAGE_DEFAULT``).
   A term the answer has just finished is **closed**: right after the last token of one of its forms, tokens
   that would glue more letters or digits onto it (``continues_word``) are banned, so "dmitri" does not become
   "dmitrii" (no longer the term) and then get pushed again ("dmitrii, dmitrias, dmitres, ...").
@@ -78,7 +81,8 @@ class SeedSteeringProcessor:
     def __init__(self, terms: Sequence[str], strength: float, tokenize: Callable[[str], list[int]],
                  detokenize: Callable[[Sequence[int]], str], eos_ids: Sequence[int] = (), no_repeat_ngram: int = 0,
                  gap: int = 6, max_tokens: int | None = None, schedule: str = "budget", min_gap: int = 2,
-                 tail: float = 0.1, min_tail: int = 8, continues_word: np.ndarray | None = None):
+                 tail: float = 0.1, min_tail: int = 8, continues_word: np.ndarray | None = None,
+                 end_coverage: float = 1.0):
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
         if no_repeat_ngram < 0:
@@ -91,6 +95,8 @@ class SeedSteeringProcessor:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         if not 0 <= tail < 1 or min_tail < 0:
             raise ValueError(f"tail must be in [0, 1) and min_tail >= 0, got {tail}, {min_tail}")
+        if not 0 <= end_coverage <= 1:
+            raise ValueError(f"end_coverage must be in [0, 1], got {end_coverage}")
         self.gap = int(gap)
         self.min_gap = min(int(min_gap), self.gap)
         self.schedule = schedule
@@ -99,6 +105,8 @@ class SeedSteeringProcessor:
         self.paced_tokens = None if max_tokens is None else \
             max(1, int(max_tokens) - max(int(min_tail), round(tail * int(max_tokens))))
         self.terms = [t for t in dict.fromkeys(str(t) for t in terms) if t.strip()]
+        # Terms that may still be missing when the answer ends ("budget" schedule; the rest must be written first).
+        self.may_miss = math.floor((1.0 - float(end_coverage)) * len(self.terms) + 1e-9)
         self.strength = float(strength)
         self.detokenize = detokenize
         self.tokenize = tokenize
@@ -222,7 +230,8 @@ class SeedSteeringProcessor:
             if missing:
                 for eos in self.eos_ids:
                     if self.schedule == "budget":
-                        delta[eos] = -math.inf
+                        if len(missing) > self.may_miss:
+                            delta[eos] = -math.inf
                     else:
                         delta[eos] = delta.get(eos, 0.0) - s * len(missing) / len(self.terms)
         n = self.no_repeat_ngram

@@ -178,6 +178,14 @@ class DocumentRules:
     # at the default repeat penalty (4 of 20 demo rows read, 2026-11-27). Real texts: 0-0.03 % of DBPedia-14,
     # OHSUMED-23 and Medical Abstracts, 0.1-0.3 % of Yelp reviews ("Pros: ... Cons: ...").
     rewrite_seed_labels: int = 1
+    # Also not reasons: a run of `rewrite_seed_run` seed terms joined only by separators ("originated in andrew,
+    # john, born, best"; `max_seed_run` rejects at 5), and `rewrite_term_glosses` words explained as words ("july
+    # is another term used when referring to abdul"; `max_term_glosses` rejects at 2): a seed stuffed into a
+    # sentence or explained instead of used. Real texts (their first ten public-vocabulary words as the seed):
+    # runs of 3 in 0.2 % of DBPedia-14, 1.9-2.3 % of OHSUMED-23 and Medical Abstracts, 3.3-3.6 % of Yelp (lists of
+    # dishes and symptoms); one gloss in at most 0.05 % of any corpus.
+    rewrite_seed_run: int = 3
+    rewrite_term_glosses: int = 1
     # The few-shot example documents of the prompt (public, from the recipient): a text that shares a run of
     # `max_example_run` words with one of them, or names one of their entities none of its seed terms is part of,
     # copies the example instead of writing from its seed. Empty: no test.
@@ -197,8 +205,9 @@ class DocumentRules:
                      "max_seed_line_labels", "max_quoted_term_glosses", "max_term_glosses", "rewrite_crowded_word"):
             if int(getattr(self, name)) < 2:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
-        if self.rewrite_seed_labels < 1:
-            raise ConfigError(f"document rules: rewrite_seed_labels={self.rewrite_seed_labels} must be >= 1")
+        for name in ("rewrite_seed_labels", "rewrite_seed_run", "rewrite_term_glosses"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 1")
         if self.language is not None and self.language not in LANGUAGES:
             raise ConfigError(f"document rules: unknown language {self.language!r}; known: ISO 639 codes such as "
                               "en, de, fr, es (or None to skip the language test)")
@@ -365,12 +374,16 @@ def repetition_score(text: Any, rules: DocumentRules = DEFAULT_RULES) -> float:
 
 
 def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAULT_RULES) -> float:
-    """Whether a document is worth another candidate: the larger of ``repetition_score`` and the seed terms that
-    open a sentence as a label (``seed_labels``) over ``rewrite_seed_labels``. 1 or more: generation asks again
-    (``GenerationParams.max_rewrites``) and keeps the lower score. Not a rejection."""
+    """Whether a document is worth another candidate: the largest of ``repetition_score``, the seed terms glossed
+    as labels inside the text (``seed_labels``) over ``rewrite_seed_labels``, the longest run of seed terms
+    (``longest_seed_run``) over ``rewrite_seed_run`` and the words explained as words (``term_glosses``) over
+    ``rewrite_term_glosses``. 1 or more: generation asks again (``GenerationParams.max_rewrites``) and keeps the
+    lower score. Not a rejection."""
     score = repetition_score(text, rules)
     if isinstance(text, str) and text.strip():
-        score = max(score, seed_labels(text, keyphrases) / rules.rewrite_seed_labels)
+        score = max(score, seed_labels(text, keyphrases) / rules.rewrite_seed_labels,
+                    longest_seed_run(text, keyphrases) / rules.rewrite_seed_run,
+                    term_glosses(text) / rules.rewrite_term_glosses)
     return float(score)
 
 

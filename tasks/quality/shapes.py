@@ -251,10 +251,10 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\s*(?:the\s+term\s+|the\s+word\s
 _TERM_NAMED = re.compile(r"\bthe\s+(?:term|word)\s+[\"\u201c']?([^\W_][\w'\-]*)", re.I)
 # Words explained as words: "Porky - a versatile term that ...", "a term referring to ...", "School is a term that
 # refers to ...", "The term colleges is a term used to refer to ...", "Largest, young, is a phrase used to describe
-# ...", "It is used to describe ...". Real prose does it once ("X is a term used for ..."); none of the 29,388 real
+# ...", "It is used to describe ...", "july is another term used when referring to abdul". Real prose does it once ("X is a term used for ..."); none of the 29,388 real
 # texts of the four public corpora does it twice, and SmolLM2's demo glossaries of the seeds do it two to six times.
 _TERM_GLOSS = re.compile(r"\b(?:a|an)\s+(?:[\w'\-]+\s+)?term\s+(?:that|which|for|used|referring|meaning|coined)\b"
-                         r"|\b(?:a|an|the)\s+(?:[\w'\-]+\s+)?(?:term|word|phrase)\b"
+                         r"|\b(?:a|an|the|another)\s+(?:[\w'\-]+\s+)?(?:term|word|phrase)\b"
                          r"(?:\s+[\"\u201c']?[\w'\-]+[\"\u201d']?)?\s+(?:(?:that|which)\s+)?(?:(?:is|are)\s+)?"
                          r"(?:used|refers?|referring|means?|meaning|describes?)\b"
                          r"|\bis\s+used\s+to\s+(?:describe|refer)\b", re.I)
@@ -364,7 +364,7 @@ def seed_line_labels(text: str, keyphrases: Any = ()) -> int:
     or two named like a seed; a form with two seed labels on lines of their own is already the seed list filled
     in, not prose. All-capital labels ("OBJECTIVE:", "METHODS:") are a structured abstract's sections and are not
     counted."""
-    return _seed_label_count(_LINE_LABEL, text, keyphrases)
+    return _seed_label_count((_LINE_LABEL,), text, keyphrases)
 
 
 # A sentence or line after the first that opens with a label of one to three words and a colon ("... for schools.
@@ -373,21 +373,30 @@ _SENTENCE_LABEL = re.compile(r"(?:[.!?][\"'\u201d)]*[ \t]+|\n[ \t]*(?:(?:[-*+\u2
                              r"([^\W\d_][\w'\-]*(?:[ \t]+[\w'\-]+){0,2})[\"'*\u201d]*[ \t]*:[ \t]")
 
 
+# A capitalised word after a lowercase word or a comma inside a sentence, then a colon and a capital: a label in
+# mid-sentence ("... architecture, fashion, cuisine, Imprint: French Reviewed in 201", "... an Oscar last year
+# Pictures: The Angles"). Real prose puts a lowercase word there ("in 10 cities: Milan", "pronunciation: [...]").
+_INLINE_LABEL = re.compile(r"(?<=[a-z0-9,;] )([A-Z][a-z'\-]+)[ \t]*:[ \t]+(?=[A-Z\"'\u201c])")
+
+
 def seed_labels(text: str, keyphrases: Any = ()) -> int:
     """How many distinct seed terms open a sentence or line inside the text as a label ("Suburb: A small town or
-    valley is a smaller part of ...", "Inks: The Chinese engineering industry ..."): a seed the model could not
-    place, glossed under its own name. Not at the text's start, where a title has a colon ("Mulan: Rise of a
-    Warrior is a 2009 film"), and not in capitals ("OBJECTIVE:"). Real texts do it now and then ("Update: ...",
-    "Venue: ..."), so generation asks for another candidate instead of rejecting (``rewrite_score``)."""
-    return _seed_label_count(_SENTENCE_LABEL, text, keyphrases)
+    valley is a smaller part of ...", "Inks: The Chinese engineering industry ...") or stand capitalised as a label
+    in mid-sentence ("... cuisine, Imprint: French Reviewed in 201"): a seed the model could not place, glossed or
+    tagged under its own name. Not at the text's start, where a title has a colon ("Mulan: Rise of a Warrior is a
+    2009 film"), and not in capitals ("OBJECTIVE:"). Real texts do it now and then ("Update: ...", "Venue: ...",
+    "Auto-Teile-Ring English: ..."), so generation asks for another candidate instead of rejecting
+    (``rewrite_score``)."""
+    return _seed_label_count((_SENTENCE_LABEL, _INLINE_LABEL), text, keyphrases)
 
 
-def _seed_label_count(label: re.Pattern[str], text: str, keyphrases: Any) -> int:
-    """Distinct seed terms among the labels ``label`` finds, all-capital section heads left out."""
+def _seed_label_count(labels: Sequence[re.Pattern[str]], text: str, keyphrases: Any) -> int:
+    """Distinct seed terms among the labels the ``labels`` patterns find, all-capital section heads left out."""
     seeds = {_singular(" ".join(w)) for w in _seed_words(keyphrases)}
     if not seeds or not isinstance(text, str):
         return 0
-    heads = {_singular(" ".join(_tokens(found))) for found in label.findall(text) if not found.isupper()}
+    heads = {_singular(" ".join(_tokens(found))) for label in labels for found in label.findall(text)
+             if not found.isupper()}
     return len(heads & seeds)
 
 

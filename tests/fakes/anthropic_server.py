@@ -34,12 +34,13 @@ def fake_text(messages: list[dict]) -> str:
         content = " ".join(c.get("text", "") for c in content if isinstance(c, dict))
     m = re.search(r"terms:\s*(.*?)(?:\.\s*Use every|\.?$)", content, flags=re.S)
     terms = m.group(1).strip() if m else content
-    # At most three terms per sentence: a comma list of five seed terms is what the document predicate calls a
-    # seed echo (privseed.tasks.quality.longest_seed_run), and the fake stands for a model that writes documents.
+    # At most two terms per sentence: a comma list of five seed terms is what the document predicate calls a
+    # seed echo, and of three one it asks to rewrite (privseed.tasks.quality.longest_seed_run, rewrite_score); the
+    # fake stands for a model that writes documents.
     parts = [t for t in terms.split(", ")]
-    text = f"A fake document that mentions {', '.join(parts[:3])}."
-    for i in range(3, len(parts), 3):
-        text += f" It also covers {', '.join(parts[i:i + 3])}."
+    text = f"A fake document that mentions {', '.join(parts[:2])}."
+    for i in range(2, len(parts), 2):
+        text += f" It also covers {', '.join(parts[i:i + 2])}."
     return text
 
 
