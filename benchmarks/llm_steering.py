@@ -40,6 +40,11 @@ CONFIGS = {
     "nr": dict(steer=0.0, no_repeat_ngram=4),
     "s1nr": dict(steer=1.0, no_repeat_ngram=4),
     "s3nr": dict(steer=3.0, no_repeat_ngram=4),
+    # the CLI's defaults (tasks/config.py), and with a plausibility floor of L nats (--steer-max-lift)
+    "cli": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8),
+    "lift4": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8, steer_max_lift=4.0),
+    "lift6": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8, steer_max_lift=6.0),
+    "lift8": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8, steer_max_lift=8.0),
 }
 
 
@@ -59,7 +64,7 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=2, help="texts printed per configuration")
     args = ap.parse_args()
     if args.seeds_from:
-        from privseed.flows.evaluate import read_release
+        from privseed.tasks.release_reader import read_release
 
         rows = read_release(args.seeds_from).rows
         rows = rows.groupby("label", sort=True).head(args.per_class)

@@ -25,7 +25,7 @@ from privseed.tasks.quality import (
 )
 from privseed.tasks.quality.language import model_languages
 from privseed.tasks.quality.patterns import PATTERNS_FILE
-from privseed.tasks.quality.shapes import seed_labels
+from privseed.tasks.quality.shapes import longest_seed_run, seed_labels
 from privseed.tasks.quality.text_stats import (
     crowded_word_count,
     duplicate_ngram_char_fraction,
@@ -142,6 +142,16 @@ def test_a_seed_stuffed_tagged_or_explained_inside_a_sentence_asks_for_another_c
     assert rewrite_score(listed, listed_seed, DocumentRules(rewrite_seed_run=5)) < 1.0
     with pytest.raises(ConfigError):
         DocumentRules(rewrite_seed_run=0)
+
+
+def test_seed_months_stuffed_into_dates_are_a_seed_run_and_a_real_date_range_is_not():
+    # The fresh-clone demo of 843f3ab (2026-11-27): three seed months and a seed name joined by dates and commas.
+    stuffed = "His latest album came out in Spain. October 13th is September 2017, January 2024, kim's birthday."
+    seed = ["music", "january", "september", "documentation", "director", "october", "better", "kim"]
+    assert longest_seed_run(stuffed, seed) == 3 and rewrite_score(stuffed, seed) >= 1.0
+    # A DBPedia-14 life span: the year after the comma is a word of its own and breaks the run.
+    assert longest_seed_run("Ann Lee (January 5, 1950 - October 3, 2010) was a poet.", ["january", "october"]) == 1
+    assert longest_seed_run("Between October 1985 and March 1988, 95 patients entered.", ["october", "march"]) == 2
 
 
 def test_each_statistic_rejects_its_shape_and_prose_passes():

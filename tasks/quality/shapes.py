@@ -87,6 +87,8 @@ _SENTENCE_END = re.compile(r"[.!?\u3002\u2026][\"'\u201d\u2019)\]]*\s*$")
 _GLOSSARY_HEADER = re.compile(
     r"(?:^|\n|[.!?\"\u201d]\s+|\s[-\u2013\u2022]\s+)[\"'*\u201c]*([A-Za-z][\w'\-]*(?:\s+[\w'\-]+){0,2})[\"'*\u201d]*\s*:\s+(?=[\"'*\u201c]*((?:\S+\s+){0,3}))")
 _SEPARATOR_WORDS = frozenset({"and", "or", "&", ",", ";", "/", "|", "\n", "\u2022", "\u00b7", "*"})
+_POSSESSIVE = re.compile(r"['\u2019]s$")
+_NUMBER = re.compile(r"\d+(?:st|nd|rd|th)?")
 _LIST_TOKEN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*|\n|[,;/|\u2022\u00b7*)]|[.!?:]")
 
 
@@ -217,11 +219,14 @@ def longest_seed_run(text: str, keyphrases: Any) -> int:
     """Most seed terms in a row, each joined to the next by a separator (comma, semicolon, newline, bullet, "and",
     "or", a list number): "Mendes, smearing, built, depreciation and robert" is 5. An echo of the seed list
     inside an otherwise wordy text. Seed terms that follow each other as a phrase ("sleep apnea") start a new
-    run, and any other word or a sentence end breaks it, so prose that names its seeds scores low."""
+    run, and any other word or a sentence end breaks it, so prose that names its seeds scores low. A number right
+    after a term stays with it, so seed months stuffed into dates count ("September 2017, January 2024, kim's
+    birthday" is 3) while a real date range is no list ("January 5, 1950 - October 3, 2010": the year after a
+    comma breaks the run)."""
     terms = sorted(_seed_words(keyphrases), key=len, reverse=True)
     if not terms or not isinstance(text, str):
         return 0
-    tokens = _LIST_TOKEN.findall(text.lower())
+    tokens = [_POSSESSIVE.sub("", t) for t in _LIST_TOKEN.findall(text.lower())]  # "kim's" is the term "kim"
     best = run = 0
     separated = False
     i = 0
@@ -232,6 +237,8 @@ def longest_seed_run(text: str, keyphrases: Any) -> int:
             separated = False
             best = max(best, run)
             i += len(match)
+            if i < len(tokens) and _NUMBER.fullmatch(tokens[i]):
+                i += 1  # "september 2017", "june 13th": the number belongs to the term
             continue
         token = tokens[i]
         list_number = token.isdigit() and i + 1 < len(tokens) and tokens[i + 1] in (".", ")")
