@@ -40,11 +40,8 @@ CONFIGS = {
     "nr": dict(steer=0.0, no_repeat_ngram=4),
     "s1nr": dict(steer=1.0, no_repeat_ngram=4),
     "s3nr": dict(steer=3.0, no_repeat_ngram=4),
-    # the CLI's defaults (tasks/config.py), and with a plausibility floor of L nats (--steer-max-lift)
+    # the CLI's defaults (tasks/config.py)
     "cli": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8),
-    "lift4": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8, steer_max_lift=4.0),
-    "lift6": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8, steer_max_lift=6.0),
-    "lift8": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8, steer_max_lift=8.0),
 }
 
 
