@@ -25,7 +25,7 @@ from privseed.tasks.quality import (
 )
 from privseed.tasks.quality.language import model_languages
 from privseed.tasks.quality.patterns import PATTERNS_FILE
-from privseed.tasks.quality.shapes import longest_seed_run, seed_labels
+from privseed.tasks.quality.shapes import longest_seed_run, seed_labels, word_glosses
 from privseed.tasks.quality.text_stats import (
     crowded_word_count,
     duplicate_ngram_char_fraction,
@@ -142,6 +142,19 @@ def test_a_seed_stuffed_tagged_or_explained_inside_a_sentence_asks_for_another_c
     assert rewrite_score(listed, listed_seed, DocumentRules(rewrite_seed_run=5)) < 1.0
     with pytest.raises(ConfigError):
         DocumentRules(rewrite_seed_run=0)
+
+
+def test_words_glossed_one_after_another_inside_prose_are_a_glossary():
+    # An OHSUMED-23 row of 2026-11-27 (20 a class, example abstracts): no sentence opens with a seed, yet three
+    # content words are explained in one sentence.
+    glossed = ("The major of a disease is the one that has been identified as a primary cause, growth refers to the "
+               "development and maturation process, hypothesis pertains to an idea or theory being tested for "
+               "validity, site denotes a specific location where research was conducted.")
+    assert word_glosses(glossed) == 3 and document_rejection(glossed, ["growth", "hypothesis"]) == "glossary"
+    # Once is prose, and so are stop words ("This refers to", "which denotes"): real abstracts say both.
+    assert word_glosses("The term PTCA refers to coronary angioplasty. This refers to the first week.") == 1
+    assert word_glosses("This refers to the work, which denotes the rest.") == 0
+    assert document_rejection(PROSE + " Grade refers to the size of the tumour.", ["river"], "stop") is None
 
 
 def test_seed_months_stuffed_into_dates_are_a_seed_run_and_a_real_date_range_is_not():

@@ -41,6 +41,7 @@ from privseed.tasks.quality.shapes import (
     short_item_run,
     syllable_loop,
     term_glosses,
+    word_glosses,
 )
 from privseed.tasks.quality.text_stats import TextStats, text_stats
 
@@ -153,6 +154,9 @@ class DocumentRules:
     # once is prose, twice none of the 29,388 real texts of the four public corpora, two to six times SmolLM2's demo
     # glossaries of its seeds (`term_glosses`).
     max_term_glosses: int = 2
+    # Content words glossed inside running prose ("growth refers to ..., hypothesis pertains to ..., site denotes
+    # ..."): none of the real texts has two, with every word of it counted (`word_glosses`).
+    max_word_glosses: int = 2
     # The corpus's declared language (None: no language test): a text of at least `language_min_words` words
     # whose probability of being in it (py3langid) is under `min_language_prob` is in another language.
     language: str | None = "en"
@@ -202,7 +206,8 @@ class DocumentRules:
                     and not 0.0 <= value <= 1.0):
                 raise ConfigError(f"document rules: {f.name}={value} must be in [0, 1]")
         for name in ("max_token_run", "max_phrase_run", "min_doubled_phrase_words", "max_seed_run", "max_example_run",
-                     "max_seed_line_labels", "max_quoted_term_glosses", "max_term_glosses", "rewrite_crowded_word"):
+                     "max_seed_line_labels", "max_quoted_term_glosses", "max_term_glosses", "max_word_glosses",
+                     "rewrite_crowded_word"):
             if int(getattr(self, name)) < 2:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
         for name in ("rewrite_seed_labels", "rewrite_seed_run", "rewrite_term_glosses"):
@@ -347,6 +352,7 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
             or seed_line_labels(text, keyphrases) >= rules.max_seed_line_labels
             or seed_definitions(text, keyphrases) >= rules.max_seed_definitions
             or term_glosses(text) >= rules.max_term_glosses
+            or word_glosses(text) >= rules.max_word_glosses
             or quoted_term_glosses(text) >= rules.max_quoted_term_glosses):
         return "glossary"
     if (rules.language is not None and len(tokens) >= rules.language_min_words

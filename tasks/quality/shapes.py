@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from privseed.tasks.quality.text_stats import _function_words
+
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -278,6 +280,21 @@ def seed_definitions(text: str, keyphrases: Any = ()) -> int:
     defined = {" ".join(_tokens(m)) for m in _SENTENCE_START.findall(text)}
     named = {" ".join(_tokens(m)) for m in _TERM_NAMED.findall(text)}
     return len((defined | named) & seeds)
+
+
+# "growth refers to the development ..., hypothesis pertains to an idea ..., site denotes a specific location":
+# content words explained one after another inside running prose (OHSUMED-23 and DBPedia-14 releases, 2026-11-27).
+_WORD_GLOSS = re.compile(r"([^\W\d_][\w'\-]*)\s+(?:refers?\s+to|pertains?\s+to|denotes|signifies|stands\s+for"
+                         r"|is\s+defined\s+as)\b", re.I)
+
+
+def word_glosses(text: str) -> int:
+    """How many distinct content words (not stop words: "this refers to" is prose) the text explains with "X refers
+    to / pertains to / denotes / signifies / stands for / is defined as": a glossary written as one paragraph. With
+    every word of a real text counted, none of the 29,388 real texts of the four public corpora has two."""
+    if not isinstance(text, str):
+        return 0
+    return len({w.lower() for w in _WORD_GLOSS.findall(text)} - _function_words())
 
 
 def term_glosses(text: str) -> int:
