@@ -25,7 +25,7 @@ from privseed.tasks.quality import (
 )
 from privseed.tasks.quality.language import model_languages
 from privseed.tasks.quality.patterns import PATTERNS_FILE
-from privseed.tasks.quality.shapes import longest_seed_run, seed_labels, word_glosses
+from privseed.tasks.quality.shapes import longest_seed_run, seed_labels, term_glosses, word_glosses
 from privseed.tasks.quality.text_stats import (
     crowded_word_count,
     duplicate_ngram_char_fraction,
@@ -154,6 +154,9 @@ def test_words_glossed_one_after_another_inside_prose_are_a_glossary():
     # Once is prose, and so are stop words ("This refers to", "which denotes"): real abstracts say both.
     assert word_glosses("The term PTCA refers to coronary angioplasty. This refers to the first week.") == 1
     assert word_glosses("This refers to the work, which denotes the rest.") == 0
+    # A seed explained as "a <two words> term used by ..." (fresh-clone demo of cf1676a): a reason to ask again.
+    sports = "York is a popular sports term used by fans around the world as it refers to England in particular."
+    assert term_glosses(sports) == 1 and rewrite_score(sports, ["york", "july"]) >= 1.0
     assert document_rejection(PROSE + " Grade refers to the size of the tumour.", ["river"], "stop") is None
 
 

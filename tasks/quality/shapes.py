@@ -260,10 +260,11 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\s*(?:the\s+term\s+|the\s+word\s
 _TERM_NAMED = re.compile(r"\bthe\s+(?:term|word)\s+[\"\u201c']?([^\W_][\w'\-]*)", re.I)
 # Words explained as words: "Porky - a versatile term that ...", "a term referring to ...", "School is a term that
 # refers to ...", "The term colleges is a term used to refer to ...", "Largest, young, is a phrase used to describe
-# ...", "It is used to describe ...", "july is another term used when referring to abdul". Real prose does it once
-# ("X is a term used for ..."); none of the 29,388 real texts of the four public corpora does it twice, and SmolLM2's
-# demo glossaries of the seeds do it two to six times.
-_TERM_GLOSS = re.compile(r"\b(?:a|an)\s+(?:[\w'\-]+\s+)?term\s+(?:that|which|for|used|referring|meaning|coined)\b"
+# ...", "It is used to describe ...", "july is another term used when referring to abdul", "York is a popular
+# sports term used by fans" (up to two words between "a" and "term": 0.03-0.05 % of real texts once, none twice).
+# Real prose does it once ("X is a term used for ..."); none of the 29,388 real texts of the four public corpora does
+# it twice, and SmolLM2's demo glossaries of the seeds do it two to six times.
+_TERM_GLOSS = re.compile(r"\b(?:a|an)\s+(?:[\w'\-]+\s+){0,2}term\s+(?:that|which|for|used|referring|meaning|coined)\b"
                          r"|\b(?:a|an|the|another)\s+(?:[\w'\-]+\s+)?(?:term|word|phrase)\b"
                          r"(?:\s+[\"\u201c']?[\w'\-]+[\"\u201d']?)?\s+(?:(?:that|which)\s+)?(?:(?:is|are)\s+)?"
                          r"(?:used|refers?|referring|means?|meaning|describes?)\b"
