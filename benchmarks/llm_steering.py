@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from document_predicate_real import first_terms, public_vocabulary
+from privseed.tasks.config import REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, STEER_END_COVERAGE_DEFAULT
 from privseed.tasks.generation import GenerationParams, generate_shard
 from privseed.tasks.llm import LLMSpec, ReleasedVocabulary, load_few_shot
 from privseed.tasks.quality import document_rejection
@@ -41,7 +42,8 @@ CONFIGS = {
     "s1nr": dict(steer=1.0, no_repeat_ngram=4),
     "s3nr": dict(steer=3.0, no_repeat_ngram=4),
     # the CLI's defaults (tasks/config.py)
-    "cli": dict(steer=4.0, no_repeat_ngram=4, repeat_penalty=1.15, steer_end_coverage=0.8),
+    "cli": dict(steer=STEER_DEFAULT, no_repeat_ngram=4, repeat_penalty=REPEAT_PENALTY_DEFAULT,
+                steer_end_coverage=STEER_END_COVERAGE_DEFAULT),
 }
 
 

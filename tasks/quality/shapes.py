@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from privseed.tasks.quality.text_stats import _function_words
+from privseed.tasks.quality.text_stats import function_words
 
 _WHITESPACE = re.compile(r"\s+")
 
@@ -295,7 +295,7 @@ def word_glosses(text: str) -> int:
     every word of a real text counted, none of the 29,388 real texts of the four public corpora has two."""
     if not isinstance(text, str):
         return 0
-    return len({w.lower() for w in _WORD_GLOSS.findall(text)} - _function_words())
+    return len({w.lower() for w in _WORD_GLOSS.findall(text)} - function_words())
 
 
 def term_glosses(text: str) -> int:

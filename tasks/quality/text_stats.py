@@ -130,7 +130,8 @@ WORD_WINDOW = 40
 
 
 @functools.cache
-def _function_words() -> frozenset[str]:
+def function_words() -> frozenset[str]:
+    """scikit-learn's English stop words: the words a content-word statistic leaves out."""
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # imported when first needed: it is slow
 
     return frozenset(ENGLISH_STOP_WORDS)
@@ -143,7 +144,7 @@ def crowded_word_count(words: Sequence[str], window: int = WORD_WINDOW) -> int:
     football field, and the football is played by a football player. Football is also played in the football
     stadium, and football is played in football stadiums.", is 8; a real paragraph about one subject names it two
     to four times in forty words."""
-    stop = _function_words()
+    stop = function_words()
     content = ["" if len(w) < 3 or w in stop or w.isdigit() else w[:-1] if len(w) > 3 and w.endswith("s") else w
                for w in words]
     counts: Counter[str] = Counter()
