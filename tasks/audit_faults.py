@@ -38,6 +38,7 @@ SENSITIVITY_FACTORIES: dict[str, tuple[str, str]] = {
     # the variants of stage 1 are built by the same factory as histogram's, for their own kind and contribution
     "histogram-unit-l2": ("privseed.tasks.histogram_seeds", "build_mechanism"),
     "histogram-rank-l2": ("privseed.tasks.histogram_seeds", "build_mechanism"),
+    "histogram-rank-rare-l2": ("privseed.tasks.histogram_seeds", "build_mechanism"),
     "histogram-threshold": ("privseed.tasks.histogram_seeds", "build_mechanism"),
 }
 FAULTS = ("half-noise", "half-sensitivity")

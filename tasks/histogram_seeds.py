@@ -102,27 +102,46 @@ def class_term_counts(sequences: Iterable[Sequence[int]], class_index: Sequence[
     return counts
 
 
-def rank_l2_weights(n_terms: int, decay: float) -> np.ndarray:
+def rank_l2_weights(n_terms: int, decay: float, term_weights: np.ndarray | None = None) -> np.ndarray:
     """The ``rank-l2`` contribution of a document with ``n_terms`` distinct terms, in reading order: the i-th
     weighs i^-decay, scaled to L2 norm exactly 1 (decay 0 is ``unit-l2``; a larger decay leans on the first
-    terms, a title's, as ``first-terms`` does, and still counts every later term)."""
+    terms, a title's, as ``first-terms`` does, and still counts every later term). ``term_weights`` (n_terms,)
+    positive public factors, one per term in the same order (``rank-rare-l2``: ``common_word_weights``), multiply
+    the i-th before the scaling, so the norm is still exactly 1."""
     raw = np.arange(1, n_terms + 1, dtype=np.float64) ** -float(decay)
+    if term_weights is not None:
+        raw = raw * np.asarray(term_weights, dtype=np.float64)
     return raw / np.sqrt(np.sum(raw * raw))
 
 
+def common_word_weights(vocab_size: int, common_rank: int, power: float) -> np.ndarray:
+    """(|V|,) public factors of ``rank-rare-l2``: the term at position r of V (0-based; the English list is in
+    wordfreq's frequency order, so r is its rank among V's words) weighs min(1, (r + 1) / R)^a, R =
+    ``common_rank`` and a = ``power``: the R most common words of public English count less the more common they
+    are ("patients", "study", "long"), so a document's unit of L2 norm goes to the rarer, more specific words. A
+    function of public data alone: the sensitivity stays 1."""
+    if common_rank < 1 or not np.isfinite(power) or power < 0:
+        raise ConfigError(f"common-word weights need a rank >= 1 and a power >= 0, got {common_rank}, {power}")
+    return np.minimum(1.0, (np.arange(vocab_size, dtype=np.float64) + 1.0) / float(common_rank)) ** float(power)
+
+
 def class_rank_l2_weights(sequences: Iterable[Sequence[int]], class_index: Sequence[int] | np.ndarray,
-                          n_classes: int, vocab_size: int, decay: float) -> np.ndarray:
+                          n_classes: int, vocab_size: int, decay: float,
+                          term_weights: np.ndarray | None = None) -> np.ndarray:
     """Exact per-class sums (n_classes, |V|) float64 of each document's ``rank-l2`` contribution: its n distinct
     terms of V in the order they first occur, the i-th adding ``rank_l2_weights(n, decay)[i]`` to its class's
     row. Every document's vector has L2 norm exactly 1, whatever its length and its label, so removing or adding
     one document moves the whole (n_classes, |V|) matrix by exactly 1 in L2 norm (it lives in its own class's row
     only): the Gaussian mechanism on L2 sensitivity 1 covers it. Decay 0 is ``unit-l2``: 1 / sqrt(n) on each of
-    the n terms. A document with no term of V contributes nothing. Additive over disjoint shards."""
+    the n terms. ``term_weights`` (|V|,) public positive factors per term of V (``rank-rare-l2``) multiply each
+    term's rank weight before the scaling to norm 1. A document with no term of V contributes nothing. Additive
+    over disjoint shards."""
     weights = np.zeros((n_classes, vocab_size), dtype=np.float64)
     for terms, c in zip(sequences, class_index, strict=True):
         distinct = np.fromiter(dict.fromkeys(int(t) for t in terms), dtype=np.int64)
         if distinct.size:
-            weights[int(c), distinct] += rank_l2_weights(distinct.size, decay)
+            factors = None if term_weights is None else term_weights[distinct]
+            weights[int(c), distinct] += rank_l2_weights(distinct.size, decay, factors)
     return weights
 
 

@@ -77,6 +77,11 @@ HISTOGRAM_METHODS: tuple[str, ...] = tuple(n for n, m in SEED_METHODS.items() if
 
 #: ``rank-l2``'s decay (public, chosen on validation splits: experiments/results/dpkps.md).
 RANK_DECAY = 0.5
+#: ``rank-rare-l2``: the R = COMMON_RANK most common words of V weigh ((rank + 1) / R)^COMMON_POWER of their rank-l2
+#: weight (public; chosen on OHSUMED-23's validation split among R 500-10,000 and powers 0.5-3:
+#: experiments/results/dpkps.md, "rank-rare-l2").
+COMMON_RANK = 2000
+COMMON_POWER = 2.0
 
 
 @dataclass(frozen=True)
@@ -90,11 +95,16 @@ class Contribution:
     ``decay`` d >= 0: every distinct term of V it holds, however long it is, the i-th in reading order weighted
     i^-d, scaled to L2 norm exactly 1 (``class_rank_l2_weights``; d = 0 is ``unit-l2``, 1 / sqrt(n) each) -> L2 1
     and no L1 bound that does not grow with the document (sqrt(n) at d = 0), so only an L2 mechanism (Gaussian)
-    can release it. ``ledger_text`` is what the ledger says of it."""
+    can release it. ``common_rank`` R (with ``common_power`` a): before the scaling, a term at position r of V (its
+    public frequency rank for the English list) is also multiplied by min(1, (r + 1) / R)^a (``rank-rare-l2``;
+    ``histogram_seeds.common_word_weights``): public factors, so the norm and the sensitivity are unchanged.
+    ``ledger_text`` is what the ledger says of it."""
 
     name: str
     decay: float | None
     ledger_text: str
+    common_rank: int | None = None
+    common_power: float = 0.0
 
     @property
     def whole_document(self) -> bool:
@@ -114,11 +124,13 @@ class Contribution:
                       n_classes: int, vocab_size: int, max_terms: int) -> np.ndarray:
         """The exact (classes, |V|) matrix of these documents (term ids in reading order; additive over shards;
         tasks/histogram_seeds.py)."""
-        from privseed.tasks.histogram_seeds import class_rank_l2_weights, class_term_counts
+        from privseed.tasks.histogram_seeds import class_rank_l2_weights, class_term_counts, common_word_weights
 
         if self.decay is None:
             return class_term_counts(documents, class_index, n_classes, vocab_size, max_terms)
-        return class_rank_l2_weights(documents, class_index, n_classes, vocab_size, self.decay)
+        factors = (None if self.common_rank is None
+                   else common_word_weights(vocab_size, self.common_rank, self.common_power))
+        return class_rank_l2_weights(documents, class_index, n_classes, vocab_size, self.decay, factors)
 
 
 #: How a document may enter stage 1 (``--hist-contribution``), by name.
@@ -127,6 +139,10 @@ CONTRIBUTIONS: dict[str, Contribution] = {c.name: c for c in (
     Contribution("unit-l2", 0.0, "1/sqrt(n) on each of the document's n distinct terms (L2 norm 1)"),
     Contribution("rank-l2", RANK_DECAY,
                  f"the i-th of the document's n distinct terms i^-{RANK_DECAY:g}, scaled to L2 norm 1"),
+    Contribution("rank-rare-l2", RANK_DECAY,
+                 f"the i-th of the document's n distinct terms i^-{RANK_DECAY:g}, times min(1, (r + 1) / "
+                 f"{COMMON_RANK})^{COMMON_POWER:g} for a term at public frequency rank r, scaled to L2 norm 1",
+                 common_rank=COMMON_RANK, common_power=COMMON_POWER),
 )}
 
 

@@ -118,7 +118,7 @@ def _audit(tmp_path, *flags):
 SUITE_PROFILE = (10, 10)
 SUITE_ALPHA = 1e-5
 MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-              "histogram-rank-l2", "histogram-threshold")
+              "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold")
 
 
 def _suite_audit(mechanisms, fault=None):
@@ -322,7 +322,7 @@ def test_quick_audit_finds_every_mechanism_consistent_with_secret_noise(tmp_path
     status, rows = _audit(tmp_path, "--profile", "quick", "--confidence", "0.99999")
     table = capsys.readouterr().out
     assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-                         "histogram-rank-l2", "histogram-threshold"}
+                         "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold"}
     for name, row in rows.items():
         assert row["noise"] == "secure", name
         assert row["verdict"] == "consistent", (name, row)
@@ -338,7 +338,7 @@ def test_audit_refutes_every_claim_of_reproducible_noise(tmp_path, capsys):
     status, rows = _audit(tmp_path, "--insecure-reproducible-noise", "--trials", "40")
     assert status == 1
     assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-                         "histogram-rank-l2", "histogram-threshold"}
+                         "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold"}
     for name, row in rows.items():
         assert row["noise"] == "insecure-reproducible", name
         if name == "histogram-threshold":

@@ -447,6 +447,32 @@ def test_unit_l2_needs_the_gaussian_mechanism_and_pass_1_counts_whole_documents(
     assert np.linalg.norm(counts) == pytest.approx(1.0)
 
 
+def test_rank_rare_l2_lowers_the_common_words_and_keeps_norm_one():
+    from privseed.tasks.histogram_seeds import common_word_weights
+    from privseed.tasks.passes import TermCounting
+    from privseed.tasks.vocabulary import english_vocabulary
+
+    factors = common_word_weights(5000, 2000, 2.0)
+    assert factors[0] == pytest.approx((1 / 2000) ** 2) and factors[999] == pytest.approx(0.25)
+    assert np.all(factors[1999:] == 1.0) and np.all(np.diff(factors) >= 0)
+    with pytest.raises(ConfigError, match="rank >= 1"):
+        common_word_weights(10, 0, 2.0)
+    # the same document: its common words ("long", "term", "study") lose weight to its rare ones, norm still 1
+    text = "long term study of catheter related sepsis"
+    vocab = english_vocabulary(50_000)
+    rare = TermCounting("english", 50_000, first_terms=2, per_class=True, contribution="rank-rare-l2").count(
+        [text], [0], n_classes=1)[0]
+    plain = TermCounting("english", 50_000, first_terms=2, per_class=True, contribution="rank-l2").count(
+        [text], [0], n_classes=1)[0]
+    assert np.linalg.norm(rare) == pytest.approx(1.0) and set(np.flatnonzero(rare)) == set(np.flatnonzero(plain))
+    ids = {t: vocab.terms.index(t) for t in ("long", "study", "catheter", "sepsis")}
+    assert ids["long"] < 2000 <= ids["catheter"]  # public English frequency ranks
+    assert rare[ids["long"]] < plain[ids["long"]] / 10 and rare[ids["sepsis"]] > plain[ids["sepsis"]]
+    # rank-l2 times the factors, renormalised: the factors' ratio between two terms is the ratio of their weights
+    a, b = ids["long"], ids["sepsis"]
+    assert (rare[a] / rare[b]) / (plain[a] / plain[b]) == pytest.approx(factors[a] / 1.0)
+
+
 def test_rank_l2_contribution_leans_on_the_first_terms_at_norm_one_in_reading_order():
     from privseed.tasks.histogram_seeds import build_mechanism, class_rank_l2_weights, rank_l2_weights
     from privseed.tasks.passes import TermCounting

@@ -335,22 +335,33 @@ def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(p
     assert ledger["total"]["epsilon"] == pytest.approx(epsilon)
 
 
-#: A document's weights on its n distinct terms in reading order, written out here from docs/dpkps.md (not taken
-#: from the code under test): unit-l2 1/sqrt(n) each; rank-l2 the i-th 1/sqrt(i), over sqrt(1 + 1/2 + ... + 1/n).
+def _rank_weights(ids: list[int], common_rank: int | None = None, power: float = 0.0) -> list[float]:
+    """The i-th of a document's n distinct terms i^-0.5, times min(1, (r + 1) / R)^a for a term at position r of V
+    when R is given, scaled to L2 norm 1."""
+    raw = [i ** -0.5 * (1.0 if common_rank is None else min(1.0, (r + 1) / common_rank) ** power)
+           for i, r in enumerate(ids, start=1)]
+    norm = math.sqrt(sum(w * w for w in raw))
+    return [w / norm for w in raw]
+
+
+#: A document's weights on its distinct terms (their positions in V, in reading order), written out here from
+#: docs/dpkps.md (not taken from the code under test): unit-l2 1/sqrt(n) each; rank-l2 the i-th 1/sqrt(i), over
+#: sqrt(1 + 1/2 + ... + 1/n); rank-rare-l2 rank-l2's times min(1, (r + 1) / 2000)^2 for the term at position r,
+#: scaled to norm 1. Each is told apart from the next kind's weights in the list (the last from the first).
 WHOLE_DOCUMENT_WEIGHTS = {
-    "unit-l2": lambda n: [1.0 / math.sqrt(n)] * n,
-    "rank-l2": lambda n: [1.0 / math.sqrt(i) / math.sqrt(sum(1.0 / j for j in range(1, n + 1)))
-                          for i in range(1, n + 1)],
+    "unit-l2": lambda ids: [1.0 / math.sqrt(len(ids))] * len(ids),
+    "rank-l2": _rank_weights,
+    "rank-rare-l2": lambda ids: _rank_weights(ids, 2000, 2.0),
 }
 
 
 @pytest.mark.parametrize("contribution", sorted(WHOLE_DOCUMENT_WEIGHTS))
 def test_histogram_whole_document_noise_is_gaussian_of_sensitivity_one(prefect_harness, tmp_path, contribution):
-    """The real flow with --method histogram --hist-contribution unit-l2 or rank-l2: each document adds its
-    weights to each of its n distinct terms (all of them, although S = 2 here), and the released rows minus those
-    weights, recomputed here, are Gaussian of sigma = z(eps, delta) * 1 on every term of V of every class; the
+    """The real flow with --method histogram --hist-contribution unit-l2, rank-l2 or rank-rare-l2: each document
+    adds its weights to each of its n distinct terms (all of them, although S = 2 here), and the released rows minus
+    those weights, recomputed here, are Gaussian of sigma = z(eps, delta) * 1 on every term of V of every class; the
     ledger says L2 sensitivity 1. Half or twice sigma is refuted, and so is a count of the first S terms only (its
-    residuals on the counted terms would be far from 0) and the other contribution's weights (at epsilon 50 sigma
+    residuals on the counted terms would be far from 0) and another contribution's weights (at epsilon 50 sigma
     is 0.16, under the weights' differences, so residuals from the wrong weights are too wide)."""
     from privseed.flows.dpkps import dpkps_flow
     from privseed.tasks.kde import gaussian_noise_multiplier
@@ -364,15 +375,17 @@ def test_histogram_whole_document_noise_is_gaussian_of_sensitivity_one(prefect_h
     sigma = gaussian_noise_multiplier(epsilon, delta)
     terms = english_vocabulary(VOCAB_TOP).terms
     index = {t: i for i, t in enumerate(terms)}
-    [other] = set(WHOLE_DOCUMENT_WEIGHTS) - {contribution}
+    kinds = list(WHOLE_DOCUMENT_WEIGHTS)
+    other = kinds[(kinds.index(contribution) + 1) % len(kinds)]
     noise, on_terms, other_on_terms = [], [], []
     for c, label in enumerate(sorted(TOPICS)):
         exact, exact_other = np.zeros(len(terms)), np.zeros(len(terms))
         for text in frame.loc[frame["label"] == label, "text"]:
             distinct = _first_distinct(text, index, len(terms))
             assert len(distinct) > 2  # every document has more terms than S: the rest must count too
-            exact[[index[t] for t in distinct]] += WHOLE_DOCUMENT_WEIGHTS[contribution](len(distinct))
-            exact_other[[index[t] for t in distinct]] += WHOLE_DOCUMENT_WEIGHTS[other](len(distinct))
+            ids = [index[t] for t in distinct]
+            exact[ids] += WHOLE_DOCUMENT_WEIGHTS[contribution](ids)
+            exact_other[ids] += WHOLE_DOCUMENT_WEIGHTS[other](ids)
         released = _stored(out, f"histogram-class{c}")["noisy"]
         residual = released - exact
         noise.append(residual)
