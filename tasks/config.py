@@ -29,7 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHOD_NAMES, SEED_METHODS
+from privseed.tasks.seed_methods import (
+                                         COMMON_POWER,
+                                         COMMON_RANK,
+                                         CONTRIBUTIONS,
+                                         HISTOGRAM_METHODS,
+                                         SEED_METHOD_NAMES,
+                                         SEED_METHODS,
+                                         )
 
 if TYPE_CHECKING:
     from privseed.tasks.mechanisms import NoiseSource
@@ -601,13 +608,15 @@ class DpKpsConfig(ReleaseConfig):
                     "(candidate group / rest), weight = count x (1 - q), the noise share drawn from the pooled "
                     "classes; clip: the K largest clipped counts (docs/dpkps.md)",
         json_schema_extra=cli(metavar="RULE"))
-    hist_contribution: Literal["first-terms", "unit-l2", "rank-l2", "rank-rare-l2"] = Field(
+    # The choices are the contribution registry's names (tasks/seed_methods.py CONTRIBUTIONS), as for --method.
+    hist_contribution: Literal[tuple(CONTRIBUTIONS)] = Field(  # type: ignore[valid-type]
         default="first-terms",
         description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
                     "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
                     "document at L2 sensitivity 1; rank-l2: every distinct term too, the i-th in reading order "
-                    "weighted 1/sqrt(i), scaled to L2 norm 1; rank-rare-l2: rank-l2 with the 2,000 most common "
-                    "English words weighed less ((rank/2000)^2), for corpora whose classes live in technical words "
+                    f"weighted 1/sqrt(i), scaled to L2 norm 1; rank-rare-l2: rank-l2 with the {COMMON_RANK:,} most "
+                    f"common English words weighed less ((rank/{COMMON_RANK})^{COMMON_POWER:g}), for corpora whose "
+                    "classes live in technical words "
                     "(+1.2 to +2.2 points on OHSUMED-23 and medical abstracts; general topics lose 4-6: "
                     "docs/dpkps.md) (every kind but first-terms needs --mechanism gaussian and a delta)",
         json_schema_extra=cli(metavar="HOW", default_note="rank-l2 when --mechanism is not given"))
