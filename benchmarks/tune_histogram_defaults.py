@@ -47,7 +47,8 @@ BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 
 # name it); the shipped default since then was {"contribution": "unit-l2", "mechanism": "gaussian"}, and is now
 # {"contribution": "rank-l2", "mechanism": "gaussian", "decay": 0.5} (experiments/results/dpkps.md).
 # denoise / M: class_term_releases; share, T (pair floor: expected pure-noise pairs per class), P (pair candidates
-# per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov
+# per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov.
+# "background_cap" (not in BASE, so the keys of the runs before it stay valid; 1 when absent): --hist-background-cap
 #: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of
 #: privseed.tasks.accounting.default_delta
 GAUSSIAN_DELTA = 7.238241365054197e-08
@@ -187,7 +188,8 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     counts = kind.class_weights(private_ids, private_index, len(labels), len(terms), setting["S"])
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0], contribution=contribution)
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
-    releases = class_term_releases(noisy, mech, setting["K"], setting["M"], setting["denoise"])
+    releases = class_term_releases(noisy, mech, setting["K"], setting["M"], setting["denoise"],
+                                   setting.get("background_cap", 1.0))
     if method == "histogram-markov":
         candidates = [pair_candidates(r, setting["P"]) for r in releases]
         pair_counts = class_pair_counts(private_ids, private_index, candidates, setting["S2"])

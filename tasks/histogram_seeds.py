@@ -11,10 +11,10 @@ greedy longest-match extraction as DP-KPS):
     largest noisy counts summed over the classes (a corpus-wide ranking that costs no budget) and the rest;
     within each group a class's K largest noisy counts get Benjamini-Hochberg q-values against pure noise of the
     group's size, and a term weighs its noisy count times (1 - q). The mass the q-values attribute to noise is
-    the class's ``background_share``: that share of the class's draws comes from the weights pooled over all
-    classes, so that every class's sequences carry the corpus's common words at a similar rate (measured in
-    experiments/results/dpkps.md: without it the classes whose lists are mostly noise lose their test documents
-    to the classes with clean lists). ``clip`` keeps the K largest clipped counts as they are. Each sequence draws L
+    the class's ``background_share`` (at most ``--hist-background-cap``): that share of the class's draws comes from
+    the weights pooled over all classes, so that every class's sequences carry the corpus's common words at a
+    similar rate (measured in experiments/results/dpkps.md: without it the classes whose lists are mostly noise
+    lose their test documents to the classes with clean lists). ``clip`` keeps the K largest clipped counts as they are. Each sequence draws L
     terms i.i.d. with the selection rule (``SelectionRule``, e.g. power-G) on those weights.
 
 ``histogram-markov``
@@ -331,7 +331,7 @@ DENOISE_RULES = ("clip", "fdr")
 
 
 def class_term_releases(noisy: np.ndarray, mechanism: Any, k: int, candidates: int,
-                        denoise: str = "fdr") -> list[ClassRelease]:
+                        denoise: str = "fdr", background_cap: float = 1.0) -> list[ClassRelease]:
     """Per class, the terms and weights sequences are drawn from, from the noisy rows (C, |V|) of stage 1.
 
     ``clip``: the K largest noisy counts, clipped at 0. ``fdr``: V is split into the ``candidates`` terms with
@@ -339,10 +339,15 @@ def class_term_releases(noisy: np.ndarray, mechanism: Any, k: int, candidates: i
     its signal as the corpus) and the rest; in each group the class's K largest counts get Benjamini-Hochberg
     q-values against pure noise over the group's size, and weigh max(count, 0) * (1 - q): a term among the
     candidates competes with M noise draws, not |V|. The K heaviest of both groups are kept; the share of
-    their clipped mass the q-values attribute to noise becomes the class's ``background_share``.
+    their clipped mass the q-values attribute to noise becomes the class's ``background_share``, at most
+    ``background_cap``: a class whose list is mostly noise draws mostly from the pooled classes, so its sequences
+    read like the corpus average and pull generic test documents of other classes; below 1 the cap keeps part of
+    its own (noisy) terms instead (experiments/results/dpkps.md, "The background share capped").
     Integer rows are discrete-Laplace releases (their tail is the discrete one)."""
     if denoise not in DENOISE_RULES:
         raise ConfigError(f"unknown denoising rule {denoise!r}; choose one of {DENOISE_RULES}")
+    if not 0.0 <= background_cap <= 1.0:
+        raise ConfigError(f"the background share cap must lie in [0, 1], got {background_cap}")
     discrete = np.issubdtype(np.asarray(noisy).dtype, np.integer)
     noisy = np.asarray(noisy, dtype=np.float64)
     if noisy.ndim != 2:
@@ -371,9 +376,9 @@ def class_term_releases(noisy: np.ndarray, mechanism: Any, k: int, candidates: i
             weights.append(np.maximum(values, 0.0) * (1.0 - q))
         ids_, clipped_, weights_ = (np.concatenate(x) for x in (ids, clipped, weights))
         order = np.argsort(-weights_, kind="stable")[:k]
-        mass = clipped_[order].sum()
-        share = 1.0 - weights_[order].sum() / mass if mass > 0 else 1.0
-        out.append(ClassRelease(ids_[order].astype(np.int64), weights_[order], float(min(1.0, max(0.0, share)))))
+        mass, own = clipped_[order].sum(), weights_[order].sum()
+        share = min(background_cap, max(0.0, 1.0 - own / mass)) if mass > 0 and own > 0 else 1.0
+        out.append(ClassRelease(ids_[order].astype(np.int64), weights_[order], float(share)))
     return out
 
 

@@ -172,6 +172,17 @@ def test_fdr_weights_keep_strong_terms_move_noise_mass_to_the_background_and_pre
     assert clipped.background_share == 0.0
     with pytest.raises(ConfigError):
         class_term_releases(noisy, mech, k=100, candidates=60, denoise="sharpen")
+    # the background cap: the noise-only class keeps at most that share for the pooled classes, the same terms and
+    # weights; a share already under the cap is left as it is
+    capped = class_term_releases(noisy, mech, k=100, candidates=60, background_cap=0.3)
+    assert capped[2].background_share == pytest.approx(0.3)
+    assert capped[0].background_share == pytest.approx(strong.background_share)
+    for before, after in zip(releases, capped):
+        assert before.term_ids.tolist() == after.term_ids.tolist()
+        np.testing.assert_array_equal(before.weights, after.weights)
+    assert class_term_releases(noisy, mech, k=100, candidates=60, background_cap=0.0)[2].background_share == 0.0
+    with pytest.raises(ConfigError, match="cap"):
+        class_term_releases(noisy, mech, k=100, candidates=60, background_cap=1.5)
 
 
 def test_background_pools_the_weights_of_every_class():

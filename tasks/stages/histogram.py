@@ -80,7 +80,7 @@ def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
     mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
     return class_term_releases(np.stack([t["noisy"] for t in terms]), mechanism, cfg.hist_top_k,
-                               cfg.hist_candidates, cfg.hist_denoise)
+                               cfg.hist_candidates, cfg.hist_denoise, cfg.hist_background_cap)
 
 
 def pair_candidate_ids(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[np.ndarray]:
