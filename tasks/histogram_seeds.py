@@ -11,11 +11,12 @@ greedy longest-match extraction as DP-KPS):
     largest noisy counts summed over the classes (a corpus-wide ranking that costs no budget) and the rest;
     within each group a class's K largest noisy counts get Benjamini-Hochberg q-values against pure noise of the
     group's size, and a term weighs its noisy count times (1 - q). The mass the q-values attribute to noise is
-    the class's ``background_share`` (at most ``--hist-background-cap``): that share of the class's draws comes from
-    the weights pooled over all classes, so that every class's sequences carry the corpus's common words at a
-    similar rate (measured in experiments/results/dpkps.md: without it the classes whose lists are mostly noise
-    lose their test documents to the classes with clean lists). ``clip`` keeps the K largest clipped counts as they are. Each sequence draws L
-    terms i.i.d. with the selection rule (``SelectionRule``, e.g. power-G) on those weights.
+    the class's ``background_share`` (at most ``--hist-background-cap``): that share of the class's draws comes
+    from the weights pooled over all classes, so that every class's sequences carry the corpus's common words at
+    a similar rate (measured in experiments/results/dpkps.md: without it the classes whose lists are mostly noise
+    lose their test documents to the classes with clean lists). ``clip`` keeps the K largest clipped counts as
+    they are. Each sequence draws L terms i.i.d. with the selection rule (``SelectionRule``, e.g. power-G) on
+    those weights.
 
 ``histogram-markov``
     Stage 1 is ``histogram`` with a part eps_1 of the budget. Stage 2 (eps_2 = eps - eps_1) releases, per class,

@@ -80,7 +80,7 @@ def test_dpkps_flow_with_input_and_output_on_s3(prefect_harness, s3_bucket, tiny
     put_corpus_shards(s3_bucket, tiny_corpus, "private/corpus")
     out = f"{s3_bucket.url}/releases/dpkps"
 
-    with FakeAnthropic(api_key=FAKE_LLM_KEY) as llm:
+    with FakeAnthropic(api_key=FAKE_LLM_KEY, seeded_answers=True) as llm:
         argv = [*SMALL]
         argv[argv.index("none")] = f"openai-compatible:{llm.base_url}/v1#fake-model"
         code, stdout, stderr = run_cli("dpkps", f"{s3_bucket.url}/private/corpus/", "--out", out, *argv,

@@ -11,7 +11,10 @@ before a batch ends), ``never_end`` (ordinals of batches, in creation order, tha
 that submits one batch after another cannot get past it). ``peak_creates`` (most batch creations in progress
 at once) and ``peak_open_batches`` (most batches created and not yet collected) say what a backend did.
 The answer text is deterministic: it repeats the terms after "terms:" in the last user message, so coverage
-is 100 %.
+is 100 %. With ``seeded_answers`` an OpenAI-compatible request's ``seed`` is part of the answer too, as a real
+model's sampling seed makes two calls on the same seed terms write different documents (without it, two equal
+DP seed sequences, which secure noise on a tiny corpus sometimes draws, give duplicate rows the release gate
+rejects).
 
 Also usable as an OpenAI-compatible fake (POST /v1/chat/completions, GET /v1/models).
 """
@@ -46,8 +49,9 @@ def fake_text(messages: list[dict]) -> str:
 
 class FakeAnthropic:
     def __init__(self, api_key: str = "test-key", polls_until_end: int = 1,
-                 model_ids: tuple[str, ...] = ("fake-model",)):
+                 model_ids: tuple[str, ...] = ("fake-model",), seeded_answers: bool = False):
         self.api_key = api_key
+        self.seeded_answers = seeded_answers
         self.polls_until_end = polls_until_end
         self.model_ids = model_ids
         self.requests: list[dict] = []  # {"path", "body", "headers"} for every request
@@ -178,6 +182,8 @@ class FakeAnthropic:
                     if status:
                         return self._error(status, headers={"retry-after": "0"})
                     text = fake_text(body.get("messages", []))
+                    if fake.seeded_answers and body.get("seed") is not None:
+                        text += f" Its draft number is {int(body['seed'])}."
                     return self._send(200, {"id": "chatcmpl-1", "object": "chat.completion", "model": body.get("model"),
                                             "choices": [{"index": 0, "finish_reason": "stop",
                                                          "message": {"role": "assistant", "content": text}}],
