@@ -29,14 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.seed_methods import (
-                                         COMMON_POWER,
-                                         COMMON_RANK,
-                                         CONTRIBUTIONS,
-                                         HISTOGRAM_METHODS,
-                                         SEED_METHOD_NAMES,
-                                         SEED_METHODS,
-                                         )
+from privseed.tasks.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, HISTOGRAM_METHODS,
+                                         SEED_METHOD_NAMES, SEED_METHODS)
 
 if TYPE_CHECKING:
     from privseed.tasks.mechanisms import NoiseSource
