@@ -25,7 +25,7 @@ from privseed.tasks.quality import (
 )
 from privseed.tasks.quality.language import model_languages
 from privseed.tasks.quality.patterns import PATTERNS_FILE
-from privseed.tasks.quality.shapes import longest_seed_run, seed_labels, term_glosses, word_glosses
+from privseed.tasks.quality.shapes import longest_seed_run, seed_glosses, seed_labels, term_glosses, word_glosses
 from privseed.tasks.quality.text_stats import (
     crowded_word_count,
     duplicate_ngram_char_fraction,
@@ -158,6 +158,27 @@ def test_words_glossed_one_after_another_inside_prose_are_a_glossary():
     sports = "York is a popular sports term used by fans around the world as it refers to England in particular."
     assert term_glosses(sports) == 1 and rewrite_score(sports, ["york", "july"]) >= 1.0
     assert document_rejection(PROSE + " Grade refers to the size of the tumour.", ["river"], "stop") is None
+
+
+def test_a_seed_explained_as_a_word_asks_again_and_prose_that_names_or_means_does_not():
+    # Rows of the demo release of 2026-11-27 (demo seeds, SmolLM2): a seed the model could not place, explained.
+    named = ('The Office Holder is a cabinet member. He was appointed in April 2017. The name "Pronunciation" refers '
+             'to the British English accent called "p-r-n-u-s".')
+    seed = ["called", "april", "physician", "cabinet", "pronunciation"]
+    assert seed_glosses(named, seed) == 1 and rewrite_score(named, seed) >= 1.0
+    assert document_rejection(named, seed, "stop") is None  # a reason to ask again, never a rejection
+    assert seed_glosses("It is also known as war, which means \"the sea\" or \"manga.\"", ["war", "manga"]) == 1
+    assert seed_glosses("Uss, also known as January, is an abbreviation for \"chief\".", ["uss", "chief"]) == 1
+    assert seed_glosses("Counsel refers to a group of trees known for their medicinal properties.", ["counsel"]) == 1
+    # Prose: "means" as a noun or in "by all means", a name given with "referred to as", a gloss of no seed term.
+    assert seed_glosses("It aims to create new means of human transportation.", ["new", "transportation"]) == 0
+    assert seed_glosses("It is not a fancy place by any means, but the pizza is good.", ["fancy", "place"]) == 0
+    assert seed_glosses("Fuze, commercially referred to as simply Fuze, makes teas.", ["commercially", "fuze"]) == 0
+    assert seed_glosses("The liner is a type of early aircraft.", ["liner", "early"]) == 0
+    assert seed_glosses("PTCA refers to coronary angioplasty.", ["river"]) == 0
+    assert rewrite_score(named, seed, DocumentRules(rewrite_seed_glosses=2)) < 1.0
+    with pytest.raises(ConfigError):
+        DocumentRules(rewrite_seed_glosses=0)
 
 
 def test_seed_months_stuffed_into_dates_are_a_seed_run_and_a_real_date_range_is_not():
