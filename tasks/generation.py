@@ -56,7 +56,8 @@ from privseed.tasks.llm.service import (KINDS, LLMSpec, as_spec, call_prices, cl
                                         kind_of, serving, spec_from_config)
 from privseed.tasks.llm.steering import SCHEDULES
 from privseed.tasks.metrics import term_coverage
-from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection, rewrite_score
+from privseed.tasks.quality import (DEFAULT_RULES, DocumentRules, ReleaseGate, document_rejection, misused_seed_terms,
+                                   rewrite_score)
 
 log = logging.getLogger("privseed.generation")
 
@@ -144,11 +145,35 @@ def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str
 
 
 def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
-                      backend_kind: str = "local") -> ChatRequest:
-    """Candidate j of ``seed`` (pure): the seed's prompt with call seed ``candidate_seed(seed.seed, j)``."""
-    return build_request(template, seed, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
+                      backend_kind: str = "local", earlier: Sequence[ChatResult] = (),
+                      rules: DocumentRules = DEFAULT_RULES) -> ChatRequest:
+    """Candidate j of ``seed`` (pure): the prompt of ``prompt_seed(seed, earlier, rules)`` with call seed
+    ``candidate_seed(seed.seed, j)``. ``earlier``: the seed's candidates 0..j-1 (none for the first round)."""
+    terms = prompt_seed(seed, earlier, rules)
+    return build_request(template, terms, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
                          top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
-                         class_names=params.class_names, steering=steering_for(seed, params, backend_kind))
+                         class_names=params.class_names, steering=steering_for(terms, params, backend_kind))
+
+
+def prompt_seed(seed: ReleasedSeed, earlier: Sequence[ChatResult],
+                rules: DocumentRules = DEFAULT_RULES) -> ReleasedSeed:
+    """The seed a candidate's prompt carries (pure): ``seed`` without the terms that its earlier documents misused
+    (``misused_seed_terms``: glossed as a label, explained as a word, listed), in the order they were first
+    misused, leaving at least half of its distinct terms. A small model that lists or explains a term it cannot
+    place does it again at the same prompt (the demo's 84 seeds: rows whose three candidates all did it); asked
+    without that term, it writes about the others. Rejected candidates leave the prompt alone: regeneration asks
+    for the same seed. A subsequence of a released seed is released, so this costs no privacy."""
+    distinct = list(dict.fromkeys(seed.keyphrases))
+    budget = len(distinct) - (len(distinct) + 1) // 2
+    drop: list[str] = []
+    for result in earlier:
+        cleaned = _cleaned(result)
+        if rejection(seed, cleaned, rules) is not None:
+            continue
+        for term in misused_seed_terms(cleaned.text, seed.keyphrases, rules):
+            if term not in drop and len(drop) < budget:
+                drop.append(term)
+    return seed.without(drop) if drop else seed
 
 
 def build_generation_requests(seeds: Sequence[ReleasedSeed], template: PromptTemplate,
@@ -263,16 +288,18 @@ OnSettled = Callable[[int, bool], None]
 
 
 def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
-                     request: Callable[[int, int], ChatRequest], is_document: Callable[[int, ChatResult], bool],
+                     request: Callable[[int, int, Sequence[ChatResult]], ChatRequest],
+                     is_document: Callable[[int, ChatResult], bool],
                      send: SendCandidates, on_settled: OnSettled | None = None,
                      is_plain: Callable[[int, ChatResult], bool] | None = None, max_rewrites: int = 0) -> None:
-    """Best-of-k, then regeneration (the control flow only; ``request(i, j)`` builds candidate j of owner i and
-    ``send`` makes the calls). Round 0 asks for candidates 0..first_round-1 of every owner; each later round asks
-    for one more candidate (the next index) of every owner none of whose candidates so far ``is_document``, at
-    most ``max_regenerations`` times per owner, and of every owner whose documents are all repetitive (not
-    ``is_plain``), at most ``max_rewrites`` times per owner. Deterministic in the answers: run twice over the same
-    cache, it asks for the same calls. Seeded generation (``seeded_rounds``) and the only-LLM baseline
-    (``generate_unseeded``) both regenerate through it, so the two arms of a comparison follow one policy.
+    """Best-of-k, then regeneration (the control flow only; ``request(i, j, earlier)`` builds candidate j of owner
+    i, given its candidates 0..j-1, and ``send`` makes the calls). Round 0 asks for candidates 0..first_round-1 of
+    every owner; each later round asks for one more candidate (the next index) of every owner none of whose
+    candidates so far ``is_document``, at most ``max_regenerations`` times per owner, and of every owner whose
+    documents are all repetitive (not ``is_plain``), at most ``max_rewrites`` times per owner. Deterministic in the
+    answers: run twice over the same cache, it asks for the same calls. Seeded generation (``seeded_rounds``) and
+    the only-LLM baseline (``generate_unseeded``) both regenerate through it, so the two arms of a comparison follow
+    one policy.
 
     ``on_settled(i, kept)`` is told once per owner, as soon as its fate is known: when the last of its candidates of
     a round arrives and no further one will be asked (it has a plain document, or a document and no rewrite left:
@@ -285,6 +312,7 @@ def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
     regenerations_left = [max_regenerations] * owners
     rewrites_left = [max_rewrites] * owners
     n_candidates = [first_round] * owners
+    answers: list[dict[int, ChatResult]] = [{} for _ in range(owners)]  # owner -> candidate number -> answer
     lock = threading.Lock()  # backends may deliver answers from their own threads
 
     def done(i: int) -> bool:
@@ -292,7 +320,7 @@ def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
             return has_plain[i] or rewrites_left[i] == 0
         return regenerations_left[i] == 0
 
-    def judge(asked: list[int]) -> OnEach:
+    def judge(asked: list[int], numbers: list[int]) -> OnEach:
         pending = [0] * owners
         for i in asked:
             pending[i] += 1
@@ -303,6 +331,7 @@ def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
             document = not settled_before and is_document(i, result)
             plain = document and (has_plain[i] or is_plain is None or is_plain(i, result))
             with lock:
+                answers[i][numbers[j]] = result
                 has_document[i] = has_document[i] or document
                 has_plain[i] = has_plain[i] or plain
                 pending[i] -= 1
@@ -312,7 +341,8 @@ def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
         return on_each
 
     first = [i for i in range(owners) for _ in range(first_round)]
-    send([request(i, j) for i in range(owners) for j in range(first_round)], first, judge(first))
+    send([request(i, j, ()) for i in range(owners) for j in range(first_round)], first,
+         judge(first, [j for _ in range(owners) for j in range(first_round)]))
     while True:
         again = [i for i in range(owners) if not done(i)]
         if not again:
@@ -322,10 +352,11 @@ def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
                 rewrites_left[i] -= 1
             else:
                 regenerations_left[i] -= 1
-        extra = [request(i, n_candidates[i]) for i in again]
+        numbers = [n_candidates[i] for i in again]
+        extra = [request(i, n, [answers[i][k] for k in range(n)]) for i, n in zip(again, numbers)]
         for i in again:
             n_candidates[i] += 1
-        send(extra, again, judge(again))
+        send(extra, again, judge(again, numbers))
 
 
 def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
@@ -336,7 +367,8 @@ def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, param
     ``params.max_rewrites`` for those whose documents all score 1 or more (``rewrite_score``: repetitive, or a seed
     glossed as a label)."""
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
-                     lambda i, j: candidate_request(template, seeds[i], params, j, backend_kind),
+                     lambda i, j, earlier: candidate_request(template, seeds[i], params, j, backend_kind, earlier,
+                                                             rules),
                      lambda i, result: rejection(seeds[i], _cleaned(result), rules) is None, send, on_settled,
                      lambda i, result: rewrite_score(_cleaned(result).text, seeds[i].keyphrases, rules) < 1.0,
                      params.max_rewrites)
@@ -885,7 +917,7 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
         raise ConfigError(f"{len(row_labels)} documents but {len(call_seeds)} call seeds")
     rules = document_rules(params)
 
-    def request(row: int, j: int) -> ChatRequest:
+    def request(row: int, j: int, earlier: Sequence[ChatResult]) -> ChatRequest:
         return build_unseeded_request(template, row_labels[row], params.doc_type, max_tokens=params.max_tokens,
                                       temperature=params.temperature, top_p=params.top_p,
                                       call_seed=candidate_seed(call_seeds[row], j), class_names=params.class_names)

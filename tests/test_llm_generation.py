@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_rounds,
-                                       candidate_seed, estimate_cost, generate_seeds, generate_shard, no_llm_rows,
-                                       seeds_from_sequences, select_best, split_documents)
+from privseed.tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_request,
+                                       candidate_rounds, candidate_seed, estimate_cost, generate_seeds, generate_shard,
+                                       no_llm_rows, prompt_seed, seeds_from_sequences, select_best, split_documents)
 from privseed.tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from privseed.tasks.llm.base import ChatResult
 from privseed.tasks.quality import is_document
@@ -57,7 +57,9 @@ def test_candidate_rounds_asks_one_more_candidate_per_round_of_the_owners_withou
     first_document = {0: 0, 1: 2, 2: None}
     rounds: list[list[tuple[int, int]]] = []
 
-    def request(i, j):
+    def request(i, j, earlier):
+        # a later round sees the owner's answers so far (each answer here is its candidate number); round 0 none
+        assert list(earlier) == (list(range(j)) if j >= 2 else [])
         return (i, j)
 
     def is_document(i, result):
@@ -90,10 +92,10 @@ def test_candidate_rounds_settle_each_owner_once_as_soon_as_its_fate_is_known():
         for j, (_, k) in enumerate(requests):
             on_each(j, k)
 
-    candidate_rounds(3, 2, 3, lambda i, j: (i, j), is_document, send, lambda i, kept: log.append((i, kept)))
+    candidate_rounds(3, 2, 3, lambda i, j, _: (i, j), is_document, send, lambda i, kept: log.append((i, kept)))
     assert log == ["round", (0, True), "round", (1, True), "round", "round", (2, False)]
     log.clear()
-    candidate_rounds(3, 2, 0, lambda i, j: (i, j), is_document, send, lambda i, kept: log.append((i, kept)))
+    candidate_rounds(3, 2, 0, lambda i, j, _: (i, j), is_document, send, lambda i, kept: log.append((i, kept)))
     assert log == ["round", (0, True), (1, False), (2, False)]
 
 
@@ -111,15 +113,41 @@ def test_candidate_rounds_ask_again_for_a_repetitive_document_up_to_max_rewrites
             on_each(j, k)
 
     settled: list = []
-    candidate_rounds(3, 1, 3, lambda i, j: (i, j), lambda i, r: True, send, lambda i, kept: settled.append((i, kept)),
-                     is_plain, max_rewrites=2)
+    candidate_rounds(3, 1, 3, lambda i, j, _: (i, j), lambda i, r: True, send,
+                     lambda i, kept: settled.append((i, kept)), is_plain, max_rewrites=2)
     assert log == [[(0, 0), (1, 0), (2, 0)], [(1, 1), (2, 1)], [(1, 2), (2, 2)]]
     assert settled == [(0, True), (1, True), (2, True)]  # a repetitive document is still kept
     log.clear()
-    candidate_rounds(3, 1, 3, lambda i, j: (i, j), lambda i, r: True, send, None, is_plain, max_rewrites=0)
+    candidate_rounds(3, 1, 3, lambda i, j, _: (i, j), lambda i, r: True, send, None, is_plain, max_rewrites=0)
     assert log == [[(0, 0), (1, 0), (2, 0)]]
     with pytest.raises(ConfigError):
-        candidate_rounds(1, 1, 0, lambda i, j: (i, j), lambda i, r: True, send, None, is_plain, max_rewrites=-1)
+        candidate_rounds(1, 1, 0, lambda i, j, _: (i, j), lambda i, r: True, send, None, is_plain, max_rewrites=-1)
+
+
+def test_a_later_candidate_is_asked_without_the_seed_terms_its_earlier_documents_listed_or_explained():
+    """A small model that lists or explains a seed term it cannot place does so again at the same prompt; the
+    rewrite asks without those terms (at most half of the seed left out), and a rejected candidate changes
+    nothing: regeneration asks for the same seed."""
+    terms = ["commission", "class", "gun", "navy", "april", "steel", "served", "united"]
+    s = ReleasedVocabulary(terms, "test").seed(terms, 5, 3)
+    listed = ChatResult("The ship is commission, class, gun. It served in the navy of the united kingdom and was "
+                        "built of steel in a yard on the coast.", 1, 1)
+    glossed = ChatResult("The ship served the navy from april, which means spring, and was built of steel for the "
+                         "united fleet of the northern coast.", 1, 1)
+    echoed = ChatResult("Commission, class, gun, navy, april, steel, served, united.", 1, 1)
+    assert is_document(listed.text, s.keyphrases) and is_document(glossed.text, s.keyphrases)
+    assert not is_document(echoed.text, s.keyphrases)
+    assert prompt_seed(s, []) == s and prompt_seed(s, [echoed]) == s
+    assert prompt_seed(s, [listed]).keyphrases == ("navy", "april", "steel", "served", "united")
+    assert prompt_seed(s, [listed, glossed]).keyphrases == ("navy", "steel", "served", "united")
+    assert (prompt_seed(s, [listed, glossed]).label, prompt_seed(s, [listed, glossed]).seed) == (5, 3)
+    params = GenerationParams(doc_type="Wikipedia article", template="coverage", steer=4.0)
+    template = PromptTemplate.load("coverage")
+    request = candidate_request(template, s, params, 2, "local", [listed, glossed])
+    prompt = request.messages[-1].content
+    assert "navy, steel, served, united" in prompt and "commission" not in prompt and "april" not in prompt
+    assert request.steering is not None and request.steering.terms == ("navy", "steel", "served", "united")
+    assert request.seed == candidate_request(template, s, params, 2, "local").seed  # the call seed is candidate 2's
 
 
 def test_select_best_prefers_a_plain_document_then_the_least_repetitive():

@@ -18,6 +18,7 @@ from privseed.tasks.quality import (
     derive_quality_columns,
     document_rejection,
     language_probability,
+    misused_seed_terms,
     repetition_score,
     rewrite_score,
     statistic_over_threshold,
@@ -179,6 +180,16 @@ def test_a_seed_explained_as_a_word_asks_again_and_prose_that_names_or_means_doe
     assert rewrite_score(named, seed, DocumentRules(rewrite_seed_glosses=2)) < 1.0
     with pytest.raises(ConfigError):
         DocumentRules(rewrite_seed_glosses=0)
+
+
+def test_misused_seed_terms_are_the_ones_a_rewrite_is_asked_for_as_given_in_the_seed():
+    # The demo release of 2026-11-27: a run of seeds, a seed explained, a seed as a label; the seed's own spelling.
+    seed = ["Commission", "class", "gun", "navy", "april", "allies", "sea bird"]
+    text = ("The means of transportation is commission, class, gun. It served the navy. A fun fact is april which "
+            "means \u201cfantastic\u201d in Turkish. Allies: insects that live by the sea. Sea birds nest there.")
+    assert misused_seed_terms(text, seed) == ("Commission", "class", "gun", "april", "allies")
+    assert misused_seed_terms(text, seed, DocumentRules(rewrite_seed_run=4)) == ("april", "allies")
+    assert misused_seed_terms(PROSE, ["river", "village"]) == () and misused_seed_terms(None, seed) == ()
 
 
 def test_seed_months_stuffed_into_dates_are_a_seed_run_and_a_real_date_range_is_not():

@@ -42,6 +42,15 @@ class ReleasedSeed:
             raise UnreleasedValueError(
                 "ReleasedSeed is made only from a released vocabulary: use ReleasedVocabulary.seed(...)")
 
+    def without(self, terms: Iterable[str]) -> ReleasedSeed:
+        """This seed with every occurrence of ``terms`` left out, the rest in their order (a subsequence of a
+        released seed is released: post-processing, no privacy cost). Keeps at least one term."""
+        dropped = set(terms)
+        kept = tuple(t for t in self.keyphrases if t not in dropped)
+        if not kept:
+            raise ConfigError("a seed needs at least one keyphrase: cannot leave out all of its terms")
+        return ReleasedSeed(kept, self.label, self.seed, _mint=_MINT)
+
     def __reduce__(self):
         # Crossing a process boundary (Dask workers) re-mints through the module's own constructor path;
         # the value was released when it was first minted.

@@ -29,6 +29,7 @@ from privseed.tasks.quality.predicate import (
     DocumentRules,
     document_rejection,
     is_document,
+    misused_seed_terms,
     repetition_score,
     rewrite_score,
     rules_from_bounds,
@@ -42,6 +43,6 @@ __all__ = [
     "TEMPLATE_RESIDUE_PATTERNS", "TUNABLE_RULES", "DocumentRules", "PartCheck", "ReleaseGate", "TextStats",
     "build_expectations", "derive_quality_columns", "document_rejection", "ends_a_sentence", "example_names",
     "gate_from_config", "is_document", "is_keyphrase_passthrough", "language_probability", "meta_talk",
-    "release_gate", "repetition_score", "rewrite_score", "rules_from_bounds", "statistic_over_threshold",
-    "template_residue", "text_stats", "validate_release", "validate_release_task",
+    "misused_seed_terms", "release_gate", "repetition_score", "rewrite_score", "rules_from_bounds",
+    "statistic_over_threshold", "template_residue", "text_stats", "validate_release", "validate_release_task",
 ]

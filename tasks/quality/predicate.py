@@ -23,6 +23,7 @@ from privseed.tasks.quality.patterns import meta_talk, template_residue
 from privseed.tasks.quality.shapes import (
     _longest_phrase_run,
     _longest_token_run,
+    _singular,
     _tokens,
     article_list,
     doubled_phrase,
@@ -36,9 +37,12 @@ from privseed.tasks.quality.shapes import (
     markdown_labels,
     quoted_term_glosses,
     seed_definitions,
+    seed_gloss_terms,
     seed_glosses,
+    seed_label_terms,
     seed_labels,
     seed_line_labels,
+    seed_run_terms,
     short_item_run,
     syllable_loop,
     term_glosses,
@@ -398,6 +402,23 @@ def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAUL
                     term_glosses(text) / rules.rewrite_term_glosses,
                     seed_glosses(text, keyphrases) / rules.rewrite_seed_glosses)
     return float(score)
+
+
+def misused_seed_terms(text: Any, keyphrases: Any, rules: DocumentRules = DEFAULT_RULES) -> tuple[str, ...]:
+    """The seed terms ``rewrite_score`` finds misused in ``text``, as given in ``keyphrases`` and in their order:
+    glossed as a label ("Suburb: A small town ..."), explained as a word ("Counsel refers to a group of trees") or
+    listed in a run of ``rewrite_seed_run`` or more ("is commission, class, gun"). Generation leaves them out of
+    the prompt of a later candidate of the same seed (``privseed.tasks.generation.candidate_request``)."""
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    labelled = seed_label_terms(text, keyphrases)
+    named = seed_gloss_terms(text, keyphrases) | seed_run_terms(text, keyphrases, rules.rewrite_seed_run)
+    misused: list[str] = []
+    for term in keyphrases:
+        words = " ".join(_tokens(str(term)))
+        if words and (words in named or _singular(words) in labelled) and term not in misused:
+            misused.append(term)
+    return tuple(misused)
 
 
 def statistic_over_threshold(text: str, rules: DocumentRules = DEFAULT_RULES) -> str | None:

@@ -225,19 +225,33 @@ def longest_seed_run(text: str, keyphrases: Any) -> int:
     after a term stays with it, so seed months stuffed into dates count ("September 2017, January 2024, kim's
     birthday" is 3) while a real date range is no list ("January 5, 1950 - October 3, 2010": the year after a
     comma breaks the run)."""
+    return max((len(run) for run in _seed_runs(text, keyphrases)), default=0)
+
+
+def seed_run_terms(text: str, keyphrases: Any, min_run: int) -> set[str]:
+    """The seed terms (lowercased, words joined by one space) of every run of at least ``min_run`` seed terms in a
+    row (``longest_seed_run``)."""
+    return {term for run in _seed_runs(text, keyphrases) if len(run) >= min_run for term in run}
+
+
+def _seed_runs(text: str, keyphrases: Any) -> list[list[str]]:
+    """Every run of seed terms joined only by separators (``longest_seed_run``), as its terms in text order."""
     terms = sorted(_seed_words(keyphrases), key=len, reverse=True)
     if not terms or not isinstance(text, str):
-        return 0
+        return []
     tokens = [_POSSESSIVE.sub("", t) for t in _LIST_TOKEN.findall(text.lower())]  # "kim's" is the term "kim"
-    best = run = 0
+    runs: list[list[str]] = []
+    run: list[str] = []
     separated = False
     i = 0
     while i < len(tokens):
         match = next((t for t in terms if tokens[i:i + len(t)] == t), None)
         if match is not None:
-            run = run + 1 if separated or run == 0 else 1
+            if not (separated or not run):
+                runs.append(run)
+                run = []
+            run.append(" ".join(match))
             separated = False
-            best = max(best, run)
             i += len(match)
             if i < len(tokens) and _NUMBER.fullmatch(tokens[i]):
                 i += 1  # "september 2017", "june 13th": the number belongs to the term
@@ -245,11 +259,15 @@ def longest_seed_run(text: str, keyphrases: Any) -> int:
         token = tokens[i]
         list_number = token.isdigit() and i + 1 < len(tokens) and tokens[i + 1] in (".", ")")
         if token in _SEPARATOR_WORDS or list_number or (token in (".", ")") and i > 0 and tokens[i - 1].isdigit()):
-            separated = run > 0
+            separated = bool(run)
         else:
-            run, separated = 0, False
+            if run:
+                runs.append(run)
+            run, separated = [], False
         i += 1
-    return best
+    if run:
+        runs.append(run)
+    return runs
 
 
 # "The el is a luxury resort.", "Severing refers to ...", and the appositive "Legume, a game where ...".
@@ -315,15 +333,20 @@ def seed_glosses(text: str, keyphrases: Any = ()) -> int:
     continent', "Counsel refers to a group of trees", 'also known as war, which means "the sea"'): a seed the model
     could not place, talked about instead of used. Real texts with their own first ten public-vocabulary words as
     the seed: 0.07-0.34 % of each public corpus have one (experiments/results/generation.md)."""
+    return len(seed_gloss_terms(text, keyphrases))
+
+
+def seed_gloss_terms(text: str, keyphrases: Any = ()) -> set[str]:
+    """The seed terms (lowercased, words joined by one space) ``seed_glosses`` counts."""
     if not isinstance(text, str):
-        return 0
+        return set()
     seeds = sorted({" ".join(w) for w in _seed_words(keyphrases)}, key=len, reverse=True)
     if not seeds:
-        return 0
+        return set()
     terms = "|".join(r"\s+".join(map(re.escape, s.split())) for s in seeds)
     found = re.finditer(r"(?<![\w'\-])[\"\u201c']?(" + terms + r")[\"\u201d']?(?![\w\-])(?=" + _SEED_GLOSS_AFTER,
                         text, re.I)
-    return len({" ".join(_tokens(m.group(1))) for m in found})
+    return {" ".join(_tokens(m.group(1))) for m in found}
 
 
 def term_glosses(text: str) -> int:
@@ -441,17 +464,26 @@ def seed_labels(text: str, keyphrases: Any = ()) -> int:
     2009 film"), and not in capitals ("OBJECTIVE:"). Real texts do it now and then ("Update: ...", "Venue: ...",
     "Auto-Teile-Ring English: ..."), so generation asks for another candidate instead of rejecting
     (``rewrite_score``)."""
-    return _seed_label_count((_SENTENCE_LABEL, _INLINE_LABEL), text, keyphrases)
+    return len(seed_label_terms(text, keyphrases))
+
+
+def seed_label_terms(text: str, keyphrases: Any = ()) -> set[str]:
+    """The seed terms (lowercased, singular, words joined by one space) ``seed_labels`` counts."""
+    return _seed_label_terms((_SENTENCE_LABEL, _INLINE_LABEL), text, keyphrases)
 
 
 def _seed_label_count(labels: Sequence[re.Pattern[str]], text: str, keyphrases: Any) -> int:
+    return len(_seed_label_terms(labels, text, keyphrases))
+
+
+def _seed_label_terms(labels: Sequence[re.Pattern[str]], text: str, keyphrases: Any) -> set[str]:
     """Distinct seed terms among the labels the ``labels`` patterns find, all-capital section heads left out."""
     seeds = {_singular(" ".join(w)) for w in _seed_words(keyphrases)}
     if not seeds or not isinstance(text, str):
-        return 0
+        return set()
     heads = {_singular(" ".join(_tokens(found))) for label in labels for found in label.findall(text)
              if not found.isupper()}
-    return len(heads & seeds)
+    return heads & seeds
 
 
 def _word_runs(tokens: Sequence[str], n: int) -> set[tuple[str, ...]]:
