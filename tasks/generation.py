@@ -365,7 +365,8 @@ def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, param
     """``candidate_rounds`` over released seeds: ``params.best_of`` candidates each (``candidate_request``), then
     up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected and up to
     ``params.max_rewrites`` for those whose documents all score 1 or more (``rewrite_score``: repetitive, or a seed
-    glossed as a label)."""
+    listed, glossed as a label or explained), each asked without the terms its earlier documents misused
+    (``prompt_seed``)."""
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
                      lambda i, j, earlier: candidate_request(template, seeds[i], params, j, backend_kind, earlier,
                                                              rules),
