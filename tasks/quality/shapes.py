@@ -441,7 +441,7 @@ def seed_line_labels(text: str, keyphrases: Any = ()) -> int:
     or two named like a seed; a form with two seed labels on lines of their own is already the seed list filled
     in, not prose. All-capital labels ("OBJECTIVE:", "METHODS:") are a structured abstract's sections and are not
     counted."""
-    return _seed_label_count((_LINE_LABEL,), text, keyphrases)
+    return len(_seed_label_terms((_LINE_LABEL,), text, keyphrases))
 
 
 # A sentence or line after the first that opens with a label of one to three words and a colon ("... for schools.
@@ -470,10 +470,6 @@ def seed_labels(text: str, keyphrases: Any = ()) -> int:
 def seed_label_terms(text: str, keyphrases: Any = ()) -> set[str]:
     """The seed terms (lowercased, singular, words joined by one space) ``seed_labels`` counts."""
     return _seed_label_terms((_SENTENCE_LABEL, _INLINE_LABEL), text, keyphrases)
-
-
-def _seed_label_count(labels: Sequence[re.Pattern[str]], text: str, keyphrases: Any) -> int:
-    return len(_seed_label_terms(labels, text, keyphrases))
 
 
 def _seed_label_terms(labels: Sequence[re.Pattern[str]], text: str, keyphrases: Any) -> set[str]:
