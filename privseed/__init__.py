@@ -18,14 +18,29 @@ and a small Python API for notebooks and scripts (``privseed/api.py``), imported
 Importing ``privseed`` imports nothing heavy and changes no process-wide setting.
 """
 
+import re as _re
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
+from pathlib import Path as _Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from privseed.api import Release, demo_corpus, dpkps, open_release
 
+
+def _source_version() -> str:
+    """The version of the installed distribution, or, in a bare checkout that was never installed (``PYTHONPATH=.``),
+    the one pyproject.toml declares: pyproject.toml stays the one source either way."""
+    try:
+        return _version("privseed")
+    except _PackageNotFoundError:
+        pyproject = _Path(__file__).resolve().parents[1] / "pyproject.toml"
+        found = _re.search(r'(?m)^version\s*=\s*"([^"]+)"', pyproject.read_text()) if pyproject.is_file() else None
+        return f"{found.group(1)}+source" if found else "0+unknown"
+
+
 #: The installed distribution's version (pyproject.toml is its one source).
-__version__: str = _version("privseed")
+__version__: str = _source_version()
 
 __all__ = ["Release", "demo_corpus", "dpkps", "open_release", "__version__"]
 
