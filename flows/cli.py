@@ -14,6 +14,7 @@ traceback and Prefect's and Dask's own error logs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -30,13 +31,15 @@ from typing import Any, NoReturn
 @dataclass(frozen=True)
 class Command:
     """One subcommand: its name, its configuration model (a class of privseed.tasks.config), the function that
-    runs it (``module:function``, imported only to run it) and its help for users."""
+    runs it (``module:function``, imported only to run it), its help for users, and whether it runs Prefect flows
+    (which need Prefect's API: a temporary server for the run when none is configured)."""
 
     name: str
     model: str
     runner: str
     help: str
     description: str
+    runs_flows: bool = True
 
     @property
     def module(self) -> str:
@@ -49,14 +52,17 @@ class Command:
 
     def run(self, args: argparse.Namespace) -> int:
         """Validate the configuration, check the input (privseed.tasks.preflight), then import the flow module and
-        run: a refused run never starts Prefect or Dask."""
+        run: a refused run never starts Prefect or Dask. What the run starts for itself (Prefect's temporary
+        server) stops when it ends, however it ends (privseed.tasks._runtime)."""
         from privseed.tasks import preflight
+        from privseed.tasks._runtime import ended_like_ctrl_c, temporary_prefect_server
         from privseed.tasks.config import config_from_args
 
         cfg = config_from_args(self.config_model(), args)
         preflight.check(cfg)
         module, function = self.runner.split(":", 1)
-        return int(getattr(importlib.import_module(module), function)(cfg) or 0)
+        with ended_like_ctrl_c(), (temporary_prefect_server() if self.runs_flows else contextlib.nullcontext()):
+            return int(getattr(importlib.import_module(module), function)(cfg) or 0)
 
 
 #: The subcommands, in the order --help lists them.
@@ -91,7 +97,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("audit", "AuditConfig", "privseed.flows.audit:run_from_cli",
             "empirical privacy audit: lower bounds on each mechanism's epsilon",
             "Audit each mechanism empirically: run it on neighbouring corpora many times and bound its epsilon "
-            "from below with a confidence level; a bound above the claimed epsilon prints VIOLATED."),
+            "from below with a confidence level; a bound above the claimed epsilon prints VIOLATED.",
+            runs_flows=False),  # the trials call the stages' functions, not flows
     Command("audit-release", "CanaryAuditConfig", "privseed.flows.canary:run_from_cli",
             "canary test of a whole release (LLM included): does the released text expose inserted canaries?",
             "Insert canary documents (an in-distribution prefix and a rare secret, repeated) into a sample of the "
@@ -241,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from privseed.tasks._runtime import apply_offline_defaults
+    from privseed.tasks._runtime import RunEnded, apply_offline_defaults
     from privseed.tasks.errors import PrivseedError
 
     apply_offline_defaults()  # before Prefect is imported (it reads its settings once)
@@ -256,10 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"privseed {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("privseed: interrupted; released values and finished LLM calls are kept, re-run to resume",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # A run that drew values and did not publish is refused by the same command without --run-id, which names it.
+        print(f"privseed: {'ended by ' + str(exc) if isinstance(exc, RunEnded) else 'interrupted'}; the values drawn "
+              "so far and the finished LLM calls are kept in the private state: the same command again names the "
+              "run to resume with --run-id", file=sys.stderr)
+        return exc.exit_status if isinstance(exc, RunEnded) else 130
     except Exception as exc:  # a bug: one line, the traceback with --verbose
         if args.verbose:
             traceback.print_exc()

@@ -34,7 +34,7 @@ from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch
 from privseed.tasks.stages.generation import check_local_model, dry_run, generate_release_documents, with_class_names
 from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
                                              sample_histogram_sequences)
-from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
+from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, state_summary, warn_if_insecure
 from privseed.tasks.stages.release import publish, render_without_llm
 from privseed.tasks.units import CorpusPlan
 
@@ -101,4 +101,5 @@ def run_from_cli(cfg: DpKpsConfig) -> int:
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")
     print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  (epsilon={manifest['privacy']['epsilon']:g})")
     print(f"  manifest:         {storage.join(cfg.out, 'manifest.json')}")
+    print(state_summary(cfg))  # the owner's budget over every run of the state, which no release shows
     return 0

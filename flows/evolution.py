@@ -27,7 +27,7 @@ from privseed.tasks.config import TYPED_FLOW, AugPeConfig, SecPeConfig, build_co
 from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
-from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, warn_if_insecure
+from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, state_summary, warn_if_insecure
 from privseed.tasks.stages.pe import (advise_sigma, charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets,
                                       dry_run_plan, private_units, public_clusters, publish_evolution)
 from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote, evolve
@@ -132,4 +132,5 @@ def _run_cli(cfg: AugPeConfig | SecPeConfig, flow_fn: Any) -> int:
         guarantee = f"epsilon={epsilon:g}, delta={delta:g}"
     print(f"  ledger:           {storage.join(cfg.out, 'ledger.json')}  ({guarantee})")
     print(f"  manifest:         {storage.join(cfg.out, 'manifest.json')}")
+    print(state_summary(cfg))  # the owner's budget over every run of the state, which no release shows
     return 0

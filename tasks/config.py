@@ -21,7 +21,8 @@ import os
 import re
 import tomllib
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
@@ -30,7 +31,7 @@ from pydantic.fields import FieldInfo
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, HISTOGRAM_METHODS,
-                                         SEED_METHOD_NAMES, SEED_METHODS)
+                                         METHOD_OPTIONS, SEED_METHOD_NAMES, SEED_METHODS, methods_reading)
 
 if TYPE_CHECKING:
     from privseed.tasks.mechanisms import NoiseSource
@@ -321,6 +322,86 @@ def config_from_args(model: type[Config], args: argparse.Namespace) -> Config:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Options that only some runs read
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OptionScope:
+    """Options of a command that only some of its runs read (``--epsilon``: the histogram methods; ``--top-k``:
+    ``--selection top-k``), as data on the model (``option_scopes``). ``reads(cfg, field)`` says whether the run
+    ``cfg`` reads the field; when it does not and the user set it, the configuration is refused with
+    ``refusal(cfg, field)``, one line naming what the run reads instead: an option that changes nothing is a
+    mistake the owner must hear of, above all a budget (an ignored ``--epsilon 5`` published at epsilon 11)."""
+
+    fields: frozenset[str]
+    #: (configuration, field name) -> whether the run reads the field
+    reads: Callable[[Any, str], bool]
+    #: (configuration, field name) -> the one line that refuses it
+    refusal: Callable[[Any, str], str]
+
+
+def unread_option(cfg: BaseModel) -> str | None:
+    """The refusal of the first option ``cfg``'s run does not read although the user set it (a flag, the
+    --config file, a PRIVSEED_* variable, a deployment's or a caller's dict), or None. A value equal to the
+    default is no choice (a deployment's form sends every field; a default is never "set")."""
+    model = type(cfg)
+    order = list(model.model_fields)
+    for scope in getattr(model, "option_scopes", ()):
+        for name in sorted(scope.fields & cfg.model_fields_set, key=order.index):
+            if getattr(cfg, name) == model.model_fields[name].get_default(call_default_factory=True):
+                continue
+            if not scope.reads(cfg, name):
+                return scope.refusal(cfg, name)
+    return None
+
+
+def _method_reads(cfg: Any, name: str) -> bool:
+    return name in SEED_METHODS[cfg.method].options
+
+
+def _listed(items: Iterable[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = list(items)
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def _method_refusal(cfg: Any, name: str) -> str:
+    flag, users = flag_of(type(cfg), name), methods_reading(name)
+    choice = "that method" if len(users) == 1 else "one of those"
+    return (f"{flag} applies to --method {_listed(users)} only; --method {cfg.method} spends "
+            f"{SEED_METHODS[cfg.method].budget}: drop {flag}, or choose {choice}")
+
+
+#: The parameters of a --selection rule, by field, with the rule they belong to.
+SELECTION_PARAMETERS: dict[str, str] = {"top_k": "top-k", "power": "power"}
+
+
+def _selection_reads(cfg: Any, name: str) -> bool:
+    return cfg.selection == SELECTION_PARAMETERS[name]
+
+
+def _selection_refusal(cfg: Any, name: str) -> str:
+    flag, rule = flag_of(type(cfg), name), SELECTION_PARAMETERS[name]
+    chosen = (f"--selection {cfg.selection}" if cfg.selection is not None
+              else f"--method {cfg.method}'s own rule, {SEED_METHODS[cfg.method].default_selection}")
+    return (f"{flag} is a parameter of --selection {rule}, and this run draws with {chosen}: add --selection {rule} "
+            f"or drop {flag}")
+
+
+#: The mechanisms that spend a delta; the others are pure epsilon-DP.
+DELTA_MECHANISMS = ("gaussian", "laplace-threshold")
+
+
+def _delta_reads(cfg: Any, name: str) -> bool:
+    return cfg.mechanism in DELTA_MECHANISMS
+
+
+def _delta_refusal(cfg: Any, name: str) -> str:
+    flag = flag_of(type(cfg), name)
+    return (f"{flag} applies to --mechanism {_listed(DELTA_MECHANISMS)} only; --mechanism {cfg.mechanism} is "
+            f"pure epsilon-DP: drop {flag}, or choose one of those mechanisms")
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The models
 # ---------------------------------------------------------------------------------------------------------
 #: Fields that locate the owner's data and machines: never written to a manifest (``public_dict``).
@@ -350,6 +431,11 @@ class ReleaseConfig(BaseModel):
     cli_group: ClassVar[str] = "options of every release"
     #: fields that change the privatized values (documentation of what a resumed run must keep; run ids are random)
     privacy_fields: ClassVar[tuple[str, ...]] = ()
+    #: options only some runs read (:class:`OptionScope`); one set for a run that does not read it is refused
+    option_scopes: ClassVar[tuple[OptionScope, ...]] = ()
+    #: whether --out is a release folder for a recipient (refused inside the private corpus and when it holds
+    #: foreign files) and the run spends budget in a private state (refused beside an unfinished run)
+    writes_release: ClassVar[bool] = True
 
     data: str = Field(description="private corpus: a Parquet, CSV or JSON Lines file, a folder or a shard prefix "
                       "(local, file://, s3://)",
@@ -378,8 +464,11 @@ class ReleaseConfig(BaseModel):
     seed: int = Field(default=0, ge=0, description="public randomness (features, sampling, LLM call seeds); the "
                       "noise never comes from it unless --insecure-reproducible-noise")
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.=-]+$",
-                               description="resume this run: re-read its drawn values",
+                               description="resume this run: re-read its drawn values, charge nothing again",
                                json_schema_extra=cli(metavar="ID", default_text="a new random run id"))
+    new_run: bool = Field(default=False, description="start a new run, which charges the budget again, although "
+                          "the private state holds a run that drew values and did not publish (without it such a "
+                          "state is refused, naming the run to resume with --run-id)")
     state: str | None = Field(default=None, description="the owner's private state: identity key, drawn values, "
                               "LLM cache (never inside OUT, never shared)",
                               json_schema_extra=cli(metavar="DIR", default_text="OUT.private beside OUT"))
@@ -470,10 +559,21 @@ class ReleaseConfig(BaseModel):
     def _declared(self) -> "ReleaseConfig":
         if self.labels is None:
             raise ValueError("no label set declared; " + LABELS_HELP)
-        from privseed.tasks.identity import check_state_outside_release
+        from privseed.tasks.identity import check_outside_private_corpus, check_state_outside_release
 
         if self.state is not None:
             check_state_outside_release(self.out, self.state)
+        if self.writes_release:
+            check_outside_private_corpus(self.data, self.out, self.state)
+        return self
+
+    @model_validator(mode="after")
+    def _only_options_the_run_reads(self) -> "ReleaseConfig":
+        refusal = unread_option(self)
+        if refusal is not None:
+            raise ValueError(refusal)
+        if self.new_run and self.run_id is not None:
+            raise ValueError(f"give --run-id {self.run_id} to resume that run or --new-run to start one, not both")
         return self
 
     @model_validator(mode="after")
@@ -529,6 +629,11 @@ class ReleaseConfig(BaseModel):
         return noise_source(self.seed if self.insecure_reproducible_noise else None, *stream)
 
     @property
+    def charges(self) -> bool:
+        """Whether the run may draw and charge (a dry run, SecPE's --advise-sigma do not)."""
+        return True
+
+    @property
     def state_uri(self) -> str:
         """The owner's private state (tasks/identity.py): ``--state``, or ``OUT.private`` beside the release."""
         from privseed.tasks.identity import default_state_uri
@@ -557,6 +662,11 @@ class DpKpsConfig(ReleaseConfig):
     """DP-KPS (docs/dpkps.md, step by step). Defaults chosen on public data; see docs/dpkps.md."""
 
     cli_group: ClassVar[str] = "DP-KPS and the histogram methods"
+    option_scopes: ClassVar[tuple[OptionScope, ...]] = (
+        OptionScope(METHOD_OPTIONS, _method_reads, _method_refusal),  # the seed-method registry says who reads what
+        OptionScope(frozenset(SELECTION_PARAMETERS), _selection_reads, _selection_refusal),
+        OptionScope(frozenset({"delta"}), _delta_reads, _delta_refusal),
+    )
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "vocab", "vocab_top", "eps_voc", "eps_kde", "delta", "mechanism", "first_terms", "vocab_size",
         "method", "length", "n_features", "bandwidth", "embedding_model", "text_column", "label_column",
@@ -760,6 +870,10 @@ class DpKpsConfig(ReleaseConfig):
         return self
 
     @property
+    def charges(self) -> bool:
+        return not self.dry_run
+
+    @property
     def histogram_epsilon(self) -> float:
         """The total budget of the histogram methods: --epsilon, else the DP-KPS total eps_voc + eps_kde."""
         return self.epsilon if self.epsilon is not None else self.eps_voc + self.eps_kde
@@ -769,6 +883,11 @@ class EvolutionConfig(ReleaseConfig):
     """What Aug-PE and SecPE share. ``per_class`` is the population size N kept per class each round."""
 
     cli_group: ClassVar[str] = "private evolution (Aug-PE and SecPE)"
+    option_scopes: ClassVar[tuple[OptionScope, ...]] = (
+        OptionScope(frozenset({"mask_fraction"}), lambda cfg, _: cfg.variation != "paraphrase",
+                    lambda cfg, _: "--mask-fraction applies to --variation fill-blanks and mixed only; --variation "
+                                   "paraphrase blanks no word: drop --mask-fraction, or choose one of those"),
+    )
 
     per_class: int = Field(default=100, ge=1, le=1_000_000, description="N: population kept per class each round, "
                            "the synthetic documents per class", json_schema_extra=cli(aliases=("population",),
@@ -799,6 +918,10 @@ class EvolutionConfig(ReleaseConfig):
                            description="candidates with fewer words (or with prompt residue) are not documents: they "
                                        "get no votes and are kept only when a class has too few others")
 
+    @property
+    def charges(self) -> bool:
+        return not self.dry_run
+
     @model_validator(mode="after")
     def _needs_llm(self) -> "EvolutionConfig":
         if self.llm == "none":
@@ -806,10 +929,21 @@ class EvolutionConfig(ReleaseConfig):
         return self
 
 
+#: AugPE+V~'s options (--vocab-words): the vocabulary release it spends --eps-voc on, and the words of its prompts.
+VOCAB_WORDS_OPTIONS = frozenset({"words_per_prompt", "vocab", "vocab_top", "eps_voc", "first_terms", "vocab_size"})
+
+
 class AugPeConfig(EvolutionConfig):
     """Aug-PE (Xie et al. 2024) and AugPE+V~. See docs/baselines.md."""
 
     cli_group: ClassVar[str] = "Aug-PE and AugPE+V~"
+    option_scopes: ClassVar[tuple[OptionScope, ...]] = (
+        *EvolutionConfig.option_scopes,
+        OptionScope(VOCAB_WORDS_OPTIONS, lambda cfg, _: cfg.vocab_words,
+                    lambda cfg, name: f"{flag_of(AugPeConfig, name)} applies to AugPE+V~ (--vocab-words) only; "
+                                      "Aug-PE spends --epsilon on its voting rounds and draws no vocabulary: add "
+                                      f"--vocab-words, or drop {flag_of(AugPeConfig, name)}"),
+    )
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "epsilon", "delta", "noise_multiplier", "n_upper_bound", "iterations", "per_class", "variations",
         "variation", "threshold", "selection", "vocab_words", "vocab", "vocab_top", "eps_voc", "first_terms",
@@ -854,10 +988,21 @@ class AugPeConfig(EvolutionConfig):
         return self
 
 
+#: The options of SecPE's word secrets (--secrets words), which a list of PII types or a file of terms replaces.
+WORD_SECRET_OPTIONS = frozenset({"secret_quantile", "secret_count", "secret_vocab_top"})
+
+
 class SecPeConfig(EvolutionConfig):
     """SecPE (Wang et al.): (p, r)-secret protection with secret clustering. See docs/baselines.md."""
 
     cli_group: ClassVar[str] = "SecPE"
+    option_scopes: ClassVar[tuple[OptionScope, ...]] = (
+        *EvolutionConfig.option_scopes,
+        OptionScope(WORD_SECRET_OPTIONS, lambda cfg, _: cfg.secrets == "words",
+                    lambda cfg, name: f"{flag_of(SecPeConfig, name)} applies to --secrets words only; --secrets "
+                                      f"{'pii' if cfg.secrets == 'pii' else 'FILE'} names its own secrets: drop "
+                                      f"{flag_of(SecPeConfig, name)}, or use --secrets words"),
+    )
     privacy_fields: ClassVar[tuple[str, ...]] = (
         "labels", "public", "p", "r_over_p", "clusters", "secrets", "secret_quantile", "secret_count", "radius",
         "secret_vocab_top",
@@ -898,6 +1043,10 @@ class SecPeConfig(EvolutionConfig):
                                "size, for the default delta", json_schema_extra=cli(metavar="NMAX"))
     value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1, description="value discretization interval "
                                         "of the PLD accountant that calibrates sigma")
+
+    @property
+    def charges(self) -> bool:
+        return not (self.dry_run or self.advise_sigma)
 
     @model_validator(mode="after")
     def _public_sigma(self) -> "SecPeConfig":
@@ -1278,6 +1427,8 @@ class CanaryAuditConfig(DpKpsConfig):
     kept."""
 
     cli_group: ClassVar[str] = "the canary test"
+    #: --out holds the audit's verdict, not a release; its run's private state is a fresh temporary folder
+    writes_release: ClassVar[bool] = False
 
     out: str = Field(description="folder for canary-audit.json and canary-audit.png (the owner's; not a release)",
                      json_schema_extra=cli(metavar="DIR"))
@@ -1304,8 +1455,9 @@ class CanaryAuditConfig(DpKpsConfig):
 
     @model_validator(mode="after")
     def _audit_settings(self) -> "CanaryAuditConfig":
-        if self.run_id is not None:
-            raise ValueError("--run-id does not apply: every canary test is a fresh run in a temporary folder")
+        if self.run_id is not None or self.new_run:
+            raise ValueError(f"{'--run-id' if self.run_id is not None else '--new-run'} does not apply: every canary "
+                             "test is a fresh run in a temporary folder")
         if self.dry_run:
             raise ValueError("--dry-run does not apply: the canary test reads the corpus and runs the method")
         if self.state is not None:

@@ -22,6 +22,11 @@ class ConfigError(PrivseedError, ValueError):
     """A parameter is invalid (epsilon <= 0, unknown method, unknown LLM backend, ...)."""
 
 
+class UnfinishedRunError(ConfigError):
+    """The private state holds a run that drew values and did not publish, and the command named neither that run
+    (``--run-id``: resume it, nothing charged again) nor a new one (``--new-run``: charges the budget again)."""
+
+
 class CorpusError(PrivseedError):
     """The private corpus cannot be used: empty, a missing column, an unreadable shard."""
 

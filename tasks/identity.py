@@ -15,7 +15,8 @@ Private state (``--state``, default ``OUT.private`` beside the release folder ``
     runs/<run_id>/run.json              the run's data identity (HMAC) and creation time
     runs/<run_id>/rows.npy              keyed 64-bit identities of the run's rows, sorted: overlap checks only
     runs/<run_id>/entries, values/      the draw-once store (tasks/ledger.py)
-    runs/<run_id>/ledger.json           the owner's full ledger: identities and the cumulative total
+    runs/<run_id>/ledger.json           the owner's full ledger: identities and the cumulative total, written
+                                        when the run publishes (a run with values and without it is unfinished)
     llm-cache/                          the LLM call cache
 """
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import os
+import posixpath
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,20 +78,39 @@ def check_state_outside_release(out: str, state: str) -> None:
     """Refuse a private state inside the release folder (or the other way round): the release is what the
     owner hands over, and the state holds the identity key, the drawn values and the LLM cache."""
     a, b = _normalised(out), _normalised(state)
-    if a == b or b.startswith(a + "/") or a.startswith(b + "/"):
+    if a == b or _inside(b, a) or _inside(a, b):
         raise ConfigError(
             f"--state {state} lies inside the release folder {out} (or contains it): the private state (identity "
             "key, drawn values, LLM cache) must stay out of what is shared; omit --state to use "
             f"{default_state_uri(out)}, or choose a folder outside {out}")
 
 
+def check_outside_private_corpus(data: str, out: str, state: str | None = None) -> None:
+    """Refuse a release folder (or a private state) that is the private corpus DATA, holds it or lies inside it:
+    the release and the README written for its recipient would sit among the private files (and a folder DATA
+    would read a release's parts as corpus on the next run). Paths only, nothing is read: local paths are compared
+    resolved (symbolic links followed), URIs by their normalised prefixes."""
+    corpus = _normalised(data)
+    for flag, folder in (("--out", out), ("--state", state)):
+        if folder is None:
+            continue
+        place = _normalised(folder)
+        relation = ("is" if place == corpus else "holds" if _inside(corpus, place)
+                    else "lies inside" if _inside(place, corpus) else None)
+        if relation is not None:
+            raise ConfigError(f"{flag} {folder} {relation} the private corpus {data}: what privseed writes there "
+                              "would sit among the private files; choose a new folder outside the corpus's folder")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
+
+
 def _normalised(uri: str) -> str:
     if storage.is_remote(uri):
-        return uri.rstrip("/")
-    path = uri.removeprefix("file://")
-    import os
-
-    return os.path.abspath(path).rstrip("/")
+        scheme, rest = uri.split("://", 1)
+        return f"{scheme.lower()}://" + posixpath.normpath("/" + rest).lstrip("/")
+    return os.path.realpath(uri.removeprefix("file://")).rstrip("/") or "/"
 
 
 def load_or_create_key(state_uri: str, storage_options: Mapping[str, Any] | None = None) -> bytes:

@@ -343,38 +343,9 @@ class PrivacyLedger:
         return compose_entries(self._entries.values())
 
     def cumulative_total(self) -> dict[str, Any]:
-        """What every run recorded in this state folder spent, composed conservatively.
-
-        Runs compose by basic composition (their totals add up) unless their keyed row identities prove
-        their corpora disjoint; disjoint groups compose in parallel (the maximum over groups), because one
-        document then contributes to one group only. A run with no row identities (made from a plain
-        identity string) is taken to overlap every other. Owner-only: whether two corpora overlap depends on
-        the private data, so this figure is never written to a release."""
-        runs: list[dict[str, Any]] = []
-        for uri in storage.listdir(storage.join(self.state_uri, "runs"), self.storage_options):
-            run_id = uri.rstrip("/").rsplit("/", 1)[-1]
-            entries = (list(self._entries.values()) if run_id == self.run_id
-                       else _read_entries(uri, self.storage_options))
-            if not entries:
-                continue
-            meta_uri = storage.join(uri, "run.json")
-            digest = (json.loads(storage.read_bytes(meta_uri, self.storage_options)).get("data_identity")
-                      if storage.exists(meta_uri, self.storage_options) else None)
-            rows_uri = storage.join(uri, "rows.npy")
-            rows = (np.load(io.BytesIO(storage.read_bytes(rows_uri, self.storage_options)), allow_pickle=False)
-                    if storage.exists(rows_uri, self.storage_options) else None)
-            eps, delta = compose_entries(entries)
-            runs.append({"run_id": run_id, "digest": digest, "rows": rows, "epsilon": eps, "delta": delta})
-        groups = _overlap_groups(runs)
-        sums = [(sum(runs[i]["epsilon"] for i in g), sum(runs[i]["delta"] for i in g)) for g in groups]
-        return {
-            "epsilon": max((e for e, _ in sums), default=0.0),
-            "delta": max((d for _, d in sums), default=0.0),
-            "runs": [{"run_id": r["run_id"], "epsilon": r["epsilon"], "delta": r["delta"]} for r in runs],
-            "groups": [[runs[i]["run_id"] for i in g] for g in groups],
-            "composition": "basic (sum) across runs whose corpora may overlap; parallel (max) across groups of runs "
-                           "whose keyed row identities prove them disjoint",
-        }
+        """What every run recorded in this state folder spent, this run's releases included
+        (:func:`cumulative_total`). Owner-only: never written to a release."""
+        return cumulative_total(self.state_uri, self.storage_options, current=(self.run_id, self.entries()))
 
     def state_dict(self) -> dict:
         return {"format": LEDGER_FORMAT, "run_id": self.run_id,
@@ -440,7 +411,7 @@ class PrivacyLedger:
 
     def write_owner_ledger(self) -> str:
         """Write :meth:`owner_json` to ``runs/<run_id>/ledger.json`` in the private state; returns its URI."""
-        uri = self.private_uri("ledger.json")
+        uri = self.private_uri(OWNER_LEDGER)
         storage.write_bytes(uri, self.owner_json().encode(), self.storage_options)
         return uri
 
@@ -579,6 +550,65 @@ def _read_entries(run_uri: str, storage_options: Mapping[str, Any] | None) -> li
         if uri.endswith(".json"):
             entries.append(json.loads(storage.read_bytes(uri, storage_options)))
     return entries
+
+
+#: The owner's full ledger of a run (``PrivacyLedger.write_owner_ledger``), written when the run publishes: a run
+#: whose folder holds entries and not this file drew values and did not publish (:func:`unfinished_runs`).
+OWNER_LEDGER = "ledger.json"
+
+
+def cumulative_total(state_uri: str, storage_options: Mapping[str, Any] | None = None,
+                     current: tuple[str, list[dict]] | None = None) -> dict[str, Any]:
+    """What every run recorded in the state folder ``state_uri`` spent, composed conservatively; ``current`` is
+    (run id, entries) of a run whose entries are held in memory.
+
+    Runs compose by basic composition (their totals add up) unless their keyed row identities prove
+    their corpora disjoint; disjoint groups compose in parallel (the maximum over groups), because one
+    document then contributes to one group only. A run with no row identities (made from a plain
+    identity string) is taken to overlap every other. Owner-only: whether two corpora overlap depends on
+    the private data, so this figure is never written to a release."""
+    runs: list[dict[str, Any]] = []
+    for uri in storage.listdir(storage.join(state_uri, "runs"), storage_options):
+        run_id = uri.rstrip("/").rsplit("/", 1)[-1]
+        entries = current[1] if current is not None and run_id == current[0] else _read_entries(uri, storage_options)
+        if not entries:
+            continue
+        meta_uri = storage.join(uri, "run.json")
+        digest = (json.loads(storage.read_bytes(meta_uri, storage_options)).get("data_identity")
+                  if storage.exists(meta_uri, storage_options) else None)
+        rows_uri = storage.join(uri, "rows.npy")
+        rows = (np.load(io.BytesIO(storage.read_bytes(rows_uri, storage_options)), allow_pickle=False)
+                if storage.exists(rows_uri, storage_options) else None)
+        eps, delta = compose_entries(entries)
+        runs.append({"run_id": run_id, "digest": digest, "rows": rows, "epsilon": eps, "delta": delta})
+    groups = _overlap_groups(runs)
+    sums = [(sum(runs[i]["epsilon"] for i in g), sum(runs[i]["delta"] for i in g)) for g in groups]
+    return {
+        "epsilon": max((e for e, _ in sums), default=0.0),
+        "delta": max((d for _, d in sums), default=0.0),
+        "runs": [{"run_id": r["run_id"], "epsilon": r["epsilon"], "delta": r["delta"]} for r in runs],
+        "groups": [[runs[i]["run_id"] for i in g] for g in groups],
+        "composition": "basic (sum) across runs whose corpora may overlap; parallel (max) across groups of runs "
+                       "whose keyed row identities prove them disjoint",
+    }
+
+
+def unfinished_runs(state_uri: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The runs of the state folder ``state_uri`` that drew or charged something and did not publish (no
+    :data:`OWNER_LEDGER`), oldest first. Resuming one (``--run-id``) re-reads its values and charges nothing;
+    a new run charges the budget again. Reads the folder's listing and the runs' ``run.json`` only."""
+    found: list[tuple[str, str]] = []
+    for uri in storage.listdir(storage.join(state_uri, "runs"), storage_options):
+        run_id = uri.rstrip("/").rsplit("/", 1)[-1]
+        if storage.exists(storage.join(uri, OWNER_LEDGER), storage_options):
+            continue
+        if not storage.listdir(storage.join(uri, "entries"), storage_options):
+            continue  # opened, nothing drawn: nothing to resume and nothing spent
+        meta_uri = storage.join(uri, "run.json")
+        created = (str(json.loads(storage.read_bytes(meta_uri, storage_options)).get("created_at", ""))
+                   if storage.exists(meta_uri, storage_options) else "")
+        found.append((created, run_id))
+    return [run_id for _, run_id in sorted(found)]
 
 
 def compose_entries(entries: Iterable[Mapping[str, Any]]) -> tuple[float, float]:

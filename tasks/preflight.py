@@ -2,23 +2,27 @@
 
 A run that would fail on a missing file, an unknown format, a missing column, an empty corpus, a missing model
 file or missing credentials fails here in seconds, with one line naming the problem and the fix, instead of after
-a Prefect server and a Dask cluster have started. What is read: the input's listing, Parquet footers (column
-names, row-group sizes), the header and rows of a CSV or JSON Lines file (which have no footer; counted, not kept),
-the release's manifest.json, and public files the configuration names. No check looks at a private row's content,
-and none is written anywhere. The flows repeat what they need (a deployment's run does not pass here).
+a Prefect server and a Dask cluster have started. So does a run that would spend the budget where the owner did not
+mean to: into a --out that holds other files than a privseed release's, or beside an unfinished run of the private
+state without --run-id or --new-run. What is read: the input's listing, Parquet footers (column names, row-group
+sizes), the header and rows of a CSV or JSON Lines file (which have no footer; counted, not kept), the release
+folder's listing and manifest.json, the private state's list of runs, and public files the configuration names. No
+check looks at a private row's content, and none is written anywhere. The flows repeat what they need (a
+deployment's run does not pass here).
 
 ``check(cfg)`` dispatches on the configuration's class (:data:`CHECKS`); a command without checks passes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
 
 from privseed.tasks.config import (AugPeConfig, DemoConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig,
                                    ReleaseConfig, SecPeConfig)
-from privseed.tasks.errors import ConfigError, CorpusError
+from privseed.tasks.errors import ConfigError, CorpusError, UnfinishedRunError
 
 
 def check_private_corpus(cfg: ReleaseConfig) -> None:
@@ -60,7 +64,64 @@ def _looks_like_path(value: str) -> bool:
     return "/" in value or "." in value
 
 
+#: The documents a release folder holds beside its manifest and parts (tasks/corpus.py ``publish_release``;
+#: evolution.json: private evolution's summary; report.html: ``privseed evaluate --report-in-release``).
+RELEASE_DOCUMENTS = ("ledger.json", "quality.json", "README.md", "evolution.json", "report.html")
+#: The suffix of a file written atomically, before its rename (privseed.tasks.storage.write_atomic).
+TEMPORARY_SUFFIX = ".tmp-"
+
+
+def check_release_folder(cfg: ReleaseConfig) -> None:
+    """--out is new, empty, a privseed release (its manifest.json says so) or what an unfinished privseed run left;
+    a folder of other files (the corpus's own folder, a home folder) is refused before anything is written there,
+    naming some of them: the release and the README written for its recipient would sit among them."""
+    from privseed.tasks import storage
+    from privseed.tasks.corpus import LEGACY_QUARANTINE_DIR, MANIFEST, MANIFEST_FORMAT, RELEASES_DIR, SYNTHETIC_DIR
+
+    # A folder without a manifest that holds nothing else is what a run that did not finish left: resumed there.
+    release_names = {MANIFEST, SYNTHETIC_DIR, RELEASES_DIR, LEGACY_QUARANTINE_DIR, *RELEASE_DOCUMENTS}
+
+    fs, path = storage.filesystem(cfg.out, cfg.storage_options)
+    if storage.with_retries(lambda: fs.isfile(path), what=f"checking {cfg.out}"):
+        raise ConfigError(f"--out {cfg.out} is a file; give a folder for the release (a new one, or a release's)")
+    names = [uri.rstrip("/").rsplit("/", 1)[-1] for uri in storage.listdir(cfg.out, cfg.storage_options)]
+    if MANIFEST in names:
+        try:
+            manifest = json.loads(storage.read_bytes(storage.join(cfg.out, MANIFEST), cfg.storage_options))
+        except (ValueError, UnicodeDecodeError):
+            manifest = None
+        if isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT:
+            return
+        foreign = [MANIFEST]  # not privseed's
+    else:
+        foreign = sorted(n for n in names if n.split(TEMPORARY_SUFFIX, 1)[0] not in release_names)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ConfigError(f"--out {cfg.out} holds files that are not a privseed release ({shown}): the release and "
+                          "its README for the recipient would be written among them; give a new or empty folder")
+
+
+def check_no_unfinished_run(cfg: ReleaseConfig) -> None:
+    """Refuse a run that would silently start beside a run of the same private state that drew values and did
+    not publish (killed, crashed): the command must say which it means, ``--run-id ID`` (resume: the drawn values
+    are re-read, nothing is charged again) or ``--new-run`` (charges the budget again)."""
+    from privseed.tasks.ledger import unfinished_runs
+
+    if cfg.run_id is not None or cfg.new_run or not cfg.charges:
+        return
+    runs = unfinished_runs(cfg.state_uri, cfg.storage_options)
+    if runs:
+        latest, more = runs[-1], (f" (and {len(runs) - 1} earlier)" if len(runs) > 1 else "")
+        raise UnfinishedRunError(
+            f"the private state {cfg.state_uri} holds run {latest}{more}, which drew values and did not publish: "
+            f"resume it with --run-id {latest} (its drawn values are re-read, nothing is charged again), or start "
+            "a new run with --new-run (which charges the budget again)")
+
+
 def check_release_input(cfg: ReleaseConfig) -> None:
+    if cfg.writes_release:
+        check_release_folder(cfg)
+        check_no_unfinished_run(cfg)
     check_llm(cfg.llm, cfg.llm_secret, sends=not getattr(cfg, "dry_run", False))
     options = cfg.storage_options
     if isinstance(cfg, DpKpsConfig):

@@ -9,6 +9,10 @@ share the pipeline up to pass 1:
 - ``histogram``: privseed's own comparator, per-class DP term histograms (tasks/histogram_seeds.py), with or
   without a second stage of co-occurrence pairs that orders the terms.
 
+Each entry also names the options of ``privseed dpkps`` that it reads beyond those every method reads
+(``options``) and how it spends the budget (``budget``): the configuration refuses an option the chosen method
+does not read (tasks/config.py, ``OptionScope``) instead of ignoring it.
+
 Adding a method is one entry here plus its math in the module its family names; nothing else spells its name.
 This module imports nothing heavy: the command line builds its choices from it before any stage is imported.
 """
@@ -16,7 +20,7 @@ This module imports nothing heavy: the command line builds its choices from it b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,26 +47,45 @@ class SeedMethod:
     sketch_blocks: Callable[[int], list[int]] | None = None
     #: Histogram methods: whether a second stage releases co-occurrence pairs that order the sampled terms.
     ordered_pairs: bool = False
+    #: The options (DpKpsConfig fields) this method reads that some other method does not.
+    options: frozenset[str] = frozenset()
+    #: What this method spends its budget on, by flag, for the refusal of an option it does not read.
+    budget: str = ""
 
 
 def _iterative_log_blocks(length: int) -> list[int]:
     return [min(2**k, length) for k in range(math.ceil(math.log2(length)) + 1)]
 
 
+#: The options only the paper's samplers read: the size of the DP vocabulary V~ and the DP-KDE sketches over its
+#: embeddings.
+SAMPLER_OPTIONS = frozenset({"vocab_size", "n_features", "bandwidth", "embedding_model"})
+#: The options only the histogram methods read: their one budget, the public corpus-size bound behind its default
+#: delta, how a document enters a class's histogram, and how released counts become term weights.
+HISTOGRAM_OPTIONS = frozenset({"epsilon", "n_upper_bound", "hist_top_k", "hist_denoise", "hist_contribution",
+                               "hist_candidates", "hist_background_cap"})
+#: The options of the histogram methods' second stage, the co-occurrence pairs that order the terms.
+PAIR_OPTIONS = frozenset({"markov_pair_floor", "markov_term_share", "markov_pair_top", "markov_pair_terms",
+                          "markov_pair_weight"})
+SAMPLER_BUDGET = "--eps-voc (the vocabulary) and --eps-kde (the sketches)"
+HISTOGRAM_BUDGET = "one budget, --epsilon (default --eps-voc + --eps-kde)"
+
 SEED_METHODS: dict[str, SeedMethod] = {method.name: method for method in (
     SeedMethod("independent", "dpkps", "the paper's independent sampler: each keyphrase drawn from one DP-KDE",
                default_selection="power-2", color="#d62728", paper_sampler="independent",
-               sketch_blocks=lambda length: [1]),
+               sketch_blocks=lambda length: [1], options=SAMPLER_OPTIONS, budget=SAMPLER_BUDGET),
     SeedMethod("iterative-linear", "dpkps", "the paper's iterative sampler, one sketch per prefix length",
                default_selection="top-5", color="#9467bd", paper_sampler="iterative",
-               sketch_blocks=lambda length: list(range(1, length + 1))),
+               sketch_blocks=lambda length: list(range(1, length + 1)), options=SAMPLER_OPTIONS,
+               budget=SAMPLER_BUDGET),
     SeedMethod("iterative-log", "dpkps", "the paper's iterative sampler, sketches at prefix lengths 1, 2, 4, ...",
                default_selection="top-5", color="#1f77b4", paper_sampler="iterative",
-               sketch_blocks=_iterative_log_blocks),
+               sketch_blocks=_iterative_log_blocks, options=SAMPLER_OPTIONS, budget=SAMPLER_BUDGET),
     SeedMethod("histogram", "histogram", "privseed's per-class DP term histograms (one stage)",
-               default_selection="power-1", color="#e377c2"),
+               default_selection="power-1", color="#e377c2", options=HISTOGRAM_OPTIONS, budget=HISTOGRAM_BUDGET),
     SeedMethod("histogram-markov", "histogram", "per-class DP term histograms, ordered by DP co-occurrence pairs",
-               default_selection="power-1", color="#7f7f7f", ordered_pairs=True),
+               default_selection="power-1", color="#7f7f7f", ordered_pairs=True,
+               options=HISTOGRAM_OPTIONS | PAIR_OPTIONS, budget=HISTOGRAM_BUDGET),
 )}
 
 #: Every --method, in the order --help lists them.
@@ -71,6 +94,21 @@ SEED_METHOD_NAMES: tuple[str, ...] = tuple(SEED_METHODS)
 DPKPS_SAMPLERS: tuple[str, ...] = tuple(n for n, m in SEED_METHODS.items() if m.family == "dpkps")
 #: privseed's per-class DP term histograms.
 HISTOGRAM_METHODS: tuple[str, ...] = tuple(n for n, m in SEED_METHODS.items() if m.family == "histogram")
+#: The options some methods read and others do not; every other option of ``privseed dpkps`` every method reads.
+METHOD_OPTIONS: frozenset[str] = frozenset().union(*(m.options for m in SEED_METHODS.values()))
+
+
+def methods_reading(option: str) -> tuple[str, ...]:
+    """The methods that read ``option`` (a DpKpsConfig field), in registry order."""
+    return tuple(name for name, method in SEED_METHODS.items()
+                 if option not in METHOD_OPTIONS or option in method.options)
+
+
+def method_options(method: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (DpKpsConfig fields shared by several methods, e.g. an experiment grid's [dpkps] table) without the
+    options ``method`` does not read, which its configuration would refuse."""
+    return {name: value for name, value in values.items()
+            if name not in METHOD_OPTIONS or name in SEED_METHODS[method].options}
 
 
 # -- how a document enters the histogram methods' stage 1 (``--hist-contribution``) ----------------------------

@@ -491,8 +491,9 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
                      "4", "--workers", "1", "--labels", "0,1,2"]
             assert main(["dpkps", str(corpus), "--out", str(tmp / "none"), "--llm", "none", "--selection", "top-k",
                          *small]) == 0
-            dpkps = {"data": str(corpus), "labels": ["0", "1", "2"], "vocab_size": 40, "n_features": 32,
-                     "per_class": 2, "length": 4, "n_workers": 1, "llm": "local:fake", "gate": False}
+            # (no --vocab-size or --features: histogram-markov reads neither, and refuses them)
+            dpkps = {"data": str(corpus), "labels": ["0", "1", "2"], "per_class": 2, "length": 4, "n_workers": 1,
+                     "llm": "local:fake", "gate": False}
             dpkps_flow({**dpkps, "out": str(tmp / "fake"), "method": "histogram-markov", "selection": "power",
                         "few_shot": str(few_shot), "class_names": str(class_names), "hist_top_k": 20})
             dpkps_flow({**dpkps, "out": str(tmp / "dry"), "dry_run": True})

@@ -395,7 +395,9 @@ def test_every_method_shares_one_vocabulary_cut_and_the_budget_rules():
     assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", vocab_top=20_000).vocab_top == 20_000
     cfg = DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", eps_voc=1.0, eps_kde=5.0)
     assert cfg.histogram_epsilon == 6.0
-    assert DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0).histogram_epsilon == 4.0
+    assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", epsilon=4.0).histogram_epsilon == 4.0
+    with pytest.raises(ValueError, match="--epsilon applies to --method histogram"):  # not read by the samplers
+        DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0)
     with pytest.raises(ValueError):
         DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", epsilon=0.0)
 

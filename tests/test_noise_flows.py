@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.mechanisms import INSECURE_STAMP
+from privseed.tasks.seed_methods import method_options
 from tests.noise_checks import FALSE_ALARM, assert_noise_is, scale_pvalue
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,7 @@ def _dpkps_config(data: str, out: Path, **overrides) -> dict:
                   eps_voc=EPS_VOC, eps_kde=EPS_KDE, first_terms=S, bandwidth=BANDWIDTH, llm="none", gate=False,
                   n_workers=1, seed=0, labels=[str(label) for label in TOPICS])
     values.update(overrides)
-    return values
+    return method_options(values["method"], values)  # the sampler's settings are refused by a histogram method
 
 
 def _stored(out: Path, name: str) -> dict[str, np.ndarray]:

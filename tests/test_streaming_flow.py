@@ -13,6 +13,7 @@ import pytest
 from privseed.tasks import units
 from privseed.tasks.errors import CorpusError, StorageError
 from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.seed_methods import method_options
 from tests.conftest import DATA_ROOT, write_shards
 
 pytestmark = pytest.mark.slow
@@ -50,7 +51,7 @@ def _config(data: str, out, **overrides) -> dict:
               "length": 6, "vocab_top": 20_000, "vocab_size": 200, "n_features": 48, "first_terms": 8, "seed": 3,
               "n_workers": 2}
     values.update(overrides)
-    return values
+    return method_options(values.get("method", "independent"), values)  # a histogram method refuses the sampler's
 
 
 def _in_memory_counts(frame: pd.DataFrame, first_terms: int) -> np.ndarray:
