@@ -1,7 +1,8 @@
 """`privseed audit-release`: the whole-pipeline canary test a data owner runs before sharing a release.
 
     sample the corpus, insert canaries -> DP-KPS (or a histogram method), LLM included, on that copy
-        -> exposure of the canaries in the released text -> canary-audit.json, canary-audit.png, a verdict
+        -> exposure of the canaries in the released text -> canary-audit.json (the private state, OUT.private: it
+           holds the canaries, first words of private documents), canary-audit.png (--out), a verdict
 
 A canary is an in-distribution prefix (the first words of a real document of its class) followed by a secret of
 rare public-vocabulary words; of each pair of canaries public randomness inserts one (--repetitions times) and

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from privseed.tasks import jsonable, storage
+from privseed.tasks.dataset_card import dataset_card
 from privseed.tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
 
 if TYPE_CHECKING:
@@ -49,6 +50,9 @@ RELEASES_DIR = "_releases"
 QUARANTINE_DIR = "quarantine"
 #: Where versions before issue 30 kept it, inside the release folder: refused by ``publish_release``.
 LEGACY_QUARANTINE_DIR = "_quarantine"
+#: Where the generation shards of a run drawn from reproducible noise write its candidate's parts:
+#: ``<state>/staging/<release id>/`` (the owner's private state), never the release folder.
+STAGING_DIR = "staging"
 
 
 #: The input formats, by file extension. A file without an extension is read as Parquet (shards named part-0).
@@ -222,13 +226,13 @@ def write_parquet(uri: str, frame: pd.DataFrame, storage_options: Mapping[str, A
 
 def validate_corpus_frame(frame: pd.DataFrame, path: str, text_column: str, label_column: str) -> pd.DataFrame:
     """Rows of shard ``path`` (columns text_column, label_column in that order) as columns ``text`` (str) and
-    ``label``, or a CorpusError naming the shard and the column. No error names a count or a row."""
+    ``label``, or a CorpusError naming the shard and the column. No error names a count or a row.
+
+    A null text is the empty document ``""`` (a blank one stays as it is): it passes through every pass like any
+    other document (no term, no phrase; in PE, the embedding of an empty text), within the same per-document
+    sensitivity. Stopping the run instead would make whether a release exists a function of one private row."""
     frame.columns = ["text", "label"]
-    bad_text = frame["text"].isna() | (frame["text"].astype(str).str.strip() == "")
-    if bad_text.any():
-        # No count and no row number: errors and logs name no private counts (docs/privacy.md).
-        raise CorpusError(f"shard {path}: some rows have null or empty text in column {text_column!r}; drop or fill "
-                          "them (or check --text-column)")
+    frame["text"] = frame["text"].where(frame["text"].notna(), "")
     if frame["label"].isna().any():
         raise CorpusError(f"shard {path}: some rows have a null label in column {label_column!r}; drop them or give "
                           "them a declared label (or check --label-column)")
@@ -302,6 +306,21 @@ def quarantine_uri(state_uri: str, release_id: str) -> str:
     folder, whose every file is meant for the recipient (a candidate drawn from reproducible noise is a
     deterministic function of the data)."""
     return storage.join(state_uri, QUARANTINE_DIR, release_id)
+
+
+def staging_uri(state_uri: str, release_id: str) -> str:
+    """Where a candidate drawn from reproducible noise is written while it is generated: the private state
+    (``staging/<release id>``), so that a run that dies before its gate leaves nothing under OUT."""
+    return storage.join(state_uri, STAGING_DIR, release_id)
+
+
+def candidate_folder(out: str, state_uri: str, release_id: str, reproducible_noise: bool) -> str:
+    """The folder the generation shards write a candidate's parts into. A secure candidate's parts go under ``out``
+    at once (DP post-processing, named by no manifest until the commit). A candidate drawn from reproducible noise
+    (``--insecure-reproducible-noise``) is a deterministic function of the private data: its parts go to the
+    private state (:func:`staging_uri`) and reach ``out`` only when ``--allow-insecure-release`` publishes them,
+    after the stamped ledger."""
+    return staging_uri(state_uri, release_id) if reproducible_noise else out
 
 
 def insecure_ledgers(out: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
@@ -401,11 +420,10 @@ def release_schema(parts: Sequence[ReleasePart]) -> pa.Schema | None:
 
 
 def release_card(release_id: str, parts: Sequence[ReleasePart], rows: int, rows_per_label: Mapping[str, int],
-                 config: Mapping[str, Any], class_names: Mapping[str, str] | None, noise: Mapping[str, Any],
-                 totals: tuple[float, float]) -> bytes:
-    """The release's README.md (privseed.tasks.dataset_card), from what the manifest publishes anyway."""
-    from privseed.tasks.dataset_card import dataset_card
-
+                 config: Mapping[str, Any], class_names: Mapping[str, str] | None,
+                 privacy: Mapping[str, Any]) -> bytes:
+    """The release's README.md (privseed.tasks.dataset_card), from what the manifest publishes anyway: ``privacy``
+    is the manifest's own ``privacy`` section, so the card and the manifest state one guarantee."""
     schema = release_schema(parts)
     labels: list[Any] = list(config.get("labels") or sorted(rows_per_label))
     if schema is not None and "label" in schema.names and pa.types.is_integer(schema.field("label").type):
@@ -414,24 +432,25 @@ def release_card(release_id: str, parts: Sequence[ReleasePart], rows: int, rows_
         except ValueError:
             pass
     return dataset_card(release_id=release_id, part_paths=[p.path for p in parts], schema=schema, rows=rows,
-                        rows_per_label=rows_per_label, labels=labels, class_names=class_names,
-                        epsilon=totals[0], delta=totals[1], secure=bool(noise.get("secure", True)),
+                        rows_per_label=rows_per_label, labels=labels, class_names=class_names, privacy=privacy,
                         config=config).encode()
 
 
-def _quarantine_parts(out: str, quarantine: str, parts: Sequence[ReleasePart],
-                      storage_options: Mapping[str, Any] | None) -> None:
-    """Move staged parts out of the release folder: a refused candidate leaves nothing beside the last good
-    release."""
+def _move_parts(source: str, target_folder: str, parts: Sequence[ReleasePart],
+                storage_options: Mapping[str, Any] | None) -> None:
+    """Move staged parts from ``source`` to ``target_folder`` (same relative paths): a refused candidate out of the
+    release folder into quarantine, so it leaves nothing beside the last good release; a candidate staged in the
+    private state into the release folder when it is published. A part already moved by an earlier attempt of
+    the same publish is skipped."""
     def move(part: ReleasePart) -> None:
-        target = storage.join(quarantine, part.path)
+        target = storage.join(target_folder, part.path)
         try:
-            storage.move(storage.join(out, part.path), target, storage_options)
+            storage.move(storage.join(source, part.path), target, storage_options)
         except FileNotFoundError:
             if not storage.exists(target, storage_options):  # not moved by an earlier attempt of this publish
                 raise
 
-    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="quarantine") as pool:
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="move-parts") as pool:
         list(pool.map(move, parts))
 
 
@@ -454,10 +473,12 @@ def publish_release(
 
     ``synthetic`` is the candidate frame, or a :class:`StagedRelease` whose parts the generation shards already
     wrote (and the gate, a :class:`privseed.tasks.quality.ReleaseGate`, already checked part by part: here the checks
-    are combined, no row is read). Order of writes: the parts under new names (a frame's, here); the release's
-    ledger (the recipient's view), quality result and extra files under ``_releases/<id>/`` and as top-level
-    copies; the owner's full ledger into the private state; then ``manifest.json`` (the commit point); then the
-    parts of older releases (and of runs that died before their commit) are removed. Everything under ``out``
+    are combined, no row is read), under ``out`` or, for a candidate drawn from reproducible noise, in the private
+    state (``candidate_folder``; moved into ``out`` just before the manifest when it is published). Order of
+    writes: the parts under new names (a frame's, here); the release's ledger (the recipient's view), quality
+    result and extra files under ``_releases/<id>/`` and as top-level copies (then parts staged in the private
+    state, moved in); the owner's full ledger into the private state; then ``manifest.json`` (the commit point);
+    then the parts of older releases (and of runs that died before their commit) are removed. Everything under ``out``
     is meant for the recipient; nothing of the private state (identity key, drawn values, data identity, LLM
     cache) is written there. A crash or a storage failure before the manifest leaves the previous manifest, and
     every file it names, untouched. A failing gate puts the candidate under ``quarantine/<id>/`` in the private
@@ -478,11 +499,13 @@ def publish_release(
     staged = synthetic if isinstance(synthetic, StagedRelease) else None
     frame = synthetic if isinstance(synthetic, pd.DataFrame) else None
     if staged is not None:
-        if staged.out.rstrip("/") != out.rstrip("/"):
-            raise ConfigError(f"the staged parts were written under {staged.out}, not under {out}")
         if release_id is not None and release_id != staged.release_id:
             raise ConfigError(f"the staged parts belong to release {staged.release_id}, not {release_id}")
         release_id = staged.release_id
+        private_staging = staging_uri(ledger.state_uri, release_id)
+        if staged.out.rstrip("/") not in (out.rstrip("/"), private_staging.rstrip("/")):
+            raise ConfigError(f"the staged parts were written under {staged.out}, not under {out} or the private "
+                              f"state's {private_staging}")
     release_id = release_id or new_release_id()
     n_rows = staged.rows if staged is not None else len(frame) if frame is not None else 0
     if n_rows == 0:
@@ -492,7 +515,7 @@ def publish_release(
 
     def quarantine_candidate(documents: Mapping[str, bytes]) -> None:
         if staged is not None:
-            _quarantine_parts(out, quarantine, staged.parts, storage_options)
+            _move_parts(staged.out, quarantine, staged.parts, storage_options)
         else:
             storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"),
                                 _parquet_bytes(frame), storage_options)
@@ -557,22 +580,30 @@ def publish_release(
         for label, count in part.rows_per_label.items():
             rows_per_label[label] = rows_per_label.get(label, 0) + count
 
+    epsilon, delta = ledger.total()
+    # The run id is random (or the operator's --run-id); the data identity stays in the private state.
+    # Which guarantee epsilon belongs to: (epsilon, delta)-DP, or SecPE's (p, r)-secret protection (not DP). The
+    # manifest and the dataset card both state it from this one section.
+    privacy = {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
+               "guarantee": ledger.guarantee(), "noise": noise}
     documents: dict[str, bytes] = {"ledger.json": ledger.to_json().encode()}
     if gate_result is not None:
         documents["quality.json"] = _json_bytes(gate_result)
     elif quality_extra:
         documents["quality.json"] = _json_bytes({"gate": "off", **quality_extra})
     documents.update(extra_files or {})
-    documents["README.md"] = release_card(release_id, parts, n_rows, rows_per_label, config, class_names, noise,
-                                          ledger.total())
+    documents["README.md"] = release_card(release_id, parts, n_rows, rows_per_label, config, class_names, privacy)
     for name, data in documents.items():
         relative = f"{RELEASES_DIR}/{release_id}/{name}"
         storage.write_bytes(storage.join(out, relative), data, storage_options)
         storage.write_bytes(storage.join(out, name), data, storage_options)
         files.append({"path": relative, "copy": name, "sha256": hashlib.sha256(data).hexdigest(), "kind": name})
+    if staged is not None and staged.out.rstrip("/") != out.rstrip("/"):
+        # Parts staged in the private state (drawn from reproducible noise, published with --allow-insecure-release)
+        # enter OUT only now: after the stamped ledger.json, before the manifest that commits them.
+        _move_parts(staged.out, out, parts, storage_options)
 
     ledger.write_owner_ledger()
-    epsilon, delta = ledger.total()
     manifest = {
         "format": MANIFEST_FORMAT,
         "release_id": release_id,
@@ -585,10 +616,7 @@ def publish_release(
         "rows_per_label": dict(sorted(rows_per_label.items())),
         "columns": list(parts[0].columns),
         "files": files,
-        # The run id is random (or the operator's --run-id); the data identity stays in the private state.
-        # Which guarantee epsilon belongs to: (epsilon, delta)-DP, or SecPE's (p, r)-secret protection (not DP).
-        "privacy": {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
-                    "guarantee": ledger.guarantee(), "noise": noise},
+        "privacy": privacy,
         "gate": None if gate_result is None else {"success": gate_result.get("success")},
         "config": dict(config),
         "versions": _versions(),

@@ -7,8 +7,11 @@ and, when every column's Arrow type has a ``datasets`` feature, the features, wi
 0..n-1, else the declared labels themselves.
 
 Privacy: the card says nothing the release does not already publish: the release id, the synthetic row counts
-(per class, from the configuration), the columns, the declared labels and class names, the privacy totals of the
-ledger and the method's public settings. Pure: no I/O, no ``datasets`` import (a release writer does not need it).
+(per class, from the configuration), the columns, the declared labels and class names, and the manifest's
+``privacy`` section: the guarantee the ledger states (``PrivacyLedger.guarantee``: (epsilon, delta)-DP, SecPE's
+(p, r)-secret protection, or none for reproducible noise) with the totals. The card words that one statement and
+never one of its own, so it cannot promise differential privacy where the manifest says otherwise. Pure: no I/O, no
+``datasets`` import (a release writer does not need it).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 import yaml
+
+from privseed.tasks.ledger import DP_GUARANTEE
 
 #: Arrow types with the same name as a ``datasets`` Value dtype
 _VALUE_TYPES = {"string", "large_string", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -64,13 +69,38 @@ def features_yaml(schema: pa.Schema, label_column: str, label_names: list[str] |
     return features
 
 
+def differentially_private(privacy: Mapping[str, Any]) -> bool:
+    """Whether the manifest's ``privacy`` section states (epsilon, delta)-DP (not SecPE's secret protection, not a
+    release drawn from reproducible noise)."""
+    guarantee = privacy.get("guarantee") or {}
+    return bool(privacy.get("secure", False)) and guarantee.get("kind") == DP_GUARANTEE["kind"]
+
+
+def guarantee_text(privacy: Mapping[str, Any]) -> str:
+    """The card's privacy paragraph: the manifest's ``privacy.guarantee`` statement, word for word, with the
+    ledger's totals; the totals are called the guarantee only when the statement is (epsilon, delta)-DP."""
+    guarantee = privacy.get("guarantee") or {}
+    statement = str(guarantee.get("statement") or "no guarantee stated")
+    epsilon, delta = float(privacy.get("epsilon", float("nan"))), float(privacy.get("delta", 0.0))
+    totals = f"epsilon = {epsilon:g}, delta = {delta:g}"
+    if differentially_private(privacy):
+        return f"Privacy guarantee: {statement}; the total is {totals} (`ledger.json`)."
+    kind = "none" if not privacy.get("secure", False) else str(guarantee.get("kind") or "none")
+    return (f"Privacy guarantee: {kind}. {statement}. The ledger's total ({totals}, `ledger.json`) is not a "
+            "differential privacy guarantee of this release; `manifest.json` (`privacy.guarantee`) states what is "
+            "guaranteed.")
+
+
 def dataset_card(*, release_id: str, part_paths: Sequence[str], schema: pa.Schema | None, rows: int,
                  rows_per_label: Mapping[str, int], labels: Sequence[Any], class_names: Mapping[str, str] | None,
-                 epsilon: float, delta: float, secure: bool, config: Mapping[str, Any]) -> str:
-    """README.md of a release: the YAML header ``datasets`` reads, then a short human description."""
+                 privacy: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    """README.md of a release: the YAML header ``datasets`` reads, then a short human description. ``privacy`` is
+    the manifest's ``privacy`` section (its ``guarantee`` is the one statement of what the release guarantees)."""
+    tags = ["synthetic", "differential-privacy", "privseed"] if differentially_private(privacy) else \
+        ["synthetic", "privseed"]
     header: dict[str, Any] = {
         "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": list(part_paths)}]}],
-        "tags": ["synthetic", "differential-privacy", "privseed"],
+        "tags": tags,
     }
     features = features_yaml(schema, "label", class_label_names(list(labels), class_names)) if schema else None
     if features is not None:
@@ -78,13 +108,14 @@ def dataset_card(*, release_id: str, part_paths: Sequence[str], schema: pa.Schem
     names = class_names or {}
     classes = "\n".join(f"| {label} | {names.get(str(label), '')} | {rows_per_label.get(str(label), 0)} |"
                         for label in labels)
-    guarantee = (f"(epsilon = {epsilon:g}, delta = {delta:g})-differential privacy" if secure else
-                 "NOT DIFFERENTIALLY PRIVATE: drawn from reproducible noise (--insecure-reproducible-noise)")
     body = f"""# Synthetic corpus, privseed release {release_id}
 
-{rows} synthetic documents written by privseed from differentially private statistics of a private corpus:
-{guarantee} with respect to the private corpus, as accounted in `ledger.json`. `manifest.json` names every file of
-this release with its sha256 and the method's settings; `quality.json` holds the release gate's checks.
+{rows} synthetic documents written by privseed from noisy statistics of a private corpus.
+
+{guarantee_text(privacy)}
+
+`manifest.json` names every file of this release with its sha256 and the method's settings; `quality.json` holds
+the release gate's checks.
 
 Open it with `datasets.load_dataset("path/to/this/folder")` (one `train` split) or with
 `pandas.read_parquet("path/to/this/folder/synthetic")`.

@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from privseed.tasks.corpus import ReleasePart, StagedRelease, new_release_id, write_part
+from privseed.tasks.corpus import ReleasePart, StagedRelease, candidate_folder, new_release_id, write_part
 from privseed.tasks.errors import ConfigError, retry_if_transient
 from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
 from privseed.tasks.llm.cache import CacheIndex, CallCache
@@ -990,6 +990,19 @@ def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | No
             for k, lab, sd in zip(sequences["keyphrases"], sequences["label"], call_seeds)]
 
 
+def refuse_remote_llm_for_reproducible_noise(llm: LLMSpec | str, reproducible_noise: bool) -> None:
+    """A run drawn from reproducible noise (``--insecure-reproducible-noise``, research grids only) is refused with an
+    LLM whose calls leave this machine (``anthropic:``, ``openai-compatible:``). Its seeds are a deterministic
+    function of the private corpus (anyone who reads --seed can subtract the noise), and the provider would
+    receive them before the release gate refuses the run; docs/privacy.md lets a provider see released DP seeds
+    only. Local weights (``local``, ``local-server``) and ``none`` are allowed."""
+    kind = kind_of(llm)
+    if reproducible_noise and kind.writes_text and not kind.local_weights:
+        raise ConfigError(f"--insecure-reproducible-noise with --llm {as_spec(llm)}: the seeds of such a run are not "
+                          "differentially private and would be sent to the LLM provider; use --llm local or "
+                          "local-server for a reproducible research run, or drop --insecure-reproducible-noise")
+
+
 def class_names_from_config(cfg) -> PublicClassNames | None:
     """The owner's public class names (``--class-names FILE``), checked against the declared labels when the
     config declares them (a flow that has none takes the file's labels as the declared set); None when unset."""
@@ -1050,6 +1063,7 @@ def _cache_uri(cfg) -> str:
 def _generate_documents(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> pd.DataFrame:
     seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
     spec, params = spec_from_config(cfg), params_from_config(cfg)
+    refuse_remote_llm_for_reproducible_noise(spec, cfg.insecure_reproducible_noise)
     return generate_seeds(seeds, spec, params, _cache_uri(cfg), cfg.storage_options or None)
 
 
@@ -1057,8 +1071,13 @@ def _generate_release(sequences: pd.DataFrame, cfg, gate: ReleaseGate | None,
                       vocabulary: Sequence[str] | None = None) -> StagedRelease:
     seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
     spec, params = spec_from_config(cfg), params_from_config(cfg)
-    return generate_release_parts(seeds, spec, params, _cache_uri(cfg), cfg.storage_options or None, out=cfg.out,
-                                  gate=gate)
+    refuse_remote_llm_for_reproducible_noise(spec, cfg.insecure_reproducible_noise)
+    # A candidate drawn from reproducible noise is written to the private state, not OUT: a run that dies before
+    # its gate must leave nothing of it where the recipient looks (privseed.tasks.corpus.candidate_folder).
+    release_id = new_release_id()
+    folder = candidate_folder(cfg.out, cfg.state_uri, release_id, cfg.insecure_reproducible_noise)
+    return generate_release_parts(seeds, spec, params, _cache_uri(cfg), cfg.storage_options or None, out=folder,
+                                  gate=gate, release_id=release_id)
 
 
 def _task(fn, name: str):

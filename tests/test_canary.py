@@ -143,6 +143,24 @@ def test_the_audit_s_own_run_gets_the_method_settings_and_none_of_the_audit_s(tm
     assert values["gate"] is False  # scored and deleted, never published: a gate refusal would lose the measurement
 
 
+def test_the_report_with_the_canaries_goes_to_the_private_state_never_into_out(tmp_path):
+    # Issue 46: canary-audit.json (the canaries: first words of private documents) went into any --out, a
+    # release folder included.
+    from privseed.tasks.stages.canary import write_canary_report
+
+    made = canaries()
+    verdict = canary.judge_release(made, ["the club is a place"], 1000, public_rng(0, "test"), permutations=99)
+    release = tmp_path / "audit"
+    release.mkdir()
+    (release / "manifest.json").write_text("{}")  # the owner pointed --out at a release folder
+    cfg = audit_config(tmp_path)
+    paths = write_canary_report.fn(verdict, {"rows": 4, "privacy": {"epsilon": 11.0}}, cfg, {"method": "dpkps"})
+    private = tmp_path / "audit.private" / "canary-audit.json"
+    assert paths["json"] == str(private)
+    assert [c["text"] for c in json.loads(private.read_text())["canaries"]] == [c.text for c in made]
+    assert sorted(p.name for p in release.rglob("*")) == ["canary-audit.png", "manifest.json"]  # the plot only
+
+
 # ---------------------------------------------------------------------------------------------------------
 # End to end: the method's flow on the bundled DBpedia-14 sample, no LLM (the local LLM run is in docs/privacy.md)
 # ---------------------------------------------------------------------------------------------------------
@@ -159,8 +177,8 @@ def test_the_canary_audit_flags_a_release_without_noise_and_passes_a_secure_one(
                                 "out": str(out), "llm": "none", "per_class": 10, "sample_per_class": 10,
                                 "canary_pairs": 1, "repetitions": 3, "n_features": 64, "n_workers": 1,
                                 **epsilons})
-    report = json.loads((out / "canary-audit.json").read_text())
-    assert (out / "canary-audit.png").stat().st_size > 0
+    report = json.loads((tmp_path / "audit.private" / "canary-audit.json").read_text())
+    assert (out / "canary-audit.png").stat().st_size > 0 and not (out / "canary-audit.json").exists()
     assert report["verdict"] == result["verdict"] and len(report["canaries"]) == 28
     if noise == "none":
         assert result["verdict"] == "EXPOSED" and result["p_value"] <= 0.01

@@ -8,7 +8,7 @@ import pytest
 
 from privseed.tasks import storage
 from privseed.tasks.corpus import list_shards, publish_release, read_corpus, read_release
-from privseed.tasks.errors import CorpusError, GateFailedError, StorageError
+from privseed.tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
 from privseed.tasks.ledger import PrivacyLedger
 
 
@@ -49,9 +49,35 @@ def test_bad_input_gets_a_clear_error(tmp_path, tiny_corpus):
     with pytest.raises(CorpusError, match="unreadable Parquet shard .*broken.parquet"):
         read_corpus(str(broken))
     nulls = tmp_path / "n.parquet"
-    pd.DataFrame({"text": ["a", None], "label": [1, 2]}).to_parquet(nulls)
-    with pytest.raises(CorpusError, match="null or empty text"):
+    pd.DataFrame({"text": ["a", None], "label": [1, None]}).to_parquet(nulls)
+    with pytest.raises(CorpusError, match="null label"):  # not a declared label: a stop docs/privacy.md lists
         read_corpus(str(nulls))
+
+
+def test_a_null_or_empty_text_is_an_empty_document_not_a_stop(tmp_path, tiny_corpus):
+    # Issue 46: a null or empty text stopped the run, so whether a release existed depended on one private row.
+    from privseed.tasks.identity import data_identity
+    from privseed.tasks.passes import DeclaredLabels, ScanPart, ScanSpec, TermCounting, UnitReader, scan_unit
+    from privseed.tasks.units import map_reduce_units
+    from tests.conftest import corpus_plan
+
+    holes = tiny_corpus.copy()
+    holes.loc[[0, 5], "text"] = [None, ""]
+    path = tmp_path / "holes.parquet"
+    holes.to_parquet(path)
+    emptied = holes.assign(text=holes["text"].fillna(""))
+    assert read_corpus(str(path))["text"].tolist() == emptied["text"].tolist()  # every row kept, in order
+
+    key = bytes(range(32))
+    spec = ScanSpec(UnitReader(), DeclaredLabels(("0", "1", "2")), key, TermCounting("english", 20_000, first_terms=7))
+    scanned = map_reduce_units(scan_unit, corpus_plan(holes, tmp_path / "shards").units, ScanPart.combine, spec)
+    without = tiny_corpus.drop(index=[0, 5])
+    alone = map_reduce_units(scan_unit, corpus_plan(without, tmp_path / "without").units, ScanPart.combine, spec)
+    # The two rows are documents of their class (the identity holds them as empty texts) that add no term.
+    assert scanned.identity.finish(key).digest == data_identity(emptied, key).digest
+    assert scanned.identity.finish(key).digest != data_identity(without, key).digest
+    np.testing.assert_array_equal(scanned.counts, alone.counts)
+    assert alone.counts.sum() > 0
 
 
 def test_csv_and_jsonl_are_read_by_their_extension(tmp_path, tiny_corpus):
@@ -199,6 +225,41 @@ def test_a_refused_non_dp_candidate_leaves_nothing_under_out(tmp_path):
     quarantine = Path(info.value.quarantine)
     assert quarantine.parent.parent == tmp_path / "out.private"
     assert (quarantine / "ledger.json").exists() and list((quarantine / "synthetic").glob("*.parquet"))
+
+
+def _staged_in_private_state(tmp_path, frame: pd.DataFrame):
+    """A candidate drawn from reproducible noise as the generation shards leave it: parts in the private state."""
+    from privseed.tasks.corpus import StagedRelease, candidate_folder, new_release_id, write_part
+
+    release_id = new_release_id()
+    folder = candidate_folder(str(tmp_path / "out"), str(tmp_path / "out.private"), release_id, True)
+    assert folder.startswith(str(tmp_path / "out.private"))
+    parts = tuple(write_part(folder, release_id, i, frame.iloc[i * 4:(i + 1) * 4]) for i in range(2))
+    return StagedRelease(folder, release_id, parts, None)
+
+
+def test_a_candidate_staged_in_the_private_state_reaches_out_only_when_published(tmp_path):
+    # Issue 46: an insecure run's generation shards wrote its candidate into OUT/synthetic before the gate refused
+    # it. Staged in the private state, a refused candidate goes to quarantine, an allowed one into OUT at publish.
+    out = tmp_path / "out"
+    staged = _staged_in_private_state(tmp_path, _synthetic(8))
+    with pytest.raises(GateFailedError, match="NOT DIFFERENTIALLY PRIVATE") as info:
+        publish_release(str(out), staged, ledger=_insecure_ledger(tmp_path), config={})
+    assert not out.exists() or [p for p in out.rglob("*")] == []
+    assert len(list((Path(info.value.quarantine) / "synthetic").glob("*.parquet"))) == 2
+    assert list(Path(staged.out).rglob("*.parquet")) == []  # moved, not copied
+
+    allowed = _staged_in_private_state(tmp_path, _synthetic(8))
+    manifest = publish_release(str(out), allowed, ledger=_insecure_ledger(tmp_path, "allowed"), config={},
+                               allow_insecure=True)
+    _, frame = read_release(str(out))
+    assert manifest["stamp"] == "NOT DIFFERENTIALLY PRIVATE"
+    assert frame["text"].tolist() == _synthetic(8)["text"].tolist()
+    assert list(Path(allowed.out).rglob("*.parquet")) == []
+    elsewhere = _staged_in_private_state(tmp_path / "other", _synthetic(8))  # another state's staging: refused
+    with pytest.raises(ConfigError, match="staged parts were written under"):
+        publish_release(str(out), elsewhere, ledger=_insecure_ledger(tmp_path, "third"), config={},
+                        allow_insecure=True)
 
 
 def test_a_secure_release_is_not_committed_beside_a_stamped_one(tmp_path):

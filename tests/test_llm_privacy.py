@@ -173,3 +173,70 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
     assert_no_canary(*sent, caplog.text, console_out, console_err, *stored)
     for doc in corpus["text"]:
         assert all(doc not in s for s in sent)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Part 4: a run drawn from reproducible noise (--insecure-reproducible-noise): its seeds are not DP
+# ------------------------------------------------------------------------------------------------------------
+INSECURE_SPEC = "local:insecure-recorder"
+TERMS = ["river", "village", "church", "album", "band", "football club"]
+
+
+def insecure_config(tmp_path, **values):
+    from privseed.tasks.config import DpKpsConfig, validate_config
+
+    return validate_config(DpKpsConfig, {"data": "unused.parquet", "out": str(tmp_path / "out"), "labels": ["0", "1"],
+                                         "llm": INSECURE_SPEC, "insecure_reproducible_noise": True,
+                                         "max_regenerations": 0, **values})
+
+
+def document_answer(req) -> str:
+    return (f"The old church by the river was rebuilt after flood number {req.seed}, and the village grew around "
+            "it over the following years.")
+
+
+@pytest.mark.parametrize("llm", ["anthropic:claude-haiku-4-5", "openai-compatible:http://127.0.0.1:9/v1#m"])
+def test_reproducible_noise_with_a_remote_llm_is_refused_before_anything_is_read(tmp_path, llm):
+    # Issue 46: the same non-DP seeds reached a remote provider before the release gate refused the run.
+    from privseed.tasks.errors import ConfigError
+    from privseed.tasks.generation import refuse_remote_llm_for_reproducible_noise
+    from privseed.tasks.stages.ledger import warn_if_insecure
+
+    cfg = insecure_config(tmp_path, llm=llm)
+    with pytest.raises(ConfigError, match="--insecure-reproducible-noise with --llm .*local") as refused:
+        warn_if_insecure(cfg)  # what every release flow calls before its corpus is read
+    assert "\n" not in str(refused.value)
+    for allowed in ("none", INSECURE_SPEC):
+        refuse_remote_llm_for_reproducible_noise(allowed, True)
+    refuse_remote_llm_for_reproducible_noise(llm, False)  # secure noise: the seeds are DP, a provider may see them
+
+
+def test_a_crash_mid_generation_of_reproducible_noise_leaves_nothing_under_out(tmp_path):
+    """Generation shards of an insecure run write the candidate's parts to the private state: killed after two of
+    four shards wrote theirs, the run leaves OUT empty (before, 4 rows with keyphrases stayed in OUT/synthetic)."""
+    from privseed.tasks.generation import _generate_release
+
+    cfg = insecure_config(tmp_path)
+    sequences = pd.DataFrame({"label": [str(i % 2) for i in range(64)],
+                              "keyphrases": [[TERMS[i % 6], TERMS[(i + 1) % 6], TERMS[(i + 3) % 6]]
+                                             for i in range(64)]})
+    sequences.attrs["released_vocabulary"] = TERMS
+    crashing = RecordingBackend(answer=document_answer, fail_at=40)  # 4 shards of 16 seeds: crash in the third
+    register_backend(INSECURE_SPEC, crashing)
+    try:
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            _generate_release(sequences, cfg, None)
+    finally:
+        register_backend(INSECURE_SPEC, None)
+    out, state = tmp_path / "out", tmp_path / "out.private"
+    assert not out.exists() or [p for p in out.rglob("*")] == []
+    staged = list((state / "staging").rglob("*.parquet"))
+    assert len(staged) == 2  # the shards before the crash did write their parts: in the private state
+
+    register_backend(INSECURE_SPEC, RecordingBackend(answer=document_answer))
+    try:
+        release = _generate_release(sequences, cfg, None)
+    finally:
+        register_backend(INSECURE_SPEC, None)
+    assert release.out == str(state / "staging" / release.release_id) and release.rows == 64
+    assert not out.exists() or [p for p in out.rglob("*")] == []

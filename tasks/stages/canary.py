@@ -149,16 +149,25 @@ def plot_canaries(verdict: canary.CanaryVerdict, path: str, title: str) -> None:
     plt.close(fig)
 
 
+#: The canary test's report with every canary's text (a real document's first words): the private state's.
+REPORT_JSON = "canary-audit.json"
+#: The plot of the scores (no text): the owner's --out.
+REPORT_PLOT = "canary-audit.png"
+
+
 @public_stage("write-canary-report")
 def write_canary_report(verdict: canary.CanaryVerdict, manifest: Mapping[str, Any], cfg: CanaryAuditConfig,
                         meta: Mapping[str, Any]) -> dict[str, str]:
-    """canary-audit.json and canary-audit.png under ``cfg.out`` (the owner's folder)."""
+    """canary-audit.json into the private state (``cfg.state_uri``, ``OUT.private`` beside ``--out``): it holds the
+    canaries, whose prefixes are the first words of private documents, and the number of real documents kept, so
+    it never goes into ``--out``, which may be a folder the owner shares (a release folder, even). canary-audit.png
+    (the scores and the verdict, no text) into ``--out``."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     document = report_document(verdict, manifest, meta)
-    json_path, plot_path = out / "canary-audit.json", out / "canary-audit.png"
-    storage.write_bytes(str(json_path), (jsonable.dumps(document, indent=2, sort_keys=True) + "\n").encode())
+    json_uri, plot_path = storage.join(cfg.state_uri, REPORT_JSON), out / REPORT_PLOT
+    storage.write_bytes(json_uri, (jsonable.dumps(document, indent=2, sort_keys=True) + "\n").encode())
     epsilon = (manifest.get("privacy") or {}).get("epsilon")
     plot_canaries(verdict, str(plot_path), f"privseed audit-release: {cfg.method}, epsilon {epsilon:g}, "
                   f"llm {cfg.llm}, {cfg.repetitions} repetitions" if epsilon is not None else "privseed audit-release")
-    return {"json": str(json_path), "plot": str(plot_path)}
+    return {"json": json_uri, "plot": str(plot_path)}
