@@ -1430,7 +1430,8 @@ class CanaryAuditConfig(DpKpsConfig):
     #: --out holds the audit's verdict, not a release; its run's private state is a fresh temporary folder
     writes_release: ClassVar[bool] = False
 
-    out: str = Field(description="folder for canary-audit.json and canary-audit.png (the owner's; not a release)",
+    out: str = Field(description="folder for canary-audit.png (scores only); canary-audit.json, which holds the "
+                     "canaries, goes to the private state OUT.private beside it (the owner's; not a release)",
                      json_schema_extra=cli(metavar="DIR"))
     canary_pairs: int = Field(default=2, ge=1, le=1000, description="canary pairs per class: of each pair one is "
                               "inserted, one held out (public randomness decides which)",
