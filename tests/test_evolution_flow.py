@@ -216,7 +216,7 @@ def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, f
     from privseed.tasks.config import AugPeConfig
     from privseed.tasks.stages.pe import llm_calls
 
-    cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, llm_shards=3))
+    cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path / "out", llm_shards=3))
     prompts = [("sys", f"Write a short text. river {i}" if i % 2 else f"Write a short text. {i}", 100 + i)
                for i in range(7)]
     first = llm_calls.fn(prompts, cfg)  # no Dask client: the 3 shards run in this process, in order
@@ -232,9 +232,9 @@ def test_augpe_config_validation(corpus_file, tmp_path):
     from privseed.tasks.config import validate_config
 
     with pytest.raises(ConfigError, match="not both"):
-        validate_config(AugPeConfig, _cfg(corpus_file, tmp_path, noise_multiplier=3.0))
+        validate_config(AugPeConfig, _cfg(corpus_file, tmp_path / "out", noise_multiplier=3.0))
     with pytest.raises(ConfigError, match="needs an LLM"):
-        validate_config(AugPeConfig, _cfg(corpus_file, tmp_path, llm="none"))
+        validate_config(AugPeConfig, _cfg(corpus_file, tmp_path / "out", llm="none"))
 
 
 def test_augpe_default_delta_uses_public_bound(corpus_file, tmp_path):
@@ -242,10 +242,11 @@ def test_augpe_default_delta_uses_public_bound(corpus_file, tmp_path):
     from privseed.tasks.stages.pe import augpe_schedule
     from privseed.tasks import accounting
 
-    cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, delta=None, n_upper_bound=10_000, epsilon=2.0))
+    cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path / "out", delta=None, n_upper_bound=10_000,
+                                          epsilon=2.0))
     sched = augpe_schedule(cfg)
     assert sched["delta"] == pytest.approx(accounting.default_delta(10_000))
-    cfg2 = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path, epsilon=None, noise_multiplier=5.0))
+    cfg2 = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path / "out", epsilon=None, noise_multiplier=5.0))
     assert augpe_schedule(cfg2)["epsilon"] == pytest.approx(accounting.augpe_epsilon(5.0, 1e-5, 2))
 
 

@@ -72,8 +72,10 @@ def release_values(out: Path, rows_as_sets: bool = False) -> dict[str, str]:
     return values
 
 
-DPKPS_FLAGS = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length",
-               "5", "--no-gate", "--workers", "1", "--labels", "0,1,2", "--seed", "0"]
+DPKPS_FLAGS = ["--vocab-top", "20000", "--per-class", "4", "--length", "5", "--no-gate", "--workers", "1",
+               "--labels", "0,1,2", "--seed", "0"]
+# The paper's samplers read the DP vocabulary's size and the sketches' features; the histogram methods refuse them.
+SAMPLER_FLAGS = ["--vocab-size", "40", "--features", "64"]
 # PE: a large pool per class (N (K + 1) = 16 candidates, N = 4 kept) and strong noise, so that two runs agree on a
 # class's whole population only by a rare chance; the recording backend writes a distinct text for every call.
 PE_FLAGS = ["--llm", LLM, "--per-class", "4", "--variations", "3", "--iterations", "1", "--no-gate",
@@ -82,8 +84,8 @@ PE_FLAGS = ["--llm", LLM, "--per-class", "4", "--variations", "3", "--iterations
 
 #: method -> (argv after the corpus and --out, compare PE rows as multisets)
 METHODS: dict[str, tuple[list[str], bool]] = {
-    "dpkps": (["dpkps", *DPKPS_FLAGS, "--llm", "none"], False),
-    "dpkps-llm": (["dpkps", *DPKPS_FLAGS, "--llm", LLM], False),
+    "dpkps": (["dpkps", *DPKPS_FLAGS, *SAMPLER_FLAGS, "--llm", "none"], False),
+    "dpkps-llm": (["dpkps", *DPKPS_FLAGS, *SAMPLER_FLAGS, "--llm", LLM], False),
     "histogram": (["dpkps", *DPKPS_FLAGS, "--llm", "none", "--method", "histogram", "--epsilon", "2",
                    "--hist-top-k", "30"], False),
     "histogram-markov": (["dpkps", *DPKPS_FLAGS, "--llm", "none", "--method", "histogram-markov", "--epsilon", "2",
