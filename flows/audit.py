@@ -25,7 +25,7 @@ def run_from_cli(cfg: AuditConfig) -> int:
 
 def run(cfg: AuditConfig) -> int:
     """Audit the mechanisms ``cfg`` names, print the table, write audit.json and audit.png; 1 when a lower bound
-    exceeds its claim."""
+    (on epsilon, or on delta) exceeds its claim."""
     profile = Profile(*cfg.trial_counts())
     started = time.perf_counter()
     rows = run_audit(cfg.mechanisms, profile, insecure=cfg.insecure_reproducible_noise, progress=cfg.progress,
@@ -44,7 +44,7 @@ def run(cfg: AuditConfig) -> int:
     print(f"wrote {paths['json']} and {paths['plot']} ({meta['seconds']:.0f} s)")
     violated = [r.mechanism for r in rows if r.exceeds_claim]
     if violated:
-        print(f"privseed audit: the lower bound exceeds the claimed epsilon for {', '.join(violated)}: "
+        print(f"privseed audit: a lower bound exceeds the claimed epsilon or delta for {', '.join(violated)}: "
               "these releases are not as private as their ledger says", file=sys.stderr)
         return 1
     return 0

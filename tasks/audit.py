@@ -39,6 +39,19 @@ double eps_canary, and thousands of noise values per audit see it at any confide
 noise family (Laplace, Gaussian), which is part of the claim; the threshold test assumes nothing and is the one that
 catches noise that repeats (reproducible seeds). Each check gets half of alpha; the larger bound is reported.
 
+One canary sees a sensitivity bug only in its own shape (a class-0 document of distinct terms cannot see a pass that
+counts class 1 twice, or repeated terms once per occurrence, or a long document as several). The calibration check
+therefore takes the moves of several canaries, each its own neighbour of D (``NoiseDraw.other_moves``: each class,
+repeated terms, the longest document a contribution allows, a document at the sensitivity bound), and bounds epsilon
+by the largest of their losses. Every one holds at the same confidence: the one event "every measured scale is below
+its limit" makes all of them lower bounds at once, so the maximum needs no further share of alpha.
+
+A thresholded release has a delta that its noise does not show: a term that one document creates is released
+with a probability the claim bounds by delta, and never without that document. The **delta check** counts such
+events (``TrialOutcome.delta_events``: how many of the trial's single-document items were released, of how many) and
+compares a Clopper-Pearson lower limit of their frequency with the claimed delta; where a mechanism reports them,
+the three checks get a third of alpha each.
+
 Nothing here knows about privseed's stages: a trial is any callable ``trial(with_canary)`` returning
 ``{statistic: value}`` or a ``TrialOutcome`` (tasks/audit_trials.py runs the flows' own passes and stage functions in
 it). The module is pure apart from the progress callback.
@@ -78,20 +91,27 @@ class NoiseDraw:
     ``family``: the mechanism family the ledger recorded ("laplace" or "gaussian"); ``residual``: released minus the
     exact value of this trial's corpus (the noise added, every coordinate); ``move``: exact(D') - exact(D), the
     canary's move of the block through the same passes; ``claimed_scale``: the scale the ledger recorded (reported
-    next to the measured one, never used in the bound)."""
+    next to the measured one, never used in the bound); ``other_moves``: exact(D + c) - exact(D) for the audit's
+    other canaries c."""
 
     family: str
     residual: np.ndarray = field(repr=False)
     move: np.ndarray = field(repr=False)
     claimed_scale: float
+    #: the block's move by each of the audit's other canaries (each its own neighbour of D), by the canary's name
+    other_moves: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
 class TrialOutcome:
-    """What a trial reports: the threshold tests' statistics and, for the calibration check, its released blocks."""
+    """What a trial reports: the threshold tests' statistics, for the calibration check its released blocks, and
+    for the delta check its delta events: per group, (items released, items), where an item is an event that has
+    probability 0 without one document (e.g. "one of the terms only this document holds is released"), so that its
+    probability with the document is at most the claimed delta."""
 
     statistics: Mapping[str, float]
     draws: Mapping[str, NoiseDraw] = field(default_factory=dict)
+    delta_events: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 Trial = Callable[[bool], "Mapping[str, float] | TrialOutcome"]
@@ -216,25 +236,39 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     return float(brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, high, xtol=1e-10))
 
 
+#: The name of the audit's own canary (D' = D + canary) among the canaries of the calibration check.
+CANARY = "canary"
+
+
 @dataclass
 class PooledNoise:
     """The noise of one group of blocks drawn with one scale (the same ledger name up to class, sketch and round
-    numbers), pooled over every trial: the values (up to ``MAX_NOISE_VALUES``) and the canary's smallest move of
+    numbers), pooled over every trial: the values (up to ``MAX_NOISE_VALUES``) and, per canary, its smallest move of
     the group in one trial (L1 for Laplace, L2 for Gaussian: deterministic, the minimum only guards against a
-    trial whose passes moved less)."""
+    trial whose passes moved less). ``move`` is the audit's own canary's."""
 
     family: str
     claimed_scale: float
     values: list[np.ndarray] = field(default_factory=list)
     kept: int = 0
     seen: int = 0
-    move: float = math.inf
+    moves: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def move(self) -> float:
+        return self.moves.get(CANARY, math.inf)
+
+    def _norm(self, moves: Sequence[np.ndarray]) -> float:
+        moves = [np.asarray(m, dtype=np.float64) for m in moves]
+        return (sum(float(np.abs(m).sum()) for m in moves) if self.family == "laplace"
+                else math.sqrt(sum(float((m * m).sum()) for m in moves)))
 
     def add(self, draws: Sequence[NoiseDraw]) -> None:
-        moves = [np.asarray(d.move, dtype=np.float64) for d in draws]
-        move = (sum(float(np.abs(m).sum()) for m in moves) if self.family == "laplace"
-                else math.sqrt(sum(float((m * m).sum()) for m in moves)))
-        self.move = min(self.move, move)
+        names = [CANARY] + sorted({name for d in draws for name in d.other_moves})
+        for name in names:
+            # a canary that does not touch a block of this group moves it by 0 there
+            move = self._norm([d.move if name == CANARY else d.other_moves.get(name, np.zeros(0)) for d in draws])
+            self.moves[name] = min(self.moves.get(name, math.inf), move)
         for d in draws:
             self.seen += int(np.asarray(d.residual).size)
             room = MAX_NOISE_VALUES - self.kept
@@ -269,41 +303,81 @@ def pool_draws(outcomes: Sequence[Mapping[str, NoiseDraw]]) -> dict[str, PooledN
 @dataclass(frozen=True)
 class CalibrationCheck:
     """The calibration check's result: the 1 - alpha lower bound on epsilon, the canary's epsilon at the scales
-    the ledger recorded (what a correct mechanism spends on this canary), and per group the recorded scale, the
-    upper limit of the measured one and the canary's move."""
+    the ledger recorded (what a correct mechanism spends on this canary; of the canaries, the largest), which
+    canary that is, and per group the recorded scale, the upper limit of the measured one and the canaries' moves
+    (``canary_move``: that canary's; ``canary_move[name]``: each one's)."""
 
     epsilon_lower_bound: float
     canary_epsilon: float
     groups: dict[str, dict[str, float]]
+    canary: str = CANARY
 
 
 def calibration_check(pooled: Mapping[str, PooledNoise], delta: float, alpha: float) -> CalibrationCheck:
-    """The canary's privacy loss, analytic for its mechanism family, with every scale at its upper confidence
-    limit (alpha split evenly over the groups, so all limits hold together with probability >= 1 - alpha).
-    Laplace groups compose by adding their losses, Gaussian groups by adding mu^2; a release holding both is
-    bounded by the larger of the two (dropping blocks is post-processing)."""
+    """Each canary's privacy loss, analytic for its mechanism family, with every scale at its upper confidence
+    limit (alpha split evenly over the groups, so all limits hold together with probability >= 1 - alpha), and
+    the largest over the canaries: every canary is a neighbour of D, and on that one event each loss is a lower
+    bound on epsilon. Laplace groups compose by adding their losses, Gaussian groups by adding mu^2; a release
+    holding both is bounded by the larger of the two (dropping blocks is post-processing)."""
     if not pooled:
         return CalibrationCheck(0.0, 0.0, {})
     each = alpha / len(pooled)
-    laplace = [0.0, 0.0]  # (at the limits, at the claimed scales)
-    mu2 = [0.0, 0.0]
+    canaries = list(dict.fromkeys(name for group in pooled.values() for name in group.moves))
+    limits = {}
+    for name, group in pooled.items():
+        limits[name] = scale_upper_limit(group.family, np.concatenate(group.values), each)
+
+    def loss(canary: str, scales: Mapping[str, float]) -> float:
+        laplace, mu2 = 0.0, 0.0
+        for name, group in pooled.items():
+            move = group.moves.get(canary, 0.0)
+            if group.family == "laplace":
+                laplace += move / scales[name]
+            else:
+                mu2 += (move / scales[name]) ** 2
+        return max(laplace, gaussian_epsilon(math.sqrt(mu2), delta) if mu2 > 0 else 0.0)
+
+    claimed = {name: group.claimed_scale for name, group in pooled.items()}
+    at_limits = {canary: loss(canary, limits) for canary in canaries}
+    at_claimed = {canary: loss(canary, claimed) for canary in canaries}
+    # the canary a correct mechanism spends most on (ties, up to rounding: the audit's own canary, listed first)
+    most = max(at_claimed.values())
+    worst = next(c for c in canaries if at_claimed[c] >= most * (1 - 1e-9))
     groups = {}
     for name, group in pooled.items():
         values = np.concatenate(group.values)
-        limit = scale_upper_limit(group.family, values, each)
-        claimed = group.claimed_scale
-        groups[name] = {"claimed_scale": claimed, "scale_upper_limit": limit, "canary_move": group.move,
+        groups[name] = {"claimed_scale": group.claimed_scale, "scale_upper_limit": limits[name],
+                        "canary_move": group.moves.get(worst, 0.0),
+                        **{f"canary_move[{c}]": group.moves.get(c, 0.0) for c in canaries},
                         "noise_values": float(group.kept), "noise_values_seen": float(group.seen),
                         "gaussian": float(group.family == "gaussian"),
                         "discrete": float(group.family == "laplace" and bool(np.all(values == np.round(values))))}
-        if group.family == "laplace":
-            laplace[0] += group.move / limit
-            laplace[1] += group.move / claimed
-        else:
-            mu2[0] += (group.move / limit) ** 2
-            mu2[1] += (group.move / claimed) ** 2
-    bounds = [max(laplace[i], gaussian_epsilon(math.sqrt(mu2[i]), delta) if mu2[i] > 0 else 0.0) for i in (0, 1)]
-    return CalibrationCheck(bounds[0], bounds[1], groups)
+    return CalibrationCheck(max(at_limits.values()), at_claimed[worst], groups, worst)
+
+
+@dataclass(frozen=True)
+class DeltaCheck:
+    """The delta check's result: the 1 - alpha lower bound on delta (the largest group's), and per group the
+    events, the items and the group's lower limit."""
+
+    delta_lower_bound: float
+    groups: dict[str, dict[str, float]]
+
+
+def delta_check(events: Mapping[str, tuple[int, int]], alpha: float) -> DeltaCheck:
+    """A lower bound on delta from delta events: per group, ``events[group] = (k, n)``, k of n items happened, each
+    item an event E with P(E | D without its document) = 0, so (epsilon, delta)-DP gives P(E | D) <= delta. Items
+    are independent with one probability (each its own coordinates of independent noise, the same count), so k is
+    binomial and its one-sided Clopper-Pearson lower limit at alpha / (number of groups) bounds delta from below;
+    the largest over the groups holds with probability >= 1 - alpha."""
+    if not events:
+        return DeltaCheck(0.0, {})
+    each = alpha / len(events)
+    groups = {}
+    for name, (k, n) in events.items():
+        lower = clopper_pearson(int(k), int(n), 2 * each)[0]  # two-sided at 2 * each: one-sided at each
+        groups[name] = {"events": float(k), "items": float(n), "frequency": k / n, "delta_lower_limit": lower}
+    return DeltaCheck(max(g["delta_lower_limit"] for g in groups.values()), groups)
 
 
 def flag_probability(family: str, discrete: bool, values: int, move: float, true_scale: float, claim: float,
@@ -342,6 +416,27 @@ def flag_probability(family: str, discrete: bool, values: int, move: float, true
         else:
             high_t = mid
     return 0.0 if low < 0 else _discrete_laplace_sum_cdf(low, values, math.exp(-1 / true_scale))
+
+
+def delta_flag_probability(items: int, true_delta: float, claimed_delta: float, alpha: float) -> float:
+    """The probability that one group of the delta check, alone, bounds delta above ``claimed_delta``: ``items``
+    items, each an event of probability ``true_delta`` (what the mechanism really has), the group's share ``alpha``
+    of the level. Exact: the lower limit grows with the count k, so the check flags when k reaches the smallest k*
+    whose limit exceeds the claim, and P(flag) = P(Binomial(items, true_delta) >= k*)."""
+    from scipy.stats import binom
+
+    if items < 1:
+        return 0.0
+    low, high = 0, items + 1  # lower limit of k = low is <= claim; of k = high (a sentinel) > claim
+    if clopper_pearson(items, items, 2 * alpha)[0] <= claimed_delta:
+        return 0.0
+    while high - low > 1:
+        mid = (low + high) // 2
+        if clopper_pearson(mid, items, 2 * alpha)[0] > claimed_delta:
+            high = mid
+        else:
+            low = mid
+    return float(binom.sf(high - 1, items, true_delta))
 
 
 @dataclass(frozen=True)
@@ -426,11 +521,18 @@ class AuditRow:
     calibration_bound: float = 0.0
     canary_epsilon: float = 0.0
     noise_groups: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The canary behind canary_epsilon (the audit's own, or one of its other shapes); the delta check's lower bound
+    # on delta and its groups (0 and {} for a mechanism that reports no delta events).
+    canary: str = CANARY
+    delta_lower_bound: float = 0.0
+    delta_groups: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def exceeds_claim(self) -> bool:
-        """The claim is refuted: with 1 - alpha confidence the mechanism spends more than it says."""
-        return self.epsilon_lower_bound > self.claimed_epsilon + 1e-9
+        """The claim is refuted: with 1 - alpha confidence the mechanism spends more epsilon, or more delta, than it
+        says."""
+        return (self.epsilon_lower_bound > self.claimed_epsilon + 1e-9
+                or self.delta_lower_bound > self.delta * (1 + 1e-9))
 
     @property
     def verdict(self) -> str:
@@ -454,10 +556,12 @@ def evaluate_test(test: ThresholdTest, without: ArrayLike, with_canary: ArrayLik
 
 
 def run_trials(trial: Trial, per_side: int, on_trial: Callable[[], None] | None = None,
-               draws: list[Mapping[str, NoiseDraw]] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+               draws: list[Mapping[str, NoiseDraw]] | None = None,
+               delta_events: list[Mapping[str, tuple[int, int]]] | None = None
+               ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``per_side`` trials on D and on D', interleaved (D, D', D, D', ...) so any drift of the machine or of a
-    cache hits both sides alike. Returns ``{statistic: (values on D, values on D')}``; the released blocks of
-    trials that report them are appended to ``draws``."""
+    cache hits both sides alike. Returns ``{statistic: (values on D, values on D')}``; the released blocks and the
+    delta events of trials that report them are appended to ``draws`` and ``delta_events``."""
     if per_side < 1:
         raise ConfigError(f"the audit needs at least one trial per corpus, got {per_side}")
     values: dict[str, tuple[list[float], list[float]]] = {}
@@ -467,6 +571,8 @@ def run_trials(trial: Trial, per_side: int, on_trial: Callable[[], None] | None 
             statistics = outcome.statistics if isinstance(outcome, TrialOutcome) else outcome
             if isinstance(outcome, TrialOutcome) and draws is not None:
                 draws.append(outcome.draws)
+            if isinstance(outcome, TrialOutcome) and delta_events is not None and outcome.delta_events:
+                delta_events.append(outcome.delta_events)
             for name, value in statistics.items():
                 values.setdefault(name, ([], []))[side].append(float(value))
             if on_trial is not None:
@@ -481,34 +587,46 @@ def audit(mechanism: str, trial: Trial, *, claimed_epsilon: float, delta: float,
           evaluation_trials: int, noise: str, alpha: float = DEFAULT_ALPHA,
           on_trial: Callable[[], None] | None = None) -> AuditRow:
     """Calibrate a threshold test on fresh trials, measure it on other fresh trials, run the calibration check on
-    the noise of all of them, and bound epsilon from below by the larger of the two (each at confidence
-    1 - alpha / 2, so the reported bound holds with confidence 1 - alpha)."""
+    the noise of all of them, and bound epsilon from below by the larger of the two; where the trials report delta
+    events, also bound delta from below (the delta check). Each check is at confidence 1 - alpha / (number of
+    checks), so the verdict's bounds hold together with confidence 1 - alpha."""
     import time
 
     started = time.perf_counter()
     draws: list[Mapping[str, NoiseDraw]] = []
-    calibration = run_trials(trial, calibration_trials, on_trial, draws)
+    events: list[Mapping[str, tuple[int, int]]] = []
+    calibration = run_trials(trial, calibration_trials, on_trial, draws, events)
     test = choose_test(calibration, delta, min(alpha / 2, CALIBRATION_ALPHA))
-    evaluation = run_trials(trial, evaluation_trials, on_trial, draws)
+    evaluation = run_trials(trial, evaluation_trials, on_trial, draws, events)
+    share = alpha / (3 if events else 2)
     without, with_canary = evaluation[test.statistic]
-    tpr, fpr, threshold_bound = evaluate_test(test, without, with_canary, delta, alpha / 2)
-    check = calibration_check(pool_draws(draws), delta, alpha / 2)
+    tpr, fpr, threshold_bound = evaluate_test(test, without, with_canary, delta, share)
+    check = calibration_check(pool_draws(draws), delta, share)
+    totals: dict[str, list[int]] = {}
+    for trial_events in events:
+        for group, (k, n) in trial_events.items():
+            total = totals.setdefault(group, [0, 0])
+            total[0] += int(k)
+            total[1] += int(n)
+    deltas = delta_check({group: (k, n) for group, (k, n) in totals.items()}, share)
     return AuditRow(mechanism=mechanism, claimed_epsilon=float(claimed_epsilon), delta=float(delta),
                     test=test.statistic, threshold=test.threshold, trials=evaluation_trials,
                     calibration_trials=calibration_trials, tpr=tpr, fpr=fpr,
                     epsilon_lower_bound=max(threshold_bound, check.epsilon_lower_bound), alpha=alpha,
                     noise=noise, seconds=round(time.perf_counter() - started, 2), threshold_bound=threshold_bound,
                     calibration_bound=check.epsilon_lower_bound, canary_epsilon=check.canary_epsilon,
-                    noise_groups=check.groups)
+                    noise_groups=check.groups, canary=check.canary, delta_lower_bound=deltas.delta_lower_bound,
+                    delta_groups=deltas.groups)
 
 
 def format_table(rows: Sequence[AuditRow]) -> str:
     """The audit as a fixed-width text table (also used in docs/privacy.md)."""
-    header = ("mechanism", "claimed eps", "delta", "trials", "TPR", "FPR", "test bound", "canary eps",
-              "calibration bound", "eps lower bound", "verdict", "test")
-    lines = [[r.mechanism, f"{r.claimed_epsilon:.3f}", f"{r.delta:.0e}" if r.delta else "0", f"{r.trials}x2",
-              f"{r.tpr:.3f}", f"{r.fpr:.3f}", f"{r.threshold_bound:.3f}", f"{r.canary_epsilon:.3f}",
-              f"{r.calibration_bound:.3f}", f"{r.epsilon_lower_bound:.3f}", r.verdict, r.test] for r in rows]
+    header = ("mechanism", "claimed eps", "delta", "trials", "TPR", "FPR", "test bound", "canary eps", "canary",
+              "calibration bound", "eps lower bound", "delta lower bound", "verdict", "test")
+    lines = [[r.mechanism, f"{r.claimed_epsilon:.3f}", f"{r.delta:.3g}" if r.delta else "0", f"{r.trials}x2",
+              f"{r.tpr:.3f}", f"{r.fpr:.3f}", f"{r.threshold_bound:.3f}", f"{r.canary_epsilon:.3f}", r.canary,
+              f"{r.calibration_bound:.3f}", f"{r.epsilon_lower_bound:.3f}",
+              f"{r.delta_lower_bound:.3g}" if r.delta_groups else "-", r.verdict, r.test] for r in rows]
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths)),

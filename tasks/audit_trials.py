@@ -6,19 +6,23 @@ on D' = D plus one canary document built to move the release as much as one docu
 corpora of three work units; a trial runs the flow's own passes over them (pass 1, pass 2, the PE vote and cluster
 passes, the same unit functions and reduction tree as on a cluster), hands its corpus's exact values to the stage
 that privatizes them (a fresh ledger in a fresh temporary state folder per trial, the same public configuration and
-the same ``--seed`` every trial), and reports two things about what the stage RELEASED (the values the ledger
-stores and the stage's output, never a private intermediate):
+the same ``--seed`` every trial), and reports what the stage RELEASED (the values the ledger stores and the
+stage's output, never a private intermediate):
 
 * statistics for a threshold test that tries to tell D' from D; its true and false positive rates become a
   Clopper-Pearson lower bound on epsilon;
 * every released block with its noise (released minus the exact value of the trial's corpus, which the adversary
   who knows D knows) and the canary's move of it (the passes on D' minus the passes on D): the calibration check,
-  whose bound is the canary's analytic privacy loss at upper confidence limits of the measured noise scales.
+  whose bound is the canary's analytic privacy loss at upper confidence limits of the measured noise scales
+  (with the moves of the audit's other canaries, below: the largest loss);
+* for the thresholded histogram, its delta events: how many of D's single-document items had a term released,
+  the delta check's binomial counts.
 
-tasks/audit.py holds both. The claimed epsilon is what the trial's ledger charged. A lower bound above the claim
-refutes the claim: the command then exits with status 1. The calibration check catches half the noise and a
-sensitivity counted half in every mechanism at 10 + 10 trials per corpus (tests/test_audit.py, with the faults of
-tasks/audit_faults.py; the power table is in docs/privacy.md).
+tasks/audit.py holds all three. The claimed (epsilon, delta) is what the trial's ledger charged. A lower bound
+above the claim refutes the claim: the command then exits with status 1. The calibration check catches half the
+noise and a sensitivity counted half in every mechanism at 10 + 10 trials per corpus, and the other canaries and
+the delta check the pass-1 faults of other shapes and the unfixed threshold map (tests/test_audit.py, with the
+faults of tasks/audit_faults.py; the power table is in docs/privacy.md).
 
     vocabulary  DP-KPS's vocabulary histogram (privatize_vocabulary_stage). Canary: a document whose first S terms
                 are one term of V that no other document uses, so it moves that term's count by S, the whole L1
@@ -55,13 +59,22 @@ tasks/audit_faults.py; the power table is in docs/privacy.md).
                 Canary: the same document, its i-th term i^-0.5 scaled to L2 norm 1 (the whole sensitivity).
     histogram-rank-rare-l2  The same stage with --hist-contribution rank-rare-l2: the canary's rank-l2 weights
                 times the public common-word factors, scaled to L2 norm 1 (the whole sensitivity).
-    histogram-threshold  The same stage with --mechanism laplace-threshold and delta 1e-5: the canary's terms
-                exist only on D', so they are released only when their noisy counts pass the threshold. The
+    histogram-threshold  The same stage with --mechanism laplace-threshold, epsilon 4 and delta 1e-2 (scale 1,
+                threshold 7: a configuration where the delta event is frequent enough to be measured): the canary's
+                terms exist only on D', so they are released only when their noisy counts pass the threshold. The
                 calibration check takes only the counts far above the threshold (cut with probability at most
-                1e-12) and the move of a second neighbour on them (HistogramThresholdAudit).
+                1e-12) and the moves of second neighbours on them; the delta check counts how often a term that
+                one document of D holds is released (HistogramThresholdAudit).
+
+Other canaries. One canary shows a sensitivity bug only in its own shape, so the audits of pass 1 (vocabulary and
+the histogram stages) also compute, once at setup through the same pass, the moves of other neighbours D + c for the
+calibration check (``other_canaries``): the canary in class 1 and in class 2 (a pass that counts a class twice), its
+terms each written S times (a pass that counts a repeated term per occurrence), and one document of every term of V
+(the longest a contribution allows; a pass that takes a long document as several). A correct mechanism moves each by
+at most its sensitivity; the check bounds epsilon by the largest of their losses.
 
 Small public configs keep a trial cheap (a 57-term vocabulary file, 36 documents, I = 32, epsilon 1-2 per
-mechanism; histogram-threshold's corpora hold about 1,900 short documents more, as one more work unit). With
+mechanism; histogram-threshold's epsilon 4, its corpora hold 780 short documents more, as one more work unit). With
 noise drawn from --seed (main before issue 13) or from ``--insecure-reproducible-noise``, every trial on D is
 identical, and so is every trial on D': the test separates them perfectly and the bound reaches about 5 with 500
 trials per side, above every claim (except histogram-threshold's, whose canary's counts stay under the threshold on
@@ -71,9 +84,11 @@ a Prefect flow run per trial: a flow run costs more than the trial itself.
 from __future__ import annotations
 
 import abc
+import itertools
 import logging
 import os
 import shutil
+import string
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -172,6 +187,21 @@ def _with(corpus: pd.DataFrame, text: str, label: Any) -> pd.DataFrame:
     return pd.concat([corpus, pd.DataFrame({"text": [text], "label": [label]})], ignore_index=True)
 
 
+def other_canaries(terms: Sequence[str], first_terms: int, vocabulary: Sequence[str],
+                   repeated: bool = True) -> dict[str, tuple[str, Any]]:
+    """The calibration check's other canaries of an audit whose canary is the class-0 document ``terms``: the same
+    document in class 1 and in class 2; each of its terms written S times in a row (``repeated``; one document
+    still, whose distinct terms move as much as the canary's and no more); and one class-0 document of every term
+    of ``vocabulary`` in order (the longest document a contribution allows: a first-S contribution reads its first
+    S, a whole-document one all of them). Each is (text, label)."""
+    canary = " ".join(terms)
+    out: dict[str, tuple[str, Any]] = {"class 1": (canary, 1), "class 2": (canary, 2)}
+    if repeated:
+        out["repeated terms"] = (" ".join(t for t in terms for _ in range(first_terms)), 0)
+    out["long document"] = (" ".join(vocabulary), 0)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Trial plumbing: a fresh ledger per trial that also remembers what it released
 # ---------------------------------------------------------------------------------------------------------
@@ -265,17 +295,33 @@ class _Mechanism(abc.ABC):
 
     @staticmethod
     def draws(ledger: _RecordingLedger, exact: Mapping[str, tuple[np.ndarray, np.ndarray]],
-              with_canary: bool) -> dict[str, stats.NoiseDraw]:
+              with_canary: bool, others: Mapping[str, Mapping[str, np.ndarray]] | None = None
+              ) -> dict[str, stats.NoiseDraw]:
         """Each released block ``name`` with its exact values on D and on D' (``exact[name]``), as the calibration
-        check takes it: the mechanism family and scale the ledger recorded, the noise and the canary's move."""
+        check takes it: the mechanism family and scale the ledger recorded, the noise and the canary's move; and
+        ``others[name][c]``, the block's exact values on D + c for the audit's other canaries c."""
         entries = {e["name"]: e for e in ledger.entries()}
         out = {}
         for name, (without, with_) in exact.items():
             released = np.asarray(ledger.released[name]["noisy"], dtype=np.float64)
             own = np.asarray(with_ if with_canary else without, dtype=np.float64)
+            base = np.asarray(without, dtype=np.float64)
             out[name] = stats.NoiseDraw(family=str(entries[name]["mechanism"]), residual=released - own,
-                                        move=np.asarray(with_, dtype=np.float64) - np.asarray(without, np.float64),
-                                        claimed_scale=float(entries[name]["scale"]))
+                                        move=np.asarray(with_, dtype=np.float64) - base,
+                                        claimed_scale=float(entries[name]["scale"]),
+                                        other_moves={c: np.asarray(v, dtype=np.float64) - base
+                                                     for c, v in (others or {}).get(name, {}).items()})
+        return out
+
+    def other_counts(self, private: pd.DataFrame, canaries: Mapping[str, tuple[str, Any]], cfg: Any,
+                     bulk: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
+        """Pass 1's exact counts of D + c for each other canary ``canaries[c] = (text, label)``, through the same
+        pass as the trials (once: the pass is deterministic, and a fault injected for the audit is in place from
+        its setup on)."""
+        out = {}
+        for n, (canary, (text, label)) in enumerate(canaries.items()):
+            folder = self.workdir / f"{self.name}-other-canary-{n}"
+            out[canary] = _scan_counts(_write_corpus(_with(private, text, label), folder, bulk=bulk), self.labels, cfg)
         return out
 
     @abc.abstractmethod
@@ -328,8 +374,11 @@ class VocabularyAudit(_Mechanism):
             vocab=str(path), vocab_top=None, first_terms=4, vocab_size=self.size, eps_voc=1.0, n_workers=1),
             DpKpsConfig))
         private = audit_corpus()
-        self.plans = self.write_corpora(private, _with(private, " ".join([VOCABULARY_CANARY_TERM] *
-                                                                          self.cfg.first_terms), 0))
+        canary = [VOCABULARY_CANARY_TERM] * self.cfg.first_terms
+        self.plans = self.write_corpora(private, _with(private, " ".join(canary), 0))
+        # the vocabulary counts a repeated term per occurrence by design (its canary is one term written S times)
+        self.others = self.other_counts(private, other_canaries(canary, self.cfg.first_terms, vocabulary.terms,
+                                                                repeated=False), self.cfg)
 
     def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.dpkps import privatize_vocabulary_stage
@@ -338,7 +387,8 @@ class VocabularyAudit(_Mechanism):
         with self.ledger() as ledger:
             privatize_vocabulary_stage.fn(counts[with_canary], self.cfg, ledger)
             noisy = released_counts(ledger.released["vocabulary"], self.size)
-            draws = self.draws(ledger, {"vocabulary": (counts[False], counts[True])}, with_canary)
+            draws = self.draws(ledger, {"vocabulary": (counts[False], counts[True])}, with_canary,
+                               {"vocabulary": self.others})
         return stats.TrialOutcome({f"noisy count of '{VOCABULARY_CANARY_TERM}'": float(noisy[self.canary_id])},
                                   draws)
 
@@ -557,6 +607,8 @@ class HistogramAudit(_Mechanism):
     #: configuration a variant of stage 1 changes (its mechanism or its contribution); this audit is of the
     #: first-S Laplace histogram (--mechanism laplace), named because the histogram methods' default is Gaussian
     variant: dict[str, Any] = {"mechanism": "laplace"}
+    #: S (``--first-terms``)
+    FIRST_TERMS = 4
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
@@ -564,12 +616,13 @@ class HistogramAudit(_Mechanism):
         from privseed.tasks.histogram_seeds import build_mechanism, stage_budgets
         from privseed.tasks.vocabulary import load_vocabulary
 
-        path = workdir / "audit-histogram-vocabulary.txt"
-        path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
+        path = workdir / f"audit-{self.name}-vocabulary.txt"
+        path.write_text("\n".join(self.vocabulary_terms()) + "\n", encoding="utf-8")
         self.vocabulary = load_vocabulary(str(path))
-        self.cfg = DpKpsConfig(**self.config_values(dict(
-            method="histogram", vocab=str(path), vocab_top=None, first_terms=4, hist_top_k=len(self.vocabulary),
-            epsilon=1.0, per_class=10, length=5, n_workers=1, **self.variant), DpKpsConfig))
+        self.cfg = DpKpsConfig(**self.config_values({**dict(
+            method="histogram", vocab=str(path), vocab_top=None, first_terms=self.FIRST_TERMS,
+            hist_top_k=len(self.vocabulary), epsilon=1.0, per_class=10, length=5, n_workers=1), **self.variant},
+            DpKpsConfig))
         eps_1, delta_1 = stage_budgets(self.cfg.method, self.cfg.histogram_epsilon, self.cfg.delta,
                                        self.cfg.markov_term_share)[0]
         self.mechanism = build_mechanism(self.cfg.mechanism, self.cfg.first_terms, eps_1, delta_1,
@@ -577,9 +630,18 @@ class HistogramAudit(_Mechanism):
         self.scale = self.mechanism.scale
         private = audit_corpus()
         # A class-0 document of S terms no document uses: S counts of class 0 move by 1, the whole L1 sensitivity.
-        self.canary_ids = [self.vocabulary.terms.index(t) for t in _UNUSED_TERMS[:self.cfg.first_terms]]
-        self.plans = self.write_corpora(private, _with(private, " ".join(_UNUSED_TERMS[:self.cfg.first_terms]), 0),
-                                        self.bulk())
+        canary = list(_UNUSED_TERMS[:self.cfg.first_terms])
+        self.canary_ids = [self.vocabulary.terms.index(t) for t in canary]
+        self.plans = self.write_corpora(private, _with(private, " ".join(canary), 0), self.bulk())
+        self.others = self.other_counts(private, self.other_canaries(canary), self.cfg, self.bulk())
+
+    def vocabulary_terms(self) -> list[str]:
+        """V of this audit (a file written at setup)."""
+        return audit_vocabulary_terms()
+
+    def other_canaries(self, canary: list[str]) -> dict[str, tuple[str, Any]]:
+        """The calibration check's other canaries (``other_canaries``) besides ``canary``, as (text, label)."""
+        return other_canaries(canary, self.cfg.first_terms, self.vocabulary.terms)
 
     def bulk(self) -> pd.DataFrame | None:
         """Documents D and D' hold besides the audit corpus (none: its own counts serve the calibration check)."""
@@ -587,10 +649,13 @@ class HistogramAudit(_Mechanism):
 
     def noise_draws(self, ledger: _RecordingLedger, own: np.ndarray, with_canary: bool) -> dict[str, stats.NoiseDraw]:
         """The calibration check's blocks: every class's whole noisy row, moved by the canary (pass 1 on the other
-        corpus too, every trial). ``own``: the trial's corpus's counts, which the stage released."""
+        corpus too, every trial) and by the other canaries. ``own``: the trial's corpus's counts, which the stage
+        released."""
         counts = {with_canary: own, not with_canary: _scan_counts(self.plans[not with_canary], self.labels, self.cfg)}
-        return self.draws(ledger, {f"histogram-class{c}": (counts[False][c], counts[True][c])
-                                   for c in range(len(self.labels))}, with_canary)
+        blocks = {f"histogram-class{c}": (counts[False][c], counts[True][c]) for c in range(len(self.labels))}
+        others = {f"histogram-class{c}": {name: other[c] for name, other in self.others.items()}
+                  for c in range(len(self.labels))}
+        return self.draws(ledger, blocks, with_canary, others)
 
     def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.histogram import privatize_class_histograms
@@ -599,57 +664,121 @@ class HistogramAudit(_Mechanism):
         with self.ledger() as ledger:
             released = privatize_class_histograms.fn(own, self.labels, self.cfg, ledger)[0]
             draws = self.noise_draws(ledger, own, with_canary)
+            events = self.delta_events(ledger)
         noisy = np.asarray(released["noisy"], dtype=np.float64)[self.canary_ids]
         # D's exact counts of the S terms are 0 and D''s are 1 (the adversary knows D): Laplace likelihood ratio
         return stats.TrialOutcome({"class 0, the canary's S term counts, Laplace likelihood ratio":
                                    _laplace_ratio_of_unit_shift(noisy, self.scale),
-                                   "class 0, the canary's S term counts, sum": float(noisy.sum())}, draws)
+                                   "class 0, the canary's S term counts, sum": float(noisy.sum())}, draws, events)
+
+    def delta_events(self, ledger: _RecordingLedger) -> dict[str, tuple[int, int]]:
+        """The delta check's events of the trial (none: this mechanism claims delta 0 for its own reasons, and D
+        has no term that only one document holds)."""
+        return {}
+
+
+def _move_above(floor: int, without: np.ndarray, neighbour: np.ndarray) -> np.ndarray:
+    """A neighbour's move of the counts at or above ``floor`` on both corpora (there released - exact is noise)."""
+    moved = (without >= floor) & (neighbour >= floor)
+    return (neighbour - without)[moved].astype(np.float64)
+
+
+def single_document_terms(count: int) -> list[str]:
+    """``count`` made-up words, each of two letters "zq" and three more (public, in no other list of the audit):
+    the terms of the thresholded histogram's single-document items."""
+    words = ["zq" + "".join(letters) for letters in itertools.product(string.ascii_lowercase, repeat=3)]
+    if count > len(words):
+        raise ConfigError(f"the audit has {len(words)} made-up words, not {count}")
+    return words[:count]
 
 
 class HistogramThresholdAudit(HistogramAudit):
     """Stage 1 with ``--mechanism laplace-threshold`` (discrete Laplace noise only on occurring terms, a noisy
-    count released only at or above the threshold; (epsilon, delta) by OpenDP's map). The canary's S counts exist
-    only on D': the test sees them when they pass the threshold (probability within delta) and through their noisy
-    values.
+    count released only at or above the threshold; epsilon by OpenDP's map, delta exact). The canary's S counts
+    exist only on D': the test sees them when they pass the threshold (probability within delta) and through their
+    noisy values.
+
+    Configuration: epsilon 4 and delta 1e-2 at S = 4, so scale 1 and threshold 7. The delta event must happen
+    often enough to be counted: at delta 1e-5 it would take millions of trials, and at scale 4 the off-by-one of
+    OpenDP's map (a delta e^(1 / scale) too small, opendp/opendp#2922) is a factor 1.28; at scale 1 it is e, and
+    the same code computes the delta at every configuration.
 
     The calibration check. A count under the threshold is released as 0, so released minus exact is the noise
     only where the exact count is far above the threshold: from ``stats.untruncated_floor`` (threshold +
-    ceil(b ln 1e12), 161 at the threshold 50 and scale b = 4 of epsilon 1) a count is cut with probability at most
-    1e-12, so the check takes the released counts there and no others. D's own counts are at most 9, so both
-    corpora also hold ``bulk()``: each of the audit corpus's 12 texts, as many times as the floor (37 counts of
-    the three classes at or above it, about 1,500 noise values in the suite's 40 trials). The canary's terms never
-    get there (they are the delta event), so the check's move is that of a second neighbour through the same
-    pass 1: D+ = D plus one more copy of a class-0 bulk text, which moves S = 4 counts above the floor by 1 each,
-    the whole L1 sensitivity. There both sides are discrete Laplace of scale b, and its privacy loss is S / b,
-    as for histogram. (The check bounds that pure epsilon; at the claimed delta the same shift has an epsilon of
-    at least S / b + ln(1 - 2^S delta), since the loss S / b has probability >= 2^-S: 1.6e-4 less at delta
-    1e-5, against the factor 2 of the faults. And a cut count among the check's values, probability at most 2e-8 per
-    audit, adds that much to its level.)"""
+    ceil(b ln 1e12), 35 at the threshold 7 and scale b = 1) a count is cut with probability at most 1e-12, so the
+    check takes the released counts there and no others. D's own counts are at most 9, so both corpora also hold
+    ``bulk()``: each of the audit corpus's 12 texts, as many times as the floor (37 counts of the three classes at
+    or above it, about 1,500 noise values in the suite's 40 trials). The canary's terms never get there (they are
+    the delta event), so the check's moves are those of second neighbours through the same pass 1: D+ = D plus one
+    more copy of a class-0 bulk text, which moves S = 4 counts above the floor by 1 each, the whole L1 sensitivity
+    (its loss is S / b, as for histogram); the same with a class-1 and a class-2 text; and one document of the first
+    S terms of every class-0 text (16 words, the longest document whose terms are all above the floor). (The check
+    bounds the pure epsilon of such a shift; at the claimed delta its epsilon is at least S / b + ln(1 - 2^S delta),
+    since the loss S / b has probability >= 2^-S. And a cut count among the check's values, probability at most
+    2e-8 per audit, adds that much to its level.)
+
+    The delta check. D (and D') also hold ``SINGLE_DOCUMENTS`` documents of S made-up terms that no other document
+    holds (a document at the L0 bound: S counts of 1, each a coordinate that D without it does not have) and
+    ``REPEATED_DOCUMENTS`` of one made-up term written S times (1 when counted right, S when a pass counts repeats),
+    a third in each class. Without its document, none of its terms is noised or released; so "one of its terms is
+    released" has probability at most the claimed delta, and the trials count how often it happens
+    (``stats.delta_check``)."""
 
     name = "histogram-threshold"
-    variant = {"mechanism": "laplace-threshold", "delta": 1e-5}
+    variant = {"mechanism": "laplace-threshold", "epsilon": 4.0, "delta": 1e-2}
+    SINGLE_DOCUMENTS = 300
+    REPEATED_DOCUMENTS = 60
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         super().__init__(workdir, insecure)
         # D+'s move of D's counts, by the same pass 1 on both, once: the pass is deterministic, and a trial's pass
-        # over a corpus of 1,900 documents is most of its time.
+        # over the bulk is most of its time.
         neighbour = _write_corpus(_with(audit_corpus(), _TOPICS[0][0], 0), workdir / f"{self.name}-neighbour",
                                   bulk=self.bulk())
         self.without = _scan_counts(self.plans[False], self.labels, self.cfg)
         self.neighbour_counts = _scan_counts(neighbour, self.labels, self.cfg)
+        index = {t: i for i, t in enumerate(self.vocabulary.terms)}
+        self.single_documents = {group: [(label, [index[t] for t in dict.fromkeys(text.split())])
+                                         for text, label in documents]
+                                 for group, documents in self.single_document_groups().items()}
+
+    def vocabulary_terms(self) -> list[str]:
+        return audit_vocabulary_terms() + single_document_terms(
+            self.SINGLE_DOCUMENTS * self.FIRST_TERMS + self.REPEATED_DOCUMENTS)
+
+    def single_document_groups(self) -> dict[str, list[tuple[str, int]]]:
+        """The delta check's documents, (text, label), by group: S made-up terms each, and one made-up term written
+        S times; document i of a group in class i mod 3."""
+        s = self.FIRST_TERMS
+        words = single_document_terms(self.SINGLE_DOCUMENTS * s + self.REPEATED_DOCUMENTS)
+        distinct = words[:self.SINGLE_DOCUMENTS * s]
+        repeated = words[self.SINGLE_DOCUMENTS * s:]
+        classes = len(self.labels)
+        return {f"a document of {s} terms only it holds": [(" ".join(distinct[i * s:(i + 1) * s]), i % classes)
+                                                            for i in range(self.SINGLE_DOCUMENTS)],
+                f"a document of 1 term only it holds, written {s} times": [(" ".join([w] * s), i % classes)
+                                                                           for i, w in enumerate(repeated)]}
+
+    def other_canaries(self, canary: list[str]) -> dict[str, tuple[str, Any]]:
+        """The calibration check's other second neighbours (above): a bulk text of class 1 and of class 2, and the
+        long document of class 0's first terms."""
+        first = [" ".join(text.split()[:self.cfg.first_terms]) for text in _TOPICS[0]]
+        return {"class 1": (_TOPICS[1][0], 1), "class 2": (_TOPICS[2][0], 2), "long document": (" ".join(first), 0)}
 
     def bulk(self) -> pd.DataFrame:
         """Every text of the audit corpus, ``untruncated_floor`` times: each of its S counted terms is at the
-        floor or above (the floor of the mechanism as built, so of a faulty one too)."""
+        floor or above (the floor of the mechanism as built, so of a faulty one too); and the delta check's
+        single-document items."""
         copies = stats.untruncated_floor(self.mechanism.threshold, self.mechanism.scale)
-        return pd.DataFrame([(text, label) for label, texts in _TOPICS.items() for text in texts
-                             for _ in range(copies)], columns=["text", "label"])
+        rows = [(text, label) for label, texts in _TOPICS.items() for text in texts for _ in range(copies)]
+        rows += [row for documents in self.single_document_groups().values() for row in documents]
+        return pd.DataFrame(rows, columns=["text", "label"])
 
     def noise_draws(self, ledger: _RecordingLedger, own: np.ndarray, with_canary: bool) -> dict[str, stats.NoiseDraw]:
         """Per class: released minus exact (``own``, this trial's pass) on the counts at or above the floor of the
         threshold and scale the ledger recorded (the noise: discrete Laplace, the family the kind states), and
-        D+'s move of the counts at or above it on D and on D+."""
-        neighbour, without = self.neighbour_counts, self.without
+        each second neighbour's move of the counts at or above it on D and on that neighbour."""
+        without = self.without
         entries = {e["name"]: e for e in ledger.entries()}
         out = {}
         for c in range(len(self.labels)):
@@ -659,12 +788,19 @@ class HistogramThresholdAudit(HistogramAudit):
                 raise ConfigError(f"audit {self.name}: {name} was drawn by {entry['mechanism']!r}")
             floor = stats.untruncated_floor(entry["guarantee"]["threshold"], float(entry["scale"]))
             whole = own[c] >= floor
-            moved = (without[c] >= floor) & (neighbour[c] >= floor)
             released = np.asarray(ledger.released[name]["noisy"], dtype=np.float64)
             out[name] = stats.NoiseDraw(family="laplace", residual=released[whole] - own[c][whole],
-                                        move=(neighbour[c] - without[c])[moved].astype(np.float64),
-                                        claimed_scale=float(entry["scale"]))
+                                        move=_move_above(floor, without[c], self.neighbour_counts[c]),
+                                        claimed_scale=float(entry["scale"]),
+                                        other_moves={n: _move_above(floor, without[c], counts[c])
+                                                     for n, counts in self.others.items()})
         return out
+
+    def delta_events(self, ledger: _RecordingLedger) -> dict[str, tuple[int, int]]:
+        """Per group, how many of the single-document items had one of their terms released, of how many."""
+        released = [np.asarray(ledger.released[f"histogram-class{c}"]["noisy"]) for c in range(len(self.labels))]
+        return {group: (sum(bool(np.any(released[c][ids] != 0)) for c, ids in documents), len(documents))
+                for group, documents in self.single_documents.items()}
 
 
 class HistogramUnitL2Audit(HistogramAudit):

@@ -442,10 +442,12 @@ class LaplaceThresholdMechanism:
     pure-noise terms cannot reach a top K.
 
     Guarantee (input: integer vectors; one document moves at most ``l0`` coordinates, each by at most ``linf``,
-    ``sensitivity`` = L1 in all): (epsilon, delta)-DP with epsilon = L1 / scale and delta the probability that a
-    coordinate one document creates passes the threshold -- both as OpenDP's privacy map of the same measurement
-    computes them (``LaplaceThresholdKind.calibrated`` chooses the smallest integer threshold whose map meets the
-    declared delta)."""
+    ``sensitivity`` = L1 in all): (epsilon, delta)-DP with epsilon = min(L1, L0 Linf) / scale (OpenDP's privacy map
+    of the same measurement) and delta = ``laplace_threshold_delta``, computed exactly from the discrete Laplace
+    tails: the probability that one of the coordinates a document creates passes the threshold.
+    ``LaplaceThresholdKind.calibrated`` chooses the smallest integer threshold whose exact delta meets the declared
+    one. (OpenDP 0.16's map gives a delta too small by a factor e^(1 / scale), opendp/opendp#2922, so its delta is
+    not used.)"""
 
     sensitivity: float
     l0: int
@@ -487,7 +489,8 @@ class LaplaceThresholdMechanism:
         return {
             "mechanism": LAPLACE_THRESHOLD.name,
             "input_metric": "l01inf_distance (L0, L1, Linf of one document's change)",
-            "output_measure": "approximate max_divergence ((epsilon, delta)-DP, OpenDP's privacy map)",
+            "output_measure": "approximate max_divergence ((epsilon, delta)-DP: epsilon by OpenDP's privacy map, "
+                              "delta exact from the discrete Laplace tails)",
             "sensitivity": float(self.sensitivity), "l0": int(self.l0), "linf": float(self.linf),
             "scale": float(self.scale), "threshold": int(self.threshold),
             "epsilon": float(self.epsilon), "delta": float(self.delta),
@@ -497,8 +500,13 @@ class LaplaceThresholdMechanism:
 
 
 @functools.lru_cache(maxsize=256)
-def _laplace_threshold_map(scale: float, threshold: int, l0: int, l1: int, linf: int) -> tuple[float, float]:
-    """OpenDP's privacy map of make_laplace_threshold over integer counts: (epsilon, delta) at (l0, l1, linf)."""
+def opendp_threshold_map(scale: float, threshold: int, l0: int, l1: int, linf: int) -> tuple[float, float]:
+    """OpenDP's privacy map of make_laplace_threshold over integer counts: (epsilon, delta) at (l0, l1, linf).
+
+    Its epsilon, min(l1, l0 linf) / scale, is right and is the one privseed records. Its delta is not: OpenDP
+    0.16.0 bounds the tail P(Z > threshold - linf) where a count is kept at noisy >= threshold, i.e. when
+    Z >= threshold - linf, one step further out, so the delta is e^(1 / scale) too small (opendp/opendp#2922;
+    tests/test_mechanisms.py notices when an upgrade fixes it). ``laplace_threshold_delta`` is used instead."""
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
@@ -509,10 +517,47 @@ def _laplace_threshold_map(scale: float, threshold: int, l0: int, l1: int, linf:
     return float(epsilon), float(delta)
 
 
+def laplace_threshold_delta(scale: float, threshold: int, l0: int, l1: int, linf: int) -> float:
+    """The exact delta of ``LaplaceThresholdMechanism``: discrete Laplace noise Z of ``scale`` (P(k) proportional
+    to e^(-|k| t), t = 1 / scale) on the counts that are not 0, a noisy count kept when it is >= ``threshold``.
+
+    Guarantee, for adjacent corpora where one document moves at most ``l0`` coordinates, each by at most
+    ``linf``, ``l1`` in all (so it creates at most L0 = min(l0, l1) coordinates, each at a count of at most
+    Linf = min(linf, l1)): the mechanism is (epsilon, delta)-DP with epsilon = min(l1, l0 linf) / scale and
+
+        delta = 1 - (1 - p)^L0,   p = P(Z >= threshold - Linf) = e^(-t k) / (1 + e^(-t)) for k = threshold - Linf >= 1.
+
+    Proof. Split the document's coordinates into A, those it shifts (nonzero on both corpora: both are noised, and
+    the thresholding is post-processing of a discrete Laplace shift, pure DP at the shifts' L1 / scale), and B, the
+    coordinates only the larger corpus holds (count c_i in 1..Linf there, never noised nor released on the other).
+    B's coordinates are all withheld with probability q = prod_i P(c_i + Z < threshold) >= (1 - p)^|B|; then the two
+    releases agree on B, and the event "some coordinate of B is released" has probability 1 - q on one side and 0
+    on the other. For any set of outputs S this gives P'(S) <= (1 - q) + e^eps P(S), and the other direction
+    within 1 - q as well (A's loss is at most eps - |B| / scale, since each created coordinate uses at least 1 of
+    the L1), so delta <= 1 - (1 - p)^|B| <= 1 - (1 - p)^L0. It is attained: a document that creates L0
+    coordinates at count Linf (privseed's first-S histogram: S new terms, 1 each) releases one of them with
+    exactly that probability while the other corpus never does. The tail is scipy's ``dlaplace.sf`` (the same law
+    as OpenDP's sampler), the power computed as -expm1(L0 log1p(-p)); both in double precision, relative error
+    below 1e-14."""
+    from scipy import stats
+
+    scale = _check_positive("scale", scale)
+    created = min(int(l0), int(math.floor(l1)))
+    largest = min(float(linf), float(l1))
+    if created < 1 or largest <= 0:
+        return 0.0
+    # P(largest + Z >= threshold) = P(Z >= threshold - largest) = P(Z > threshold - largest - 1); counts are integers
+    p = float(stats.dlaplace.sf(math.ceil(threshold - largest) - 1, 1.0 / scale))
+    if p >= 1.0:
+        return 1.0
+    return float(-math.expm1(created * math.log1p(-p)))
+
+
 @dataclass(frozen=True)
 class LaplaceThresholdKind:
     """The thresholded Laplace histogram (``LaplaceThresholdMechanism``): calibrated on L0, L1 and Linf with a
-    declared delta; R releases compose by basic composition (R epsilon, R delta)."""
+    declared delta (the smallest integer threshold whose exact delta, ``laplace_threshold_delta``, meets it);
+    R releases compose by basic composition (R epsilon, R delta)."""
 
     name: str = "laplace-threshold"
 
@@ -525,20 +570,26 @@ class LaplaceThresholdKind:
                               "--hist-contribution first-terms")
         l0, l1, linf = int(sensitivity.l0), int(math.ceil(sensitivity.l1)), int(math.ceil(sensitivity.linf))
         scale = l1 / epsilon
-        lo, hi = 1, 2
-        while _laplace_threshold_map(scale, hi, l0, l1, linf)[1] > delta:
+
+        def exact_delta(threshold: int) -> float:
+            # looked up on the module at every call (tasks/audit_faults.py swaps in OpenDP's map to measure the audit)
+            return laplace_threshold_delta(scale, threshold, l0, l1, linf)
+
+        # the delta falls as the threshold grows; OpenDP's map needs threshold >= linf
+        lo, hi = linf, 2 * linf
+        while exact_delta(hi) > delta:
             lo, hi = hi, hi * 2
             if hi > 2**40:
                 raise ConfigError(f"no threshold meets delta {delta} at scale {scale}")
-        while lo < hi:  # the smallest integer threshold whose delta is within the declared one
+        while lo < hi:  # the smallest integer threshold whose exact delta is within the declared one
             mid = (lo + hi) // 2
-            if _laplace_threshold_map(scale, mid, l0, l1, linf)[1] <= delta:
+            if exact_delta(mid) <= delta:
                 hi = mid
             else:
                 lo = mid + 1
-        mapped_epsilon, mapped_delta = _laplace_threshold_map(scale, hi, l0, l1, linf)
+        mapped_epsilon, _ = opendp_threshold_map(scale, hi, l0, l1, linf)
         return LaplaceThresholdMechanism(sensitivity=float(l1), l0=l0, linf=float(linf), scale=scale, threshold=hi,
-                                         epsilon=mapped_epsilon, delta=mapped_delta)
+                                         epsilon=mapped_epsilon, delta=exact_delta(hi))
 
     def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]:
         return float(epsilon) * int(releases), float(delta) * int(releases)

@@ -1,9 +1,13 @@
-"""privseed audit: the statistics (Clopper-Pearson, the epsilon lower bound, the choice of test) and the command
-itself, whose quick profile must find every mechanism consistent with its claim when the noise is secret and
-must refute every claim when the noise is reproducible (--insecure-reproducible-noise, same seed every trial)."""
+"""privseed audit: the statistics (Clopper-Pearson, the epsilon lower bound, the choice of test, the calibration
+check over several canaries, the delta check) and the command itself, whose quick profile must find every mechanism
+consistent with its claim when the noise is secret and must refute every claim when the noise is reproducible
+(--insecure-reproducible-noise, same seed every trial); and the audit's power against the faults of
+privseed.tasks.audit_faults."""
 
 import json
 import math
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,8 @@ from privseed.tasks.audit import (
                                   format_table,
                                   run_trials,
                                   )
+from privseed.tasks.audit import CANARY
+from privseed.tasks.audit_faults import SHAPE_FAULTS
 from privseed.tasks.errors import ConfigError
 
 
@@ -137,9 +143,16 @@ def test_the_suite_audit_finds_every_correct_mechanism_consistent():
         assert row.noise == "secure", row
         assert row.verdict == "consistent" and 0 <= row.epsilon_lower_bound <= row.claimed_epsilon, row
         # the canary is tight where it can be (one document moves the whole sensitivity) and the bound sees most
-        # of what it spends: the check has power without refuting a correct mechanism
+        # of what it spends: the check has power without refuting a correct mechanism; no canary of another shape
+        # moves a correct mechanism beyond its sensitivity
         assert 0.5 * row.claimed_epsilon < row.canary_epsilon <= row.claimed_epsilon * (1 + 1e-3), row
         assert row.calibration_bound > 0.75 * row.canary_epsilon, row
+        assert row.delta_lower_bound <= row.delta, row
+    threshold = rows[MECHANISMS.index("histogram-threshold")]
+    # the thresholded histogram's delta is measured where it is large enough to be: its single-document items
+    # are released about as often as the claimed delta says
+    assert threshold.delta > 1e-3 and len(threshold.delta_groups) == 2, threshold
+    assert 0.25 * threshold.delta < threshold.delta_lower_bound <= threshold.delta, threshold
 
 
 @pytest.mark.parametrize("fault", ["half-noise", "half-sensitivity"])
@@ -153,6 +166,26 @@ def test_the_suite_audit_catches_a_2x_calibration_error(mechanism, fault):
     assert row.verdict == "VIOLATED" and row.calibration_bound > row.claimed_epsilon, row
     if fault == "half-sensitivity":  # the ledger records the halved sensitivity: the canary's move exceeds it
         assert row.canary_epsilon > 1.3 * row.claimed_epsilon, row
+
+
+SHAPE_FAULT_CASES = [(mechanism, name) for name, mechanisms in SHAPE_FAULTS.items() for mechanism in mechanisms]
+
+
+@pytest.mark.parametrize("mechanism, fault", SHAPE_FAULT_CASES)
+def test_the_suite_audit_catches_a_sensitivity_bug_of_another_shape(mechanism, fault):
+    """Issue 46: pass 1 counting class 1 twice, a repeated term once per occurrence, or a long document as several
+    is invisible to a class-0 canary of S distinct terms; the other canaries (each class, repeated terms, the
+    longest document) see it in the calibration check, and the thresholded histogram's delta check sees a linf
+    broken by repeats and the delta of OpenDP's unfixed map."""
+    [row] = _suite_audit([mechanism], fault)
+    assert row.noise == "secure" and row.verdict == "VIOLATED", row
+    if fault in ("unfixed-threshold-map", "repeated-terms") and mechanism == "histogram-threshold":
+        # the ledger records a delta the release frequency of single-document terms exceeds
+        assert row.delta_lower_bound > row.delta, row
+    else:
+        # the ledger records the correct scale: another canary's move exceeds the sensitivity
+        assert row.canary != CANARY and row.canary_epsilon > 1.3 * row.claimed_epsilon, row
+        assert row.calibration_bound > row.claimed_epsilon, row
 
 
 def test_the_faults_are_test_hooks_that_undo_themselves():
@@ -177,6 +210,15 @@ def test_the_faults_are_test_hooks_that_undo_themselves():
             raise RuntimeError
     assert SecureNoise.laplace is sampler and vocabulary.vocabulary_mechanism is factory
     assert vocabulary.vocabulary_mechanism(1.0, 4).scale == 4.0
+    from privseed.tasks import mechanisms, passes
+
+    count, delta = passes.TermCounting.count, mechanisms.laplace_threshold_delta
+    for name in audit_faults.SHAPE_FAULTS:
+        with pytest.raises(RuntimeError):
+            with audit_faults.fault(name, ""):
+                assert (passes.TermCounting.count, mechanisms.laplace_threshold_delta) != (count, delta)
+                raise RuntimeError
+    assert passes.TermCounting.count is count and mechanisms.laplace_threshold_delta is delta
 
 
 def test_the_sensitivity_fault_of_the_thresholded_histogram_recalibrates_it_for_half_the_l1():
@@ -187,7 +229,92 @@ def test_the_sensitivity_fault_of_the_thresholded_histogram_recalibrates_it_for_
     faulty = halved(correct)
     assert (faulty.sensitivity, faulty.scale) == (correct.sensitivity / 2, correct.scale / 2)
     assert faulty.epsilon == pytest.approx(correct.epsilon) and faulty.delta <= correct.delta
-    assert 1 <= faulty.threshold < correct.threshold  # OpenDP's map at the halved scale
+    assert 1 <= faulty.threshold < correct.threshold  # the exact delta at the halved scale
+
+
+def test_the_shape_faults_move_a_document_of_their_shape_beyond_the_bound():
+    """What the faults do to pass 1, on the audit's own vocabulary: each leaves the first canary's shape (a class-0
+    document of S distinct terms) as it was and moves a document of its own shape further."""
+    from privseed.tasks import audit_faults
+    from privseed.tasks.audit_trials import audit_vocabulary_terms
+    from privseed.tasks.mechanisms import laplace_threshold_delta, opendp_threshold_map
+    from privseed.tasks.passes import TermCounting
+
+    terms = audit_vocabulary_terms()
+    vocab = Path(tempfile.mkdtemp()) / "vocabulary.txt"
+    vocab.write_text("\n".join(terms) + "\n", encoding="utf-8")
+    first_s = TermCounting(str(vocab), 0, 4, per_class=True)
+    unit_l2 = TermCounting(str(vocab), 0, 4, per_class=True, contribution="unit-l2")
+    canary, repeated, long = "quasar obsidian marzipan lava", "quasar " * 8, " ".join(terms)
+
+    def move(counting, text, label=0):
+        return counting.count([text], [label], 3)
+
+    for counting, norm in ((first_s, lambda m: np.abs(m).sum()), (unit_l2, np.linalg.norm)):
+        bounds = [norm(move(counting, text, label)) for text, label in ((canary, 0), (canary, 1), (long, 0))]
+        with audit_faults.fault("class-1-twice", ""):
+            assert norm(move(counting, canary, 0)) == pytest.approx(bounds[0])
+            assert norm(move(counting, canary, 1)) == pytest.approx(2 * bounds[1])
+        with audit_faults.fault("long-documents", ""):
+            assert norm(move(counting, canary)) == pytest.approx(bounds[0])
+            assert norm(move(counting, long)) > 2 * bounds[2]
+    with audit_faults.fault("repeated-terms", ""):
+        assert move(first_s, repeated).max() == 4  # Linf S, L1 still S
+        assert np.linalg.norm(move(unit_l2, repeated)) == pytest.approx(np.sqrt(8))
+        assert np.linalg.norm(move(unit_l2, canary)) == pytest.approx(1.0)
+    with audit_faults.fault("unfixed-threshold-map", ""):
+        faulty = build_threshold(4, 4.0, 1e-2)
+    correct = build_threshold(4, 4.0, 1e-2)
+    assert (faulty.threshold, correct.threshold) == (6, 7)
+    # one threshold lower, the same recorded delta: the true one there is e times larger
+    assert faulty.delta == pytest.approx(opendp_threshold_map(1.0, 6, 4, 4, 1)[1]) == pytest.approx(correct.delta)
+    assert laplace_threshold_delta(1.0, 6, 4, 4, 1) > 2.5 * faulty.delta
+
+
+def build_threshold(s, epsilon, delta):
+    from privseed.tasks.histogram_seeds import build_mechanism
+
+    return build_mechanism("laplace-threshold", s, epsilon, delta)
+
+
+def test_the_calibration_check_bounds_by_the_canary_that_moves_most():
+    """Several canaries, each a neighbour of D: the bound is the largest loss, reported with its canary; equal
+    losses (up to rounding) keep the audit's own canary."""
+    from privseed.tasks.audit import NoiseDraw, calibration_check, pool_draws
+
+    rng = np.random.default_rng(17)  # test data: the noise of a simulated mechanism
+    move = np.eye(1, 400)[0] * 4
+
+    def draws(other):
+        return [{"block-class0": NoiseDraw("laplace", rng.laplace(0, 4.0, 400), move, 4.0, {"other": other})}
+                for _ in range(10)]
+
+    doubled = calibration_check(pool_draws(draws(2 * move)), 0.0, 1e-5)
+    assert doubled.canary == "other" and doubled.canary_epsilon == pytest.approx(2.0)
+    assert 1.6 < doubled.epsilon_lower_bound <= 2.0
+    assert doubled.groups["block-class#"]["canary_move[canary]"] == 4.0  # per group: the ledger name, numbers as #
+    tied = calibration_check(pool_draws(draws(move * (1 + 1e-12))), 0.0, 1e-5)
+    assert tied.canary == CANARY and tied.canary_epsilon == pytest.approx(1.0)
+
+
+def test_the_delta_check_bounds_delta_by_the_release_frequency():
+    """Binomial items: the check's lower limit stays under the true delta at its level and exceeds a claim e times
+    too small; delta_flag_probability is the rate at which it does (simulated)."""
+    from privseed.tasks.audit import delta_check, delta_flag_probability
+
+    rng = np.random.default_rng(19)  # test data: the delta events of a simulated mechanism
+    true, items, alpha, runs = 0.02, 4000, 0.05, 400
+    assert delta_check({}, alpha).delta_lower_bound == 0.0
+    assert delta_check({"g": (0, items)}, alpha).delta_lower_bound == 0.0
+    for claim in (true, true / np.e, 0.7 * true):
+        flags = sum(delta_check({"g": (int(rng.binomial(items, true)), items), "h": (0, 10)}, alpha)
+                    .delta_lower_bound > claim for _ in range(runs)) / runs
+        expected = delta_flag_probability(items, true, claim, alpha / 2)
+        assert abs(flags - expected) < 4 * math.sqrt(max(expected * (1 - expected), 1 / runs) / runs), (claim, flags)
+        if claim == true:
+            assert expected <= alpha / 2
+        if claim == true / np.e:
+            assert expected > 0.999999
 
 
 def test_untruncated_floor_cuts_a_count_with_probability_at_most_its_bound():
@@ -293,15 +420,15 @@ def test_audit_of_the_unit_l2_histogram_is_consistent_and_catches_a_sensitivity_
 
 
 def test_audit_of_the_thresholded_histogram_is_consistent_and_catches_noise_on_absent_terms(tmp_path, monkeypatch):
-    """--mechanism laplace-threshold: the quick audit stays below the claim; a variant that also noises (and so
-    releases) terms no document holds -- the full-vocabulary noise without its delta -- is refuted, because the
-    canary's terms then pass the threshold on D' only (its counts are higher there)."""
+    """--mechanism laplace-threshold: the quick audit stays below the claim; a variant whose threshold (1) does not
+    protect new terms is refuted: the canary's terms then pass the threshold on D' only, and the single-document
+    terms of D are released far more often than the claimed delta."""
     from privseed.tasks import audit_trials, mechanisms
 
     [row] = audit_trials.run_audit(["histogram-threshold"], audit_trials.PROFILES["quick"],
                                    workdir=tmp_path / "ok", progress=False, alpha=1e-5)
-    assert row.noise == "secure" and row.claimed_epsilon == 1.0
-    assert row.verdict == "consistent" and 0 <= row.epsilon_lower_bound <= 1.0, row
+    assert row.noise == "secure" and row.claimed_epsilon == 4.0
+    assert row.verdict == "consistent" and 0 <= row.epsilon_lower_bound <= 4.0 and row.delta_lower_bound <= row.delta
     real = mechanisms.LaplaceThresholdKind.calibrated
 
     def low_threshold(self, sensitivity, epsilon, delta=0.0):  # a threshold of 1: no protection of new terms
@@ -312,7 +439,7 @@ def test_audit_of_the_thresholded_histogram_is_consistent_and_catches_noise_on_a
     monkeypatch.setattr(mechanisms.LaplaceThresholdKind, "calibrated", low_threshold)
     [row] = audit_trials.run_audit(["histogram-threshold"], audit_trials.PROFILES["quick"],
                                    workdir=tmp_path / "bad", progress=False)
-    assert row.claimed_epsilon == 1.0 and row.exceeds_claim and row.verdict == "VIOLATED", row
+    assert row.claimed_epsilon == 4.0 and row.exceeds_claim and row.verdict == "VIOLATED", row
 
 
 @pytest.mark.slow
@@ -343,9 +470,9 @@ def test_audit_refutes_every_claim_of_reproducible_noise(tmp_path, capsys):
         assert row["noise"] == "insecure-reproducible", name
         if name == "histogram-threshold":
             # The canary's terms exist on D' only and stay under the threshold: both sides release them as 0, so
-            # the same (reproducible) noise leaves the threshold test nothing to tell apart. The calibration
-            # check's verdict is not asserted: it takes its noise values as independent, and here the same few
-            # dozen values repeat in every trial, so its limit is as narrow as 40 times more values would make it.
+            # the same (reproducible) noise leaves the threshold test nothing to tell apart. The calibration and
+            # delta checks' verdicts are not asserted: they take their noise values and items as independent, and
+            # here the same ones repeat in every trial, so their limits are as narrow as 60 times more would make.
             assert (row["tpr"], row["fpr"], row["threshold_bound"]) == (0.0, 0.0, 0.0), row
             continue
         assert (row["tpr"], row["fpr"]) == (1.0, 0.0), name
