@@ -1,11 +1,12 @@
 """The power of `privseed audit`: how often it catches a 2x calibration error in each mechanism (docs/privacy.md).
 
 For every mechanism and every condition (the correct mechanism, half the noise, a sensitivity counted half; the
-faults of privseed.tasks.audit_faults), this runs the audit at the suite's profile (10 calibration + 10 evaluation
+faults of privseed.tasks.audit.faults), this runs the audit at the suite's profile (10 calibration + 10 evaluation
 trials per corpus, confidence 1 - 1e-5, as tests/test_audit.py runs it) ``--repeats`` times through the flows'
 own passes and counts the VIOLATED verdicts. From the first run's noise groups (how many noise values a trial
 releases, the canary's move, the scale the mechanism really draws with) it also computes the calibration check's
-exact probability of saying VIOLATED (``privseed.tasks.audit.flag_probability``) at the suite's, the quick and the
+exact probability of saying VIOLATED (``privseed.tasks.audit.statistics.flag_probability``) at the suite's, the quick
+and the
 full profile, at 95 % and at 1 - 1e-5, for the group that flags most easily alone: a lower bound on the audit's
 P(catch), since the other groups and the threshold test can only add to it. For the correct mechanism the same
 number is that group's false-alarm probability.
@@ -24,10 +25,10 @@ import sys
 import time
 from typing import Any
 
-from privseed.tasks import audit as stats
-from privseed.tasks import audit_trials
-from privseed.tasks.audit_faults import fault as injected
-from privseed.tasks.config import AUDIT_MECHANISMS, AUDIT_PROFILES
+from privseed.tasks.audit import statistics as stats
+from privseed.tasks.audit import trials as audit_trials
+from privseed.tasks.audit.faults import fault as injected
+from privseed.tasks.config.commands import AUDIT_MECHANISMS, AUDIT_PROFILES
 
 SUITE = (10, 10)
 SUITE_ALPHA = 1e-5

@@ -27,16 +27,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from privseed.tasks.embedding import embed_texts  # noqa: E402
-from privseed.tasks.experiment import data_root  # noqa: E402
-from privseed.tasks.kde import FeatureSpec, release_sketch, shard_sketch_sums, sketch_mechanism  # noqa: E402
-from privseed.tasks.ledger import public_rng  # noqa: E402
-from privseed.tasks.mechanisms import secure_noise  # noqa: E402
-from privseed.tasks.sampling import (  # noqa: E402
+from privseed.tasks.data.embedding import embed_texts  # noqa: E402
+from privseed.tasks.evaluation.experiment import data_root  # noqa: E402
+from privseed.tasks.seeds.kde import FeatureSpec, release_sketch, shard_sketch_sums, sketch_mechanism  # noqa: E402
+from privseed.tasks.dp.ledger import public_rng  # noqa: E402
+from privseed.tasks.dp.mechanisms import secure_noise  # noqa: E402
+from privseed.tasks.seeds.sampling import (  # noqa: E402
     METHODS, SelectionRule, SketchTables, default_device, ensemble_blocks, fast_scores, naive_scores,
     sample_sequences, split_budget,
 )
-from privseed.tasks.vocabulary import (  # noqa: E402
+from privseed.tasks.seeds.vocabulary import (  # noqa: E402
     PhraseMatcher, english_vocabulary, first_terms_histogram, privatize_vocabulary, vocabulary_mechanism,
 )
 
@@ -88,7 +88,7 @@ def main() -> None:
 
     term_ids = timed("histogram", histogram, shared)
     terms = tuple(vocabulary.terms[i] for i in term_ids)
-    from privseed.tasks.embedding import load_embedder
+    from privseed.tasks.data.embedding import load_embedder
 
     timed("load model", lambda: load_embedder("minilm"), shared)  # imports + weights, once per process
     embeddings = timed("embed", lambda: embed_texts(list(terms), batch_size=256), shared)
@@ -157,7 +157,7 @@ def main() -> None:
 def extraction_scale(texts: list[str], n_docs: int) -> None:
     """Phrase extraction with a ~400K-term vocabulary (wordfreq top 400K + the medical term file) over
     ``n_docs`` documents (the corpus repeated)."""
-    from privseed.tasks.vocabulary import Vocabulary, file_vocabulary
+    from privseed.tasks.seeds.vocabulary import Vocabulary, file_vocabulary
 
     start = time.perf_counter()
     english = english_vocabulary(400_000)

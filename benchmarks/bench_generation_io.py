@@ -13,7 +13,8 @@ N uncached ones (the first run), it times the check the way it was (one probe pe
 ``publish``: N synthetic rows (demo-corpus texts, as benchmarks/bench_release_gate.py builds them), published
 the old way (the whole frame in this process: the release gate over every row, then the parts written one after
 another, ``publish_release(frame)``) and the new way (parts of 5,000 rows, already on the Dask workers as
-generation shards leave them, written and gate-checked there by ``privseed.tasks.corpus.write_part`` as the shards call
+generation shards leave them, written and gate-checked there by ``privseed.tasks.data.corpus.write_part`` as the shards
+call
 it, then ``publish_release(staged)``, which combines the checks and commits the manifest). GX is warmed up in every
 process first; building the rows is not timed. It prints both times, and what the driver held: the frame's
 memory against the pickled size of the staged descriptors.
@@ -121,7 +122,7 @@ def _part_rows(item: tuple[int, int, int]):
 
 def _write_part(rows, index: int, out: str, release_id: str, gate):
     """A generation shard's last step, on its worker: its rows written and checked as one part."""
-    from privseed.tasks.corpus import write_part
+    from privseed.tasks.data.corpus import write_part
 
     return write_part(out, release_id, index, rows, None, gate)
 
@@ -134,10 +135,10 @@ def _warm_gate(gate) -> None:
 def bench_publish(rows_list: list[int], workers: int) -> None:
     from distributed import wait
 
-    from privseed.tasks.cluster import dask_client
-    from privseed.tasks.corpus import StagedRelease, new_release_id, publish_release
-    from privseed.tasks.generation import MAX_PART_ROWS
-    from privseed.tasks.ledger import PrivacyLedger
+    from privseed.tasks.data.cluster import dask_client
+    from privseed.tasks.data.corpus import StagedRelease, new_release_id, publish_release
+    from privseed.tasks.generation.documents import MAX_PART_ROWS
+    from privseed.tasks.dp.ledger import PrivacyLedger
     from privseed.tasks.quality import release_gate
 
     with dask_client(n_workers=workers) as client:

@@ -1,4 +1,4 @@
-"""Time of Aug-PE's nearest-neighbour vote histogram per round: chunked GEMM (privseed.tasks.evolution) vs naive, and
+"""Time of Aug-PE's nearest-neighbour vote histogram per round: chunked GEMM (privseed.tasks.pe.evolution) vs naive, and
 the flows' per-unit path on a Dask cluster (read + embed + vote on the workers, counts summed on the cluster).
 
 The naive version is what brute-force PE voting does: one distance vector per private document, in a Python
@@ -10,7 +10,8 @@ stand in for MiniLM embeddings; the work does not depend on their values.
 At large n the naive loop is timed on a slice of --naive-max documents and scaled linearly (it is a loop of
 identical, independent per-document steps); such rows are marked "(scaled from N)".
 
-``--unit-docs N`` adds the per-unit rounds the flows run (privseed.tasks.pe_units): N generated documents of about 1.4
+``--unit-docs N`` adds the per-unit rounds the flows run (privseed.tasks.pe.pe_units): N generated documents of about
+1.4
 KB in ``--unit-shards`` Parquet shards, a LocalCluster of ``--workers`` workers, real MiniLM embeddings. Round 1
 reads and embeds every unit on its worker (cold); round 2 finds the embeddings in the workers' memory (warm).
 The difference is what recomputing the private embeddings in every round would cost per round.
@@ -39,7 +40,7 @@ def unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 def main() -> None:
     import torch
 
-    from privseed.tasks.evolution import naive_nearest_neighbour_votes, nearest_neighbour_votes
+    from privseed.tasks.pe.evolution import naive_nearest_neighbour_votes, nearest_neighbour_votes
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--private", type=int, nargs="+", default=[10_000, 100_000])
@@ -92,11 +93,11 @@ def per_unit_rounds(docs: int, shards: int, workers: int, candidates: int) -> No
     import pandas as pd
     from wordfreq import top_n_list
 
-    from privseed.tasks.cluster import dask_client
-    from privseed.tasks.units import add_parts, map_reduce_units
-    from privseed.tasks.embedding import embed_texts
-    from privseed.tasks.pe_units import PrivateUnits, forget_run, unit_class_votes
-    from privseed.tasks.units import plan_units
+    from privseed.tasks.data.cluster import dask_client
+    from privseed.tasks.data.units import add_parts, map_reduce_units
+    from privseed.tasks.data.embedding import embed_texts
+    from privseed.tasks.pe.pe_units import PrivateUnits, forget_run, unit_class_votes
+    from privseed.tasks.data.units import plan_units
 
     rng = np.random.default_rng(1)
     words = np.array([w for w in top_n_list("en", 5000) if w.isalpha()])

@@ -8,7 +8,8 @@ into common English words, shards of 100K rows in row groups of 10K) on a local 
 
   passes   this process connects to the scheduler and runs pass 1 (labels, keyed identity, first-S counts over
            the English top-50K vocabulary) and pass 2 (independent sketch sums over a V~ of 1,000 terms, I = 300)
-           with privseed.tasks.units.map_reduce_units, exactly as the flow's stages do; documents per CPU-second of the
+           with privseed.tasks.data.units.map_reduce_units, exactly as the flow's stages do; documents per CPU-second of
+           the
            workers (psutil, worker processes only) and per wall second; graph bytes (the pickled per-unit tasks
            the driver submits) and the once-scattered spec bytes.
   flow     `privseed dpkps s3://... --dask-address ... --llm none` in a subprocess of its own (the driver):
@@ -185,20 +186,11 @@ def run_passes(cluster: Cluster, data: str, storage_options: dict, check_in_memo
     """Pass 1 and pass 2 over the units of ``data`` on ``cluster``, timed, as the flow's stages run them."""
     from distributed import Client
 
-    from privseed.tasks.kde import FeatureSpec
-    from privseed.tasks.passes import (
-                                       DeclaredLabels,
-                                       ScanPart,
-                                       ScanSpec,
-                                       SketchSpec,
-                                       TermCounting,
-                                       UnitReader,
-                                       combine_sums,
-                                       scan_unit,
-                                       sketch_unit,
-                                       )
-    from privseed.tasks.units import map_reduce_units, plan_corpus
-    from privseed.tasks.vocabulary import load_vocabulary
+    from privseed.tasks.seeds.kde import FeatureSpec
+    from privseed.tasks.seeds.passes import (DeclaredLabels, ScanPart, ScanSpec, SketchSpec, TermCounting, UnitReader,
+                                             combine_sums, scan_unit, sketch_unit)
+    from privseed.tasks.data.units import map_reduce_units, plan_corpus
+    from privseed.tasks.seeds.vocabulary import load_vocabulary
 
     result: dict = {}
     with Client(cluster.address) as client:
@@ -240,17 +232,17 @@ def run_passes(cluster: Cluster, data: str, storage_options: dict, check_in_memo
 
 def warm_worker() -> None:
     """What a worker does once, not per unit: import the passes and index the public vocabulary."""
-    import privseed.tasks.passes  # noqa: F401
-    from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
+    import privseed.tasks.seeds.passes  # noqa: F401
+    from privseed.tasks.seeds.vocabulary import load_vocabulary, phrase_matcher
 
     phrase_matcher(load_vocabulary("english", 50_000))
 
 
 def in_memory_equivalence(data, storage_options, counts, terms, embeddings, specs, sums) -> dict:
     """The whole corpus read into memory, every document fully extracted, one sum: today's reference."""
-    from privseed.tasks.corpus import read_corpus
-    from privseed.tasks.kde import shard_sketch_sums
-    from privseed.tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
+    from privseed.tasks.data.corpus import read_corpus
+    from privseed.tasks.seeds.kde import shard_sketch_sums
+    from privseed.tasks.seeds.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
 
     corpus = read_corpus(data, storage_options=storage_options)
     vocabulary = load_vocabulary("english", 50_000)

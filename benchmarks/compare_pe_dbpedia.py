@@ -70,7 +70,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from privseed.tasks.experiment import data_root
+    from privseed.tasks.evaluation.experiment import data_root
 
     data = data_root() / "dbpedia14"  # $PRIVSEED_DATA_ROOT (docs/datasets.md)
     train = pd.read_parquet(data / "train.parquet")
@@ -96,7 +96,7 @@ def main() -> None:
         released keyphrases (best of 3 by term coverage). Two steps only because dpkps_flow on main does not yet
         hand V~ to generate_documents (sequences.attrs['released_vocabulary']); the prompts, cache and
         selection are exactly the generation layer's."""
-        from privseed.tasks.generation import GenerationParams, generate_seeds, seeds_from_sequences
+        from privseed.tasks.generation.documents import GenerationParams, generate_seeds, seeds_from_sequences
 
         base = str(out / "dpkps-seeds")
         dpkps_flow({**common, "llm": "none", "out": base, "eps_voc": 1.0, "eps_kde": e - 1.0})

@@ -4,10 +4,10 @@
         [--test $PRIVSEED_DATA_ROOT/dbpedia14/test.parquet]
 
 Prints: rows generated / kept / dropped (and why), rejected candidates by reason and regeneration calls (the
-release's quality.json), mean seed-term coverage of the kept rows (privseed.tasks.metrics.term_coverage), their
-degenerate rate by the document predicate (privseed.tasks.metrics.degenerate_rate; 0 by construction for a gated
+release's quality.json), mean seed-term coverage of the kept rows (privseed.tasks.quality.metrics.term_coverage), their
+degenerate rate by the document predicate (privseed.tasks.quality.metrics.degenerate_rate; 0 by construction for a gated
 release, so the candidates' rejection rate is printed too), TF-IDF + LR accuracy on the real test split of the
-documents and of the same rows' keyphrase sequences (privseed.tasks.evaluation.documents_vs_seeds: what
+documents and of the same rows' keyphrase sequences (privseed.tasks.evaluation.evaluation.documents_vs_seeds: what
 `--llm none` would release from the same seeds), the same per class, worst first (where the documents lose),
 output tokens, median words, and, given the flow's log (`privseed dpkps ... > RUN.log 2>&1`), the generation
 stage's wall time (from the end of `sample-sequences` to the end of `generate-documents`) with its output
@@ -21,11 +21,11 @@ import json
 import re
 from pathlib import Path
 
-from privseed.tasks.corpus import read_corpus
-from privseed.tasks.evaluation import documents_and_seeds_predictions, recall_by_class
-from privseed.tasks.release_reader import read_release
-from privseed.tasks.experiment import data_root
-from privseed.tasks.metrics import classification_scores, degenerate_rate, seed_term_coverage
+from privseed.tasks.data.corpus import read_corpus
+from privseed.tasks.evaluation.evaluation import documents_and_seeds_predictions, recall_by_class
+from privseed.tasks.data.release_reader import read_release
+from privseed.tasks.evaluation.experiment import data_root
+from privseed.tasks.quality.metrics import classification_scores, degenerate_rate, seed_term_coverage
 
 _FINISHED = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) \| INFO +\| "
                        r"Task run '([a-z-]+)-[0-9a-f]+' - Finished in state Completed")

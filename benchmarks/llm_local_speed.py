@@ -14,7 +14,7 @@ import argparse
 import os
 import time
 
-from privseed.tasks.generation import GenerationParams, generate_seeds, generate_shard
+from privseed.tasks.generation.documents import GenerationParams, generate_seeds, generate_shard
 from privseed.tasks.llm import ReleasedVocabulary, get_backend, parse_llm_spec
 
 TERMS = ["river", "village", "church", "football", "album", "company", "school", "species", "film", "novel",
@@ -52,7 +52,7 @@ def main() -> None:
         df = generate_shard(seeds(args.docs, 10_000 * threads), spec, params, None, progress=False)
         report(f"in-process, {threads} thread(s)", df, time.time() - t0)
     if not args.skip_dask:
-        from privseed.tasks.cluster import dask_client
+        from privseed.tasks.data.cluster import dask_client
 
         spec = parse_llm_spec(args.llm).with_options(n_threads=1)
         with dask_client(n_workers=2):

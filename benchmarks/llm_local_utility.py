@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from privseed.tasks.experiment import data_root
-from privseed.tasks.generation import GenerationParams, generate_shard
+from privseed.tasks.evaluation.experiment import data_root
+from privseed.tasks.generation.documents import GenerationParams, generate_shard
 from privseed.tasks.llm import LLMSpec, RecipientExample, ReleasedVocabulary, get_backend
 
 DOC_TYPE = "summary of a Wikipedia-style article"

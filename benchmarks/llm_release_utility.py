@@ -13,8 +13,8 @@ import collections
 import pandas as pd
 
 from benchmarks.llm_local_utility import utility
-from privseed.tasks.corpus import read_release
-from privseed.tasks.experiment import data_root
+from privseed.tasks.data.corpus import read_release
+from privseed.tasks.evaluation.experiment import data_root
 from privseed.tasks.llm import term_coverage
 from privseed.tasks.quality import document_rejection
 

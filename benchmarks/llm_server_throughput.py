@@ -7,7 +7,8 @@ at 1, 2, 4, 8 slots against today's per-worker llama-cpp-python (``--llm local``
 What a user waits for: the seeds' documents through best-of-1 and up to --max-regenerations rounds of
 regeneration, every answer judged by THE document predicate (privseed.tasks.quality.document_rejection, the
 release gate's), so "kept" is what a release would keep. Both paths run the same generation code
-(privseed.tasks.generation.generate_shard) on the same public seeds (the first 10 public-vocabulary terms of one
+(privseed.tasks.generation.documents.generate_shard) on the same public seeds (the first 10 public-vocabulary terms of
+one
 DBPedia-14 TEST-split document per class, never the train split releases are made from), the demo's prompt
 (template ``coverage``, its two few-shot articles, temperature 0.4, max tokens, steering 4, no-repeat 4-grams),
 the same cores, no call cache:
@@ -44,13 +45,13 @@ FEW_SHOT = ROOT / "tasks" / "demo_data" / "few_shot_wikipedia.jsonl"
 
 
 def _warm(_: int) -> int:
-    import privseed.tasks.generation  # noqa: F401 - import cost before the clock
+    import privseed.tasks.generation.documents  # noqa: F401 - import cost before the clock
 
     return os.getpid()
 
 
 def _shard(seeds: list, spec, params) -> pd.DataFrame:
-    from privseed.tasks.generation import generate_shard
+    from privseed.tasks.generation.documents import generate_shard
     from privseed.tasks.llm import close_backend
 
     try:
@@ -60,7 +61,7 @@ def _shard(seeds: list, spec, params) -> pd.DataFrame:
 
 
 def public_seeds(n: int, per_class: int = 1) -> list:
-    from privseed.tasks.experiment import data_root
+    from privseed.tasks.evaluation.experiment import data_root
     from privseed.tasks.llm import ReleasedVocabulary
 
     test = pd.read_parquet(os.environ.get("PRIVSEED_DBPEDIA_TEST") or data_root() / "dbpedia14" / "test.parquet")
@@ -115,7 +116,7 @@ def main() -> None:
     ap.add_argument("--show", action="store_true", help="print one kept text per run")
     args = ap.parse_args()
 
-    from privseed.tasks.generation import GenerationParams
+    from privseed.tasks.generation.documents import GenerationParams
     from privseed.tasks.llm import load_few_shot
 
     seeds = public_seeds(args.seeds)

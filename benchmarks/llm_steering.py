@@ -10,7 +10,7 @@ which mix terms that rarely co-occur, but built from public data), the first --p
 the data results are reported on: the reported runs use DP seeds released from the TRAIN split. No
 regeneration, one candidate, so the degenerate rate is the model's own. A name ending in "-flat" runs the
 first ("flat") steering schedule; the others run the default "budget" schedule (tasks/llm/steering.py). Prints
-per configuration: seed-term coverage (privseed.tasks.metrics.term_coverage),
+per configuration: seed-term coverage (privseed.tasks.quality.metrics.term_coverage),
 the share of answers the document predicate rejects and why, output tokens/s and documents/min, and two texts.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from document_predicate_real import first_terms, public_vocabulary
-from privseed.tasks.config import REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, STEER_END_COVERAGE_DEFAULT
-from privseed.tasks.generation import GenerationParams, generate_shard
+from privseed.tasks.config.commands import REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, STEER_END_COVERAGE_DEFAULT
+from privseed.tasks.generation.documents import GenerationParams, generate_shard
 from privseed.tasks.llm import LLMSpec, ReleasedVocabulary, load_few_shot
 from privseed.tasks.quality import document_rejection
 
@@ -41,7 +41,7 @@ CONFIGS = {
     "nr": dict(steer=0.0, no_repeat_ngram=4),
     "s1nr": dict(steer=1.0, no_repeat_ngram=4),
     "s3nr": dict(steer=3.0, no_repeat_ngram=4),
-    # the CLI's defaults (tasks/config.py)
+    # the CLI's defaults (tasks/config/commands.py)
     "cli": dict(steer=STEER_DEFAULT, no_repeat_ngram=4, repeat_penalty=REPEAT_PENALTY_DEFAULT,
                 steer_end_coverage=STEER_END_COVERAGE_DEFAULT),
 }
@@ -63,14 +63,14 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=2, help="texts printed per configuration")
     args = ap.parse_args()
     if args.seeds_from:
-        from privseed.tasks.release_reader import read_release
+        from privseed.tasks.data.release_reader import read_release
 
         rows = read_release(args.seeds_from).rows
         rows = rows.groupby("label", sort=True).head(args.per_class)
         labels, terms = rows["label"].tolist(), [list(map(str, k)) for k in rows["keyphrases"]]
         source = "DP-KPS release from the public DBPedia-14 test split"
     else:
-        from privseed.tasks.experiment import data_root
+        from privseed.tasks.evaluation.experiment import data_root
 
         test = pd.read_parquet(data_root() / "dbpedia14" / "test.parquet")
         rng = np.random.default_rng(2024)

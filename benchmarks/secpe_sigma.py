@@ -5,7 +5,7 @@
 
 For each (r/p, T) the binding secret is the one a single document holds: SecretNoise's LP gives that document
 w = min(1, eta) with eta = Phi^-1(1-p) - Phi^-1(1-r), so rho = min(1, eta) under ``--rho-norm max``. The joint
-calibration (privseed.tasks.accounting.calibrate_secret_sigma) composes T mixtures with shift sqrt(2) per sampled
+calibration (privseed.tasks.dp.accounting.calibrate_secret_sigma) composes T mixtures with shift sqrt(2) per sampled
 holder; the earlier one composed 2T mixtures with shift 1, which under-counts because one Bernoulli draw drives both
 released parts. Prints a Markdown table (docs/baselines.md).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from privseed.tasks import accounting
+from privseed.tasks.dp import accounting
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,12 @@
 """Choose the histogram methods' defaults once, on held-out parts of PUBLIC training splits (docs/dpkps.md).
 
 For each corpus the training split (never the test split) is divided per class into a "private" part (80 %)
-and a validation part (20 %, seed 7). The same pure functions as the flow (tasks/histogram_seeds.py,
-tasks/vocabulary.py) build the release; noise comes from tasks/mechanisms.py's *research* source
+and a validation part (20 %, seed 7). The same pure functions as the flow (tasks/seeds/histogram_seeds.py,
+tasks/seeds/vocabulary.py) build the release; noise comes from tasks/dp/mechanisms.py's *research* source
 (insecure_noise, seeded, so the comparison is reproducible; a release uses the secure sampler). The validation
 documents are turned into their own phrase sequences (the no-LLM protocol) and scored by TF-IDF + logistic
-regression trained on the synthetic sequences. Coherence: privseed.tasks.histogram_seeds.pair_coherence against the
+regression trained on the synthetic sequences. Coherence: privseed.tasks.seeds.histogram_seeds.pair_coherence against
+the
 validation documents of the sequence's class.
 
     PYTHONPATH=$PWD nice -n 10 python benchmarks/tune_histogram_defaults.py --out tune.jsonl
@@ -25,15 +26,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from privseed.tasks.histogram_seeds import (build_mechanism, class_pair_counts, class_positions,
-                                            class_term_releases, noise_floor, pair_candidates,
-                                            pair_coherence, pair_matrix, pair_mechanism, release_all,
-                                            sample_class_sequences, stage_budgets)
-from privseed.tasks.experiment import data_root
-from privseed.tasks.mechanisms import insecure_noise
-from privseed.tasks.sampling import SelectionRule
-from privseed.tasks.seed_methods import contribution_kind
-from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
+from privseed.tasks.seeds.histogram_seeds import (build_mechanism, class_pair_counts, class_positions,
+                                                  contribution_weights, class_term_releases, noise_floor,
+                                                  pair_candidates, pair_coherence, pair_matrix, pair_mechanism,
+                                                  release_all, sample_class_sequences, stage_budgets)
+from privseed.tasks.evaluation.experiment import data_root
+from privseed.tasks.dp.mechanisms import insecure_noise
+from privseed.tasks.seeds.sampling import SelectionRule
+from privseed.tasks.seeds.seed_methods import contribution_kind
+from privseed.tasks.seeds.vocabulary import load_vocabulary, phrase_matcher
 
 CORPORA = {
     "dbpedia14": ("dbpedia14/train.parquet", "label", None),
@@ -50,7 +51,7 @@ BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 
 # per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov.
 # "background_cap" (not in BASE, so the keys of the runs before it stay valid; 1 when absent): --hist-background-cap
 #: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of
-#: privseed.tasks.accounting.default_delta
+#: privseed.tasks.dp.accounting.default_delta
 GAUSSIAN_DELTA = 7.238241365054197e-08
 
 
@@ -104,7 +105,7 @@ def load_split(name: str, private_posts: int = 500, validation_posts: int = 60) 
     path, label_column, grid_test_fraction = CORPORA[name]
     frame = pd.read_parquet(data_root() / path)  # $PRIVSEED_DATA_ROOT (docs/datasets.md)
     frame = pd.DataFrame({"text": frame["text"].astype(str), "label": frame[label_column]})
-    if grid_test_fraction:  # drop exactly the experiment grid's test rows (tasks/experiment.py prepare_data)
+    if grid_test_fraction:  # drop exactly the experiment grid's test rows (tasks/evaluation/experiment.py prepare_data)
         order = np.random.default_rng(20240601).permutation(len(frame))
         frame = frame.iloc[order[int(round(len(frame) * grid_test_fraction)):]]
     rng = np.random.default_rng(7)
@@ -120,7 +121,7 @@ def grid_splits(names: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame,
     """(private, test, synthetic_per_class) of each corpus exactly as experiments/seeds_grid.toml prepares them."""
     import tempfile
 
-    from privseed.tasks.experiment import load_experiment, prepare_data
+    from privseed.tasks.evaluation.experiment import load_experiment, prepare_data
 
     spec = load_experiment(str(Path(__file__).resolve().parents[1] / "experiments" / "seeds_grid.toml"))
     out = {}
@@ -185,7 +186,7 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     kind = contribution_kind(contribution)  # the flow's own: first S terms, or the whole document at L2 norm 1
     if kind.whole_document and "decay" in setting:
         kind = dataclasses.replace(kind, decay=float(setting["decay"]))
-    counts = kind.class_weights(private_ids, private_index, len(labels), len(terms), setting["S"])
+    counts = contribution_weights(kind, private_ids, private_index, len(labels), len(terms), setting["S"])
     mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0], contribution=contribution)
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
     releases = class_term_releases(noisy, mech, setting["K"], setting["M"], setting["denoise"],

@@ -36,8 +36,8 @@ def accuracy(out: str, test_path: Path) -> tuple[float, float]:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from privseed.tasks.corpus import read_release
-    from privseed.tasks.vocabulary import PhraseMatcher, Vocabulary
+    from privseed.tasks.data.corpus import read_release
+    from privseed.tasks.seeds.vocabulary import PhraseMatcher, Vocabulary
 
     _, synthetic = read_release(out)
     test = pd.read_parquet(test_path)
@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from privseed.flows.cli import main as privseed
-    from privseed.tasks.experiment import data_root
+    from privseed.tasks.evaluation.experiment import data_root
 
     args.data = args.data or str(data_root() / "dbpedia14" / "train.parquet")
     args.test = args.test or str(data_root() / "dbpedia14" / "test.parquet")

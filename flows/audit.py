@@ -1,6 +1,6 @@
 """`privseed audit`: an empirical privacy audit of every mechanism (lower bounds on epsilon, with 95 % confidence
 unless --confidence says otherwise, against what each ledger claims). The trials and the mechanisms' fixtures are
-in tasks/audit_trials.py, the statistics in tasks/audit.py.
+in tasks/audit/trials.py, the statistics in tasks/audit/statistics.py.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from privseed import __version__
-from privseed.tasks import audit as stats
-from privseed.tasks.audit_trials import Profile, run_audit, write_outputs
-from privseed.tasks.config import AuditConfig
+from privseed.tasks.audit import statistics as stats
+from privseed.tasks.audit.trials import Profile, run_audit, write_outputs
+from privseed.tasks.config.commands import AuditConfig
 
 
 # ---------------------------------------------------------------------------------------------------------

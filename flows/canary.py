@@ -27,7 +27,7 @@ from prefect import flow
 from privseed import __version__
 from privseed.flows.dpkps import dpkps_flow
 from privseed.tasks._runtime import apply_offline_defaults
-from privseed.tasks.config import TYPED_FLOW, CanaryAuditConfig, flow_config
+from privseed.tasks.config.commands import TYPED_FLOW, CanaryAuditConfig, flow_config
 from privseed.tasks.stages.canary import judge_canaries, plant_canaries, write_canary_report
 
 

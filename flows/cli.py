@@ -1,9 +1,9 @@
 """The ``privseed`` command.
 
 It answers at once: the command table below is plain data, every command's options come from its configuration
-model (tasks/config.py, which imports pydantic and nothing heavy), and a command's flow module (Prefect, Dask,
+model (tasks/config/commands.py, which imports pydantic and nothing heavy), and a command's flow module (Prefect, Dask,
 torch, GX) is imported only when that command runs, after its configuration and its input have been checked
-(``privseed.tasks.preflight``). ``privseed --help`` builds no command's options at all; ``privseed dpkps --help``
+(``privseed.tasks.config.preflight``). ``privseed --help`` builds no command's options at all; ``privseed dpkps --help``
 builds dpkps's only.
 
 Errors: every refusal is one line on stderr and exit status 2 (``PrivseedError``, argparse's own errors with a
@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: its name, its configuration model (a class of privseed.tasks.config), the function that
+    """One subcommand: its name, its configuration model (a class of privseed.tasks.config.commands), the function that
     runs it (``module:function``, imported only to run it), its help for users, and whether it runs Prefect flows
     (which need Prefect's API: a temporary server for the run when none is configured)."""
 
@@ -46,17 +46,18 @@ class Command:
         return self.runner.split(":", 1)[0]
 
     def config_model(self) -> Any:
-        from privseed.tasks import config
+        from privseed.tasks.config import commands as config
 
         return getattr(config, self.model)
 
     def run(self, args: argparse.Namespace) -> int:
-        """Validate the configuration, check the input (privseed.tasks.preflight), then import the flow module and
+        """Validate the configuration, check the input (privseed.tasks.config.preflight), then import the flow module
+        and
         run: a refused run never starts Prefect or Dask. What the run starts for itself (Prefect's temporary
         server) stops when it ends, however it ends (privseed.tasks._runtime)."""
-        from privseed.tasks import preflight
+        from privseed.tasks.config import preflight
         from privseed.tasks._runtime import ended_like_ctrl_c, temporary_prefect_server
-        from privseed.tasks.config import config_from_args
+        from privseed.tasks.config.commands import config_from_args
 
         cfg = config_from_args(self.config_model(), args)
         preflight.check(cfg)
@@ -181,7 +182,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         sub = subparsers.add_parser(command.name, help=command.help, description=command.description,
                                     formatter_class=_HelpFormatter)
         if only is None or only == command.name:
-            from privseed.tasks.config import add_config_arguments
+            from privseed.tasks.config.commands import add_config_arguments
 
             add_config_arguments(sub, command.config_model())
         sub.set_defaults(command=command.name)
@@ -227,7 +228,7 @@ def _quiet_errors_of_the_engines() -> None:
                  "prefect.task_engine", "distributed.worker", "distributed.scheduler", "distributed.core"):
         logging.getLogger(name).addFilter(_DROP_ERRORS)  # once per logger, however often main() runs
     # The workers of a LocalCluster log a failed task once more ("Compute Failed", with its traceback) in their own
-    # processes: their logs are silenced below CRITICAL (privseed.tasks.cluster.dask_log_level).
+    # processes: their logs are silenced below CRITICAL (privseed.tasks.data.cluster.dask_log_level).
     os.environ.setdefault("PRIVSEED_DASK_LOG_LEVEL", "CRITICAL")
 
 

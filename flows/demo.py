@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 
 from privseed.tasks import storage
-from privseed.tasks.config import (REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, DemoConfig, DpKpsConfig, EvaluateConfig,
-                                   evaluation_folder, validate_config)
+from privseed.tasks.config.commands import (REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, DemoConfig, DpKpsConfig,
+                                            EvaluateConfig, evaluation_folder, validate_config)
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"
@@ -102,9 +102,9 @@ def run_demo(demo: DemoConfig) -> int:
     print(f"  private state:    {cfg.state_uri}  (the owner's: identity key, drawn values, LLM cache; never share it)")
     print(f"  evaluation:       {storage.join(evaluated, 'evaluation.json')}  {_headline(evaluation)}")
     if cfg.llm != "none":
-        from privseed.tasks.corpus import read_corpus
-        from privseed.tasks.evaluation import documents_vs_seeds
-        from privseed.tasks.release_reader import read_release
+        from privseed.tasks.data.corpus import read_corpus
+        from privseed.tasks.evaluation.evaluation import documents_vs_seeds
+        from privseed.tasks.data.release_reader import read_release
 
         docs, seeds = documents_vs_seeds(read_release(out).rows, read_corpus(demo_corpus_path(DEMO_TEST)))
         print(f"  TF-IDF + LR on the real test split: the documents {100 * docs:.1f}%, their DP seeds alone "

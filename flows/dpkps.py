@@ -23,10 +23,10 @@ from prefect import flow, get_run_logger
 
 from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import storage
-from privseed.tasks.cluster import cluster_security, dask_client
-from privseed.tasks.config import TYPED_FLOW, DpKpsConfig, flow_config
-from privseed.tasks.ledger import PrivacyLedger
-from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
+from privseed.tasks.data.cluster import cluster_security, dask_client
+from privseed.tasks.config.commands import TYPED_FLOW, DpKpsConfig, flow_config
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
 from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
@@ -36,7 +36,7 @@ from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_
                                              sample_histogram_sequences)
 from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, state_summary, warn_if_insecure
 from privseed.tasks.stages.release import publish, render_without_llm
-from privseed.tasks.units import CorpusPlan
+from privseed.tasks.data.units import CorpusPlan
 
 
 @flow(name="dpkps", log_prints=True, **TYPED_FLOW)

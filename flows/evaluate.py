@@ -8,7 +8,7 @@
                                                                                                 |
                                test labels, read once, after all training --> scores --> report.html, JSON
 
-The stages are in tasks/stages/evaluation.py, what they compute in tasks/evaluation.py.
+The stages are in tasks/stages/evaluation.py, what they compute in tasks/evaluation/evaluation.py.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import pandas as pd
 from prefect import flow
 
 from privseed.tasks._runtime import apply_offline_defaults
-from privseed.tasks import classify
-from privseed.tasks.config import TYPED_FLOW, EvaluateConfig, flow_config
-from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result,
-                                       evaluation_summary, label_names_from, resolve_test_view)
-from privseed.tasks.release_reader import release_vocabulary, written_without_llm
+from privseed.tasks.evaluation import classify
+from privseed.tasks.config.commands import TYPED_FLOW, EvaluateConfig, flow_config
+from privseed.tasks.evaluation.evaluation import (build_run_report, choose_client_texts, evaluation_result,
+                                                  evaluation_summary, label_names_from, resolve_test_view)
+from privseed.tasks.data.release_reader import release_vocabulary, written_without_llm
 from privseed.tasks.stages.artifacts import score_artifacts
 from privseed.tasks.stages.evaluation import (load_client_texts, load_release, load_test_set, phrase_view, score_corpus,
                                               write_evaluation)
@@ -34,7 +34,8 @@ from privseed.tasks.stages.evaluation import (load_client_texts, load_release, l
 @flow(name="evaluate", log_prints=True, **TYPED_FLOW)
 def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     """Train on the release at `synthetic` only; report accuracy and macro-F1 on the real test set. ``config`` is
-    typed (tasks/config.py; a dict of fields is accepted; PRIVSEED_* variables fill what it leaves out, as on the
+    typed (tasks/config/commands.py; a dict of fields is accepted; PRIVSEED_* variables fill what it leaves out, as on
+    the
     command line)."""
     apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg = flow_config(EvaluateConfig, config)

@@ -20,10 +20,10 @@ from typing import Any
 from prefect import flow
 
 from privseed.tasks._runtime import apply_offline_defaults
-from privseed.tasks import evolution as ev
+from privseed.tasks.pe import evolution as ev
 from privseed.tasks import storage
-from privseed.tasks.cluster import cluster_security, dask_client
-from privseed.tasks.config import TYPED_FLOW, AugPeConfig, SecPeConfig, build_config, flow_config
+from privseed.tasks.data.cluster import cluster_security, dask_client
+from privseed.tasks.config.commands import TYPED_FLOW, AugPeConfig, SecPeConfig, build_config, flow_config
 from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, term_counting

@@ -10,7 +10,8 @@ way the paper's tables were, written as one table beside the paper's numbers plu
 
 Resumable: a finished cell's scores stay in cells.jsonl and its release in runs/<cell>/ (whose ledger re-reads
 every drawn value), so a re-run only does the missing cells. This flow composes the method flows as subflows;
-what it computes is in tasks/experiment.py, tasks/baselines.py, tasks/experiment_table.py and the stages in
+what it computes is in tasks/evaluation/experiment.py, tasks/evaluation/baselines.py,
+tasks/evaluation/experiment_table.py and the stages in
 tasks/stages/experiment.py.
 """
 
@@ -24,17 +25,17 @@ from prefect import flow
 
 from privseed.flows.dpkps import dpkps_flow
 from privseed.flows.evolution import augpe_flow, secpe_flow
-from privseed.tasks.baselines import only_llm_label_names
-from privseed.tasks.config import TYPED_FLOW, ExperimentConfig, flow_config
+from privseed.tasks.evaluation.baselines import only_llm_label_names
+from privseed.tasks.config.commands import TYPED_FLOW, ExperimentConfig, flow_config
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides,
-                                       grid_cells, load_experiment, method_config, method_flow, record_release_seconds,
-                                       recorded_release_seconds)
-from privseed.tasks.release_reader import Release
+from privseed.tasks.evaluation.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides,
+                                                  grid_cells, load_experiment, method_config, method_flow,
+                                                  record_release_seconds, recorded_release_seconds)
+from privseed.tasks.data.release_reader import Release
 from privseed.tasks.stages.evaluation import load_release
 from privseed.tasks.stages.experiment import GridData, only_llm_documents, real_documents, score_cell, tabulate
 
-#: The flow that writes each method's release (privseed.tasks.experiment.method_flow names it).
+#: The flow that writes each method's release (privseed.tasks.evaluation.experiment.method_flow names it).
 #: Each takes its own configuration model; a cell's config dict is validated into it by Prefect.
 METHOD_FLOWS: dict[str, Any] = {"dpkps": dpkps_flow, "augpe": augpe_flow, "secpe": secpe_flow}
 
@@ -44,7 +45,7 @@ METHOD_FLOWS: dict[str, Any] = {"dpkps": dpkps_flow, "augpe": augpe_flow, "secpe
 def experiment(config: ExperimentConfig, grid: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run a grid (datasets x methods x eps x seeds [x DA]) and write table.csv, table.md and report.html.
 
-    ``config`` is an ExperimentConfig, typed (tasks/config.py: the experiment file and what the command line
+    ``config`` is an ExperimentConfig, typed (tasks/config/commands.py: the experiment file and what the command line
     replaces in it; a dict of fields is accepted); ``grid`` holds the file's settings inline (datasets, methods,
     sections), for callers without a file. Resumable: a finished cell's scores are kept in cells.jsonl and its
     release in runs/<cell>/ (whose ledger re-reads every drawn value), so a re-run only does the missing cells.

@@ -48,7 +48,7 @@ SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|CREDENTIAL)
 INTERPOLATION = re.compile(r"^\$\{([A-Z_][A-Z0-9_]*)(?:(?::?[-?])[^}]*)?\}$")
 DOCKERFILE = REPO / "infra" / "Dockerfile"
 DEPLOYMENTS = REPO / "deployments" / "prefect.yaml"
-#: Worker settings that keep private record batches in memory (tasks/cluster.py NO_SPILL_ENV, which this script
+#: Worker settings that keep private record batches in memory (tasks/data/cluster.py NO_SPILL_ENV, which this script
 #: does not import: it runs without the project's packages).
 NO_SPILL_ENV = {"DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "False", "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL": "False"}
 #: The LLM credentials generation needs where it runs (the Dask workers, and the flow process).

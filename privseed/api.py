@@ -50,7 +50,7 @@ class Release:
 
     def to_pandas(self) -> pd.DataFrame:
         """The synthetic rows, read through the manifest (every part's sha256 checked)."""
-        from privseed.tasks.corpus import read_release
+        from privseed.tasks.data.corpus import read_release
 
         return read_release(self.path)[1]
 
@@ -73,7 +73,7 @@ def demo_corpus() -> pd.DataFrame:
 
 def open_release(path: str | os.PathLike[str]) -> Release:
     """The release at ``path`` (its manifest read; a folder without one is refused)."""
-    from privseed.tasks.corpus import read_manifest
+    from privseed.tasks.data.corpus import read_manifest
 
     return Release(str(path), read_manifest(str(path)))
 
@@ -124,9 +124,9 @@ def dpkps(data: pd.DataFrame | datasets.Dataset | str | os.PathLike[str], labels
     ``labels_file`` is given. ``options``: fields of DpKpsConfig, e.g. ``llm="none"``, ``eps_voc=1.0``,
     ``per_class=20``. A bad option or input raises a ``privseed.tasks.errors.PrivseedError`` before anything runs.
     """
-    from privseed.tasks import preflight
+    from privseed.tasks.config import preflight
     from privseed.tasks._runtime import offline_defaults
-    from privseed.tasks.config import DpKpsConfig, validate_config
+    from privseed.tasks.config.commands import DpKpsConfig, validate_config
 
     if out is None:
         raise TypeError("dpkps() needs out=: the folder the release is written to")

@@ -71,7 +71,7 @@ def corpus_file(tmp_path, tiny_corpus) -> str:
 
 def write_shards(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group_rows: int = 4) -> str:
     """``frame`` as ``n_shards`` Parquet shards of row groups of ``row_group_rows`` rows under ``folder``: a corpus
-    that plans into several work units (tasks/units.py) even when it is tiny."""
+    that plans into several work units (tasks/data/units.py) even when it is tiny."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -84,7 +84,7 @@ def write_shards(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group
 
 def corpus_plan(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group_rows: int = 4, unit_rows: int = 8):
     """The work units of ``frame`` written by ``write_shards`` (several units per shard)."""
-    from privseed.tasks.units import plan_corpus
+    from privseed.tasks.data.units import plan_corpus
 
     return plan_corpus(write_shards(frame, folder, n_shards, row_group_rows), unit_rows=unit_rows)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from privseed.tasks import accounting as acc
+from privseed.tasks.dp import accounting as acc
 from privseed.tasks.errors import ConfigError
 
 # Aug-PE (Xie et al. 2024), T = 10, delta = 1 / (n ln n): published sigma for eps = 1, 2, 4.
@@ -132,7 +132,7 @@ def test_secret_budget_validation():
 def test_secret_held_by_every_always_sampled_document_is_a_plain_gaussian():
     """rho = 1 for all n holders: every round shifts by sqrt(2) n, a Gaussian mechanism; the blow-up then depends
     on sigma / n only (dp-accounting's mixture used to fail on the zero-probability components at large n)."""
-    from privseed.tasks import accounting
+    from privseed.tasks.dp import accounting
 
     for n in (3, 40):
         many = accounting.secret_blow_up(2.0 * n, [1.0] * n, 1e-3, 3)

@@ -2,7 +2,7 @@
 check over several canaries, the delta check) and the command itself, whose quick profile must find every mechanism
 consistent with its claim when the noise is secret and must refute every claim when the noise is reproducible
 (--insecure-reproducible-noise, same seed every trial); and the audit's power against the faults of
-privseed.tasks.audit_faults."""
+privseed.tasks.audit.faults."""
 
 import json
 import math
@@ -12,18 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privseed.tasks.audit import (
-                                  AuditRow,
-                                  ThresholdTest,
-                                  choose_test,
-                                  clopper_pearson,
-                                  epsilon_lower_bound,
-                                  evaluate_test,
-                                  format_table,
-                                  run_trials,
-                                  )
-from privseed.tasks.audit import CANARY
-from privseed.tasks.audit_faults import SHAPE_FAULTS
+from privseed.tasks.audit.statistics import (AuditRow, ThresholdTest, choose_test, clopper_pearson, epsilon_lower_bound,
+                                             evaluate_test, format_table, run_trials)
+from privseed.tasks.audit.statistics import CANARY
+from privseed.tasks.audit.faults import SHAPE_FAULTS
 from privseed.tasks.errors import ConfigError
 
 
@@ -128,8 +120,8 @@ MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "his
 
 
 def _suite_audit(mechanisms, fault=None):
-    from privseed.tasks import audit_trials
-    from privseed.tasks.audit_faults import fault as injected
+    from privseed.tasks.audit import trials as audit_trials
+    from privseed.tasks.audit.faults import fault as injected
 
     with injected(fault, mechanisms[0] if fault == "half-sensitivity" else ""):
         return audit_trials.run_audit(list(mechanisms), audit_trials.Profile(*SUITE_PROFILE), progress=False,
@@ -194,8 +186,9 @@ def test_the_faults_are_test_hooks_that_undo_themselves():
     import re
     from pathlib import Path
 
-    from privseed.tasks import audit_faults, vocabulary
-    from privseed.tasks.mechanisms import SecureNoise
+    from privseed.tasks.audit import faults as audit_faults
+    from privseed.tasks.seeds import vocabulary
+    from privseed.tasks.dp.mechanisms import SecureNoise
 
     root = Path(__file__).resolve().parents[1]
     users = [p.relative_to(root).as_posix() for folder in ("tasks", "flows") for p in (root / folder).rglob("*.py")
@@ -210,7 +203,8 @@ def test_the_faults_are_test_hooks_that_undo_themselves():
             raise RuntimeError
     assert SecureNoise.laplace is sampler and vocabulary.vocabulary_mechanism is factory
     assert vocabulary.vocabulary_mechanism(1.0, 4).scale == 4.0
-    from privseed.tasks import mechanisms, passes
+    from privseed.tasks.dp import mechanisms
+    from privseed.tasks.seeds import passes
 
     count, delta = passes.TermCounting.count, mechanisms.laplace_threshold_delta
     for name in audit_faults.SHAPE_FAULTS:
@@ -222,8 +216,8 @@ def test_the_faults_are_test_hooks_that_undo_themselves():
 
 
 def test_the_sensitivity_fault_of_the_thresholded_histogram_recalibrates_it_for_half_the_l1():
-    from privseed.tasks.audit_faults import halved
-    from privseed.tasks.histogram_seeds import build_mechanism
+    from privseed.tasks.audit.faults import halved
+    from privseed.tasks.seeds.histogram_seeds import build_mechanism
 
     correct = build_mechanism("laplace-threshold", 4, 1.0, 1e-5)
     faulty = halved(correct)
@@ -235,10 +229,10 @@ def test_the_sensitivity_fault_of_the_thresholded_histogram_recalibrates_it_for_
 def test_the_shape_faults_move_a_document_of_their_shape_beyond_the_bound():
     """What the faults do to pass 1, on the audit's own vocabulary: each leaves the first canary's shape (a class-0
     document of S distinct terms) as it was and moves a document of its own shape further."""
-    from privseed.tasks import audit_faults
-    from privseed.tasks.audit_trials import audit_vocabulary_terms
-    from privseed.tasks.mechanisms import laplace_threshold_delta, opendp_threshold_map
-    from privseed.tasks.passes import TermCounting
+    from privseed.tasks.audit import faults as audit_faults
+    from privseed.tasks.audit.trials import audit_vocabulary_terms
+    from privseed.tasks.dp.mechanisms import laplace_threshold_delta, opendp_threshold_map
+    from privseed.tasks.seeds.passes import TermCounting
 
     terms = audit_vocabulary_terms()
     vocab = Path(tempfile.mkdtemp()) / "vocabulary.txt"
@@ -272,7 +266,7 @@ def test_the_shape_faults_move_a_document_of_their_shape_beyond_the_bound():
 
 
 def build_threshold(s, epsilon, delta):
-    from privseed.tasks.histogram_seeds import build_mechanism
+    from privseed.tasks.seeds.histogram_seeds import build_mechanism
 
     return build_mechanism("laplace-threshold", s, epsilon, delta)
 
@@ -280,7 +274,7 @@ def build_threshold(s, epsilon, delta):
 def test_the_calibration_check_bounds_by_the_canary_that_moves_most():
     """Several canaries, each a neighbour of D: the bound is the largest loss, reported with its canary; equal
     losses (up to rounding) keep the audit's own canary."""
-    from privseed.tasks.audit import NoiseDraw, calibration_check, pool_draws
+    from privseed.tasks.audit.statistics import NoiseDraw, calibration_check, pool_draws
 
     rng = np.random.default_rng(17)  # test data: the noise of a simulated mechanism
     move = np.eye(1, 400)[0] * 4
@@ -300,7 +294,7 @@ def test_the_calibration_check_bounds_by_the_canary_that_moves_most():
 def test_the_delta_check_bounds_delta_by_the_release_frequency():
     """Binomial items: the check's lower limit stays under the true delta at its level and exceeds a claim e times
     too small; delta_flag_probability is the rate at which it does (simulated)."""
-    from privseed.tasks.audit import delta_check, delta_flag_probability
+    from privseed.tasks.audit.statistics import delta_check, delta_flag_probability
 
     rng = np.random.default_rng(19)  # test data: the delta events of a simulated mechanism
     true, items, alpha, runs = 0.02, 4000, 0.05, 400
@@ -322,7 +316,7 @@ def test_untruncated_floor_cuts_a_count_with_probability_at_most_its_bound():
     calibration check takes released - exact as the noise only there."""
     from scipy.stats import dlaplace, laplace
 
-    from privseed.tasks.audit import untruncated_floor
+    from privseed.tasks.audit.statistics import untruncated_floor
 
     for threshold, scale in ((50, 4.0), (26, 2.0), (1, 0.5), (7, 3.3)):
         floor = untruncated_floor(threshold, scale)
@@ -338,7 +332,7 @@ def test_untruncated_floor_cuts_a_count_with_probability_at_most_its_bound():
 def test_a_sensitivity_bug_in_a_pass_is_caught(monkeypatch):
     """The trials run the flows' work-unit passes: a pass 1 that counts every document twice (its L1 move is 2 S
     while the mechanism is calibrated to S) is VIOLATED, though every mechanism and sampler is correct."""
-    from privseed.tasks import passes
+    from privseed.tasks.seeds import passes
 
     count = passes.TermCounting.count
     monkeypatch.setattr(passes.TermCounting, "count", lambda self, *args, **kwargs: 2 * count(self, *args, **kwargs))
@@ -348,8 +342,9 @@ def test_a_sensitivity_bug_in_a_pass_is_caught(monkeypatch):
 
 def test_the_calibration_check_is_exact_for_each_noise_family():
     """The scale limits cover the true scale at their level, and the canary's epsilon is the analytic one."""
-    from privseed.tasks.audit import NoiseDraw, calibration_check, gaussian_epsilon, pool_draws, scale_upper_limit
-    from privseed.tasks.kde import gaussian_noise_multiplier
+    from privseed.tasks.audit.statistics import (NoiseDraw, calibration_check, gaussian_epsilon, pool_draws,
+                                                 scale_upper_limit)
+    from privseed.tasks.dp.mechanisms import gaussian_noise_multiplier
 
     rng = np.random.default_rng(11)  # test data: the noise of a simulated mechanism
 
@@ -377,7 +372,7 @@ def test_the_calibration_check_is_exact_for_each_noise_family():
 def test_flag_probability_is_the_rate_at_which_the_check_flags():
     """benchmarks/audit_power.py's P(catch): the exact probability that one group's bound exceeds the claim,
     against the rate of the check itself on simulated noise (Laplace, discrete Laplace, Gaussian)."""
-    from privseed.tasks.audit import flag_probability, gaussian_epsilon, scale_upper_limit
+    from privseed.tasks.audit.statistics import flag_probability, gaussian_epsilon, scale_upper_limit
 
     rng = np.random.default_rng(13)  # test data: the noise of a simulated mechanism
     n, alpha, runs = 60, 0.05, 300
@@ -407,7 +402,8 @@ def test_audit_of_the_unit_l2_histogram_is_consistent_and_catches_a_sensitivity_
     """--hist-contribution unit-l2: with secret noise the quick audit stays below the claim (epsilon 1); with the
     Gaussian calibrated to L2 sensitivity 0.1 instead of 1 (10x too little noise, the ledger still claiming 1) the
     canary, whose contribution has L2 norm 1, is told apart and the claim is refuted."""
-    from privseed.tasks import audit_trials, histogram_seeds
+    from privseed.tasks.audit import trials as audit_trials
+    from privseed.tasks.seeds import histogram_seeds
 
     [row] = audit_trials.run_audit(["histogram-unit-l2"], audit_trials.PROFILES["quick"], workdir=tmp_path / "ok",
                                    progress=False, alpha=1e-5)
@@ -423,7 +419,8 @@ def test_audit_of_the_thresholded_histogram_is_consistent_and_catches_noise_on_a
     """--mechanism laplace-threshold: the quick audit stays below the claim; a variant whose threshold (1) does not
     protect new terms is refuted: the canary's terms then pass the threshold on D' only, and the single-document
     terms of D are released far more often than the claimed delta."""
-    from privseed.tasks import audit_trials, mechanisms
+    from privseed.tasks.audit import trials as audit_trials
+    from privseed.tasks.dp import mechanisms
 
     [row] = audit_trials.run_audit(["histogram-threshold"], audit_trials.PROFILES["quick"],
                                    workdir=tmp_path / "ok", progress=False, alpha=1e-5)

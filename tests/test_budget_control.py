@@ -22,12 +22,12 @@ import pandas as pd
 import psutil
 import pytest
 
-from privseed.tasks import preflight
-from privseed.tasks.config import AugPeConfig, DpKpsConfig, SecPeConfig, build_config, validate_config
+from privseed.tasks.config import preflight
+from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig, SecPeConfig, build_config, validate_config
 from privseed.tasks.errors import ConfigError, UnfinishedRunError
-from privseed.tasks.ledger import PrivacyLedger, cumulative_total, unfinished_runs
-from privseed.tasks.mechanisms import LaplaceMechanism, secure_noise
-from privseed.tasks.seed_methods import METHOD_OPTIONS, SEED_METHODS, method_options
+from privseed.tasks.dp.ledger import PrivacyLedger, cumulative_total, unfinished_runs
+from privseed.tasks.dp.mechanisms import LaplaceMechanism, secure_noise
+from privseed.tasks.seeds.seed_methods import METHOD_OPTIONS, SEED_METHODS, method_options
 from tests.test_cli import REPO, run_cli
 
 LABELS = ["--labels", "0,1,2"]

@@ -1,4 +1,4 @@
-"""The whole-pipeline canary test (`privseed audit-release`, tasks/canary.py, tasks/stages/canary.py)."""
+"""The whole-pipeline canary test (`privseed audit-release`, tasks/evaluation/canary.py, tasks/stages/canary.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privseed.tasks import canary
-from privseed.tasks.config import CanaryAuditConfig, validate_config
+from privseed.tasks.evaluation import canary
+from privseed.tasks.config.commands import CanaryAuditConfig, validate_config
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.ledger import public_rng
+from privseed.tasks.dp.ledger import public_rng
 from privseed.tasks.stages.canary import plant, released_texts
 
 PREFIXES = {"a": [("The", "club", "is", "a"), ("A", "player", "of", "the")],

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from privseed.tasks import classify, metrics
+from privseed.tasks.evaluation import classify
+from privseed.tasks.quality import metrics
 
 TOPICS = {
     "sport": ["football", "striker", "goal", "league", "coach", "stadium", "match", "tennis"],
@@ -45,7 +46,7 @@ def test_coral_loss_matches_numpy_and_has_gradient():
 
 
 def test_mlp_beats_chance_on_tiny_corpus():
-    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.data.embedding import embed_texts
     train_t, train_y = tiny_corpus(12, seed=0)
     test_t, test_y = tiny_corpus(8, seed=1)
     x_train, x_test = embed_texts(train_t), embed_texts(test_t)
@@ -133,7 +134,7 @@ def test_early_stopping_uses_synthetic_split_and_stops():
 
 
 def test_finetune_runs_on_cpu_and_beats_chance():
-    from privseed.tasks.embedding import load_embedder
+    from privseed.tasks.data.embedding import load_embedder
     train_t, train_y = tiny_corpus(6, seed=2)
     test_t, test_y = tiny_corpus(4, seed=3)
     encoder = load_embedder()

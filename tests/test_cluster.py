@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from privseed.tasks.cluster import check_cluster, current_client, dask_client, map_shards, spills_to_disk
+from privseed.tasks.data.cluster import check_cluster, current_client, dask_client, map_shards, spills_to_disk
 
 
 def _sum_with(shard, offset, big):
@@ -39,7 +39,7 @@ def test_map_shards_on_a_local_cluster_scatters_large_arguments():
 def test_dask_log_level_defaults_to_warning_and_follows_the_environment(monkeypatch):
     import logging
 
-    from privseed.tasks.cluster import DASK_LOG_LEVEL_ENV, dask_log_level
+    from privseed.tasks.data.cluster import DASK_LOG_LEVEL_ENV, dask_log_level
     from privseed.tasks.errors import ConfigError
 
     monkeypatch.delenv(DASK_LOG_LEVEL_ENV, raising=False)
@@ -59,7 +59,7 @@ def test_dask_log_level_defaults_to_warning_and_follows_the_environment(monkeypa
 def test_dask_client_keeps_distributed_quiet_unless_asked(caplog, monkeypatch):
     import logging
 
-    from privseed.tasks.cluster import DASK_LOG_LEVEL_ENV
+    from privseed.tasks.data.cluster import DASK_LOG_LEVEL_ENV
 
     def distributed_info_records():
         return [r for r in caplog.records if r.name.startswith("distributed") and r.levelno < logging.WARNING]

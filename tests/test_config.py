@@ -1,6 +1,6 @@
 import pytest
 
-from privseed.tasks.config import DpKpsConfig, build_config, validate_config
+from privseed.tasks.config.commands import DpKpsConfig, build_config, validate_config
 from privseed.tasks.errors import ConfigError
 
 
@@ -130,8 +130,8 @@ def test_selection_rule_flags_reach_the_sampler():
 
 def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_command():
     from privseed.flows.cli import build_parser
-    from privseed.tasks.config import AugPeConfig, SecPeConfig, config_from_args
-    from privseed.tasks.mechanisms import secure_noise
+    from privseed.tasks.config.commands import AugPeConfig, SecPeConfig, config_from_args
+    from privseed.tasks.dp.mechanisms import secure_noise
 
     parser = build_parser()
     cfg = config_from_args(DpKpsConfig, parser.parse_args(["dpkps", "d.parquet", "--out", "o", "--labels", "a,b"]))
@@ -154,7 +154,7 @@ def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_comm
 def test_document_rules_by_name_reach_generation_and_the_release_gate():
     """--document-rule NAME=VALUE (text on the command line) sets the same threshold for the candidates and for the
     gate; a name that is not a rule, or a value of the wrong type, is refused before anything runs."""
-    from privseed.tasks.generation import document_rules, params_from_config
+    from privseed.tasks.generation.documents import document_rules, params_from_config
     from privseed.tasks.quality import DEFAULT_RULES, gate_from_config
 
     cfg = validate_config(DpKpsConfig, base(llm="local", document_rules={"max_seed_line_labels": "4",
@@ -176,7 +176,7 @@ def test_the_manifest_config_names_no_path_of_the_owner():
     # Issue 30, item 5: the manifest published the corpus and state paths (and the Dask scheduler's address).
     import json
 
-    from privseed.tasks.config import DpKpsConfig, SecPeConfig, validate_config
+    from privseed.tasks.config.commands import DpKpsConfig, SecPeConfig, validate_config
 
     owner = {"data": "/home/owner/private/corpus.parquet", "out": "/srv/releases/x", "state": "/srv/vault/x",
              "labels": ["a", "b"], "dask_address": "tls://10.1.2.3:8786", "dask_tls_ca_file": "/etc/tls/ca.pem",

@@ -1,4 +1,4 @@
-"""The configuration contract, generated from the models in tasks/config.py, for every method and every field:
+"""The configuration contract, generated from the models in tasks/config/commands.py, for every method and every field:
 
 (a) an invalid value (derived from the field's type and constraints) is refused with a ConfigError that names the
     flag a user types, through the command line and through the dict a deployment passes;
@@ -23,9 +23,9 @@ import pandas as pd
 import pytest
 from pydantic import BaseModel
 
-from privseed.tasks.config import (AugPeConfig, AuditConfig, DemoConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig,
-                                   ReleaseConfig, SecPeConfig, value_type, config_from_args, default_text, flag_of,
-                                   flags_of, render_value, requirement, validate_config)
+from privseed.tasks.config.commands import (AugPeConfig, AuditConfig, DemoConfig, DpKpsConfig, EvaluateConfig,
+                                            ExperimentConfig, ReleaseConfig, SecPeConfig, value_type, config_from_args,
+                                            default_text, flag_of, flags_of, render_value, requirement, validate_config)
 from privseed.tasks.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -294,10 +294,10 @@ def test_help_shows_every_flag_with_its_true_default(command, capsys):
 
 
 def test_defaults_described_in_words_are_the_ones_the_code_applies():
-    from privseed.tasks.seed_methods import SEED_METHODS
+    from privseed.tasks.seeds.seed_methods import SEED_METHODS
     from privseed.tasks.stages.dpkps import selection_rule
     from privseed.tasks.stages.pe import augpe_schedule
-    from privseed.tasks import accounting
+    from privseed.tasks.dp import accounting
 
     base = REQUIRED["dpkps"]
     for method, rule in ((name, m.default_selection) for name, m in SEED_METHODS.items()):
@@ -324,8 +324,8 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
 
 
 def test_defaults_of_the_other_commands_described_in_words_are_the_ones_the_code_applies(tmp_path):
-    from privseed.tasks.config import AUDIT_PROFILES, SWITCH_VALUES
-    from privseed.tasks.experiment import load_experiment
+    from privseed.tasks.config.commands import AUDIT_PROFILES, SWITCH_VALUES
+    from privseed.tasks.evaluation.experiment import load_experiment
 
     # experiment: an option left unset leaves the file's setting, and a file without it gets the stated default
     spec = load_experiment(None, {"dataset": {"name": "x", "train": "t", "labels": [0, 1]}, "methods": ["real"],
@@ -418,9 +418,9 @@ class FieldReads:
         # Frames name the files by the path they were imported through: privseed/tasks is a link to tasks/.
         self._roots = tuple(str(REPO / root) + "/" for root in ("privseed", "tasks", "flows"))
         skip = {ReleaseConfig.public_dict.__code__}
-        # The checks of the input before a run (privseed.tasks.preflight) read fields too, but a check is not a
+        # The checks of the input before a run (privseed.tasks.config.preflight) read fields too, but a check is not a
         # flow honouring a field.
-        from privseed.tasks import preflight
+        from privseed.tasks.config import preflight
 
         skip |= {f.__code__ for f in vars(preflight).values()
                  if callable(f) and getattr(f, "__module__", "") == preflight.__name__ and hasattr(f, "__code__")}
@@ -590,8 +590,9 @@ def test_every_flow_honours_every_field(field_reads, command):
 def test_every_seed_method_comes_from_the_registry():
     """One registry names the seed methods: the CLI's choices, the samplers, the histogram path and the grid take
     their lists from it, so a method added there is offered everywhere and a name is spelled in one place."""
-    from privseed.tasks import experiment, histogram_seeds, sampling
-    from privseed.tasks.seed_methods import DPKPS_SAMPLERS, HISTOGRAM_METHODS, SEED_METHOD_NAMES, SEED_METHODS
+    from privseed.tasks.evaluation import experiment
+    from privseed.tasks.seeds import histogram_seeds, sampling
+    from privseed.tasks.seeds.seed_methods import DPKPS_SAMPLERS, HISTOGRAM_METHODS, SEED_METHOD_NAMES, SEED_METHODS
 
     assert get_args(DpKpsConfig.model_fields["method"].annotation) == SEED_METHOD_NAMES
     assert set(SEED_METHOD_NAMES) == set(DPKPS_SAMPLERS) | set(HISTOGRAM_METHODS)

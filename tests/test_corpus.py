@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from privseed.tasks import storage
-from privseed.tasks.corpus import list_shards, publish_release, read_corpus, read_release
+from privseed.tasks.data.corpus import list_shards, publish_release, read_corpus, read_release
 from privseed.tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
-from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.dp.ledger import PrivacyLedger
 
 
 def test_reads_file_folder_and_prefix(tmp_path, tiny_corpus):
@@ -56,9 +56,9 @@ def test_bad_input_gets_a_clear_error(tmp_path, tiny_corpus):
 
 def test_a_null_or_empty_text_is_an_empty_document_not_a_stop(tmp_path, tiny_corpus):
     # Issue 46: a null or empty text stopped the run, so whether a release existed depended on one private row.
-    from privseed.tasks.identity import data_identity
-    from privseed.tasks.passes import DeclaredLabels, ScanPart, ScanSpec, TermCounting, UnitReader, scan_unit
-    from privseed.tasks.units import map_reduce_units
+    from privseed.tasks.dp.identity import data_identity
+    from privseed.tasks.seeds.passes import DeclaredLabels, ScanPart, ScanSpec, TermCounting, UnitReader, scan_unit
+    from privseed.tasks.data.units import map_reduce_units
     from tests.conftest import corpus_plan
 
     holes = tiny_corpus.copy()
@@ -81,7 +81,7 @@ def test_a_null_or_empty_text_is_an_empty_document_not_a_stop(tmp_path, tiny_cor
 
 
 def test_csv_and_jsonl_are_read_by_their_extension(tmp_path, tiny_corpus):
-    from privseed.tasks.units import plan_corpus, read_unit
+    from privseed.tasks.data.units import plan_corpus, read_unit
 
     tiny_corpus.to_csv(tmp_path / "c.csv", index=False)
     tiny_corpus.to_json(tmp_path / "c.jsonl", orient="records", lines=True)
@@ -102,7 +102,7 @@ def test_csv_and_jsonl_are_read_by_their_extension(tmp_path, tiny_corpus):
 
 
 def test_a_file_in_another_format_is_refused_by_name(tmp_path, tiny_corpus):
-    from privseed.tasks.units import plan_corpus
+    from privseed.tasks.data.units import plan_corpus
 
     tiny_corpus.to_csv(tmp_path / "c.xlsx", index=False)
     with pytest.raises(CorpusError, match=r"cannot read \.xlsx files; give Parquet"):
@@ -193,7 +193,7 @@ def test_tampered_part_is_detected(tmp_path):
 
 
 def test_public_files_are_read_by_column_and_written_atomically(tmp_path, tiny_corpus):
-    from privseed.tasks.corpus import column_names, read_columns, write_parquet
+    from privseed.tasks.data.corpus import column_names, read_columns, write_parquet
 
     folder = tmp_path / "public"
     write_parquet(str(folder / "part-0.parquet"), tiny_corpus.iloc[:10].assign(label_name="x"))
@@ -208,7 +208,7 @@ def test_public_files_are_read_by_column_and_written_atomically(tmp_path, tiny_c
 
 
 def _insecure_ledger(tmp_path, run_id="insecure"):
-    from privseed.tasks.mechanisms import LaplaceMechanism, insecure_noise
+    from privseed.tasks.dp.mechanisms import LaplaceMechanism, insecure_noise
 
     ledger = PrivacyLedger(str(tmp_path / "out.private"), "id-of-the-corpus", run_id)
     ledger.draw_once("vocabulary", mechanism=LaplaceMechanism(sensitivity=1.0, epsilon=1.0),
@@ -229,7 +229,7 @@ def test_a_refused_non_dp_candidate_leaves_nothing_under_out(tmp_path):
 
 def _staged_in_private_state(tmp_path, frame: pd.DataFrame):
     """A candidate drawn from reproducible noise as the generation shards leave it: parts in the private state."""
-    from privseed.tasks.corpus import StagedRelease, candidate_folder, new_release_id, write_part
+    from privseed.tasks.data.corpus import StagedRelease, candidate_folder, new_release_id, write_part
 
     release_id = new_release_id()
     folder = candidate_folder(str(tmp_path / "out"), str(tmp_path / "out.private"), release_id, True)

@@ -13,14 +13,14 @@ import pytest
 import yaml
 from scipy import sparse
 
-from privseed.tasks import evolution as ev
-from privseed.tasks.config import AugPeConfig, DpKpsConfig, SecPeConfig, validate_config
-from privseed.tasks.corpus import publish_release
-from privseed.tasks.kde import sketch_mechanism
-from privseed.tasks.ledger import PrivacyLedger
-from privseed.tasks.mechanisms import GaussianMechanism, insecure_noise, secure_noise
+from privseed.tasks.pe import evolution as ev
+from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig, SecPeConfig, validate_config
+from privseed.tasks.data.corpus import publish_release
+from privseed.tasks.seeds.kde import sketch_mechanism
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.dp.mechanisms import GaussianMechanism, insecure_noise, secure_noise
 from privseed.tasks.stages.pe import charge_augpe_schedule, charge_secpe_schedule
-from privseed.tasks.vocabulary import vocabulary_mechanism
+from privseed.tasks.seeds.vocabulary import vocabulary_mechanism
 
 OWNER = {"data": "d.parquet", "out": "o", "labels": ["0", "1"]}
 

@@ -42,8 +42,8 @@ def test_prefect_yaml_parses_into_deployments_for_every_method():
 def test_deployment_parameters_are_valid_configurations():
     from prefect.flows import load_flow_from_entrypoint
 
-    from privseed.tasks.config import (AugPeConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig, SecPeConfig,
-                                       validate_config)
+    from privseed.tasks.config.commands import (AugPeConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig, SecPeConfig,
+                                                validate_config)
 
     # every flow a deployment names takes its configuration as one typed parameter, its model (a dict validates)
     models = {"dpkps_flow": DpKpsConfig, "augpe_flow": AugPeConfig, "secpe_flow": SecPeConfig,
@@ -79,7 +79,7 @@ def test_flow_parameters_are_typed_with_every_option(entrypoint, model):
     from prefect.flows import load_flow_from_entrypoint
     from prefect.utilities.callables import parameter_schema
 
-    from privseed.tasks import config as config_module
+    from privseed.tasks.config import commands as config_module
 
     schema = parameter_schema(load_flow_from_entrypoint(entrypoint).fn).model_dump()
     assert schema["properties"]["config"]["$ref"].endswith("/" + model) and "config" in schema["required"]
@@ -182,7 +182,7 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
     for key in ("release-ledger", "release-link"):
         assert key in artifacts.stdout, artifacts.stdout
 
-    from privseed.tasks.corpus import read_release
+    from privseed.tasks.data.corpus import read_release
 
     manifest, synthetic = read_release(str(out))
     assert manifest["rows"] == len(synthetic) == 12  # 3 classes x per_class 4, from the run's parameters
@@ -193,7 +193,7 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
                                capture_output=True, text=True, timeout=60)
     assert "'active': False" in inspected.stdout  # the cron schedule ships inactive
     assert "'enforce_parameter_schema': True" in inspected.stdout
-    from privseed.tasks.config import DpKpsConfig
+    from privseed.tasks.config.commands import DpKpsConfig
 
     for name in DpKpsConfig.model_fields:  # every option of the command line is a typed field of the form
         assert f"'{name}': {{" in inspected.stdout, name

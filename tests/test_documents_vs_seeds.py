@@ -1,10 +1,11 @@
-"""The recipient's comparison of a release's documents with its own seeds (tasks/evaluation.py), per class too."""
+"""The recipient's comparison of a release's documents with its own seeds (tasks/evaluation/evaluation.py), per
+class too."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from privseed.tasks.evaluation import documents_and_seeds_predictions, documents_vs_seeds, recall_by_class
+from privseed.tasks.evaluation.evaluation import documents_and_seeds_predictions, documents_vs_seeds, recall_by_class
 
 
 def test_recall_by_class_is_each_true_class_share_predicted_right():

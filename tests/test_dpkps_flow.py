@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from privseed.flows.cli import main
-from privseed.tasks.corpus import read_release
+from privseed.tasks.data.corpus import read_release
 
 pytestmark = pytest.mark.slow
 

@@ -5,20 +5,14 @@ class with no documents."""
 import numpy as np
 import pytest
 
-from privseed.tasks.config import DpKpsConfig
+from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.stages.corpus import scan_private_corpus
-from privseed.tasks.stages.dpkps import (
-                                         embed_released_vocabulary,
-                                         exact_sketch_sums,
-                                         privatize_sketches,
-                                         privatize_vocabulary_stage,
-                                         sample_keyphrase_sequences,
-                                         term_counting,
-                                         vocabulary_histogram,
-                                         )
+from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
+                                         privatize_vocabulary_stage, sample_keyphrase_sequences, term_counting,
+                                         vocabulary_histogram)
 from tests.conftest import corpus_plan
 from privseed.tasks.errors import CorpusError, LedgerMismatchError
-from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.dp.ledger import PrivacyLedger
 
 
 def _config(tmp_path, **overrides):
@@ -83,8 +77,8 @@ def test_a_sampler_whose_sketches_are_noise_says_so_with_the_numbers_before_samp
     """iterative-linear splits eps_kde over L sketches: released sums that are pure noise (no signal in any class)
     are reported sketch by sketch; sums that carry a class's documents well above the noise are not. Only the
     released sums and public parameters are read (the estimate is ||F~||^2 - I v)."""
-    from privseed.tasks.kde import sketch_signal
-    from privseed.tasks.mechanisms import secure_noise
+    from privseed.tasks.seeds.kde import sketch_signal
+    from privseed.tasks.dp.mechanisms import secure_noise
     from privseed.tasks.stages.dpkps import feature_specs, signal_warning, sketch_mechanisms
 
     # Nine classes: a sketch is reported when most classes look like noise, and a pure-noise sum reaches 3 noise

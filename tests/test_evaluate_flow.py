@@ -7,16 +7,16 @@ import pytest
 
 from privseed.flows import evaluate as ev
 from privseed.flows import experiment as ex
-from privseed.tasks import classify, evaluation, experiment_table, report
-from privseed.tasks import experiment as grid
-from privseed.tasks.baselines import only_llm_corpus
-from privseed.tasks.corpus import read_corpus
-from privseed.tasks.release_reader import read_release
+from privseed.tasks.evaluation import classify, evaluation, experiment_table, report
+from privseed.tasks.evaluation import experiment as grid
+from privseed.tasks.evaluation.baselines import only_llm_corpus
+from privseed.tasks.data.corpus import read_corpus
+from privseed.tasks.data.release_reader import read_release
 from privseed.tasks.stages.evaluation import score_corpus
-from privseed.tasks.config import EvaluationOptions
-from privseed.tasks.corpus import publish_release
+from privseed.tasks.config.commands import EvaluationOptions
+from privseed.tasks.data.corpus import publish_release
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.dp.ledger import PrivacyLedger
 
 TOPICS = {
     0: ("Athlete", ["football", "striker", "goal", "league", "coach", "stadium", "match", "season"]),
@@ -144,7 +144,7 @@ def test_client_documents_are_disjoint_from_test_and_half_the_synthetic_size():
 
 def test_cli_registers_evaluate_and_experiment():
     from privseed.flows.cli import COMMANDS_BY_NAME, build_parser
-    from privseed.tasks.config import EvaluateConfig, ExperimentConfig, config_from_args
+    from privseed.tasks.config.commands import EvaluateConfig, ExperimentConfig, config_from_args
 
     parser = build_parser()
     args = parser.parse_args(["evaluate", "--synthetic", "OUT", "--test", "t.parquet", "--coral", "--client", "c",
@@ -357,7 +357,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
     """The baseline is held to the same bar as the method it is compared with: a loop or an assistant's
     meta-talk is regenerated with a new call seed, a row that never becomes a document is dropped, and the counts
     are the release's quality report."""
-    from privseed.tasks.generation import candidate_seed
+    from privseed.tasks.generation.documents import candidate_seed
     from privseed.tasks.llm import register_backend
     from privseed.tasks.llm.base import ChatResult, LLMBackend
 
@@ -379,7 +379,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
                     on_each(i, out[-1])
             return out
 
-    from privseed.tasks.ledger import public_rng
+    from privseed.tasks.dp.ledger import public_rng
 
     seeds = public_rng(0, "only-llm").integers(0, 2**31 - 1, size=3).tolist()
     loop = "Australia, " * 40
@@ -420,7 +420,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
 
 def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path, monkeypatch):
     """Concurrency and the API key's Secret block reach the backend like every method's, from [generation]."""
-    from privseed.tasks import generation
+    from privseed.tasks.generation import documents as generation
     from privseed.tasks.llm.base import ChatResult, LLMBackend
 
     specs = []
@@ -462,7 +462,7 @@ def test_deployable_entry_points_validate_their_config(prefect_harness):
 
 
 def test_experiment_options_replace_the_files_settings(monkeypatch, tmp_path):
-    from privseed.tasks.config import ExperimentConfig, validate_config
+    from privseed.tasks.config.commands import ExperimentConfig, validate_config
 
     try:
         grid.data_root()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from privseed.tasks import evolution as ev
+from privseed.tasks.pe import evolution as ev
 from privseed.tasks.errors import ConfigError
 from tests.noise_checks import assert_noise_is
 
@@ -58,7 +58,7 @@ def test_votes_stay_within_class():
 
 
 def test_vote_mechanism_adds_sigma_on_sensitivity_one():
-    from privseed.tasks.mechanisms import secure_noise
+    from privseed.tasks.dp.mechanisms import secure_noise
 
     mech = ev.vote_mechanism(3.0, epsilon=4.0, delta=1e-5)
     assert (mech.sensitivity, mech.sigma, mech.epsilon, mech.delta) == (1.0, 3.0, 4.0, 1e-5)
@@ -211,7 +211,7 @@ def test_joint_statistics_round_trip():
 
 def _clustering_noise(sigma: float, noise=None, sampling=None, k: int = 1000, d: int = 8):
     """(released - exact) of sizes and of centres in noise units, from the code path the flow uses."""
-    from privseed.tasks.mechanisms import GaussianMechanism, secure_noise
+    from privseed.tasks.dp.mechanisms import GaussianMechanism, secure_noise
 
     rng = np.random.default_rng(3)
     clusters = ev.PublicClusters(_unit(rng, k, d).astype(np.float64), rng.integers(1, 20, size=k))
@@ -233,7 +233,7 @@ def test_secret_clustering_adds_the_mechanisms_gaussian_to_sizes_and_centres():
 
 
 def test_secret_clustering_noise_and_sampling_are_secret_by_default():
-    from privseed.tasks.mechanisms import insecure_noise
+    from privseed.tasks.dp.mechanisms import insecure_noise
 
     a, _ = _clustering_noise(2.0)
     b, _ = _clustering_noise(2.0)
@@ -245,7 +245,7 @@ def test_secret_clustering_noise_and_sampling_are_secret_by_default():
 
 
 def test_secret_clustering_samples_with_the_given_source():
-    from privseed.tasks.mechanisms import GaussianMechanism, secure_noise
+    from privseed.tasks.dp.mechanisms import GaussianMechanism, secure_noise
 
     class Counting:
         name, secure = "counting", True
@@ -300,7 +300,7 @@ def test_pe_prompt_templates_take_only_public_placeholders():
 
 
 def test_selection_takes_documents_first():
-    from privseed.tasks.evolution import select_population
+    from privseed.tasks.pe.evolution import select_population
 
     rng = np.random.default_rng(0)
     scores = np.array([9.0, 1.0, 8.0, 0.5, 7.0])
@@ -319,7 +319,7 @@ def test_selection_takes_documents_first():
 
 
 def test_non_documents_receive_no_votes():
-    from privseed.tasks.evolution import class_votes
+    from privseed.tasks.pe.evolution import class_votes
 
     rng = np.random.default_rng(1)
     private = rng.normal(size=(50, 8))

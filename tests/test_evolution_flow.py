@@ -95,7 +95,7 @@ def _read_release(out: Path) -> tuple[dict, pd.DataFrame, dict]:
 
 def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path, fake_llm, tiny_corpus):
     from privseed.flows.evolution import augpe_flow, run_augpe
-    from privseed.tasks import accounting
+    from privseed.tasks.dp import accounting
 
     out = tmp_path / "augpe"
     manifest = augpe_flow(_cfg(corpus_file, out))
@@ -117,7 +117,7 @@ def test_augpe_release_layout_and_ledger(prefect_harness, corpus_file, tmp_path,
     assert not any(p in private for p in fake_llm.prompts)
     assert not any(str(lbl) in p for p in fake_llm.prompts[:12] for lbl in ("Athlete", "label"))
     # with little noise, selection pulls each class's population towards its private documents
-    from privseed.tasks.evolution import call_seed as _call_seed
+    from privseed.tasks.pe.evolution import call_seed as _call_seed
 
     topic_of = {0: "football", 1: "river", 2: "album"}
     # precondition: with seed 3 every class's initial candidates include one of its own topic
@@ -169,11 +169,11 @@ def test_non_documents_are_kept_out_of_the_release(prefect_harness, corpus_file,
 
 def test_augpe_resume_with_changed_schedule_refuses(prefect_harness, corpus_file, tmp_path, fake_llm):
     from privseed.flows.evolution import augpe_flow
-    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.config.commands import AugPeConfig
     from privseed.tasks.stages.pe import augpe_schedule, check_schedule
-    from privseed.tasks.corpus import read_corpus
-    from privseed.tasks.identity import data_identity, load_or_create_key
-    from privseed.tasks.ledger import PrivacyLedger
+    from privseed.tasks.data.corpus import read_corpus
+    from privseed.tasks.dp.identity import data_identity, load_or_create_key
+    from privseed.tasks.dp.ledger import PrivacyLedger
 
     out = tmp_path / "resume"
     augpe_flow(_cfg(corpus_file, out, run_id="fixed-run", iterations=1))
@@ -213,7 +213,7 @@ def test_augpe_crash_mid_round_repeats_no_finished_call(prefect_harness, corpus_
 
 
 def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, fake_llm):
-    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.config.commands import AugPeConfig
     from privseed.tasks.stages.pe import llm_calls
 
     cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path / "out", llm_shards=3))
@@ -228,8 +228,8 @@ def test_llm_calls_sharded_keep_order_and_use_the_cache(corpus_file, tmp_path, f
 
 
 def test_augpe_config_validation(corpus_file, tmp_path):
-    from privseed.tasks.config import AugPeConfig
-    from privseed.tasks.config import validate_config
+    from privseed.tasks.config.commands import AugPeConfig
+    from privseed.tasks.config.commands import validate_config
 
     with pytest.raises(ConfigError, match="not both"):
         validate_config(AugPeConfig, _cfg(corpus_file, tmp_path / "out", noise_multiplier=3.0))
@@ -238,9 +238,9 @@ def test_augpe_config_validation(corpus_file, tmp_path):
 
 
 def test_augpe_default_delta_uses_public_bound(corpus_file, tmp_path):
-    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.config.commands import AugPeConfig
     from privseed.tasks.stages.pe import augpe_schedule
-    from privseed.tasks import accounting
+    from privseed.tasks.dp import accounting
 
     cfg = AugPeConfig.model_validate(_cfg(corpus_file, tmp_path / "out", delta=None, n_upper_bound=10_000,
                                           epsilon=2.0))
@@ -296,7 +296,7 @@ def test_secpe_insecure_reproducible_noise_repeats_and_is_stamped(prefect_harnes
     """The sub-sampling and the noise go through the config's noise source: only the explicit opt-in makes two
     runs bit-identical, and that release is stamped NOT DIFFERENTIALLY PRIVATE."""
     from privseed.flows.evolution import secpe_flow
-    from privseed.tasks.mechanisms import INSECURE_STAMP
+    from privseed.tasks.dp.mechanisms import INSECURE_STAMP
 
     public = tmp_path / "public.parquet"
     pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
@@ -338,7 +338,7 @@ def test_secpe_cli_states_its_guarantee(prefect_harness, corpus_file, tmp_path, 
 @pytest.mark.parametrize("llm", ["local:fake-topics", "anthropic:claude-haiku-4-5"])
 def test_dry_run_plans_and_prices_without_sending(prefect_harness, corpus_file, tmp_path, fake_llm, capsys, llm):
     from privseed.flows.cli import main
-    from privseed.tasks.evolution import evolution_call_plan
+    from privseed.tasks.pe.evolution import evolution_call_plan
 
     out = tmp_path / "dry"
     argv = ["augpe", corpus_file, "--out", str(out), "--llm", llm, "--epsilon", "4", "--delta", "1e-5",
@@ -394,8 +394,8 @@ def test_pe_methods_refuse_undeclared_labels(prefect_harness, corpus_file, tmp_p
 def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     from scipy import sparse
 
-    from privseed.tasks.config import SecPeConfig
-    from privseed.tasks.evolution import advise_secpe_sigma, secpe_noise
+    from privseed.tasks.config.commands import SecPeConfig
+    from privseed.tasks.pe.evolution import advise_secpe_sigma, secpe_noise
 
     incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
     base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
@@ -416,8 +416,8 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
     same for a corpus and for one with 1,000 more documents (with r >= 1 the capacity was |D| before)."""
     from scipy import sparse
 
-    from privseed.tasks.config import SecPeConfig
-    from privseed.tasks.evolution import secpe_noise
+    from privseed.tasks.config.commands import SecPeConfig
+    from privseed.tasks.pe.evolution import secpe_noise
 
     cfg = SecPeConfig.model_validate({"data": "d", "out": str(tmp_path), "public": "p", "llm": "local",
                                       "iterations": 2, "p": 1e-4, "r_over_p": r_over_p,
@@ -436,8 +436,8 @@ def test_secpe_flow_releases_the_stated_gaussian(prefect_harness, corpus_file, t
     in its noise unit c_k, too; two runs with the same flags release different values. r = 1 and a public
     --noise-multiplier (the issue's case) make every rho 1, so the test computes the exact statistics itself from
     the corpus, with no sampling mask to store anywhere."""
-    from privseed.tasks import evolution as ev
-    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.pe import evolution as ev
+    from privseed.tasks.data.embedding import embed_texts
 
     sigma, clusters_k = 3.0, 40
     public = tmp_path / "public.parquet"
@@ -539,8 +539,8 @@ def test_secpe_releases_no_sigma_or_epsilon_computed_from_the_private_data(tmp_p
     same for adjacent corpora, including under --rho-norm paper (where the calibrated sigma encoded |D|)."""
     from scipy import sparse
 
-    from privseed.tasks.config import SecPeConfig, validate_config
-    from privseed.tasks.evolution import advise_secpe_sigma, secpe_noise
+    from privseed.tasks.config.commands import SecPeConfig, validate_config
+    from privseed.tasks.pe.evolution import advise_secpe_sigma, secpe_noise
 
     base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "labels": ["0"]}
     with pytest.raises(ConfigError, match="--noise-multiplier"):

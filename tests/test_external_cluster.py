@@ -1,6 +1,7 @@
 """A real external Dask cluster: `dask scheduler` and `dask worker` processes started with the commands and the
 environment of infra/compose.yaml (on 127.0.0.1, free ports, one thread per worker), a DP-KPS release run
-through them with ``--dask-address``, the refusals of :func:`privseed.tasks.cluster.check_cluster` (a worker that would
+through them with ``--dask-address``, the refusals of :func:`privseed.tasks.data.cluster.check_cluster` (a worker that
+would
 spill to disk, a worker with another package version) and mutual TLS with a CA made here."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from privseed.tasks.cluster import NO_SPILL_ENV, dask_client, map_shards, version_mismatches
+from privseed.tasks.data.cluster import NO_SPILL_ENV, dask_client, map_shards, version_mismatches
 from privseed.tasks.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,7 +153,7 @@ def test_release_runs_on_an_external_cluster_started_like_infra(prefect_harness,
     from distributed import Client
     from prefect.settings import get_current_settings
 
-    from privseed.tasks.corpus import read_release
+    from privseed.tasks.data.corpus import read_release
 
     address = dask_processes.scheduler()
     assert address.startswith("tls://127.0.0.1:")  # the compose stack talks mutual TLS only
@@ -239,14 +240,14 @@ def _square(x: float) -> float:
 
 
 def _release_config(**fields):
-    from privseed.tasks.config import DpKpsConfig, validate_config
+    from privseed.tasks.config.commands import DpKpsConfig, validate_config
 
     return validate_config(DpKpsConfig, dict(data="corpus.parquet", out="release", labels=["0", "1"], **fields))
 
 
 @pytest.mark.slow
 def test_mutual_tls_to_an_external_scheduler(dask_processes, tmp_path):
-    from privseed.tasks.cluster import cluster_security
+    from privseed.tasks.data.cluster import cluster_security
 
     ca, cert, key = make_tls_files(tmp_path)
     tls = ["--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]
@@ -280,7 +281,7 @@ def test_mutual_tls_to_an_external_scheduler(dask_processes, tmp_path):
 def test_tls_settings_are_checked_before_connecting(fields, expected, tmp_path, monkeypatch):
     """Incomplete TLS settings are refused when the configuration is validated, files that do not exist when
     the client is built: both before any connection, naming the flags."""
-    from privseed.tasks.cluster import cluster_security
+    from privseed.tasks.data.cluster import cluster_security
 
     monkeypatch.chdir(tmp_path)
     assert cluster_security(_release_config()) is None  # no TLS settings: a plain tcp:// scheduler or a LocalCluster

@@ -51,7 +51,7 @@ def subprocess_env() -> dict[str, str]:
 def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harness, proxied_s3_bucket, tmp_path,
                                                                    tiny_corpus):
     from privseed.flows.dpkps import dpkps_flow
-    from privseed.tasks.config import DpKpsConfig
+    from privseed.tasks.config.commands import DpKpsConfig
     from tests.s3server import clear_s3fs_cache
 
     corpus = tmp_path / "corpus.parquet"

@@ -6,42 +6,21 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privseed.tasks.config import DpKpsConfig
+from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.errors import ConfigError, LedgerMismatchError
-from privseed.tasks.histogram_seeds import (
-                                            ClassRelease,
-                                            background_distribution,
-                                            bh_q_values,
-                                            build_mechanism,
-                                            class_pair_counts,
-                                            class_term_counts,
-                                            class_term_releases,
-                                            first_distinct_terms,
-                                            l1_sensitivity,
-                                            l2_sensitivity,
-                                            noise_tail,
-                                            pair_candidates,
-                                            pair_columns,
-                                            pair_coherence,
-                                            pair_l1_sensitivity,
-                                            pair_matrix,
-                                            pair_mechanism,
-                                            sample_class_sequences,
-                                            sample_independent,
-                                            sample_markov,
-                                            stage_budgets,
-                                            )
-from privseed.tasks.ledger import PrivacyLedger
-from privseed.tasks.sampling import SelectionRule
+from privseed.tasks.seeds.histogram_seeds import (ClassRelease, background_distribution, bh_q_values, build_mechanism,
+                                                  class_pair_counts, class_term_counts, class_term_releases,
+                                                  first_distinct_terms, l1_sensitivity, l2_sensitivity, noise_tail,
+                                                  pair_candidates, pair_columns, pair_coherence, pair_l1_sensitivity,
+                                                  pair_matrix, pair_mechanism, sample_class_sequences,
+                                                  sample_independent, sample_markov, stage_budgets)
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.seeds.sampling import SelectionRule
 from privseed.tasks.stages.corpus import scan_private_corpus
 from privseed.tasks.stages.dpkps import term_counting
-from privseed.tasks.stages.histogram import (
-                                             exact_pair_counts,
-                                             privatize_class_histograms,
-                                             privatize_class_pairs,
-                                             sample_histogram_sequences,
-                                             )
-from privseed.tasks.vocabulary import PhraseMatcher, Vocabulary
+from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
+                                             sample_histogram_sequences)
+from privseed.tasks.seeds.vocabulary import PhraseMatcher, Vocabulary
 from tests.conftest import corpus_plan
 from tests.noise_checks import assert_noise_is
 
@@ -341,7 +320,7 @@ def test_released_pair_noise_is_laplace_of_the_pair_sensitivity(tmp_path, tiny_c
 
 
 def _vocabulary(cfg):
-    from privseed.tasks.vocabulary import load_vocabulary
+    from privseed.tasks.seeds.vocabulary import load_vocabulary
 
     return load_vocabulary(cfg.vocab, cfg.vocab_top)
 
@@ -358,7 +337,7 @@ def _noise_of_class0(tmp_path, tiny_corpus, vocab_file, epsilon):
 
 def test_released_class_histogram_noise_is_laplace_s_over_eps(tmp_path, tiny_corpus):
     """(released - exact) of one class's histogram, through the flow's stages and the secure sampler, is the
-    discrete Laplace of scale S / eps (integer counts: tasks/mechanisms.py's exact-on-integers Laplace).
+    discrete Laplace of scale S / eps (integer counts: tasks/dp/mechanisms.py's exact-on-integers Laplace).
     Checked by hand: the test fails when the mechanism adds half the scale, or no noise."""
     words = sorted({w for t in tiny_corpus["text"] for w in t.split()})
     vocab_file = tmp_path / "vocab.txt"
@@ -369,7 +348,7 @@ def test_released_class_histogram_noise_is_laplace_s_over_eps(tmp_path, tiny_cor
 
 
 def test_noise_floor_is_the_count_pure_noise_reaches_in_m_entries_and_markov_ignores_pairs_below_it():
-    from privseed.tasks.histogram_seeds import noise_floor
+    from privseed.tasks.seeds.histogram_seeds import noise_floor
 
     mech = build_mechanism("laplace", 10, 5.0, 0.0)  # scale 2
     floor = noise_floor(mech, 10_000, 1.0)
@@ -408,7 +387,7 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
     import json
 
     from privseed.flows.cli import main
-    from privseed.tasks.corpus import read_release
+    from privseed.tasks.data.corpus import read_release
 
     out = tmp_path / "out"
     argv = ["dpkps", corpus_file, "--out", str(out), "--method", "histogram-markov", "--epsilon", "3",
@@ -428,17 +407,17 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
 
 
 def test_unit_l2_contribution_counts_every_distinct_term_at_norm_one_in_its_class_row():
-    from privseed.tasks.histogram_seeds import build_mechanism
-    from privseed.tasks.seed_methods import CONTRIBUTIONS
+    from privseed.tasks.seeds.histogram_seeds import build_mechanism, contribution_weights
+    from privseed.tasks.seeds.seed_methods import CONTRIBUTIONS
 
     unit_l2 = CONTRIBUTIONS["unit-l2"]
     long_doc = list(range(40)) * 3  # 40 distinct terms, each repeated: far more than S
-    weights = unit_l2.class_weights([long_doc, [5], []], [1, 0, 2], n_classes=3, vocab_size=50, max_terms=10)
+    weights = contribution_weights(unit_l2, [long_doc, [5], []], [1, 0, 2], n_classes=3, vocab_size=50, max_terms=10)
     assert weights.dtype == np.float64 and weights.shape == (3, 50)
     assert np.allclose(weights[1, :40], 1 / np.sqrt(40)) and not weights[1, 40:].any()
     assert weights[0, 5] == 1.0 and not weights[2].any()  # no term of V: no contribution
     # removing any one document moves the matrix by exactly 1 in L2 norm, however long it is
-    without = unit_l2.class_weights([[5], []], [0, 2], n_classes=3, vocab_size=50, max_terms=10)
+    without = contribution_weights(unit_l2, [[5], []], [0, 2], n_classes=3, vocab_size=50, max_terms=10)
     assert np.linalg.norm(weights - without) == pytest.approx(1.0)
     mechanism = build_mechanism("gaussian", 10, 2.0, 1e-6, contribution="unit-l2")
     assert mechanism.sensitivity == 1.0  # not sqrt(S), not sqrt(40)
@@ -447,7 +426,7 @@ def test_unit_l2_contribution_counts_every_distinct_term_at_norm_one_in_its_clas
 
 
 def test_unit_l2_needs_the_gaussian_mechanism_and_pass_1_counts_whole_documents(tmp_path):
-    from privseed.tasks.passes import TermCounting
+    from privseed.tasks.seeds.passes import TermCounting
 
     with pytest.raises(ValueError, match="--mechanism gaussian"):
         DpKpsConfig(data="d.parquet", out=str(tmp_path / "o"), labels=["a", "b"], method="histogram",
@@ -461,9 +440,9 @@ def test_unit_l2_needs_the_gaussian_mechanism_and_pass_1_counts_whole_documents(
 
 
 def test_rank_rare_l2_lowers_the_common_words_and_keeps_norm_one():
-    from privseed.tasks.histogram_seeds import common_word_weights
-    from privseed.tasks.passes import TermCounting
-    from privseed.tasks.vocabulary import english_vocabulary
+    from privseed.tasks.seeds.histogram_seeds import common_word_weights
+    from privseed.tasks.seeds.passes import TermCounting
+    from privseed.tasks.seeds.vocabulary import english_vocabulary
 
     factors = common_word_weights(5000, 2000, 2.0)
     assert factors[0] == pytest.approx((1 / 2000) ** 2) and factors[999] == pytest.approx(0.25)
@@ -487,8 +466,8 @@ def test_rank_rare_l2_lowers_the_common_words_and_keeps_norm_one():
 
 
 def test_rank_l2_contribution_leans_on_the_first_terms_at_norm_one_in_reading_order():
-    from privseed.tasks.histogram_seeds import build_mechanism, class_rank_l2_weights, rank_l2_weights
-    from privseed.tasks.passes import TermCounting
+    from privseed.tasks.seeds.histogram_seeds import build_mechanism, class_rank_l2_weights, rank_l2_weights
+    from privseed.tasks.seeds.passes import TermCounting
 
     assert np.allclose(rank_l2_weights(3, 0.0), 1 / np.sqrt(3))  # decay 0 is unit-l2
     w = rank_l2_weights(40, 0.5)
@@ -514,11 +493,12 @@ def test_rank_l2_contribution_leans_on_the_first_terms_at_norm_one_in_reading_or
 def test_every_contribution_is_one_registry_entry_the_cli_offers():
     import typing
 
-    from privseed.tasks.seed_methods import CONTRIBUTIONS, contribution_kind
+    from privseed.tasks.seeds.histogram_seeds import contribution_sensitivity
+    from privseed.tasks.seeds.seed_methods import CONTRIBUTIONS, contribution_kind
 
     offered = typing.get_args(DpKpsConfig.model_fields["hist_contribution"].annotation)
     assert set(offered) == set(CONTRIBUTIONS)
     assert [c.whole_document for c in CONTRIBUTIONS.values()] == [False, True, True, True]
-    assert contribution_kind("first-terms").sensitivity(10).l1 == 10
+    assert contribution_sensitivity(contribution_kind("first-terms"), 10).l1 == 10
     with pytest.raises(ConfigError, match="unknown contribution"):
         contribution_kind("half-l2")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privseed.tasks.identity import data_identity, load_or_create_key, new_run_id
+from privseed.tasks.dp.identity import data_identity, load_or_create_key, new_run_id
 
 
 def test_identity_ignores_order_sees_content_and_depends_on_the_key(tiny_corpus, tmp_path):
@@ -47,7 +47,7 @@ def test_run_and_release_ids_hold_no_time():
     import datetime as dt
     import re
 
-    from privseed.tasks.corpus import new_release_id
+    from privseed.tasks.data.corpus import new_release_id
 
     today = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")
     for made in (new_run_id(), new_release_id()):

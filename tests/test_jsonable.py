@@ -19,7 +19,7 @@ def test_numpy_sets_and_dates_become_plain_json():
 def test_ledger_digests_keep_their_encoding():
     """A stored draw is found again by the digest of its parameters: the encoding of numpy values and sets in
     them must stay what resumed ledgers were written with."""
-    from privseed.tasks.ledger import canonical_params
+    from privseed.tasks.dp.ledger import canonical_params
 
     assert canonical_params({"S": np.int64(10), "eps": np.float64(1.5), "ids": np.array([1, 2]), "set": {2, 1}}) == \
         '{"S":10,"eps":1.5,"ids":[1,2],"set":[1,2]}'

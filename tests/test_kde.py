@@ -6,21 +6,10 @@ import numpy as np
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.kde import (
-                                RffSketch,
-                                draw_rff_features,
-                                exact_kde_sum,
-                                gaussian_sigma,
-                                laplace_scale,
-                                prefix_matrix,
-                                prefix_sketch_sum,
-                                release_sketch,
-                                sensitivity,
-                                single_term_sketch_sum,
-                                single_term_weights,
-                                sketch_mechanism,
-                                )
-from privseed.tasks.mechanisms import secure_noise
+from privseed.tasks.seeds.kde import (RffSketch, draw_rff_features, exact_kde_sum, gaussian_sigma, laplace_scale,
+                                      prefix_matrix, prefix_sketch_sum, release_sketch, sensitivity,
+                                      single_term_sketch_sum, single_term_weights, sketch_mechanism)
+from privseed.tasks.dp.mechanisms import secure_noise
 from tests.noise_checks import assert_noise_is
 
 

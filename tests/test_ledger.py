@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from privseed.tasks.errors import LedgerMismatchError, PrivseedError
-from privseed.tasks.ledger import PrivacyLedger, public_rng
-from privseed.tasks.mechanisms import INSECURE_STAMP, GaussianMechanism, LaplaceMechanism, insecure_noise, secure_noise
+from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
+from privseed.tasks.dp.mechanisms import (INSECURE_STAMP, GaussianMechanism, LaplaceMechanism, insecure_noise,
+                                          secure_noise)
 from tests.noise_checks import assert_noise_is
 
 LAPLACE = LaplaceMechanism(sensitivity=10.0, epsilon=1.0)
@@ -130,7 +131,7 @@ def test_a_schedule_pays_for_its_number_of_rounds_and_no_more(tmp_path):
     # Issue 30, item 5: an Aug-PE schedule charged for T = 1 and then drawn for 10 rounds kept the total at the
     # one-round (2.0, 1e-5).
     from privseed.tasks.stages.pe import augpe_round_mechanism, augpe_schedule
-    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.config.commands import AugPeConfig
 
     cfg = AugPeConfig.model_validate({"data": "d", "out": str(tmp_path / "out"), "llm": "local", "labels": ["0"],
                                       "epsilon": 2.0, "delta": 1e-5, "iterations": 1})
@@ -238,7 +239,7 @@ def test_recipient_json_has_the_run_only_and_no_identity(tmp_path):
 
 
 def _identity(rows):
-    from privseed.tasks.identity import DataIdentity
+    from privseed.tasks.dp.identity import DataIdentity
 
     return DataIdentity(f"id-{min(rows)}-{max(rows)}", np.array(sorted(rows), dtype=np.uint64))
 
@@ -359,7 +360,7 @@ def test_the_ledger_asks_the_mechanisms_kind_how_a_schedule_composes(tmp_path):
     the kind is called (before kinds, any kind not named "laplace" was charged as a Gaussian schedule)."""
     from dataclasses import dataclass
 
-    from privseed.tasks.mechanisms import LaplaceKind
+    from privseed.tasks.dp.mechanisms import LaplaceKind
 
     @dataclass(frozen=True)
     class PureKind(LaplaceKind):

@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.generation import (ROW_COLUMNS, GenerationParams, build_generation_requests, candidate_request,
-                                       candidate_rounds, candidate_seed, estimate_cost, generate_seeds, generate_shard,
-                                       no_llm_rows, prompt_seed, seeds_from_sequences, select_best, split_documents)
+from privseed.tasks.generation.documents import (ROW_COLUMNS, GenerationParams, build_generation_requests,
+                                                 candidate_request, candidate_rounds, candidate_seed, estimate_cost,
+                                                 generate_seeds, generate_shard, no_llm_rows, prompt_seed,
+                                                 seeds_from_sequences, select_best, split_documents)
 from privseed.tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from privseed.tasks.llm.base import ChatResult
 from privseed.tasks.quality import is_document
@@ -246,7 +247,7 @@ def test_seeds_from_sequences_needs_the_released_vocabulary():
 @pytest.mark.slow
 def test_shards_run_on_dask_workers_in_order(tmp_path):
     """Workers are separate processes: they reach the (OpenAI-compatible) fake server over HTTP."""
-    from privseed.tasks.cluster import dask_client
+    from privseed.tasks.data.cluster import dask_client
     from tests.fakes.anthropic_server import FakeAnthropic
 
     with FakeAnthropic(api_key="", model_ids=("m",)) as fake, dask_client(n_workers=2):
@@ -317,7 +318,7 @@ def test_nothing_is_printed_at_interpreter_exit(tmp_path):
     script.write_text(
         "import threading\n"
         "from privseed.tasks.llm import get_backend\n"
-        "from privseed.tasks.generation import GenerationParams, build_generation_requests\n"
+        "from privseed.tasks.generation.documents import GenerationParams, build_generation_requests\n"
         "from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary\n"
         "v = ReleasedVocabulary(['river', 'village'], 't')\n"
         "reqs = [r for per in build_generation_requests([v.seed([0, 1], 0, s) for s in range(3)],\n"
@@ -339,7 +340,7 @@ def test_nothing_is_printed_at_interpreter_exit(tmp_path):
 
 
 def test_clean_text_drops_preambles_only():
-    from privseed.tasks.generation import clean_text
+    from privseed.tasks.generation.documents import clean_text
 
     assert clean_text("Here's a summary of a Wikipedia-style article:\n\n\"The Ouse is a river.\"") == \
         "The Ouse is a river."
@@ -350,7 +351,7 @@ def test_clean_text_drops_preambles_only():
 
 
 def test_clean_text_drops_report_scaffolding_and_keeps_other_headings():
-    from privseed.tasks.generation import clean_text
+    from privseed.tasks.generation.documents import clean_text
 
     # As Qwen2.5-Coder-0.5B wraps a per-class-20 answer: a labelled title (its words stay), a section name, a rule.
     answer = ("**Document Title:** The Ouse and its Mills\n\n**Introduction:**\nThe Ouse is a river in Yorkshire.\n\n"
@@ -455,7 +456,7 @@ def test_steering_is_sent_to_local_backends_only():
 
 
 def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
-    from privseed.tasks.generation import clean_text
+    from privseed.tasks.generation.documents import clean_text
 
     text = "The river rises in the hills. It flows north to the sea past the village. Its banks were first"
     assert clean_text(text, "length") == "The river rises in the hills. It flows north to the sea past the village."
@@ -464,7 +465,7 @@ def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
 
 
 def test_generation_rules_carry_the_few_shot_documents():
-    from privseed.tasks.generation import GenerationParams, document_rules
+    from privseed.tasks.generation.documents import GenerationParams, document_rules
     from privseed.tasks.llm.released import RecipientExample
 
     example = RecipientExample("Northern Lights is the second studio album by a rock band.", ("album", "band"))

@@ -11,7 +11,7 @@ import logging
 import pandas as pd
 import pytest
 
-from privseed.tasks.generation import GenerationParams, generate_seeds, generate_shard
+from privseed.tasks.generation.documents import GenerationParams, generate_seeds, generate_shard
 from privseed.tasks.llm import ReleasedVocabulary, UnreleasedValueError, register_backend
 from privseed.tasks.llm.retry import RetryPolicy
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -103,7 +103,7 @@ def test_canary_never_reaches_a_backend_or_a_log(tiny_corpus, tmp_path, caplog, 
 @pytest.mark.slow
 def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, monkeypatch, prefect_harness):
     from privseed.flows.cli import main
-    from privseed.tasks.corpus import read_release
+    from privseed.tasks.data.corpus import read_release
 
     caplog.set_level(logging.DEBUG)
     corpus_path = tmp_path / "corpus.parquet"
@@ -144,7 +144,7 @@ def test_canary_through_the_evolution_flows_on_dask(method, tiny_corpus, tmp_pat
     from pathlib import Path
 
     from privseed.flows.evolution import run_augpe, run_secpe
-    from privseed.tasks.evolution import evolution_call_plan
+    from privseed.tasks.pe.evolution import evolution_call_plan
 
     caplog.set_level(logging.DEBUG)
     corpus = private_corpus(tiny_corpus)
@@ -183,7 +183,7 @@ TERMS = ["river", "village", "church", "album", "band", "football club"]
 
 
 def insecure_config(tmp_path, **values):
-    from privseed.tasks.config import DpKpsConfig, validate_config
+    from privseed.tasks.config.commands import DpKpsConfig, validate_config
 
     return validate_config(DpKpsConfig, {"data": "unused.parquet", "out": str(tmp_path / "out"), "labels": ["0", "1"],
                                          "llm": INSECURE_SPEC, "insecure_reproducible_noise": True,
@@ -199,7 +199,7 @@ def document_answer(req) -> str:
 def test_reproducible_noise_with_a_remote_llm_is_refused_before_anything_is_read(tmp_path, llm):
     # Issue 46: the same non-DP seeds reached a remote provider before the release gate refused the run.
     from privseed.tasks.errors import ConfigError
-    from privseed.tasks.generation import refuse_remote_llm_for_reproducible_noise
+    from privseed.tasks.generation.documents import refuse_remote_llm_for_reproducible_noise
     from privseed.tasks.stages.ledger import warn_if_insecure
 
     cfg = insecure_config(tmp_path, llm=llm)
@@ -214,7 +214,7 @@ def test_reproducible_noise_with_a_remote_llm_is_refused_before_anything_is_read
 def test_a_crash_mid_generation_of_reproducible_noise_leaves_nothing_under_out(tmp_path):
     """Generation shards of an insecure run write the candidate's parts to the private state: killed after two of
     four shards wrote theirs, the run leaves OUT empty (before, 4 rows with keyphrases stayed in OUT/synthetic)."""
-    from privseed.tasks.generation import _generate_release
+    from privseed.tasks.generation.documents import _generate_release
 
     cfg = insecure_config(tmp_path)
     sequences = pd.DataFrame({"label": [str(i % 2) for i in range(64)],

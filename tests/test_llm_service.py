@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.generation import GenerationParams, steering_for
+from privseed.tasks.generation.documents import GenerationParams, steering_for
 from privseed.tasks.llm import (KINDS, LLM_GRAMMAR, CallCache, ChatResult, ReleasedVocabulary, complete, kind_of,
                                 parse_llm_spec, register_backend, serving)
 from privseed.tasks.llm.base import SeedSteering
@@ -119,7 +119,7 @@ def _listening(url: str) -> bool:
 @pytest.mark.slow
 def test_local_server_generates_documents_and_stops(tmp_path):
     pytest.importorskip("xllamacpp")
-    from privseed.tasks.generation import candidate_request, generate_seeds
+    from privseed.tasks.generation.documents import candidate_request, generate_seeds
     from privseed.tasks.llm import PromptTemplate
     from privseed.tasks.llm.local_server import PROSE_GRAMMAR, LocalServerBackend
 

@@ -7,13 +7,7 @@ import pytest
 from scipy import stats
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.mechanisms import (
-                                       GaussianMechanism,
-                                       LaplaceMechanism,
-                                       insecure_noise,
-                                       noise_source,
-                                       secure_noise,
-                                       )
+from privseed.tasks.dp.mechanisms import GaussianMechanism, LaplaceMechanism, insecure_noise, noise_source, secure_noise
 from tests.noise_checks import FALSE_ALARM, assert_noise_is
 
 N = 20_000
@@ -84,8 +78,8 @@ def test_non_finite_input_is_refused():
 
 
 def test_each_kind_calibrates_on_its_own_norm_and_composes_by_its_own_rule():
-    from privseed.tasks.kde import gaussian_noise_multiplier
-    from privseed.tasks.mechanisms import GAUSSIAN, LAPLACE, Sensitivity, mechanism_kind
+    from privseed.tasks.dp.mechanisms import gaussian_noise_multiplier
+    from privseed.tasks.dp.mechanisms import GAUSSIAN, LAPLACE, Sensitivity, mechanism_kind
 
     counts = Sensitivity.of_counts(9)  # a document adds 1 to at most 9 coordinates: L1 9, L2 3
     laplace = mechanism_kind("laplace").calibrated(counts, 2.0)
@@ -106,7 +100,7 @@ def test_each_kind_calibrates_on_its_own_norm_and_composes_by_its_own_rule():
 
 
 def test_noise_tails_and_floors_come_from_the_mechanism():
-    from privseed.tasks.histogram_seeds import noise_floor
+    from privseed.tasks.seeds.histogram_seeds import noise_floor
 
     laplace = LaplaceMechanism(sensitivity=2.0, epsilon=1.0)
     assert noise_floor(laplace, 1000, 1.0) == pytest.approx(2.0 * np.log(1000 / 2))
@@ -117,7 +111,8 @@ def test_noise_tails_and_floors_come_from_the_mechanism():
 
 
 def test_the_thresholded_histogram_noises_only_occurring_terms_and_meets_the_exact_delta():
-    from privseed.tasks.mechanisms import LAPLACE_THRESHOLD, Sensitivity, laplace_threshold_delta, opendp_threshold_map
+    from privseed.tasks.dp.mechanisms import (LAPLACE_THRESHOLD, Sensitivity, laplace_threshold_delta,
+                                              opendp_threshold_map)
 
     mechanism = LAPLACE_THRESHOLD.calibrated(Sensitivity.of_counts(10), 1.0, 1e-6)
     assert mechanism.scale == pytest.approx(10.0) and mechanism.delta <= 1e-6 and mechanism.epsilon == 1.0
@@ -144,7 +139,7 @@ def test_the_thresholded_histogram_noises_only_occurring_terms_and_meets_the_exa
 def test_threshold_delta_is_the_discrete_laplace_tail(scale, threshold, l0):
     """delta = 1 - (1 - p)^L0, p = P(Z >= k) = e^(-t k) / (1 + e^(-t)), k = threshold - Linf, t = 1 / scale: the
     closed form, without scipy; a document that creates fewer coordinates (L1 < L0) is bounded by its L1."""
-    from privseed.tasks.mechanisms import laplace_threshold_delta
+    from privseed.tasks.dp.mechanisms import laplace_threshold_delta
 
     t = 1.0 / scale
     p = np.exp(-t * (threshold - 1)) / (1 + np.exp(-t))
@@ -159,11 +154,11 @@ def test_opendps_threshold_map_is_still_one_step_off():
     """OpenDP 0.16.0's map of make_laplace_threshold bounds P(Z > threshold - Linf) where a count is kept at
     noisy >= threshold: its delta is the exact one of the next threshold, e^(1 / scale) too small
     (opendp/opendp#2922, open upstream). This test fails when an upgrade fixes the map."""
-    from privseed.tasks.mechanisms import laplace_threshold_delta, opendp_threshold_map
+    from privseed.tasks.dp.mechanisms import laplace_threshold_delta, opendp_threshold_map
 
     fixed = ("OpenDP's privacy map of make_laplace_threshold no longer matches the off-by-one of opendp/opendp#2922: "
              "if it now equals laplace_threshold_delta (the exact delta), the upstream bug is fixed: note the OpenDP "
-             "version in docs/privacy.md, keep or drop privseed's exact delta (tasks/mechanisms.py), and delete "
+             "version in docs/privacy.md, keep or drop privseed's exact delta (tasks/dp/mechanisms.py), and delete "
              "this test; otherwise find out what changed before trusting either")
     for scale, threshold in ((1.0, 5), (4.0, 51), (10 / 11, 18), (0.5, 9), (10.0, 156)):
         _, mapped = opendp_threshold_map(scale, threshold, 1, 1, 1)
@@ -179,7 +174,8 @@ def test_threshold_delta_is_the_release_frequency_of_a_term_one_document_creates
     other corpus) is released with the probability the delta states (L0 = 1: p, 1.34 %), and one of the four a
     document of four new terms creates with 1 - (1 - p)^4 (L0 = 4). 200,000 coordinates (about 2 s) pin p to
     +-0.16 % at the check's level and refute OpenDP's 0.49 % (and 2.0 % for four terms) by far."""
-    from privseed.tasks.mechanisms import LAPLACE_THRESHOLD, Sensitivity, laplace_threshold_delta, opendp_threshold_map
+    from privseed.tasks.dp.mechanisms import (LAPLACE_THRESHOLD, Sensitivity, laplace_threshold_delta,
+                                              opendp_threshold_map)
 
     one = LAPLACE_THRESHOLD.calibrated(Sensitivity(l2=1.0, l1=1.0, l0=1, linf=1.0), 1.0, 0.02)
     assert (one.scale, one.threshold) == (1.0, 5)

@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privseed.tasks import metrics
+from privseed.tasks.quality import metrics
 
 
 def test_classification_scores_known_values():

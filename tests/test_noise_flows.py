@@ -2,7 +2,7 @@
 
 Each test runs the real flow (dpkps_flow / augpe_flow, or the flow's own vocabulary release for the canary) and
 compares the released values with exact values the test computes itself from the corpus. They fail when the
-noise is missing or when its scale is half the stated one (checked by hand by patching tasks/mechanisms.py;
+noise is missing or when its scale is half the stated one (checked by hand by patching tasks/dp/mechanisms.py;
 see the engineer's report), which the ledger-bookkeeping tests elsewhere cannot see.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privseed.tasks.mechanisms import INSECURE_STAMP
-from privseed.tasks.seed_methods import method_options
+from privseed.tasks.dp.mechanisms import INSECURE_STAMP
+from privseed.tasks.seeds.seed_methods import method_options
 from tests.noise_checks import FALSE_ALARM, assert_noise_is, scale_pvalue
 
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def dpkps_runs(prefect_harness, tmp_path_factory):
 
 
 def test_vocabulary_noise_is_discrete_laplace_of_scale_s_over_eps(dpkps_runs):
-    from privseed.tasks.vocabulary import english_vocabulary
+    from privseed.tasks.seeds.vocabulary import english_vocabulary
 
     _, frame, outs, _ = dpkps_runs
     terms = english_vocabulary(VOCAB_TOP).terms  # the public vocabulary (wordfreq), not the flow's counts
@@ -104,9 +104,9 @@ def test_vocabulary_noise_is_discrete_laplace_of_scale_s_over_eps(dpkps_runs):
 
 def test_one_sketch_noise_is_laplace_of_scale_sqrt2_I_over_eps(dpkps_runs):
     from privseed.tasks.stages.dpkps import feature_specs
-    from privseed.tasks.config import DpKpsConfig
-    from privseed.tasks.embedding import embed_texts
-    from privseed.tasks.vocabulary import english_vocabulary
+    from privseed.tasks.config.commands import DpKpsConfig
+    from privseed.tasks.data.embedding import embed_texts
+    from privseed.tasks.seeds.vocabulary import english_vocabulary
 
     data, frame, outs, _ = dpkps_runs
     vocabulary = english_vocabulary(VOCAB_TOP)
@@ -134,7 +134,7 @@ def test_one_sketch_noise_is_laplace_of_scale_sqrt2_I_over_eps(dpkps_runs):
 
 
 def test_two_runs_with_the_same_flags_release_different_values(dpkps_runs):
-    from privseed.tasks.corpus import read_release
+    from privseed.tasks.data.corpus import read_release
 
     _, _, outs, manifests = dpkps_runs
     vocabularies = [_stored(out, "vocabulary")["noisy"] for out in outs]
@@ -155,7 +155,7 @@ def test_two_runs_with_the_same_flags_release_different_values(dpkps_runs):
 def test_insecure_reproducible_noise_repeats_is_stamped_and_refused_unless_allowed(dpkps_runs, tmp_path):
     from privseed.flows.dpkps import dpkps_flow
     from privseed.tasks.errors import GateFailedError
-    from privseed.tasks.report import insecure_stamp
+    from privseed.tasks.evaluation.report import insecure_stamp
 
     data, _, _, _ = dpkps_runs
     with pytest.raises(GateFailedError, match="NOT DIFFERENTIALLY PRIVATE.*--allow-insecure-release"):
@@ -181,8 +181,8 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
     when the other canary terms compete for the same slots). Without noise every canary term is released; at
     half the scale the ratio reaches e^(2 eps / S) and the test fails."""
     from privseed.tasks.stages.dpkps import release_vocabulary, vocabulary_histogram
-    from privseed.tasks.config import DpKpsConfig
-    from privseed.tasks.ledger import PrivacyLedger
+    from privseed.tasks.config.commands import DpKpsConfig
+    from privseed.tasks.dp.ledger import PrivacyLedger
 
     eps, popular, rare, slots, trials = 6.0, 10, 200, 20, 500
     words = [f"pop{chr(97 + i)}" for i in range(popular)] + [f"rare{i:03d}" for i in range(rare)]
@@ -230,10 +230,10 @@ def test_augpe_vote_noise_has_the_schedules_sigma(prefect_harness, tmp_path, mon
     """Aug-PE (and AugPE+V~'s vocabulary) through augpe_flow with a deterministic fake LLM: every round's
     released histogram minus the exact votes is N(0, sigma^2) with the published schedule's sigma."""
     from privseed.flows.evolution import augpe_flow
-    from privseed.tasks import accounting
+    from privseed.tasks.dp import accounting
     from privseed.tasks.llm import register_backend
     from privseed.tasks.stages.pe_rounds import AugPeVote
-    from privseed.tasks.vocabulary import english_vocabulary
+    from privseed.tasks.seeds.vocabulary import english_vocabulary
     from tests.test_evolution_flow import FakeBackend
 
     data, frame = _corpus(tmp_path)
@@ -290,7 +290,7 @@ def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(p
     S_2 (S_2 - 1) / 2 / eps_2; both recomputed here from the corpus and the stored releases. The pair noise is
     refused at half and at twice its scale, so a pair stage calibrated to another sensitivity fails."""
     from privseed.flows.dpkps import dpkps_flow
-    from privseed.tasks.vocabulary import english_vocabulary
+    from privseed.tasks.seeds.vocabulary import english_vocabulary
 
     data, frame = _corpus(tmp_path)
     out = tmp_path / "markov"
@@ -365,8 +365,8 @@ def test_histogram_whole_document_noise_is_gaussian_of_sensitivity_one(prefect_h
     residuals on the counted terms would be far from 0) and another contribution's weights (at epsilon 50 sigma
     is 0.16, under the weights' differences, so residuals from the wrong weights are too wide)."""
     from privseed.flows.dpkps import dpkps_flow
-    from privseed.tasks.kde import gaussian_noise_multiplier
-    from privseed.tasks.vocabulary import english_vocabulary
+    from privseed.tasks.dp.mechanisms import gaussian_noise_multiplier
+    from privseed.tasks.seeds.vocabulary import english_vocabulary
 
     data, frame = _corpus(tmp_path)
     out = tmp_path / contribution
@@ -410,7 +410,7 @@ def test_thresholded_histogram_releases_only_occurring_terms_with_discrete_lapla
     threshold, and the released counts minus the exact first-S distinct counts (recomputed here; every occurring
     count is far above the threshold, so none is cut) are discrete Laplace of scale S / eps."""
     from privseed.flows.dpkps import dpkps_flow
-    from privseed.tasks.vocabulary import english_vocabulary
+    from privseed.tasks.seeds.vocabulary import english_vocabulary
 
     rows = [(text, label) for label, texts in TOPICS.items() for text in texts for _ in range(100)]
     frame = pd.DataFrame(rows, columns=["text", "label"])

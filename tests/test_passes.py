@@ -1,4 +1,4 @@
-"""The passes of the streaming data path (tasks/passes.py) over the work units of a multi-shard, multi-row-group
+"""The passes of the streaming data path (tasks/seeds/passes.py) over the work units of a multi-shard, multi-row-group
 corpus add up to exactly what the in-memory computation gives (full extraction of every document, one sum):
 term counts and pair counts identical, sketch sums within 1e-9."""
 
@@ -9,23 +9,12 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.histogram_seeds import class_pair_counts, class_positions, class_term_counts
-from privseed.tasks.kde import FeatureSpec, shard_sketch_sums
-from privseed.tasks.passes import (
-                                   DeclaredLabels,
-                                   PairSpec,
-                                   ScanPart,
-                                   ScanSpec,
-                                   SketchSpec,
-                                   TermCounting,
-                                   UnitReader,
-                                   combine_sums,
-                                   pair_unit,
-                                   scan_unit,
-                                   sketch_unit,
-                                   )
-from privseed.tasks.units import map_reduce_units
-from privseed.tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
+from privseed.tasks.seeds.histogram_seeds import class_pair_counts, class_positions, class_term_counts
+from privseed.tasks.seeds.kde import FeatureSpec, shard_sketch_sums
+from privseed.tasks.seeds.passes import (DeclaredLabels, PairSpec, ScanPart, ScanSpec, SketchSpec, TermCounting,
+                                         UnitReader, combine_sums, pair_unit, scan_unit, sketch_unit)
+from privseed.tasks.data.units import map_reduce_units
+from privseed.tasks.seeds.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
 from tests.conftest import DATA_ROOT, corpus_plan
 
 LABELS = tuple(range(14))
@@ -65,7 +54,7 @@ def test_pass_one_counts_are_the_in_memory_counts(corpus, per_class):
         expected = first_terms_histogram(full, len(vocabulary), 7)
     assert expected.sum() > 1000
     np.testing.assert_array_equal(part.counts, expected)
-    from privseed.tasks.identity import data_identity
+    from privseed.tasks.dp.identity import data_identity
 
     assert part.identity.finish(KEY).digest == data_identity(frame, KEY).digest
 
@@ -88,7 +77,7 @@ def test_pass_two_pair_counts_are_the_in_memory_counts(corpus):
 
 @pytest.mark.parametrize("method", ["independent", "iterative-log"])
 def test_pass_two_sketch_sums_are_the_in_memory_sums(corpus, method):
-    from privseed.tasks.sampling import ensemble_blocks
+    from privseed.tasks.seeds.sampling import ensemble_blocks
 
     frame, plan = corpus
     vocabulary = load_vocabulary("english", 20_000)

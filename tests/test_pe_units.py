@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privseed.tasks import evolution as ev
+from privseed.tasks.pe import evolution as ev
 from tests.test_evolution_flow import TOPICS, _cfg, fake_llm  # noqa: F401  (fake_llm is a fixture)
 
 LABELS = ["0", "1", "2"]
@@ -25,8 +25,8 @@ def _write_shards(frame: pd.DataFrame, folder: Path, shards: int = 3, row_group_
 
 
 def _units(folder: str, unit_rows: int = 1):
-    from privseed.tasks.pe_units import PrivateUnits
-    from privseed.tasks.units import plan_units
+    from privseed.tasks.pe.pe_units import PrivateUnits
+    from privseed.tasks.data.units import plan_units
 
     return PrivateUnits(tuple(plan_units(folder, unit_rows=unit_rows)), "text", "label", {}, "minilm",
                         tuple(LABELS), "test-run")
@@ -36,10 +36,10 @@ def _units(folder: str, unit_rows: int = 1):
 # Partial statistics add up to the in-memory ones (pure, in this process)
 # ------------------------------------------------------------------------------------------------------------
 def test_unit_votes_and_cluster_sums_add_up_to_the_in_memory_statistics(tmp_path, tiny_corpus):
-    from privseed.tasks.units import add_parts, map_reduce_units
-    from privseed.tasks.embedding import embed_texts
-    from privseed.tasks.mechanisms import insecure_noise
-    from privseed.tasks.pe_units import SampledUnit, forget_run, unit_class_votes, unit_cluster_sums
+    from privseed.tasks.data.units import add_parts, map_reduce_units
+    from privseed.tasks.data.embedding import embed_texts
+    from privseed.tasks.dp.mechanisms import insecure_noise
+    from privseed.tasks.pe.pe_units import SampledUnit, forget_run, unit_class_votes, unit_cluster_sums
 
     units = _units(_write_shards(tiny_corpus, tmp_path / "corpus"))
     assert len(units.units) == 9  # 3 shards x 3 row groups: one unit per row group
@@ -77,7 +77,7 @@ def test_unit_votes_and_cluster_sums_add_up_to_the_in_memory_statistics(tmp_path
 
 @pytest.mark.parametrize("kind", ["words", "pii"])
 def test_secret_incidence_merged_across_units_is_the_corpus_incidence(tmp_path, tiny_corpus, kind):
-    from privseed.tasks.pe_units import SecretDetector, stack_incidence, unit_secret_incidence
+    from privseed.tasks.pe.pe_units import SecretDetector, stack_incidence, unit_secret_incidence
 
     corpus = tiny_corpus.copy()
     corpus.loc[[1, 7, 20, 33], "text"] += [" mail ann@example.org", " call bob@example.org",
@@ -98,7 +98,7 @@ def test_secret_incidence_merged_across_units_is_the_corpus_incidence(tmp_path, 
 def test_map_reduce_units_combines_in_unit_order_with_and_without_affinity():
     from distributed import Client, LocalCluster
 
-    from privseed.tasks.units import add_parts, map_reduce_units
+    from privseed.tasks.data.units import add_parts, map_reduce_units
 
     items = list(range(7))
     assert map_reduce_units(lambda i: [i], items, add_parts) == items  # no client: in this process
@@ -158,7 +158,7 @@ def test_the_loop_with_any_vote_step(prefect_harness, corpus_file, tmp_path, fak
     """``evolve`` with a vote step that records its calls and prefers each class's last candidates: RANDOM_API
     writes N (K + 1) per class, the step is asked once per round over all candidates, the population is what it
     scored highest, and VARIATION_API writes K per kept sample between rounds."""
-    from privseed.tasks.config import AugPeConfig
+    from privseed.tasks.config.commands import AugPeConfig
     from privseed.tasks.stages.pe_rounds import evolve
 
     class LastWins:
@@ -190,7 +190,7 @@ def test_per_unit_votes_equal_in_memory_votes_through_the_flows(prefect_harness,
     workers, is what the in-memory computation on the whole corpus gives (Aug-PE's vote counts exactly, SecPE's
     counts exactly and cluster sums within 1e-9; r = 1 makes every rho 1, so no sampling mask is involved)."""
     from privseed.flows.evolution import augpe_flow, secpe_flow
-    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.data.embedding import embed_texts
     from privseed.tasks.stages.pe_rounds import AugPeVote, SecPeVote
 
     data = _write_shards(tiny_corpus, tmp_path / "corpus", shards=3, row_group_size=4)
@@ -248,8 +248,8 @@ def test_a_resumed_run_rereads_every_round_and_votes_no_more(prefect_harness, co
 
 def test_a_units_transient_storage_error_retries_the_round_step_and_a_corpus_error_does_not(
         prefect_harness, tmp_path, tiny_corpus, monkeypatch):
-    import privseed.tasks.pe_units as pe_units
-    from privseed.tasks.embedding import embed_texts
+    import privseed.tasks.pe.pe_units as pe_units
+    from privseed.tasks.data.embedding import embed_texts
     from privseed.tasks.errors import CorpusError, StorageError
     from privseed.tasks.stages.pe import exact_class_votes
 

@@ -13,20 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.quality import (
-                                    DEFAULT_RULES,
-                                    REJECTION_REASONS,
-                                    DocumentRules,
-                                    derive_quality_columns,
-                                    document_rejection,
-                                    example_names,
-                                    is_document,
-                                    is_keyphrase_passthrough,
-                                    release_gate,
-                                    template_residue,
-                                    validate_release,
-                                    validate_release_task,
-                                    )
+from privseed.tasks.quality import (DEFAULT_RULES, REJECTION_REASONS, DocumentRules, derive_quality_columns,
+                                    document_rejection, example_names, is_document, is_keyphrase_passthrough,
+                                    release_gate, template_residue, validate_release, validate_release_task)
 from privseed.tasks.quality.shapes import doubled_phrase, short_item_run
 
 LABELS = ["business", "science", "sports"]

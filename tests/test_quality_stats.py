@@ -9,30 +9,15 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.quality import (
-    DEFAULT_RULES,
-    LANGUAGES,
-    META_TALK_PATTERNS,
-    TUNABLE_RULES,
-    DocumentRules,
-    derive_quality_columns,
-    document_rejection,
-    language_probability,
-    misused_seed_terms,
-    repetition_score,
-    rewrite_score,
-    statistic_over_threshold,
-    text_stats,
-)
+from privseed.tasks.quality import (DEFAULT_RULES, LANGUAGES, META_TALK_PATTERNS, TUNABLE_RULES, DocumentRules,
+                                    derive_quality_columns, document_rejection, language_probability,
+                                    misused_seed_terms, repetition_score, rewrite_score, statistic_over_threshold,
+                                    text_stats)
 from privseed.tasks.quality.language import model_languages
 from privseed.tasks.quality.patterns import PATTERNS_FILE
 from privseed.tasks.quality.shapes import longest_seed_run, seed_glosses, seed_labels, term_glosses, word_glosses
-from privseed.tasks.quality.text_stats import (
-    crowded_word_count,
-    duplicate_ngram_char_fraction,
-    moving_type_token_ratio,
-    top_ngram_char_fraction,
-)
+from privseed.tasks.quality.text_stats import (crowded_word_count, duplicate_ngram_char_fraction,
+                                               moving_type_token_ratio, top_ngram_char_fraction)
 
 PROSE = ("The river rises in the northern hills and flows past the village of Tarvola, where its banks were first "
          "settled by farmers in the twelfth century. A stone bridge built in 1820 carries the old coach road over "

@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from privseed.tasks.corpus import publish_release, read_release
-from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.data.corpus import publish_release, read_release
+from privseed.tasks.dp.ledger import PrivacyLedger
 
 datasets = pytest.importorskip("datasets")
 

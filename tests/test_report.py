@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from privseed.tasks import report
+from privseed.tasks.evaluation import report
 
 
 def _images(html_text: str) -> list[bytes]:
@@ -101,7 +101,7 @@ def test_the_ledger_total_reads_as_words_not_as_a_python_dict():
 
 
 def test_run_report_of_an_insecure_release_is_stamped_and_a_secure_one_is_not():
-    from privseed.tasks.mechanisms import INSECURE_STAMP
+    from privseed.tasks.dp.mechanisms import INSECURE_STAMP
 
     result = {"title": "t", "scores": {}, "privacy": "epsilon = 11"}
     secure = {"entries": [], "total": {"epsilon": 11.0, "delta": 0.0, "secure": True}}

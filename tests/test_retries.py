@@ -20,7 +20,7 @@ def _tasks():
 
     found = {}
     for info in pkgutil.walk_packages(privseed.tasks.__path__, "privseed.tasks."):
-        if info.name.startswith(("privseed.tasks.llm.", "privseed.tasks.audit_trials")):
+        if info.name.startswith(("privseed.tasks.llm.", "privseed.tasks.audit.trials")):
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
@@ -31,14 +31,14 @@ def _tasks():
 
 def test_every_task_that_retries_retries_only_transient_errors():
     tasks = _tasks()
-    assert "privseed.tasks.generation.generate_release" in tasks  # retried twice, once for any error
+    assert "privseed.tasks.generation.documents.generate_release" in tasks  # retried twice, once for any error
     for name, task in tasks.items():
         if task.retries:
             assert task.retry_condition_fn is retry_if_transient, f"{name} retries deterministic errors too"
 
 
 def test_missing_s3_credentials_fail_once_not_after_retries(monkeypatch):
-    from privseed.tasks.corpus import list_shards
+    from privseed.tasks.data.corpus import list_shards
 
     for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(variable, raising=False)

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from privseed.flows.cli import main
-from privseed.tasks.corpus import read_release
+from privseed.tasks.data.corpus import read_release
 from tests.s3server import TEST_ACCESS_KEY, TEST_SECRET_KEY
 
 pytestmark = pytest.mark.slow

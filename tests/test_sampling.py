@@ -7,25 +7,10 @@ import pytest
 import torch
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.kde import (
-                                draw_rff_features,
-                                exact_kde_sum,
-                                prefix_matrix,
-                                prefix_sketch_sum,
-                                single_term_sketch_sum,
-                                single_term_weights,
-                                )
-from privseed.tasks.sampling import (
-                                     SelectionRule,
-                                     SketchTables,
-                                     draw_rows,
-                                     ensemble_blocks,
-                                     fast_scores,
-                                     naive_scores,
-                                     sample_sequences,
-                                     sketch_for_step,
-                                     split_budget,
-                                     )
+from privseed.tasks.seeds.kde import (draw_rff_features, exact_kde_sum, prefix_matrix, prefix_sketch_sum,
+                                      single_term_sketch_sum, single_term_weights)
+from privseed.tasks.seeds.sampling import (SelectionRule, SketchTables, draw_rows, ensemble_blocks, fast_scores,
+                                           naive_scores, sample_sequences, sketch_for_step, split_budget)
 
 
 def _unit(rng, n, d):

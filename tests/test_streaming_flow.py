@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privseed.tasks import units
+from privseed.tasks.data import units
 from privseed.tasks.errors import CorpusError, StorageError
-from privseed.tasks.ledger import PrivacyLedger
-from privseed.tasks.seed_methods import method_options
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.seeds.seed_methods import method_options
 from tests.conftest import DATA_ROOT, write_shards
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def _config(data: str, out, **overrides) -> dict:
 
 
 def _in_memory_counts(frame: pd.DataFrame, first_terms: int) -> np.ndarray:
-    from privseed.tasks.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
+    from privseed.tasks.seeds.vocabulary import first_terms_histogram, load_vocabulary, phrase_matcher
 
     vocabulary = load_vocabulary("english", 20_000)
     return first_terms_histogram([phrase_matcher(vocabulary).match(t) for t in frame["text"]], len(vocabulary),
@@ -65,11 +65,11 @@ def _in_memory_counts(frame: pd.DataFrame, first_terms: int) -> np.ndarray:
 def test_dpkps_flow_privatizes_exactly_the_in_memory_histogram_and_sketch_sums(prefect_harness, corpus, tmp_path,
                                                                                exact_values):
     from privseed.flows.dpkps import dpkps_flow
-    from privseed.tasks.config import DpKpsConfig
-    from privseed.tasks.embedding import embed_texts
-    from privseed.tasks.kde import shard_sketch_sums
+    from privseed.tasks.config.commands import DpKpsConfig
+    from privseed.tasks.data.embedding import embed_texts
+    from privseed.tasks.seeds.kde import shard_sketch_sums
     from privseed.tasks.stages.dpkps import feature_specs
-    from privseed.tasks.vocabulary import load_vocabulary
+    from privseed.tasks.seeds.vocabulary import load_vocabulary
 
     data, frame = corpus
     config = _config(data, tmp_path / "out", method="iterative-log")
@@ -95,12 +95,8 @@ def test_dpkps_flow_privatizes_exactly_the_in_memory_histogram_and_sketch_sums(p
 def test_histogram_markov_flow_privatizes_exactly_the_in_memory_counts(prefect_harness, corpus, tmp_path,
                                                                        exact_values):
     from privseed.flows.dpkps import dpkps_flow
-    from privseed.tasks.histogram_seeds import (
-                                                class_pair_counts,
-                                                class_positions,
-                                                class_term_counts,
-                                                )
-    from privseed.tasks.vocabulary import load_vocabulary, phrase_matcher
+    from privseed.tasks.seeds.histogram_seeds import class_pair_counts, class_positions, class_term_counts
+    from privseed.tasks.seeds.vocabulary import load_vocabulary, phrase_matcher
 
     data, frame = corpus
     dpkps_flow(_config(data, tmp_path / "out", method="histogram-markov", mechanism="laplace", hist_top_k=25,
@@ -125,14 +121,14 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
     import dask
     from distributed import LocalCluster
 
-    import privseed.tasks.passes
-    from privseed.tasks.cluster import NO_SPILL
+    import privseed.tasks.seeds.passes
+    from privseed.tasks.data.cluster import NO_SPILL
     from privseed.flows.dpkps import dpkps_flow
 
     data, frame = corpus
     monkeypatch.setattr(units, "UNIT_RETRY_DELAYS_S", (0.1, 0.1))
     failing = {"unit": None, "failures": 0}
-    read_unit = privseed.tasks.passes.read_unit
+    read_unit = privseed.tasks.seeds.passes.read_unit
 
     def flaky_read(unit, *args, **kwargs):
         for number, batch in enumerate(read_unit(unit, *args, batch_rows=10, **kwargs)):
@@ -141,8 +137,8 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
                 raise StorageError(f"reading shard {unit.uri} failed: SlowDown (throttled)")
             yield batch
 
-    monkeypatch.setattr(privseed.tasks.passes, "read_unit", flaky_read)
-    # spill off, as the flow requires of any cluster it is given (privseed.tasks.cluster.check_cluster)
+    monkeypatch.setattr(privseed.tasks.seeds.passes, "read_unit", flaky_read)
+    # spill off, as the flow requires of any cluster it is given (privseed.tasks.data.cluster.check_cluster)
     with dask.config.set(dict(NO_SPILL)), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         manifest = dpkps_flow(_config(data, tmp_path / "out", method="independent",

@@ -12,17 +12,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from privseed.tasks import units
+from privseed.tasks.data import units
 from privseed.tasks.errors import ConfigError, CorpusError, StorageError
-from privseed.tasks.identity import IdentityPart, data_identity, identity_part
-from privseed.tasks.units import (
-                                  map_reduce_units,
-                                  plan_corpus,
-                                  plan_units,
-                                  read_unit,
-                                  run_unit,
-                                  tree_reduce,
-                                  )
+from privseed.tasks.dp.identity import IdentityPart, data_identity, identity_part
+from privseed.tasks.data.units import map_reduce_units, plan_corpus, plan_units, read_unit, run_unit, tree_reduce
 from tests.conftest import write_shards
 
 
@@ -160,7 +153,7 @@ def test_identity_parts_combine_to_the_identity_of_the_whole_in_any_order(tiny_c
 
 
 def test_label_check_names_no_label_and_no_count():
-    from privseed.tasks.corpus import declared_positions
+    from privseed.tasks.data.corpus import declared_positions
 
     assert declared_positions(pd.Series([2, 0, 2]), [0, 1, 2]).tolist() == [2, 0, 2]
     assert declared_positions(pd.Series(["b", "a"]), ["a", "b"]).tolist() == [1, 0]

@@ -4,18 +4,10 @@ import numpy as np
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.vocabulary import (
-                                       PhraseMatcher,
-                                       Vocabulary,
-                                       english_vocabulary,
-                                       file_vocabulary,
-                                       first_terms_histogram,
-                                       privatize_vocabulary,
-                                       tokenize,
-                                       top_terms,
-                                       vocabulary_mechanism,
-                                       )
-from privseed.tasks.mechanisms import secure_noise
+from privseed.tasks.seeds.vocabulary import (PhraseMatcher, Vocabulary, english_vocabulary, file_vocabulary,
+                                             first_terms_histogram, privatize_vocabulary, tokenize, top_terms,
+                                             vocabulary_mechanism)
+from privseed.tasks.dp.mechanisms import secure_noise
 from tests.noise_checks import assert_noise_is
 
 
@@ -130,7 +122,7 @@ def test_privatize_rejects_bad_budget_and_public_randomness():
 # ------------------------------------------------------------------ early-stopping extraction
 def _first_agrees(matcher: PhraseMatcher, texts, counts=(1, 3, 10, 40)) -> None:
     """``first_matches`` finds exactly the ids the full extraction's first ones are, in every mode."""
-    from privseed.tasks.histogram_seeds import first_distinct_terms
+    from privseed.tasks.seeds.histogram_seeds import first_distinct_terms
 
     for text in texts:
         full = matcher.match(text)
@@ -162,7 +154,7 @@ def test_first_matches_agree_with_the_full_extraction_on_real_documents(corpus, 
     terms (up to 22 tokens, so a candidate often reaches past a chunk cut) on OHSUMED abstracts."""
     import pandas as pd
 
-    from privseed.tasks.vocabulary import load_vocabulary
+    from privseed.tasks.seeds.vocabulary import load_vocabulary
     from tests.conftest import DATA_ROOT
 
     if not (DATA_ROOT / corpus).exists():

@@ -15,9 +15,8 @@ from privseed.tasks.llm.cache import CallCache, cached_complete
 from privseed.tasks.llm.prompting import PromptTemplate, build_messages, build_request, term_coverage
 from privseed.tasks.llm.released import (PublicClassNames, RecipientExample, ReleasedSeed, ReleasedVocabulary,
                                          UnreleasedValueError, load_class_names, load_few_shot)
-from privseed.tasks.llm.service import (KINDS, LLM_GRAMMAR, BackendKind, LLMSpec, close_backend, complete,
-                                        get_backend, kind_of, make_backend, parse_llm_spec, register_backend,
-                                        serving)
+from privseed.tasks.llm.service import (KINDS, LLM_GRAMMAR, BackendKind, LLMSpec, close_backend, complete, get_backend,
+                                        kind_of, make_backend, parse_llm_spec, register_backend, serving)
 
 __all__ = ["ChatMessage", "ChatRequest", "ChatResult", "LLMBackend", "CallCache", "cached_complete",
            "PromptTemplate", "build_messages", "build_request", "term_coverage", "RecipientExample",

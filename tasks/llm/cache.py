@@ -85,7 +85,7 @@ class CacheIndex:
         return len(self.prefixes())
 
     @property
-    def nbytes(self) -> int:  # privseed.tasks.cluster.map_shards scatters large arguments once instead of per task
+    def nbytes(self) -> int:  # privseed.tasks.data.cluster.map_shards scatters large arguments once instead of per task
         return int(self._listed.nbytes) + 8 * len(self._added)
 
     def __getstate__(self) -> dict:

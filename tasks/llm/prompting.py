@@ -34,8 +34,8 @@ import yaml
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.llm.base import ChatMessage, ChatRequest, SeedSteering
 from privseed.tasks.llm.released import PublicClassNames, RecipientExample, ReleasedSeed, UnreleasedValueError
-# One coverage measure in the codebase (tasks/metrics.py), re-exported for the prompt layer's users.
-from privseed.tasks.metrics import term_coverage  # noqa: F401
+# One coverage measure in the codebase (tasks/quality/metrics.py), re-exported for the prompt layer's users.
+from privseed.tasks.quality.metrics import term_coverage  # noqa: F401
 
 ALLOWED_FIELDS = {"doc_type", "terms"}
 CLASS_NAME_FIELD = "class_name"

@@ -122,7 +122,7 @@ def load_few_shot(path: str, storage_options: dict | None = None) -> list[Recipi
     """Read recipient few-shot examples: JSON list, JSONL or Parquet with columns ``text`` (or ``document``)
     and ``keyphrases`` (a list of strings, or one comma-separated string)."""
     from privseed.tasks import storage
-    from privseed.tasks.corpus import read_columns
+    from privseed.tasks.data.corpus import read_columns
     from privseed.tasks.errors import CorpusError
 
     try:

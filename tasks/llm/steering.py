@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from privseed.tasks.metrics import terms_present
+from privseed.tasks.quality.metrics import terms_present
 
 SCHEDULES = ("flat", "budget")
 #: Characters a word may follow without a space.
@@ -160,7 +160,8 @@ class SeedSteeringProcessor:
         return not text or text[-1].isspace() or text[-1] in WORD_OPENERS
 
     def written(self, generated: Sequence[int] | np.ndarray) -> set[str]:
-        """Terms the answer already contains (the coverage measure's own test, privseed.tasks.metrics.terms_present)."""
+        """Terms the answer already contains (the coverage measure's own test,
+        privseed.tasks.quality.metrics.terms_present)."""
         generated = [int(t) for t in generated]
         self._advance(generated)
         return set(self._written_at[len(generated)])

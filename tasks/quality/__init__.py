@@ -8,33 +8,14 @@
 - ``gate``: the Great Expectations release gate (``ReleaseGate``) over a candidate corpus.
 """
 
-from privseed.tasks.quality.gate import (
-    DEFAULT_BOUNDS,
-    REQUIRED_COLUMNS,
-    PartCheck,
-    ReleaseGate,
-    build_expectations,
-    derive_quality_columns,
-    gate_from_config,
-    release_gate,
-    validate_release,
-    validate_release_task,
-)
+from privseed.tasks.quality.gate import (DEFAULT_BOUNDS, REQUIRED_COLUMNS, PartCheck, ReleaseGate, build_expectations,
+                                         derive_quality_columns, gate_from_config, release_gate, validate_release,
+                                         validate_release_task)
 from privseed.tasks.quality.language import LANGUAGES, language_probability
 from privseed.tasks.quality.patterns import META_TALK_PATTERNS, TEMPLATE_RESIDUE_PATTERNS, meta_talk, template_residue
-from privseed.tasks.quality.predicate import (
-    DEFAULT_RULES,
-    REJECTION_REASONS,
-    TUNABLE_RULES,
-    DocumentRules,
-    document_rejection,
-    is_document,
-    misused_seed_terms,
-    repetition_score,
-    rewrite_score,
-    rules_from_bounds,
-    statistic_over_threshold,
-)
+from privseed.tasks.quality.predicate import (DEFAULT_RULES, REJECTION_REASONS, TUNABLE_RULES, DocumentRules,
+                                              document_rejection, is_document, misused_seed_terms, repetition_score,
+                                              rewrite_score, rules_from_bounds, statistic_over_threshold)
 from privseed.tasks.quality.shapes import ends_a_sentence, example_names, is_keyphrase_passthrough
 from privseed.tasks.quality.text_stats import TextStats, text_stats
 

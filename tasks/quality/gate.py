@@ -15,7 +15,8 @@
 The gate only reads the synthetic candidate, which is differentially private by post-processing, so the
 details it reports (counts, a few truncated example values) leak nothing about the private corpus.
 
-``release_gate`` makes the ``gate=`` of ``privseed.tasks.corpus.publish_release`` (callable on a frame, or combining the
+``release_gate`` makes the ``gate=`` of ``privseed.tasks.data.corpus.publish_release`` (callable on a frame, or
+combining the
 checks of staged parts); ``validate_release_task`` is the Prefect task for flows that gate outside of publishing.
 """
 
@@ -35,13 +36,8 @@ import pandas as pd
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.quality.patterns import template_residue
-from privseed.tasks.quality.predicate import (
-    DEFAULT_RULES,
-    REJECTION_REASONS,
-    DocumentRules,
-    document_rejection,
-    rules_from_bounds,
-)
+from privseed.tasks.quality.predicate import (DEFAULT_RULES, REJECTION_REASONS, DocumentRules, document_rejection,
+                                              rules_from_bounds)
 
 # GX must not phone home or draw progress bars; set before great_expectations is imported.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -59,7 +55,7 @@ DEFAULT_BOUNDS: dict[str, float | int | None] = {
     # Share of rows allowed to carry prompt or chat-template residue (none by default).
     "max_residue_rate": 0.0,
     # When an LLM wrote the texts: share of rows allowed to fail each document test of ``document_rejection``
-    # (none by default: generation regenerates and then drops what still fails, see tasks/generation.py).
+    # (none by default: generation regenerates and then drops what still fails, see tasks/generation/documents.py).
     "max_non_document_rate": 0.0,
     "min_rows": 1,
 }
@@ -435,7 +431,8 @@ def validate_release(df: pd.DataFrame, *, labels: Sequence[Any], llm_used: bool,
 
 def release_gate(*, labels: Sequence[Any], llm_used: bool, rules: DocumentRules | None = None,
                  **bounds: Any) -> ReleaseGate:
-    """The ``gate=`` of ``privseed.tasks.corpus.publish_release``: a :class:`ReleaseGate` (call it on a candidate frame,
+    """The ``gate=`` of ``privseed.tasks.data.corpus.publish_release``: a :class:`ReleaseGate` (call it on a candidate
+    frame,
     or check parts and combine them)."""
     return ReleaseGate(tuple(labels), bool(llm_used), rules, tuple(sorted(bounds.items())))
 

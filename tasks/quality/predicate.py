@@ -20,34 +20,12 @@ from typing import Any
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.quality.language import LANGUAGES, language_probability
 from privseed.tasks.quality.patterns import meta_talk, template_residue
-from privseed.tasks.quality.shapes import (
-    _longest_phrase_run,
-    _longest_token_run,
-    _singular,
-    _tokens,
-    article_list,
-    doubled_phrase,
-    borrows_example_name,
-    copies_example,
-    ends_a_sentence,
-    fragment_lines,
-    glossary_headers,
-    is_keyphrase_passthrough,
-    longest_seed_run,
-    markdown_labels,
-    quoted_term_glosses,
-    seed_definitions,
-    seed_gloss_terms,
-    seed_glosses,
-    seed_label_terms,
-    seed_labels,
-    seed_line_labels,
-    seed_run_terms,
-    short_item_run,
-    syllable_loop,
-    term_glosses,
-    word_glosses,
-)
+from privseed.tasks.quality.shapes import (_longest_phrase_run, _longest_token_run, _singular, _tokens, article_list,
+                                           doubled_phrase, borrows_example_name, copies_example, ends_a_sentence,
+                                           fragment_lines, glossary_headers, is_keyphrase_passthrough, longest_seed_run,
+                                           markdown_labels, quoted_term_glosses, seed_definitions, seed_gloss_terms,
+                                           seed_glosses, seed_label_terms, seed_labels, seed_line_labels,
+                                           seed_run_terms, short_item_run, syllable_loop, term_glosses, word_glosses)
 from privseed.tasks.quality.text_stats import TextStats, text_stats
 
 #: The named reasons, in the order they are tested (the first that applies is reported).
@@ -408,7 +386,7 @@ def misused_seed_terms(text: Any, keyphrases: Any, rules: DocumentRules = DEFAUL
     """The seed terms ``rewrite_score`` finds misused in ``text``, as given in ``keyphrases`` and in their order:
     glossed as a label ("Suburb: A small town ..."), explained as a word ("Counsel refers to a group of trees") or
     listed in a run of ``rewrite_seed_run`` or more ("is commission, class, gun"). Generation leaves them out of
-    the prompt of a later candidate of the same seed (``privseed.tasks.generation.candidate_request``)."""
+    the prompt of a later candidate of the same seed (``privseed.tasks.generation.documents.candidate_request``)."""
     if not isinstance(text, str) or not text.strip():
         return ()
     labelled = seed_label_terms(text, keyphrases)

@@ -2,7 +2,8 @@
 page). They hold only what the release itself publishes: its ledger (mechanism, epsilon and delta per release),
 its row count and where it is; the evaluation's aggregate scores. Nothing here reads private data.
 
-The tables are the report's (``privseed.tasks.report.ledger_stage_rows``: one row per stage, partitions collapsed,
+The tables are the report's (``privseed.tasks.evaluation.report.ledger_stage_rows``: one row per stage, partitions
+collapsed,
 epsilon as the ledger composes it) and :func:`score_rows`; the tasks only hand them to Prefect.
 Artifact keys are stable per deployment kind (``release-ledger``, ``release-link``, ``evaluation-scores``,
 ``evaluation-report``), so the UI shows each key's history across scheduled runs. A description is Markdown shown
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.stages import public_stage
 
 
@@ -55,7 +56,7 @@ def release_artifacts(manifest: Mapping[str, Any], ledger: PrivacyLedger, out: s
 
     from prefect.artifacts import create_link_artifact, create_table_artifact
 
-    from privseed.tasks.report import ledger_stage_rows
+    from privseed.tasks.evaluation.report import ledger_stage_rows
 
     recipient = json.loads(ledger.to_json())
     total = recipient.get("total") or {}

@@ -1,4 +1,4 @@
-"""The stages of the whole-pipeline canary test (`privseed audit-release`; the math is in tasks/canary.py).
+"""The stages of the whole-pipeline canary test (`privseed audit-release`; the math is in tasks/evaluation/canary.py).
 
 plant canaries (read the owner's corpus, keep a sample per class, add the inserted canaries, write the copy to
 the audit's temporary folder) -> [the method's own flow on the copy] -> judge the release -> write the report.
@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privseed.tasks import canary, jsonable, storage
-from privseed.tasks.config import CanaryAuditConfig
-from privseed.tasks.ledger import public_rng
+from privseed.tasks.evaluation import canary
+from privseed.tasks import jsonable, storage
+from privseed.tasks.config.commands import CanaryAuditConfig
+from privseed.tasks.dp.ledger import public_rng
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
-from privseed.tasks.vocabulary import load_vocabulary, tokenize
+from privseed.tasks.seeds.vocabulary import load_vocabulary, tokenize
 
 
 @dataclass(frozen=True)

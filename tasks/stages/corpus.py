@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from privseed.tasks.config import LABELS_HELP, ReleaseConfig
+from privseed.tasks.config.commands import LABELS_HELP, ReleaseConfig
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.identity import DataIdentity
-from privseed.tasks.passes import TermCounting, UnitReader
+from privseed.tasks.dp.identity import DataIdentity
+from privseed.tasks.seeds.passes import TermCounting, UnitReader
 from privseed.tasks.stages import private_stage, stage_logger
-from privseed.tasks.units import CorpusPlan
+from privseed.tasks.data.units import CorpusPlan
 
 
 # -- the streaming path ---------------------------------------------------------------------------------------
@@ -26,7 +26,7 @@ from privseed.tasks.units import CorpusPlan
 def plan_private_corpus(cfg: ReleaseConfig) -> CorpusPlan:
     """The work units of the private corpus, from its Parquet footers (no row is read). A missing column, an
     unreadable shard or an empty corpus fails here, naming the shard."""
-    from privseed.tasks.units import plan_corpus
+    from privseed.tasks.data.units import plan_corpus
 
     plan = plan_corpus(cfg.data, cfg.text_column, cfg.label_column, cfg.storage_options)
     stage_logger().info("private corpus: %d work unit(s) in %d shard(s)", len(plan.units),
@@ -39,7 +39,8 @@ def declared_labels(cfg: ReleaseConfig, integer: bool | None) -> list:
     corpus declares no types (CSV, JSON Lines), so integers exactly when every declared label is one).
     Declared labels are the only classes: a declared class with no documents is sampled from its noisy release
     like any other (no error, no special path, so emptiness is never revealed); a row whose label is not
-    declared stops the run before anything is drawn (``privseed.tasks.corpus.declared_positions``, on the workers)."""
+    declared stops the run before anything is drawn (``privseed.tasks.data.corpus.declared_positions``, on the
+    workers)."""
     if cfg.labels is None:
         raise ConfigError("no label set declared; " + LABELS_HELP)
     if integer is None:
@@ -63,15 +64,15 @@ class CorpusScan:
         return self.counts
 
 
-@private_stage("scan-private-corpus", retries=0)  # a unit retries its own transient failures (tasks/units.py)
+@private_stage("scan-private-corpus", retries=0)  # a unit retries its own transient failures (tasks/data/units.py)
 def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
                         counting: TermCounting | None = None) -> CorpusScan:
     """Pass 1 over every work unit on the cluster: the label check, the keyed data identity and (``counting``)
     the term counts, combined in a tree on the cluster; the identity key is loaded from the private state here.
     A corpus in which no document contains a term of V fails before any noise is drawn."""
-    from privseed.tasks.identity import existing_or_new_key, store_new_key
-    from privseed.tasks.passes import DeclaredLabels, ScanPart, ScanSpec, scan_unit
-    from privseed.tasks.units import map_reduce_units
+    from privseed.tasks.dp.identity import existing_or_new_key, store_new_key
+    from privseed.tasks.seeds.passes import DeclaredLabels, ScanPart, ScanSpec, scan_unit
+    from privseed.tasks.data.units import map_reduce_units
 
     key, stored = existing_or_new_key(cfg.state_uri, cfg.storage_options)
     while True:
@@ -83,7 +84,7 @@ def scan_private_corpus(plan: CorpusPlan, labels: list, cfg: ReleaseConfig,
             break
         key, stored = existing_or_new_key(cfg.state_uri, cfg.storage_options)
     if counting is not None:
-        from privseed.tasks.vocabulary import require_vocabulary_hits
+        from privseed.tasks.seeds.vocabulary import require_vocabulary_hits
 
         assert part.counts is not None  # a spec with a TermCounting counts every unit
         require_vocabulary_hits(part.counts, counting.vocab)

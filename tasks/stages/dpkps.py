@@ -4,7 +4,7 @@ the sampled keyphrase sequences.
 The exact counts come from pass 1 (``privseed.tasks.stages.corpus.scan_private_corpus`` with ``term_counting``); the
 sketch sums from pass 2 here (``exact_sketch_sums``), unit by unit on the workers. Every release goes through the ledger
 (``PrivacyLedger.draw_once``), so noise is drawn once and re-read on retry or re-run. The math is in
-tasks/vocabulary.py, tasks/kde.py and tasks/sampling.py.
+tasks/seeds/vocabulary.py, tasks/seeds/kde.py and tasks/seeds/sampling.py.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from privseed.tasks.config import AugPeConfig, DpKpsConfig
-from privseed.tasks.ledger import PrivacyLedger
-from privseed.tasks.passes import TermCounting
-from privseed.tasks.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
+from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.seeds.passes import TermCounting
+from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
-from privseed.tasks.units import CorpusPlan
+from privseed.tasks.data.units import CorpusPlan
 
 def selection_rule(cfg: DpKpsConfig) -> str:
-    if cfg.selection is None:  # the method's own default, chosen on public data (tasks/seed_methods.py)
+    if cfg.selection is None:  # the method's own default, chosen on public data (tasks/seeds/seed_methods.py)
         return SEED_METHODS[cfg.method].default_selection
     if cfg.selection == "top-k":
         return f"top-{cfg.top_k}"
@@ -35,7 +35,7 @@ def selection_rule(cfg: DpKpsConfig) -> str:
 def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
     """What pass 1 counts for this configuration: per class for the histogram methods, the vocabulary histogram
     of DP-KPS and AugPE+V~ otherwise (``cfg`` carries vocab, vocab_top, first_terms)."""
-    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N
+    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N
 
     per_class = getattr(cfg, "method", None) in HISTOGRAM_METHODS
     return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms, per_class=per_class,
@@ -47,7 +47,7 @@ def vocabulary_histogram(texts: Sequence[str], cfg: DpKpsConfig | AugPeConfig) -
     """The vocabulary histogram of documents already in memory: the counts pass 1 makes unit by unit
     (``scan_private_corpus`` with ``term_counting``), for checks that hold the documents (the audit's trials run
     pass 1 itself)."""
-    from privseed.tasks.vocabulary import require_vocabulary_hits
+    from privseed.tasks.seeds.vocabulary import require_vocabulary_hits
 
     counts = term_counting(cfg).count(texts)
     require_vocabulary_hits(counts, cfg.vocab)
@@ -62,12 +62,7 @@ def release_vocabulary(counts: np.ndarray, cfg: DpKpsConfig | AugPeConfig, ledge
     The ledger stores the full noisy histogram next to the top-N ids, so the released values can be checked
     against the mechanism. The seed is not a parameter of this release: it does not influence the noise
     (except under --insecure-reproducible-noise, where the noise source names it)."""
-    from privseed.tasks.vocabulary import (
-                                           DEFAULT_ENGLISH_TOP_N,
-                                           load_vocabulary,
-                                           top_terms,
-                                           vocabulary_mechanism,
-                                           )
+    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary, top_terms, vocabulary_mechanism
 
     top_n = cfg.vocab_top or DEFAULT_ENGLISH_TOP_N
     vocabulary = load_vocabulary(cfg.vocab, top_n)
@@ -92,30 +87,30 @@ def privatize_vocabulary_stage(counts: np.ndarray, cfg: DpKpsConfig | AugPeConfi
 @public_stage("embed-released-vocabulary", retries=2)
 def embed_released_vocabulary(terms: list[str], cfg: DpKpsConfig) -> np.ndarray:
     """Unit-norm embeddings of V~ (public from here on); private documents are looked up, not embedded."""
-    from privseed.tasks.embedding import embed_texts
+    from privseed.tasks.data.embedding import embed_texts
 
     return embed_texts(terms, cfg.embedding_model)
 
 
 def feature_specs(cfg: DpKpsConfig, dim: int) -> list:
     """The public random-feature specs of the method's sketch ensemble (regenerated bit for bit on any worker)."""
-    from privseed.tasks.kde import FeatureSpec
-    from privseed.tasks.sampling import ensemble_blocks
+    from privseed.tasks.seeds.kde import FeatureSpec
+    from privseed.tasks.seeds.sampling import ensemble_blocks
 
     return [FeatureSpec(seed=cfg.seed, name=f"{cfg.method}-{k}", n_features=cfg.n_features, dim=dim, blocks=b,
                         bandwidth=cfg.bandwidth)
             for k, b in enumerate(ensemble_blocks(cfg.method, cfg.length))]
 
 
-@private_stage("sketch-sums", retries=0)  # a unit retries its own transient failures (tasks/units.py)
+@private_stage("sketch-sums", retries=0)  # a unit retries its own transient failures (tasks/data/units.py)
 def exact_sketch_sums(plan: CorpusPlan, labels: list, terms: list[str], embeddings: np.ndarray,
                       cfg: DpKpsConfig) -> np.ndarray:
     """Pass 2: exact per-class sketch sums (classes, sketches, I), each unit re-read from storage on a worker and
     matched against V~, the partial sums combined in a tree on the cluster. Private: only the released sums
     (``privatize_sketches``) leave this process."""
-    from privseed.tasks.passes import DeclaredLabels, SketchSpec, combine_sums, sketch_unit
+    from privseed.tasks.seeds.passes import DeclaredLabels, SketchSpec, combine_sums, sketch_unit
     from privseed.tasks.stages.corpus import unit_progress, unit_reader
-    from privseed.tasks.units import map_reduce_units
+    from privseed.tasks.data.units import map_reduce_units
 
     spec = SketchSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), tuple(terms),
                       np.asarray(embeddings), tuple(feature_specs(cfg, embeddings.shape[1])),
@@ -152,8 +147,8 @@ def privatize_sketches(exact: np.ndarray, labels: list, terms: list[str], embedd
 
 def sketch_mechanisms(cfg: DpKpsConfig, specs: list) -> list:
     """The mechanism of each sketch of the ensemble: eps_kde split over the sketches (basic composition)."""
-    from privseed.tasks.kde import sketch_mechanism
-    from privseed.tasks.sampling import split_budget
+    from privseed.tasks.seeds.kde import sketch_mechanism
+    from privseed.tasks.seeds.sampling import split_budget
 
     budgets = split_budget(cfg.method, cfg.eps_kde, cfg.length)
     delta_each = cfg.delta / len(specs) if cfg.mechanism == "gaussian" else 0.0
@@ -162,10 +157,11 @@ def sketch_mechanisms(cfg: DpKpsConfig, specs: list) -> list:
 
 def signal_warning(released: np.ndarray, labels: list, cfg: DpKpsConfig, specs: list) -> str | None:
     """One paragraph saying why a DP-KPS sampler cannot work on this release, or None when it can: for each
-    sketch, in how many classes the released sum cannot be told from pure noise (``privseed.tasks.kde.sketch_signal``:
+    sketch, in how many classes the released sum cannot be told from pure noise
+    (``privseed.tasks.seeds.kde.sketch_signal``:
     estimated signal energy under 3 noise standard deviations), with the numbers that decided it. Uses the released
     sums and public parameters only."""
-    from privseed.tasks.kde import SIGNAL_Z, sketch_signal
+    from privseed.tasks.seeds.kde import SIGNAL_Z, sketch_signal
 
     lines = []
     for k, (spec, mechanism) in enumerate(zip(specs, sketch_mechanisms(cfg, specs))):
@@ -195,13 +191,8 @@ def _terms_digest(terms: list[str]) -> str:
 def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[str], embeddings: np.ndarray,
                                cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released sketches: per_class sequences of length L per class."""
-    from privseed.tasks.ledger import public_rng
-    from privseed.tasks.sampling import (
-                                         SelectionRule,
-                                         SketchTables,
-                                         default_device,
-                                         sample_sequences,
-                                         )
+    from privseed.tasks.dp.ledger import public_rng
+    from privseed.tasks.seeds.sampling import SelectionRule, SketchTables, default_device, sample_sequences
 
     warning = signal_warning(released, labels, cfg, feature_specs(cfg, embeddings.shape[1]))
     if warning is not None:  # said before any sequence is sampled and released

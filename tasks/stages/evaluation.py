@@ -1,4 +1,4 @@
-"""Stages of the recipient's evaluation (tasks/evaluation.py holds what they compute).
+"""Stages of the recipient's evaluation (tasks/evaluation/evaluation.py holds what they compute).
 
 Everything here handles a release, the recipient's own test set and its unlabelled documents: public stages.
 """
@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privseed.tasks import classify, corpus, evaluation, jsonable, storage
-from privseed.tasks.config import EvaluationOptions
+from privseed.tasks.evaluation import classify, evaluation
+from privseed.tasks.data import corpus
+from privseed.tasks import jsonable, storage
+from privseed.tasks.config.commands import EvaluationOptions
 from privseed.tasks.errors import CorpusError
-from privseed.tasks.release_reader import Release, read_release
+from privseed.tasks.data.release_reader import Release, read_release
 from privseed.tasks.stages import public_stage
 
 

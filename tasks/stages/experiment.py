@@ -1,4 +1,5 @@
-"""Stages of the experiment grid (tasks/experiment.py says what a grid is, tasks/experiment_table.py how it is
+"""Stages of the experiment grid (tasks/evaluation/experiment.py says what a grid is,
+tasks/evaluation/experiment_table.py how it is
 tabulated): splitting a benchmark, the two baselines' training sets, scoring one cell and writing the table."""
 
 from __future__ import annotations
@@ -10,18 +11,20 @@ from typing import Any
 
 import pandas as pd
 
-from privseed.tasks import classify, metrics, storage
-from privseed.tasks.baselines import only_llm_corpus, real_baseline
+from privseed.tasks.evaluation import classify
+from privseed.tasks.quality import metrics
+from privseed.tasks import storage
+from privseed.tasks.evaluation.baselines import only_llm_corpus, real_baseline
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.config import EvaluationOptions
-from privseed.tasks.evaluation import (build_run_report, choose_client_texts, evaluation_result, generation_quality,
-                                       term_lists)
-from privseed.tasks.experiment import (BASELINE_METHODS, PAPER_NUMBERS, CellLog, DatasetSpec, ExperimentSpec, GridCell,
-                                       PreparedData, declared_labels, grid_cells, grid_vocabulary, prepare_data,
-                                       round_timings)
-from privseed.tasks.experiment_table import aggregate_cells, build_experiment_report, table_markdown
-from privseed.tasks.histogram_seeds import pair_coherence
-from privseed.tasks.release_reader import Release, release_budget, release_llm_calls, release_vocabulary
+from privseed.tasks.config.commands import EvaluationOptions
+from privseed.tasks.evaluation.evaluation import (build_run_report, choose_client_texts, evaluation_result,
+                                                  generation_quality, term_lists)
+from privseed.tasks.evaluation.experiment import (BASELINE_METHODS, PAPER_NUMBERS, CellLog, DatasetSpec, ExperimentSpec,
+                                                  GridCell, PreparedData, declared_labels, grid_cells, grid_vocabulary,
+                                                  prepare_data, round_timings)
+from privseed.tasks.evaluation.experiment_table import aggregate_cells, build_experiment_report, table_markdown
+from privseed.tasks.seeds.histogram_seeds import pair_coherence
+from privseed.tasks.data.release_reader import Release, release_budget, release_llm_calls, release_vocabulary
 from privseed.tasks.stages import private_stage, public_stage
 from privseed.tasks.stages.evaluation import phrase_view, score_corpus
 
@@ -86,7 +89,8 @@ def real_documents(spec: ExperimentSpec, cell: GridCell, data: PreparedData) -> 
 def only_llm_documents(spec: ExperimentSpec, cell: GridCell, label_names: dict[str, str],
                        run_dir: str) -> pd.DataFrame:
     """The only-LLM baseline's texts, from public values only (the declared labels and their public names,
-    ``privseed.tasks.baselines.only_llm_label_names``), judged and regenerated like the grid's DP-KPS releases; every
+    ``privseed.tasks.evaluation.baselines.only_llm_label_names``), judged and regenerated like the grid's DP-KPS
+    releases; every
     call is cached under the cell's folder, so a retry or a re-run sends only the calls that never finished."""
     ds = cell.ds
     # As many regeneration (and rewrite) rounds as the grid's DP-KPS releases get ([dpkps] max_regenerations,

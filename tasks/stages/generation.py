@@ -1,12 +1,12 @@
 """Stages around the LLM: the local-model check before any private data is read, the dry run's cost estimate,
-and generation of the synthetic documents from released seeds (tasks/generation.py does the work)."""
+and generation of the synthetic documents from released seeds (tasks/generation/documents.py does the work)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from privseed.tasks.config import DpKpsConfig
-from privseed.tasks.corpus import StagedRelease
+from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.data.corpus import StagedRelease
 from privseed.tasks.stages import stage_logger
 
 
@@ -24,7 +24,7 @@ def check_local_model(llm: str) -> None:
 def with_class_names(cfg: DpKpsConfig) -> tuple[DpKpsConfig, dict[str, str] | None]:
     """The owner's public class names (checked now, before any private data is read) for the prompts and the
     manifest; a class-names file with no --labels declares the label set itself."""
-    from privseed.tasks.generation import class_names_from_config
+    from privseed.tasks.generation.documents import class_names_from_config
 
     class_names = class_names_from_config(cfg)
     if class_names is None:
@@ -35,11 +35,12 @@ def with_class_names(cfg: DpKpsConfig) -> tuple[DpKpsConfig, dict[str, str] | No
 
 
 def generate_release_documents(sequences: pd.DataFrame, cfg: DpKpsConfig, labels: list) -> tuple[StagedRelease, dict]:
-    """One document per released seed (``privseed.tasks.generation.generate_release``: the generation shards call the
+    """One document per released seed (``privseed.tasks.generation.documents.generate_release``: the generation shards
+    call the
     LLM through the call cache, split documents from seeds dropped after ``max_regenerations`` rounds, and
     write and gate-check the release's parts); only the parts' descriptors come back here, with the report that
     goes into quality.json."""
-    from privseed.tasks.generation import generate_release
+    from privseed.tasks.generation.documents import generate_release
     from privseed.tasks.quality import gate_from_config
 
     staged = generate_release(sequences, cfg, gate_from_config(cfg, labels))
@@ -66,7 +67,7 @@ def dry_run(cfg: DpKpsConfig) -> dict:
     """``dry_run``: the LLM calls a run would send and what they would cost, from public settings only (the
     declared labels, per_class, L and the generation options). The corpus is not read, no ledger is opened:
     nothing is drawn, charged or sent. Terms are placeholders, so the input-token count is an estimate."""
-    from privseed.tasks.corpus import list_shards
+    from privseed.tasks.data.corpus import list_shards
 
     list_shards(cfg.data, cfg.storage_options)  # a wrong path fails now, not at the real run
     if cfg.llm == "none":
@@ -74,7 +75,7 @@ def dry_run(cfg: DpKpsConfig) -> dict:
         result = {"dry_run": True, "estimate": description, "calls": 0, "usd": 0.0, "tokens_in": 0,
                   "tokens_out_max": 0}
     else:
-        from privseed.tasks.generation import estimate_generation
+        from privseed.tasks.generation.documents import estimate_generation
 
         estimate = estimate_generation(placeholder_sequences(cfg), cfg)
         result = {"dry_run": True, "estimate": estimate.describe(), "calls": estimate.calls, "usd": estimate.usd,

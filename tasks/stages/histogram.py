@@ -1,4 +1,4 @@
-"""The histogram seed methods' stages (tasks/histogram_seeds.py): privseed's own comparator, not the paper's
+"""The histogram seed methods' stages (tasks/seeds/histogram_seeds.py): privseed's own comparator, not the paper's
 method. No vocabulary stage and no embedding: per-class noisy histograms over the public V are the release.
 
 The exact per-class counts come from pass 1 (``privseed.tasks.stages.corpus.scan_private_corpus`` with
@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from privseed.tasks.config import DpKpsConfig
-from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
-from privseed.tasks.units import CorpusPlan
+from privseed.tasks.data.units import CorpusPlan
 
 if TYPE_CHECKING:
-    from privseed.tasks.histogram_seeds import ClassRelease
+    from privseed.tasks.seeds.histogram_seeds import ClassRelease
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
-    from privseed.tasks.seed_methods import contribution_kind
+    from privseed.tasks.seeds.seed_methods import contribution_kind
 
     return {"method": cfg.method, "vocab": vocabulary_name, "vocab_terms": vocab_terms,
             "first_terms": cfg.first_terms, "top_k": cfg.hist_top_k, "mechanism": cfg.mechanism,
@@ -41,8 +41,8 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     Sensitivity: a document adds 1 to at most S distinct terms of its own class -> L1 S (Laplace(S/eps_1)),
     L2 sqrt(S) (Gaussian); with ``--hist-contribution unit-l2`` or ``rank-l2`` it adds a vector of L2 norm 1 over
     all its distinct terms -> L2 1 (Gaussian only). Classes are disjoint: parallel composition (partition per class)."""
-    from privseed.tasks.histogram_seeds import build_mechanism, stage_budgets, top_k
-    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+    from privseed.tasks.seeds.histogram_seeds import build_mechanism, stage_budgets, top_k
+    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
@@ -65,7 +65,7 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
 def _delta_origin(cfg: DpKpsConfig) -> str:
     """Where the run's delta came from, for the log: the default is a function of a public bound, never of the
     private corpus's size."""
-    from privseed.tasks.accounting import default_delta
+    from privseed.tasks.dp.accounting import default_delta
 
     if cfg.delta == default_delta(cfg.n_upper_bound):
         return f"= 1/(n ln n) with the public bound n = --n-upper-bound {cfg.n_upper_bound}"
@@ -73,9 +73,10 @@ def _delta_origin(cfg: DpKpsConfig) -> str:
 
 
 def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[ClassRelease]:
-    """Each class's terms and weights (``privseed.tasks.histogram_seeds.class_term_releases``) from stage 1's stored
+    """Each class's terms and weights (``privseed.tasks.seeds.histogram_seeds.class_term_releases``) from stage 1's
+    stored
     noisy rows: post-processing of released values and public parameters only."""
-    from privseed.tasks.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
+    from privseed.tasks.seeds.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
 
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
     mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
@@ -85,21 +86,21 @@ def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[
 
 def pair_candidate_ids(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[np.ndarray]:
     """Each class's P heaviest stage-1 terms, among which stage 2 counts pairs (post-processing of stage 1)."""
-    from privseed.tasks.histogram_seeds import pair_candidates
+    from privseed.tasks.seeds.histogram_seeds import pair_candidates
 
     return [pair_candidates(r, cfg.markov_pair_top) for r in term_releases(terms, cfg)]
 
 
-@private_stage("class-pair-counts", retries=0)  # a unit retries its own transient failures (tasks/units.py)
+@private_stage("class-pair-counts", retries=0)  # a unit retries its own transient failures (tasks/data/units.py)
 def exact_pair_counts(plan: CorpusPlan, labels: list, terms: list[dict[str, np.ndarray]],
                       cfg: DpKpsConfig) -> np.ndarray:
     """Pass 2 of histogram-markov: exact co-occurrence counts (C, P (P - 1) / 2) of pairs among each class's P
     candidate terms (``pair_candidate_ids``), each unit re-read from storage on a worker, combined in a tree on
     the cluster (private)."""
-    from privseed.tasks.passes import DeclaredLabels, PairSpec, combine_sums, pair_unit
+    from privseed.tasks.seeds.passes import DeclaredLabels, PairSpec, combine_sums, pair_unit
     from privseed.tasks.stages.corpus import unit_progress, unit_reader
     from privseed.tasks.stages.dpkps import term_counting
-    from privseed.tasks.units import map_reduce_units
+    from privseed.tasks.data.units import map_reduce_units
 
     spec = PairSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), term_counting(cfg),
                     tuple(pair_candidate_ids(terms, cfg)), cfg.markov_pair_terms)
@@ -114,11 +115,11 @@ def privatize_class_pairs(pair_counts: np.ndarray, labels: list, terms: list[dic
 
     Sensitivity: a document's first S_2 distinct candidate terms give at most S_2 (S_2 - 1) / 2 distinct pairs,
     each counted once -> L1 S_2 (S_2 - 1) / 2 (Laplace of that scale over eps_2), L2 its square root (Gaussian)
-    (``privseed.tasks.histogram_seeds.pair_mechanism``). Noise on every pair of every class, zero counts included;
+    (``privseed.tasks.seeds.histogram_seeds.pair_mechanism``). Noise on every pair of every class, zero counts included;
     classes in parallel; the candidates are post-processing of stage 1's release (public), so the stages compose
     sequentially: eps_1 + eps_2."""
-    from privseed.tasks.histogram_seeds import pair_mechanism, stage_budgets
-    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+    from privseed.tasks.seeds.histogram_seeds import pair_mechanism, stage_budgets
+    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     candidates = pair_candidate_ids(terms, cfg)
@@ -152,12 +153,12 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
     from dataclasses import replace
 
-    from privseed.tasks.histogram_seeds import (noise_floor, pair_matrix, pair_mechanism, sample_class_sequences,
-                                                stage_budgets)
-    from privseed.tasks.ledger import public_rng
-    from privseed.tasks.sampling import SelectionRule
+    from privseed.tasks.seeds.histogram_seeds import (noise_floor, pair_matrix, pair_mechanism, sample_class_sequences,
+                                                      stage_budgets)
+    from privseed.tasks.dp.ledger import public_rng
+    from privseed.tasks.seeds.sampling import SelectionRule
     from privseed.tasks.stages.dpkps import selection_rule
-    from privseed.tasks.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
+    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     releases = term_releases(terms, cfg)

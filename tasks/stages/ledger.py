@@ -1,13 +1,13 @@
-"""Stages that open and report the privacy ledger of a run (tasks/ledger.py holds the ledger itself)."""
+"""Stages that open and report the privacy ledger of a run (tasks/dp/ledger.py holds the ledger itself)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from privseed.tasks.config import ReleaseConfig
-from privseed.tasks.identity import DataIdentity, new_run_id
-from privseed.tasks.ledger import OWNER_LEDGER, PrivacyLedger, cumulative_total, unfinished_runs
+from privseed.tasks.config.commands import ReleaseConfig
+from privseed.tasks.dp.identity import DataIdentity, new_run_id
+from privseed.tasks.dp.ledger import OWNER_LEDGER, PrivacyLedger, cumulative_total, unfinished_runs
 from privseed.tasks.stages import public_stage, stage_logger
 
 
@@ -19,7 +19,8 @@ def open_ledger(cfg: ReleaseConfig, identity: DataIdentity) -> PrivacyLedger:
     release.
 
     A new run beside runs of the state that drew values and did not publish charges the budget again: the command
-    line refuses it unless ``--new-run`` asks for it (privseed.tasks.preflight); a run that does not pass there (a
+    line refuses it unless ``--new-run`` asks for it (privseed.tasks.config.preflight); a run that does not pass there
+    (a
     deployment's, a subflow's) says so here, loudly unless it was asked for."""
     if cfg.run_id is None:
         asked, unfinished = cfg.new_run, unfinished_runs(cfg.state_uri, cfg.storage_options)
@@ -45,7 +46,7 @@ def log_cumulative_total(ledger: PrivacyLedger) -> None:
 
 def cumulative_text(cumulative: dict[str, Any]) -> str:
     """``cumulative epsilon=22, delta=0 over 2 runs``: a state folder's cumulative total
-    (privseed.tasks.ledger.cumulative_total) as the owner reads it after every run."""
+    (privseed.tasks.dp.ledger.cumulative_total) as the owner reads it after every run."""
     runs = len(cumulative["runs"])
     return (f"cumulative epsilon={cumulative['epsilon']:g}, delta={cumulative['delta']:g} over {runs} "
             f"run{'' if runs == 1 else 's'}")
@@ -62,8 +63,8 @@ def warn_if_insecure(cfg: ReleaseConfig, logger: Any = None) -> None:
     """Says loudly, before anything is drawn, that this run's noise is reproducible from the public seed; with an
     LLM whose calls leave this machine such a run stops here (its seeds are not DP: docs/privacy.md)."""
     if cfg.insecure_reproducible_noise:
-        from privseed.tasks.generation import refuse_remote_llm_for_reproducible_noise
-        from privseed.tasks.mechanisms import INSECURE_STAMP
+        from privseed.tasks.generation.documents import refuse_remote_llm_for_reproducible_noise
+        from privseed.tasks.dp.mechanisms import INSECURE_STAMP
 
         refuse_remote_llm_for_reproducible_noise(cfg.llm, cfg.insecure_reproducible_noise)
 

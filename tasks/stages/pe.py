@@ -4,7 +4,7 @@ noisy statistic drawn once through the ledger, the dry-run plan and the release.
 is ``privseed.tasks.stages.pe_rounds``.
 
 Privacy boundary: private documents are read, embedded and voted per work unit on the workers
-(``privseed.tasks.pe_units``); what reaches the driver is a sum of exact counts or cluster sums, which goes straight
+(``privseed.tasks.pe.pe_units``); what reaches the driver is a sum of exact counts or cluster sums, which goes straight
 into the ledger's draw-once, and what crosses the boundary is that noisy statistic and text the LLM wrote from public
 prompts or from earlier synthetic text. Every LLM call is cached in the private state (``--state``, default
 ``OUT.private/llm-cache``) so a crash mid-round repeats none that finished.
@@ -23,18 +23,19 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from privseed.tasks import accounting, storage
-from privseed.tasks import evolution as ev
-from privseed.tasks.cluster import current_client, map_shards
-from privseed.tasks.config import AUGPE_DEFAULT_EPSILON, AugPeConfig, EvolutionConfig, SecPeConfig
-from privseed.tasks.corpus import list_shards, publish_release, read_columns
+from privseed.tasks.dp import accounting
+from privseed.tasks import storage
+from privseed.tasks.pe import evolution as ev
+from privseed.tasks.data.cluster import current_client, map_shards
+from privseed.tasks.config.commands import AUGPE_DEFAULT_EPSILON, AugPeConfig, EvolutionConfig, SecPeConfig
+from privseed.tasks.data.corpus import list_shards, publish_release, read_columns
 from privseed.tasks.errors import ConfigError, CorpusError, LedgerMismatchError, retry_if_transient
-from privseed.tasks.ledger import PrivacyLedger
-from privseed.tasks.mechanisms import GaussianMechanism
-from privseed.tasks.pe_units import (PrivateUnits, SampledUnit, SecretDetector, forget_run, stack_incidence,
-                                     unit_class_votes, unit_cluster_sums, unit_secret_incidence)
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.dp.mechanisms import GaussianMechanism
+from privseed.tasks.pe.pe_units import (PrivateUnits, SampledUnit, SecretDetector, forget_run, stack_incidence,
+                                        unit_class_votes, unit_cluster_sums, unit_secret_incidence)
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
-from privseed.tasks.units import CorpusPlan, add_parts, map_reduce_units
+from privseed.tasks.data.units import CorpusPlan, add_parts, map_reduce_units
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -54,7 +55,7 @@ def _complete_chunk(requests: list, llm: Any, cache_root: str, storage_options: 
 def _numbered_chunk(chunk: tuple[int, list], llm: Any, cache_root: str, storage_options: dict,
                     topic: str | None) -> list[dict]:
     """``_complete_chunk`` on a worker, reporting each call on ``topic`` (the driver's bar)."""
-    from privseed.tasks.generation import call_messages
+    from privseed.tasks.generation.documents import call_messages
 
     number, requests = chunk
     return _complete_chunk(requests, llm, cache_root, storage_options, on_result=call_messages(topic, number))
@@ -76,7 +77,7 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     With ``--llm-shards`` > 1 the calls are split into shards that run on the workers, each keeping its backend
     loaded and reporting each call to the bar here as it finishes. Otherwise they run here with a per-call bar.
     Answers come back in prompt order either way."""
-    from privseed.tasks.generation import CallProgress
+    from privseed.tasks.generation.documents import CallProgress
     from privseed.tasks.llm.service import call_prices, serving, spec_from_config
 
     requests = chat_requests(prompts, cfg)
@@ -96,13 +97,13 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
 
 def _shard_calls(spec: Any, chunks: list, cache_root: str, cfg: EvolutionConfig, bar: Any) -> list[list[dict]]:
     """The chunks' answers: here with a per-call bar, or on the workers reporting each call to ``bar``."""
-    from privseed.tasks.generation import ShardProgress
+    from privseed.tasks.generation.documents import ShardProgress
 
     try:
         if current_client() is None or len(chunks) <= 1:
             parts = [_complete_chunk(chunk, spec, cache_root, cfg.storage_options, on_result=bar) for chunk in chunks]
         else:
-            from privseed.tasks.cluster import shard_events
+            from privseed.tasks.data.cluster import shard_events
 
             calls = ShardProgress(bar, [len(chunk) for chunk in chunks])
             with shard_events(calls.on_call) as topic:
@@ -129,7 +130,7 @@ def generate_candidates(cfg: EvolutionConfig, prompts: list[ev.Prompt], meta: pd
 @public_stage("embed-candidates", retries=2)
 def embed_candidates(texts: list[str], model: str, progress: bool = False) -> np.ndarray:
     """Embeddings of LLM-written (public) text: here, or sharded over the workers when there are many."""
-    from privseed.tasks.embedding import embed_sharded
+    from privseed.tasks.data.embedding import embed_sharded
 
     return embed_sharded(texts, model, progress=progress, desc="embed candidates")
 
@@ -157,7 +158,7 @@ def public_clusters(cfg: SecPeConfig) -> ev.PublicClusters:
 @contextlib.contextmanager
 def private_units(cfg: EvolutionConfig, labels: list, plan: CorpusPlan) -> Iterator[PrivateUnits]:
     """The work units of the private corpus (``plan``, from ``plan_private_corpus``) for the rounds of one run;
-    on the way out, every worker forgets the embeddings it kept for them (``privseed.tasks.pe_units``)."""
+    on the way out, every worker forgets the embeddings it kept for them (``privseed.tasks.pe.pe_units``)."""
     units = PrivateUnits(plan.units, cfg.text_column, cfg.label_column, dict(cfg.storage_options or {}),
                          cfg.embedding_model, tuple(str(label) for label in labels), uuid.uuid4().hex)
     try:
@@ -369,7 +370,7 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list) -> Any:
     placeholders of the same shape: V~ is not drawn); every VARIATION_API prompt is bounded by its template around
     a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
     charged; calls already in the run's cache are counted as cached."""
-    from privseed.tasks.generation import estimate_cost
+    from privseed.tasks.generation.documents import estimate_cost
     from privseed.tasks.llm.service import spec_from_config
     from privseed.tasks.llm import CallCache
 

@@ -30,12 +30,12 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from privseed.tasks import evolution as ev
+from privseed.tasks.pe import evolution as ev
 from privseed.tasks import storage
-from privseed.tasks.config import AugPeConfig, EvolutionConfig, SecPeConfig
-from privseed.tasks.ledger import PrivacyLedger
-from privseed.tasks.mechanisms import GaussianMechanism
-from privseed.tasks.pe_units import PrivateUnits
+from privseed.tasks.config.commands import AugPeConfig, EvolutionConfig, SecPeConfig
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.dp.mechanisms import GaussianMechanism
+from privseed.tasks.pe.pe_units import PrivateUnits
 from privseed.tasks.stages import stage_logger
 from privseed.tasks.stages.pe import (draw_augpe_round, draw_secpe_round, embed_candidates, exact_class_votes,
                                       exact_cluster_sums, generate_candidates, rho_per_unit)
@@ -185,7 +185,7 @@ class RoundClock:
     ``llm_s`` (the calls that made the round's candidates), ``embed_s`` and ``histogram_s`` (votes or
     SecretClustering, noise, selection), show whether a round is bounded by the LLM or by the histogram, but the
     histogram step grows with the private corpus size |D|: they go to the operator's log and to
-    ``privseed.tasks.evolution.OPERATOR_TIMINGS`` in the private state (``save``), never to a released file."""
+    ``privseed.tasks.pe.evolution.OPERATOR_TIMINGS`` in the private state (``save``), never to a released file."""
 
     def __init__(self) -> None:
         self.rounds: list[dict[str, int]] = []

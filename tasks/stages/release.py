@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from privseed.tasks.config import DpKpsConfig
-from privseed.tasks.corpus import StagedRelease
-from privseed.tasks.ledger import PrivacyLedger
+from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.data.corpus import StagedRelease
+from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.stages import public_stage
 
 
@@ -22,10 +22,11 @@ def render_without_llm(sequences: pd.DataFrame) -> pd.DataFrame:
 @public_stage("publish-release", retries=2)
 def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: PrivacyLedger, labels: list,
             class_names: dict[str, str] | None = None, generation_report: dict | None = None) -> dict:
-    """Gate and publish (``privseed.tasks.corpus.publish_release``: atomically, the manifest last) a frame, or the parts
+    """Gate and publish (``privseed.tasks.data.corpus.publish_release``: atomically, the manifest last) a frame, or the
+    parts
     the generation shards wrote. ``generation_report`` (counts of synthetic rows and candidates from
-    privseed.tasks.generation.split_documents) goes into quality.json beside the gate's result."""
-    from privseed.tasks.corpus import publish_release
+    privseed.tasks.generation.documents.split_documents) goes into quality.json beside the gate's result."""
+    from privseed.tasks.data.corpus import publish_release
     from privseed.tasks.quality import gate_from_config
 
     config = cfg.public_dict()

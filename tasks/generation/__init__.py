@@ -1,0 +1,1 @@
+"""Seeds to documents: prompts, candidate rounds, row assembly, the generation drivers."""

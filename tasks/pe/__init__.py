@@ -1,0 +1,1 @@
+"""Private evolution (Aug-PE, SecPE): votes, selection, secret noise, the per-unit work on the workers."""
