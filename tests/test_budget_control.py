@@ -72,8 +72,9 @@ def test_the_three_budget_cases_are_refused_in_one_line_before_anything_starts(c
     _unfinished_run(state)
     state_before = _tree(state)
     results, heavy = run_cli(
-        # (a) --epsilon with the default method (independent), which spends --eps-voc and --eps-kde
-        ["dpkps", corpus, "--out", tmp_path / "a", *LABELS, "--epsilon", "5"],
+        # (a) --epsilon with the paper's independent sampler (the default until 2026-11-28), which spends --eps-voc
+        # and --eps-kde
+        ["dpkps", corpus, "--out", tmp_path / "a", *LABELS, "--method", "independent", "--epsilon", "5"],
         # (b) the same command again after a run that drew values and did not publish
         ["dpkps", corpus, "--out", out, *LABELS],
         # (c) --out the folder that holds the corpus, the corpus itself, a folder inside it
@@ -136,7 +137,9 @@ def test_a_method_option_is_refused_for_a_method_that_does_not_read_it(name):
 def test_a_default_given_explicitly_is_no_choice_and_a_dict_shared_by_methods_is_filtered():
     """A deployment's form sends every field with its default; an experiment grid's [dpkps] table is shared by every
     method and is filtered by method_options."""
-    assert validate_config(DpKpsConfig, {**BASE, "hist_top_k": 300, "epsilon": None}).method == "independent"
+    default_top_k = DpKpsConfig.model_fields["hist_top_k"].get_default()
+    assert validate_config(DpKpsConfig, {**BASE, "method": "independent", "hist_top_k": default_top_k,
+                                         "epsilon": None}).method == "independent"
     shared = {"vocab_size": 40, "n_features": 32, "hist_top_k": 20, "markov_pair_top": 8, "length": 4}
     assert method_options("histogram", shared) == {"hist_top_k": 20, "length": 4}
     for method in SEED_METHODS:
@@ -146,13 +149,13 @@ def test_a_default_given_explicitly_is_no_choice_and_a_dict_shared_by_methods_is
 def test_the_environment_and_a_config_file_set_options_too(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVSEED_EPSILON", "5")
     with pytest.raises(ConfigError, match="--epsilon applies to --method histogram"):
-        build_config(DpKpsConfig, dict(BASE))
+        build_config(DpKpsConfig, {**BASE, "method": "independent"})
     assert build_config(DpKpsConfig, {**BASE, "method": "histogram"}).histogram_epsilon == 5.0
     monkeypatch.delenv("PRIVSEED_EPSILON")
     file = tmp_path / "c.toml"
     file.write_text("hist_top_k = 20\n")
     with pytest.raises(ConfigError, match="--hist-top-k applies to --method histogram and histogram-markov only"):
-        build_config(DpKpsConfig, dict(BASE), str(file))
+        build_config(DpKpsConfig, {**BASE, "method": "independent"}, str(file))
 
 
 def test_the_other_options_that_only_some_runs_read():
@@ -160,7 +163,8 @@ def test_the_other_options_that_only_some_runs_read():
         "--top-k is a parameter of --selection top-k": {"top_k": 3},
         "--power is a parameter of --selection power, and this run draws with --method histogram's own rule": {
             "method": "histogram", "power": 3.0},
-        "--delta applies to --mechanism gaussian and laplace-threshold only": {"delta": 1e-6},
+        "--delta applies to --mechanism gaussian and laplace-threshold only": {"method": "independent",
+                                                                               "delta": 1e-6},
     }
     for message, values in refusals.items():
         with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

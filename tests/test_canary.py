@@ -175,7 +175,8 @@ def test_the_canary_audit_flags_a_release_without_noise_and_passes_a_secure_one(
     out = tmp_path / "audit"
     result = canary_audit_flow({"data": demo_corpus_path(), "labels_file": demo_corpus_path(DEMO_LABELS),
                                 "out": str(out), "llm": "none", "per_class": 10, "sample_per_class": 10,
-                                "canary_pairs": 1, "repetitions": 3, "n_features": 64, "n_workers": 1,
+                                "canary_pairs": 1, "repetitions": 3, "method": "independent", "n_features": 64,
+                                "n_workers": 1,
                                 **epsilons})
     report = json.loads((tmp_path / "audit.private" / "canary-audit.json").read_text())
     assert (out / "canary-audit.png").stat().st_size > 0 and not (out / "canary-audit.json").exists()

@@ -66,6 +66,7 @@ ACCEPTS_ANY_VALUE = {
     "synthetic": "a path or URI; a folder without a manifest is refused when the release is read",
     "test": "a path or URI; a missing file or column is a CorpusError when the test set is read",
     "client": "a path or URI; a missing file or column is a CorpusError when the client documents are read",
+    "real_train": "a path or URI; a missing file or column is a CorpusError when the real documents are read",
     "json_path": "a path or URI, written at the end of the evaluation",
     "report_path": "a path or URI, written at the end of the evaluation",
     "config_path": "the experiment file; a missing or malformed one is a ConfigError when the flow loads it",
@@ -487,8 +488,8 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
     with pytest.MonkeyPatch.context() as patch:
         recorder.install(patch)
         try:
-            small = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "32", "--per-class", "2", "--length",
-                     "4", "--workers", "1", "--labels", "0,1,2"]
+            small = ["--method", "independent", "--vocab-top", "20000", "--vocab-size", "40", "--features", "32",
+                     "--per-class", "2", "--length", "4", "--workers", "1", "--labels", "0,1,2"]
             assert main(["dpkps", str(corpus), "--out", str(tmp / "none"), "--llm", "none", "--selection", "top-k",
                          *small]) == 0
             # (no --vocab-size or --features: histogram-markov reads neither, and refuses them)

@@ -152,7 +152,8 @@ def test_served_deployment_runs_once_on_a_local_server(local_server, tmp_path, t
         # class's noisy KDE can sit on one term, so at length 5 two equal sequences (and a failed duplicate-rate
         # gate) came up in about one run in six; at length 10 it is under one in a hundred.
         config = {"data": str(corpus), "out": str(out), "llm": "none", "per_class": 4, "length": 10,
-                  "vocab_top": 20000, "vocab_size": 40, "n_features": 64, "n_workers": 1, "seed": 3,
+                  "method": "independent", "vocab_top": 20000, "vocab_size": 40, "n_features": 64, "n_workers": 1,
+                  "seed": 3,
                   "labels": ["0", "1", "2"]}
         triggered = subprocess.run(
             [PREFECT, "deployment", "run", "dpkps/dpkps-demo", "--params", json.dumps({"config": config}),

@@ -11,8 +11,9 @@ from privseed.tasks.data.corpus import read_release
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
-         "--llm", "none", "--no-gate", "--workers", "1", "--labels", "0,1,2"]
+# The paper's independent sampler (the histogram methods, the default, read neither V~'s size nor features).
+SMALL = ["--method", "independent", "--vocab-top", "20000", "--vocab-size", "40", "--features", "64",
+         "--per-class", "4", "--length", "5", "--llm", "none", "--no-gate", "--workers", "1", "--labels", "0,1,2"]
 
 
 def run(*argv):

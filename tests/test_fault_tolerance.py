@@ -21,8 +21,9 @@ from tests.test_s3_pipeline import run_cli
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
-         "--llm", "none", "--seed", "11", "--workers", "1", "--labels", "0,1,2", "--run-id", "resumable-run"]
+SMALL = ["--method", "independent", "--vocab-top", "20000", "--vocab-size", "40", "--features", "64",
+         "--per-class", "4", "--length", "5", "--llm", "none", "--seed", "11", "--workers", "1", "--labels", "0,1,2",
+         "--run-id", "resumable-run"]
 
 
 def ledger_state(out: Path) -> dict[str, tuple[bytes, int]]:
@@ -59,7 +60,8 @@ def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harne
     bucket = proxied_s3_bucket
     config = DpKpsConfig(data=str(corpus), out=f"{bucket.url}/release", llm="none", per_class=4, length=5,
                          labels=["0", "1", "2"], run_id="resumable-run",
-                         vocab_top=20000, vocab_size=40, n_features=64, n_workers=1, seed=2).model_dump()
+                         method="independent", vocab_top=20000, vocab_size=40, n_features=64, n_workers=1,
+                         seed=2).model_dump()
 
     first = dpkps_flow(config)
     before = {key: bucket.get(key) for key in bucket.keys("release/")}

@@ -112,7 +112,8 @@ def test_canary_through_the_dpkps_flow(tiny_corpus, tmp_path, caplog, capfd, mon
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         argv = ["dpkps", str(corpus_path), "--out", str(tmp_path / "out"), "--llm", "anthropic:claude-haiku-4-5",
-                "--doc-type", "summary of a Wikipedia-style article", "--vocab-top", "20000", "--vocab-size", "40",
+                "--doc-type", "summary of a Wikipedia-style article", "--method", "independent", "--vocab-top", "20000",
+                "--vocab-size", "40",
                 "--features", "64", "--per-class", "4", "--length", "5", "--no-gate", "--workers", "1",
                 "--max-tokens", "32", "--labels", "0,1,2"]
         assert main(argv) == 0

@@ -86,7 +86,8 @@ def test_dpkps_release_through_the_server(llama_server, prefect_harness, tmp_pat
     names = tmp_path / "names.json"
     names.write_text(json.dumps({"0": "Sports club", "1": "Landscape"}))
     out = tmp_path / "out"
-    assert main(["dpkps", str(corpus), "--out", str(out), "--vocab-top", "20000", "--vocab-size", "40",
+    assert main(["dpkps", str(corpus), "--out", str(out), "--method", "independent", "--vocab-top", "20000",
+                 "--vocab-size", "40",
                  "--features", "64", "--per-class", "2", "--length", "4", "--workers", "1", "--no-gate",
                  "--llm", f"openai-compatible:{llama_server}", "--max-tokens", "32", "--temperature", "0",
                  "--class-names", str(names), "--doc-type", "short encyclopedia entry"]) == 0

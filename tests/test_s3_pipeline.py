@@ -24,8 +24,8 @@ from tests.s3server import TEST_ACCESS_KEY, TEST_SECRET_KEY
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--vocab-top", "20000", "--vocab-size", "40", "--features", "64", "--per-class", "4", "--length", "5",
-         "--llm", "none", "--seed", "5", "--labels", "0,1,2"]
+SMALL = ["--method", "independent", "--vocab-top", "20000", "--vocab-size", "40", "--features", "64",
+         "--per-class", "4", "--length", "5", "--llm", "none", "--seed", "5", "--labels", "0,1,2"]
 FAKE_LLM_KEY = "sk-privseed-FAKE-LLM-KEY-3b1e77"
 
 

@@ -41,7 +41,6 @@ from typing import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import norm
 
 from privseed.tasks.errors import ConfigError
 
@@ -131,6 +130,7 @@ def augpe_noise_multiplier(epsilon: float, delta: float, iterations: int,
 
 
 def _gaussian_delta(eps: float, mu: float) -> float:
+    from scipy.stats import norm  # deferred for start-up time: the command line validates with default_delta
     return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
 
 
@@ -147,11 +147,13 @@ def _gdp_sigma(epsilon: float, delta: float, iterations: int) -> float:
 
 def gaussian_reconstruction_bound(p: float, mu: float) -> float:
     """Lemma 3.2 of SecPE: a mu-GDP mechanism has blow-up B(p) = 1 - Phi(Phi^-1(1-p) - mu)."""
+    from scipy.stats import norm  # deferred for start-up time: the command line validates with default_delta
     return float(norm.sf(norm.isf(p) - mu))
 
 
 def gdp_mu_for_secret(p: float, r: float) -> float:
     """mu = Phi^-1(1-p) - Phi^-1(1-r): the GDP parameter with the same (p, r) operating point (eta_j)."""
+    from scipy.stats import norm  # deferred for start-up time: the command line validates with default_delta
     if not 0.0 < p < 1.0:
         raise ConfigError(f"prior p must lie in (0, 1), got {p}")
     if not p < r <= 1.0:

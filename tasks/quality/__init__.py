@@ -8,9 +8,8 @@
 - ``gate``: the Great Expectations release gate (``ReleaseGate``) over a candidate corpus.
 """
 
-from privseed.tasks.quality.gate import (DEFAULT_BOUNDS, REQUIRED_COLUMNS, PartCheck, ReleaseGate, build_expectations,
-                                         derive_quality_columns, gate_from_config, release_gate, validate_release,
-                                         validate_release_task)
+from typing import TYPE_CHECKING, Any
+
 from privseed.tasks.quality.language import LANGUAGES, language_probability
 from privseed.tasks.quality.patterns import META_TALK_PATTERNS, TEMPLATE_RESIDUE_PATTERNS, meta_talk, template_residue
 from privseed.tasks.quality.predicate import (DEFAULT_RULES, REJECTION_REASONS, TUNABLE_RULES, DocumentRules,
@@ -18,6 +17,27 @@ from privseed.tasks.quality.predicate import (DEFAULT_RULES, REJECTION_REASONS, 
                                               rewrite_score, rules_from_bounds, statistic_over_threshold)
 from privseed.tasks.quality.shapes import ends_a_sentence, example_names, is_keyphrase_passthrough
 from privseed.tasks.quality.text_stats import TextStats, text_stats
+
+if TYPE_CHECKING:
+    from privseed.tasks.quality.gate import (DEFAULT_BOUNDS, REQUIRED_COLUMNS, PartCheck, ReleaseGate,
+                                             build_expectations, derive_quality_columns, gate_from_config,
+                                             release_gate, validate_release, validate_release_task)
+
+#: The gate's names, imported on first use: the gate brings Great Expectations and Prefect, and the text measures
+#: of this package (``metrics``, ``predicate``) are imported by the command line and the prompt layer, which must
+#: start without them.
+GATE_NAMES = frozenset({"DEFAULT_BOUNDS", "REQUIRED_COLUMNS", "PartCheck", "ReleaseGate", "build_expectations",
+                        "derive_quality_columns", "gate_from_config", "release_gate", "validate_release",
+                        "validate_release_task"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in GATE_NAMES:
+        from privseed.tasks.quality import gate  # deferred for start-up time (above)
+
+        return getattr(gate, name)
+    raise AttributeError(f"module 'privseed.tasks.quality' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_BOUNDS", "DEFAULT_RULES", "LANGUAGES", "META_TALK_PATTERNS", "REJECTION_REASONS", "REQUIRED_COLUMNS",
