@@ -15,18 +15,29 @@ runs, with the same checks of the input as the command line. A run applies privs
 
 from __future__ import annotations
 
+import ast
 import json
+import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
+
+from privseed.tasks.errors import ConfigError
 
 if TYPE_CHECKING:
     import datasets
     import pandas as pd
+
+#: What both refusals of an unguarded script say: the fix, and why it is needed.
+MAIN_GUARD_FIX = ('put the call under `if __name__ == "__main__":` (Dask starts its workers with the spawn method, '
+                  'which re-imports the main module in each of them)')
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,87 @@ def _as_path(data: Any, label_column: str) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _importing_main_in_a_spawned_child() -> bool:
+    """Whether this process is a spawned (or forkserver) child that is re-running its parent's main module.
+
+    ``multiprocessing.parent_process()`` cannot tell: it is set only after the child's bootstrap, and the bootstrap
+    is what re-runs the main module. Two marks of that moment are checked instead: ``_inheriting``, the flag
+    multiprocessing sets on the child for its bootstrap and tests itself (``spawn._check_not_importing_main``), and,
+    should that private name change, the module runpy executes the script in: registered as ``__mp_main__`` while
+    ``sys.modules["__main__"]`` is still the child's own bootstrap module (once the bootstrap is done, both names
+    are one module again, so a worker that calls the API later is not refused)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        return True
+    rerun = sys.modules.get("__mp_main__")
+    return (rerun is not None and rerun is not sys.modules.get("__main__")
+            and getattr(rerun, "__name__", None) == "__mp_main__")
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """Whether an ``if`` test reads ``__name__ == "__main__"`` (either way round, possibly inside ``and``)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
+            sides = {ast.dump(node.left), ast.dump(node.comparators[0])}
+            if sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}:
+                return True
+    return False
+
+
+def _unguarded_main_script_line() -> int | None:
+    """The line of the main script's top level that leads to this call when a spawned child would re-run that line,
+    i.e. it is not under an ``if __name__ == "__main__":`` guard; None when the call is guarded, comes from a
+    notebook, ``python -c`` or a package's ``__main__`` (which spawn does not re-run), or the source cannot be read
+    (then the child's own check, :func:`_importing_main_in_a_spawned_child`, still refuses)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    # the cases spawn.get_preparation_data / _fixup_main_* leave alone
+    if main is None or path is None or not str(path).endswith(".py") or \
+            (spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__"))):
+        return None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_guard(node.test) and node.body and \
+                node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
+            return None
+    return line
+
+
+def _refuse_in_a_spawned_child() -> None:
+    """Refuse at once in a worker that is re-running the user's script: starting anything there (a Prefect server,
+    a LocalCluster) ends in multiprocessing's "bootstrapping phase" error and hundreds of lines."""
+    if _importing_main_in_a_spawned_child():
+        raise ConfigError(f"privseed.dpkps was called while a worker process re-imported your script: "
+                          f"{MAIN_GUARD_FIX}")
+
+
+def _refuse_unguarded_main(dask_address: str | None) -> None:
+    """Refuse, before anything starts, a run whose LocalCluster workers would run the call again: each spawned
+    worker re-runs the main script's unguarded top level (:func:`_refuse_in_a_spawned_child` would stop it there,
+    but only after this process had started its Prefect server and cluster)."""
+    if dask_address:
+        return  # the workers are another machine's processes: nothing re-runs this script
+    line = _unguarded_main_script_line()
+    if line is None:
+        return
+    import dask
+
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
+        return  # forked workers inherit this process; they do not re-run the script
+    script = os.path.basename(str(getattr(sys.modules["__main__"], "__file__", "")))
+    raise ConfigError(f"privseed.dpkps is called at line {line} of {script}, which every Dask worker would run "
+                      f"again: {MAIN_GUARD_FIX}")
+
+
 def dpkps(data: pd.DataFrame | datasets.Dataset | str | os.PathLike[str], labels: Sequence[Any] | None = None,
           out: str | os.PathLike[str] | None = None, **options: Any) -> Release:
     """Run DP-KPS on ``data`` and publish the release at ``out``; returns the :class:`Release`.
@@ -122,8 +214,11 @@ def dpkps(data: pd.DataFrame | datasets.Dataset | str | os.PathLike[str], labels
     ``label_column``), or a Parquet, CSV or JSON Lines path. ``labels``: the declared label set (public; never read
     from the data), required unless a dataset's label column is a ClassLabel (its positions are then the labels) or
     ``labels_file`` is given. ``options``: fields of DpKpsConfig, e.g. ``llm="none"``, ``eps_voc=1.0``,
-    ``per_class=20``. A bad option or input raises a ``privseed.tasks.errors.PrivseedError`` before anything runs.
+    ``per_class=20``. A bad option or input raises a ``privseed.tasks.errors.PrivseedError`` before anything runs;
+    so does a call from a script's top level outside ``if __name__ == "__main__":``, which the LocalCluster's
+    spawned workers would run again (a ``ConfigError`` naming the line).
     """
+    _refuse_in_a_spawned_child()  # first, before any import: nothing may start in such a child
     from privseed.tasks.config import preflight
     from privseed.tasks._runtime import offline_defaults
     from privseed.tasks.config.commands import DpKpsConfig, validate_config
@@ -138,6 +233,7 @@ def dpkps(data: pd.DataFrame | datasets.Dataset | str | os.PathLike[str], labels
         if labels is not None:
             values["labels"] = [str(label) for label in labels]
         cfg = validate_config(DpKpsConfig, values)
+        _refuse_unguarded_main(cfg.dask_address)
         preflight.check(cfg)
         with offline_defaults():
             from privseed.flows.dpkps import dpkps_flow
