@@ -1,10 +1,12 @@
 """`privseed evaluate`: the data recipient trains on a synthetic release only and scores on its real test set.
 
-`privseed evaluate --synthetic OUT --test PATH [--client PATH] [--coral] [--classifier mlp|finetune]`
+`privseed evaluate --synthetic OUT --test PATH [--client PATH] [--coral] [--classifier mlp|finetune]
+                  [--real-train PATH]`
 
     release --read--> rows (text, label)            test set --read--> texts (labels held back)
          |                                               |  (no-LLM release: both as phrase sequences of V)
          +------> embed --> train MLP / fine-tune / TF-IDF (+ CORAL against client texts) --> predict
+         +------> reference lines: TF-IDF on the seeds alone (and on --real-train's real documents) --> predict
                                                                                                 |
                                test labels, read once, after all training --> scores --> report.html, JSON
 
@@ -22,8 +24,10 @@ from prefect import flow
 from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks.evaluation import classify
 from privseed.tasks.config.commands import TYPED_FLOW, EvaluateConfig, flow_config
-from privseed.tasks.evaluation.evaluation import (build_run_report, choose_client_texts, evaluation_result,
-                                                  evaluation_summary, label_names_from, resolve_test_view)
+from privseed.tasks.evaluation.evaluation import (REAL_DOCUMENTS, build_run_report, choose_client_texts,
+                                                  evaluation_result,
+                                                  evaluation_summary, label_names_from, reference_training_sets,
+                                                  resolve_test_view)
 from privseed.tasks.data.release_reader import release_vocabulary, written_without_llm
 from privseed.tasks.stages.artifacts import score_artifacts
 from privseed.tasks.stages.evaluation import (load_client_texts, load_release, load_test_set, phrase_view, score_corpus,
@@ -48,12 +52,18 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
         assert cfg.client is not None  # EvaluateConfig requires --client with --coral
         client_texts = choose_client_texts(load_client_texts(cfg.client, cfg.text_column), test_texts,
                                            len(release.rows), cfg.seed)
+    references = reference_training_sets(release.rows, test_texts, load_test_set(
+        cfg.real_train, cfg.text_column, cfg.label_column) if cfg.real_train else None)
     if view == "phrases":
         vocabulary = release_vocabulary(release.manifest)
         test_texts = phrase_view(test_texts, vocabulary)
         client_texts = phrase_view(client_texts, vocabulary) if client_texts else client_texts
+        if REAL_DOCUMENTS in references:
+            real = references[REAL_DOCUMENTS]
+            references[REAL_DOCUMENTS] = real.assign(text=phrase_view(real["text"].astype(str).tolist(), vocabulary))
     held_out = classify.HeldOutTestSet(test_texts, test_set["label"].tolist())
-    scored = score_corpus(release.rows[["text", "label"]], held_out, client_texts=client_texts, opts=cfg)
+    scored = score_corpus(release.rows[["text", "label"]], held_out, client_texts=client_texts, opts=cfg,
+                          references=references)
     label_names = label_names_from(cfg.test, cfg.label_column)
     result = evaluation_result(title=f"release {cfg.synthetic}", synthetic=cfg.synthetic, test=cfg.test,
                                client=cfg.client, test_view=view, rows=release.rows, test_texts=held_out.texts,

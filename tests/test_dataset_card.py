@@ -17,7 +17,7 @@ from privseed.tasks.pe import evolution as ev
 from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig, SecPeConfig, validate_config
 from privseed.tasks.data.corpus import publish_release
 from privseed.tasks.seeds.kde import sketch_mechanism
-from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.dp.ledger import PrivacyLedger, plain_guarantee
 from privseed.tasks.dp.mechanisms import GaussianMechanism, insecure_noise, secure_noise
 from privseed.tasks.stages.pe import charge_augpe_schedule, charge_secpe_schedule
 from privseed.tasks.seeds.vocabulary import vocabulary_mechanism
@@ -88,6 +88,8 @@ def test_a_dp_release_s_card_states_the_manifest_s_dp_guarantee_and_totals(tmp_p
     assert f"epsilon = {privacy['epsilon']:g}, delta = {privacy['delta']:g}" in card
     assert "differential-privacy" in header["tags"]
     assert "not a differential privacy guarantee" not in card
+    # the guarantee in one plain sentence, the report's and the artifacts' wording (issue 47)
+    assert plain_guarantee(privacy) in card and f"at most a factor e^{privacy['epsilon']:g}" in card
 
 
 def test_a_secpe_card_states_secret_protection_not_dp(tmp_path):
@@ -99,6 +101,7 @@ def test_a_secpe_card_states_secret_protection_not_dp(tmp_path):
     # The ledger's epsilon is shown only as what it is: not the release's guarantee.
     assert "-differential privacy with respect to" not in card
     assert "is not a differential privacy guarantee of this release" in card
+    assert plain_guarantee(manifest["privacy"]) in card and "protects the detected secrets only" in card
 
 
 def test_a_card_of_reproducible_noise_claims_no_guarantee(tmp_path):
@@ -106,4 +109,5 @@ def test_a_card_of_reproducible_noise_claims_no_guarantee(tmp_path):
     assert manifest["privacy"]["secure"] is False
     assert manifest["privacy"]["guarantee"]["statement"] in card and "NOT DIFFERENTIALLY PRIVATE" in card
     assert "Privacy guarantee: none." in card
+    assert plain_guarantee(manifest["privacy"]) in card and "This release guarantees no privacy" in card
     assert "differential-privacy" not in header["tags"]

@@ -56,9 +56,23 @@ def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_an
 
     monkeypatch.setenv("PRIVSEED_CACHE_DIR", str(tmp_path / "cache"))
     out, test, client = release_and_data
+    real_train = tmp_path / "real_train.parquet"
+    topic_docs(5, seed=3).drop(columns="keyphrases").to_parquet(real_train, index=False)
     assert main(["evaluate", "--synthetic", out, "--test", test, "--client", client, "--coral",
-                 "--json", str(tmp_path / "r.json"), "--epochs", "30", "--no-progress"]) == 0
+                 "--json", str(tmp_path / "r.json"), "--epochs", "30", "--no-progress",
+                 "--real-train", str(real_train)]) == 0
     result = json.loads((tmp_path / "r.json").read_text())
+    # issue 47: the lines to read the scores against, per-class scores, real vs synthetic, the guarantee in words
+    references = {r["reference"]: r for r in result["references"]}
+    assert list(references) == ["chance: uniform guessing", "chance: the largest class", evaluation.SEEDS_ALONE,
+                                evaluation.REAL_DOCUMENTS]
+    assert references["chance: uniform guessing"]["accuracy"] == pytest.approx(1 / 3)
+    assert "15 documents" in references[evaluation.REAL_DOCUMENTS]["what"]  # 5 per class, none of the test's
+    assert references[evaluation.SEEDS_ALONE]["accuracy"] > 0.6
+    assert [r["class"] for r in result["per_class"]["TF-IDF + LR"]] == ["Athlete", "Album", "NaturalPlace"]
+    assert sum(r["support"] for r in result["per_class"]["TF-IDF + LR"]) == 24
+    assert 0 <= result["distinguishability"]["auc"] <= 1 and result["lengths"]["sentence"]
+    assert result["guarantee"].startswith("Whether or not any single document was in the private corpus")
     scores = result["scores"]
     assert set(scores) == {"MLP on MiniLM + CORAL", "TF-IDF + LR"}
     for s in scores.values():
@@ -75,6 +89,8 @@ def test_evaluate_flow_scores_writes_json_and_report(prefect_harness, release_an
         assert f"<section id='{section}'>" in html_text
     assert "Athlete" in html_text  # label names from the test file's label_name column
     assert "<th>coverage</th>" in html_text and "trained without early stopping" in html_text
+    assert "<h3 id='references'>" in html_text and "<h3 id='per-class'>" in html_text
+    assert "seeds alone" in html_text and "real documents" in html_text and "e^1 (about 2.7)" in html_text
     printed = capsys.readouterr().out  # the summary on stdout: scores, fidelity, warnings, where the report is
     assert "MLP on MiniLM + CORAL: accuracy" in printed and "coverage" in printed
     assert "WARNING: MLP on MiniLM + CORAL trained without early stopping" in printed
@@ -119,8 +135,8 @@ def test_evaluator_never_reads_test_labels_during_training(prefect_harness, rele
     monkeypatch.setattr(classify.HeldOutTestSet, "labels_for_scoring", recording_read)
     ev.evaluate({"synthetic": out, "test": test, "client": client, "coral": True, "max_epochs": 20,
                  "progress": False, "report_path": str(tmp_path / "r.html")})
-    assert finished_trainings == ["mlp", "tfidf"]
-    assert label_reads == [2]  # read once, after both classifiers were trained
+    assert finished_trainings == ["mlp", "tfidf", "tfidf"]  # the last: TF-IDF + LR on the seeds alone
+    assert label_reads == [3]  # read once, after every classifier was trained, the reference lines' too
 
     # and the labels cannot influence training: permuting them leaves every prediction unchanged
     release = read_release(out)

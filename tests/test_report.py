@@ -179,3 +179,42 @@ def test_run_report_puts_warnings_first_the_ledger_in_stages_and_prdc_beside_acc
     clean = report.render_run_report({**result, "warnings": [], "prdc": None}, figures={}, ledger=None,
                                      manifest=None, examples=[])
     assert "Read this before the scores" not in clean and "<th>density</th>" not in clean
+
+
+def test_run_report_shows_the_reference_lines_the_per_class_table_and_the_guarantee_in_words():
+    """Issue 47: accuracy alone does not compare; the report puts chance, the seeds alone and real documents beside
+    it, a per-class table with the classes to distrust, real vs synthetic in words and the guarantee in a sentence."""
+    from privseed.tasks.dp.ledger import plain_guarantee
+    from privseed.tasks.evaluation import evaluation
+
+    per_class = [{"class": "Athlete", "precision": 0.9, "recall": 0.95, "f1": 0.92, "support": 20},
+                 {"class": "Village", "precision": 0.5, "recall": 0.2, "f1": 0.29, "support": 20}]
+    guarantee = plain_guarantee({"epsilon": 11.0, "delta": 7.2e-8, "secure": True})
+    result = {"title": "t", "n_train": 42, "n_test": 40,
+              "scores": {"TF-IDF + LR": {"accuracy": 0.839, "macro_f1": 0.8, "n_test": 40}},
+              "references": evaluation.reference_lines(["a"] * 30 + ["b"] * 10, {
+                  evaluation.SEEDS_ALONE: {"accuracy": 0.789, "macro_f1": 0.77, "n_train": 42},
+                  evaluation.REAL_DOCUMENTS: {"accuracy": 0.95, "macro_f1": 0.94, "n_train": 700}}),
+              "per_class": {"TF-IDF + LR": per_class},
+              "distrust": evaluation.distrust_sentence("TF-IDF + LR", per_class),
+              "distinguishability": {"auc": 0.987, "sentence": evaluation.distinguishability_sentence(0.987)},
+              "lengths": evaluation.length_comparison(["w " * 47] * 3, ["w " * 76] * 3),
+              "guarantee": guarantee, "privacy": "epsilon = 11"}
+    html_text = report.render_run_report(result, figures={}, ledger=None, manifest=None, examples=[])
+    scores = html_text.split("<section id='scores'>")[1].split("</section>")[0]
+    for line in ("chance: uniform guessing", "chance: the largest class", "seeds alone", "real documents"):
+        assert f"<td>{line}</td>" in scores
+    assert "<td class='num'>50</td>" in scores and "<td class='num'>75</td>" in scores  # 1/2 and 30/40, in percent
+    assert "<td class='num'>78.9</td>" in scores and "<td class='num'>95</td>" in scores
+    assert "<th>precision %</th><th>recall %</th><th>F1 %</th><th>support</th>" in scores
+    assert "<td>Village</td><td class='num'>50</td><td class='num'>20</td>" in scores
+    assert "Distrust the synthetic corpus for Village (20%): trained on it, TF-IDF + LR" in scores
+    assert "AUC 0.987" in scores and "Synthetic documents are 1.6x longer than real ones (median 76 vs 47 words)." \
+        in scores
+    summary = html_text.split("<section id='summary'>")[1].split("</section>")[0]
+    assert "e^11 (about 60,000), except with probability 7.2e-8." in summary
+    assert "seeds alone <b>78.9%</b>" in summary and "real documents <b>95.0%</b>" in summary
+    assert "e^11 (about 60,000)" in html_text.split("<section id='ledger'>")[1]
+    # without them (an older result), the report renders as before
+    bare = report.render_run_report({"title": "t", "scores": {}}, figures={}, ledger=None, manifest=None, examples=[])
+    assert "id='references'" not in bare and "id='per-class'" not in bare and "e^" not in bare

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
-from privseed.tasks.dp.ledger import DP_GUARANTEE
+from privseed.tasks.dp.ledger import DP_GUARANTEE, plain_guarantee
 
 #: Arrow types with the same name as a ``datasets`` Value dtype
 _VALUE_TYPES = {"string", "large_string", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -78,17 +78,18 @@ def differentially_private(privacy: Mapping[str, Any]) -> bool:
 
 def guarantee_text(privacy: Mapping[str, Any]) -> str:
     """The card's privacy paragraph: the manifest's ``privacy.guarantee`` statement, word for word, with the
-    ledger's totals; the totals are called the guarantee only when the statement is (epsilon, delta)-DP."""
+    ledger's totals (called the guarantee only when the statement is (epsilon, delta)-DP), then what it means in
+    one plain sentence (``privseed.tasks.dp.ledger.plain_guarantee``, the report's and the artifacts' wording)."""
     guarantee = privacy.get("guarantee") or {}
     statement = str(guarantee.get("statement") or "no guarantee stated")
     epsilon, delta = float(privacy.get("epsilon", float("nan"))), float(privacy.get("delta", 0.0))
     totals = f"epsilon = {epsilon:g}, delta = {delta:g}"
     if differentially_private(privacy):
-        return f"Privacy guarantee: {statement}; the total is {totals} (`ledger.json`)."
+        return f"Privacy guarantee: {statement}; the total is {totals} (`ledger.json`). {plain_guarantee(privacy)}"
     kind = "none" if not privacy.get("secure", False) else str(guarantee.get("kind") or "none")
     return (f"Privacy guarantee: {kind}. {statement}. The ledger's total ({totals}, `ledger.json`) is not a "
             "differential privacy guarantee of this release; `manifest.json` (`privacy.guarantee`) states what is "
-            "guaranteed.")
+            f"guaranteed. {plain_guarantee(privacy)}")
 
 
 def dataset_card(*, release_id: str, part_paths: Sequence[str], schema: pa.Schema | None, rows: int,

@@ -37,6 +37,7 @@ import hmac
 import io
 import json
 import logging
+import math
 import re
 import threading
 from collections import defaultdict
@@ -61,6 +62,43 @@ _NAME = re.compile(r"^[A-Za-z0-9_.=-]+$")
 DP_GUARANTEE = {"kind": "(epsilon, delta)-differential privacy",
                 "statement": "(epsilon, delta)-differential privacy per document (add or remove one labelled "
                              "document), epsilon and delta as in the total"}
+
+
+def plain_guarantee(privacy: Mapping[str, Any]) -> str:
+    """The release's guarantee in one plain sentence for its recipient: the one wording the report, the dataset card
+    and the Prefect artifacts use. ``privacy`` is the manifest's ``privacy`` section or the ledger.json's ``total``
+    (both hold ``epsilon``, ``delta``, ``secure`` and the ``guarantee`` of :meth:`PrivacyLedger.guarantee`).
+
+    (epsilon, delta)-DP: what one document's presence can change, as a factor e^epsilon and its size; SecPE's (p,
+    r)-secret protection: what an adversary gains on a detected secret; reproducible noise: that nothing holds."""
+    stated = privacy.get("guarantee")
+    guarantee: Mapping[str, Any] = stated if isinstance(stated, Mapping) else {}
+    if privacy.get("secure") is False or privacy.get("stamp") or guarantee.get("kind") == "none":
+        return ("This release guarantees no privacy: its noise was drawn from the public --seed, so anyone who reads "
+                "its manifest can reproduce the noise and remove it.")
+    if guarantee.get("kind") == "(p, r)-secret protection":
+        p, r = float(guarantee.get("p", float("nan"))), float(guarantee.get("r", float("nan")))
+        return (f"An adversary who would guess one of the detected secrets with probability {p:g} without this "
+                f"release guesses it with probability at most {r:g} with it; this protects the detected secrets "
+                "only, not whole documents, and is not differential privacy.")
+    epsilon, delta = float(privacy.get("epsilon", float("nan"))), float(privacy.get("delta", 0.0) or 0.0)
+    factor = f"e^{epsilon:g} (about {_about(math.exp(epsilon))})" if epsilon < 700 else f"e^{epsilon:g}"
+    sentence = ("Whether or not any single document was in the private corpus changes the probability of any output "
+                f"of this release by at most a factor {factor}")
+    return sentence + (f", except with probability {_short_float(delta)}." if delta > 0 else ".")
+
+
+def _about(value: float) -> str:
+    """A positive number to two significant figures, as a reader takes it in at a glance: 2.7, 150, 60,000, 4.8e8."""
+    if value >= 1e7:
+        return _short_float(value)
+    rounded = float(f"{value:.2g}")
+    return f"{rounded:,.0f}" if rounded >= 100 else f"{rounded:g}"
+
+
+def _short_float(value: float) -> str:
+    """A number to two significant figures, its exponent without padding: 7.2e-8, 1.1e13, 0.05."""
+    return re.sub(r"e([+-])0*(\d)", lambda m: f"e{'-' if m.group(1) == '-' else ''}{m.group(2)}", f"{value:.2g}")
 
 
 def public_rng(seed: int, *names: str) -> np.random.Generator:

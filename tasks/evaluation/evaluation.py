@@ -19,7 +19,12 @@ from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_score
+from sklearn.pipeline import make_pipeline
 
+from privseed.tasks.dp.ledger import plain_guarantee
 from privseed.tasks.evaluation import classify, report
 from privseed.tasks.data import corpus
 from privseed.tasks.quality import metrics
@@ -247,10 +252,17 @@ def documents_vs_seeds(rows: pd.DataFrame, test: pd.DataFrame) -> tuple[float, f
             metrics.classification_scores(truth, alone)["accuracy"])
 
 
+def seed_texts(rows: pd.DataFrame) -> list[str]:
+    """Each released row's seed as a text: its keyphrases joined by spaces (what `--llm none` would release); empty
+    for a row without keyphrases."""
+    column = rows["keyphrases"] if "keyphrases" in rows else pd.Series([None] * len(rows))
+    return [" ".join(map(str, _as_list(k))) for k in column]
+
+
 def documents_and_seeds_predictions(rows: pd.DataFrame, test: pd.DataFrame) -> tuple[list, list]:
     """The test split's labels as predicted by TF-IDF + LR trained on the released documents, and by the same
     classifier trained on the same rows' seeds (``documents_vs_seeds``; per class: ``recall_by_class``)."""
-    seeds = [" ".join(map(str, k)) for k in rows["keyphrases"]]
+    seeds = seed_texts(rows)
     docs = classify.tfidf_logreg_predict(rows["text"].astype(str).tolist(), rows["label"].tolist(),
                                          test["text"].astype(str).tolist(), seed=0)
     alone = classify.tfidf_logreg_predict(seeds, rows["label"].tolist(), test["text"].astype(str).tolist(), seed=0)
@@ -284,6 +296,155 @@ def generation_quality(train: pd.DataFrame, llm: str, release_s: float) -> dict[
             "release_s": round(release_s, 1) if ok_time else None}
 
 
+# ---------------------------------------------------------------- what the scores compare with
+#: The reference classifiers ``privseed evaluate`` trains beside the synthetic corpus's: TF-IDF + LR on other
+#: training sets, scored on the same test set (``reference_training_sets``).
+SEEDS_ALONE = "seeds alone"
+REAL_DOCUMENTS = "real documents"
+
+
+def reference_training_sets(rows: pd.DataFrame, test_texts: Sequence[str],
+                            real_train: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """What TF-IDF + LR trains on for the report's reference lines (text, label): the release's seeds alone
+    (``seed_texts``, as the demo's "seeds alone" line) when its rows have keyphrases, and the owner's real documents
+    (``--real-train``) when given, less any text that is also a test document."""
+    sets: dict[str, pd.DataFrame] = {}
+    seeds = seed_texts(rows)
+    if any(seeds):
+        sets[SEEDS_ALONE] = pd.DataFrame({"text": seeds, "label": rows["label"].tolist()})
+    if real_train is not None:
+        held_out = set(map(str, test_texts))
+        real = real_train[["text", "label"]]
+        sets[REAL_DOCUMENTS] = real[~real["text"].astype(str).isin(held_out)].reset_index(drop=True)
+    return sets
+
+
+def reference_lines(y_true: Sequence[Any], reference_scores: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The lines a recipient reads the classifiers' accuracy against: chance (uniform over the test split's
+    classes, and always answering its largest class) and every reference classifier's scores (``SEEDS_ALONE``,
+    ``REAL_DOCUMENTS``). Called after scoring: it reads the test labels' class shares."""
+    truth = pd.Series([str(v) for v in y_true])
+    if truth.empty:
+        return []
+    shares = truth.value_counts(normalize=True)
+    lines: list[dict[str, Any]] = [
+        {"reference": "chance: uniform guessing", "accuracy": 1.0 / len(shares),
+         "what": f"1 / {len(shares)} classes"},
+        {"reference": "chance: the largest class", "accuracy": float(shares.iloc[0]),
+         "what": "always answering the test split's most frequent class"}]
+    what = {SEEDS_ALONE: "TF-IDF + LR trained on the release's seed keyphrases only, no LLM text",
+            REAL_DOCUMENTS: "TF-IDF + LR trained on real documents (--real-train)"}
+    for name, s in reference_scores.items():
+        lines.append({"reference": name, "accuracy": float(s["accuracy"]), "macro_f1": float(s["macro_f1"]),
+                      "what": f"{what.get(name, name)}, {s.get('n_train', '?')} documents"})
+    return lines
+
+
+def score_classes(y_true: Sequence[Any], train_labels: Sequence[Any]) -> list[str]:
+    """The classes of an evaluation's tables and figures, as text, in label order (2 before 10): those of the test
+    split and of the synthetic corpus."""
+    return sorted({*map(str, y_true), *map(str, train_labels)}, key=lambda v: (len(v), v))
+
+
+#: A class whose recall is under this share of the mean per-class recall is one to distrust.
+DISTRUST_RECALL_SHARE = 0.5
+
+
+def classes_to_distrust(per_class: Sequence[Mapping[str, Any]],
+                        share: float = DISTRUST_RECALL_SHARE) -> tuple[list[str], float]:
+    """The classes (of ``metrics.per_class_scores`` rows with test documents) whose recall is under ``share`` of the
+    mean per-class recall, and that mean."""
+    present = [r for r in per_class if r["support"] > 0]
+    if not present:
+        return [], float("nan")
+    mean = float(np.mean([r["recall"] for r in present]))
+    return [str(r["class"]) for r in present if r["recall"] < share * mean], mean
+
+
+def distrust_sentence(classifier: str, per_class: Sequence[Mapping[str, Any]],
+                      label_names: Mapping[str, str] | None = None) -> str:
+    """Which classes a recipient should not rely on the synthetic corpus for, in one sentence."""
+    name = _label_display(label_names or {})
+    weak, mean = classes_to_distrust(per_class)
+    if mean != mean:
+        return ""
+    limit = f"under half its mean per-class recall ({100 * mean:.0f}%)"
+    if not weak:
+        return f"No class stands out as one to distrust: trained on the synthetic corpus, {classifier} recalls no " \
+               f"class {limit.replace('its', 'the')}."
+    recall = {str(r["class"]): r["recall"] for r in per_class}
+    listed = [f"{name(c)} ({100 * recall[c]:.0f}%)" for c in weak]
+    which = listed[0] if len(listed) == 1 else f"{len(listed)} classes, {', '.join(listed[:-1])} and {listed[-1]}"
+    return (f"Distrust the synthetic corpus for {which}: trained on it, {classifier} recalls "
+            f"{'this share of its' if len(listed) == 1 else 'these shares of their'} real test documents, {limit}.")
+
+
+#: Real and synthetic texts compared per side, at most (a seeded sample above it).
+DISTINGUISH_MAX_TEXTS = 5000
+
+
+def real_vs_synthetic_auc(real_texts: Sequence[str], synthetic_texts: Sequence[str], *, folds: int = 5,
+                          seed: int = 0, max_texts: int = DISTINGUISH_MAX_TEXTS) -> float | None:
+    """How well TF-IDF + logistic regression (the settings of ``classify.tfidf_logreg_predict``) tells synthetic
+    texts from real ones: the ROC AUC, averaged over stratified cross-validation folds (0.5: indistinguishable; 1:
+    always told apart). A seeded sample of ``max_texts`` a side above it; None when a side has fewer texts than
+    two."""
+    rng = np.random.default_rng(seed)
+
+    def sample(texts: Sequence[str]) -> list[str]:
+        keep = np.sort(rng.choice(len(texts), size=max_texts, replace=False)) if len(texts) > max_texts else \
+            range(len(texts))
+        return [str(texts[i]) for i in keep]
+
+    real, synthetic = sample(list(real_texts)), sample(list(synthetic_texts))
+    n_folds = min(folds, len(real), len(synthetic))
+    if n_folds < 2:
+        return None
+    texts = real + synthetic
+    is_synthetic = np.array([0] * len(real) + [1] * len(synthetic))
+    model = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1, max_features=200_000),
+                          LogisticRegression(max_iter=2000, C=10.0, random_state=seed))
+    splits = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+    return float(np.mean(cross_val_score(model, texts, is_synthetic, cv=splits, scoring="roc_auc")))
+
+
+def length_comparison(real_texts: Sequence[str], synthetic_texts: Sequence[str]) -> dict[str, Any]:
+    """Median words per document, real vs synthetic, and the sentence that says how they differ."""
+    real = float(np.median(metrics.word_lengths(real_texts))) if len(real_texts) else float("nan")
+    synthetic = float(np.median(metrics.word_lengths(synthetic_texts))) if len(synthetic_texts) else float("nan")
+    medians = f"median {synthetic:.0f} vs {real:.0f} words"
+    if not (real > 0 and synthetic > 0):
+        sentence = ""
+    elif synthetic / real >= 1.1:
+        sentence = f"Synthetic documents are {synthetic / real:.1f}x longer than real ones ({medians})."
+    elif real / synthetic >= 1.1:
+        sentence = f"Synthetic documents are {real / synthetic:.1f}x shorter than real ones ({medians})."
+    else:
+        sentence = f"Synthetic and real documents are about as long ({medians})."
+    return {"median_words_real": real, "median_words_synthetic": synthetic, "sentence": sentence}
+
+
+def distinguishability_sentence(auc: float | None) -> str:
+    """What a real-vs-synthetic AUC (``real_vs_synthetic_auc``) says, in one sentence."""
+    if auc is None:
+        return ""
+    verdict = ("tells the synthetic documents from real test documents almost every time" if auc >= 0.9 else
+               "tells the synthetic documents from real test documents more often than not" if auc >= 0.7 else
+               "barely tells the synthetic documents from real test documents" if auc >= 0.6 else
+               "cannot tell the synthetic documents from real test documents")
+    return (f"A TF-IDF + logistic regression classifier {verdict}: AUC {auc:.3f}, cross-validated (0.5: "
+            "indistinguishable; 1: always told apart).")
+
+
+def release_guarantee(ledger: Mapping[str, Any] | None) -> str:
+    """The release's guarantee in one plain sentence (``privseed.tasks.dp.ledger.plain_guarantee``), from its
+    ledger.json's total; empty without one."""
+    total = (ledger or {}).get("total")
+    if not isinstance(total, Mapping):
+        return ""
+    return plain_guarantee({**total, "stamp": (ledger or {}).get("stamp")})
+
+
 # ---------------------------------------------------------------- the result and its report
 def privacy_summary(ledger: Mapping[str, Any] | None) -> str:
     rows, total = report.ledger_rows(ledger)
@@ -294,14 +455,29 @@ def evaluation_result(*, title: str, synthetic: str, test: str, client: str | No
                       rows: pd.DataFrame, test_texts: Sequence[str], client_texts: Sequence[str] | None,
                       scored: Mapping[str, Any], ledger: Mapping[str, Any] | None,
                       opts: EvaluationOptions, label_names: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The JSON-able result of one evaluation: scores, what to read before them (``classifier_warnings``), FID and
-    precision / recall / density / coverage, corpus statistics, LLM usage and the guarantee."""
+    """The JSON-able result of one evaluation: scores, what to read before them (``classifier_warnings``), the
+    lines to read them against (``reference_lines``), per-class scores and the classes to distrust, FID and
+    precision / recall / density / coverage, how well real and synthetic texts are told apart and how their lengths
+    differ, corpus statistics, LLM usage and the guarantee (in the ledger's words and in one plain sentence)."""
+    name = _label_display(label_names or {})
+    synthetic_texts = rows["text"].astype(str).tolist()
+    classes = score_classes(scored["y_true"], rows["label"])
+    per_class = {label: metrics.per_class_scores(scored["y_true"], run["predictions"], classes)
+                 for label, run in scored["runs"].items()}
+    main = next(iter(per_class), None)
+    auc = real_vs_synthetic_auc(test_texts, synthetic_texts, seed=opts.seed)
     return {
         "title": title, "synthetic": synthetic, "test": test, "client": client if opts.coral else None,
         "test_view": test_view, "n_train": len(rows), "n_test": len(test_texts),
         "n_client": len(client_texts or []) if opts.coral else 0,
         "scores": scored["scores"],
         "warnings": classifier_warnings(scored["y_true"], scored["runs"], label_names),
+        "references": reference_lines(scored["y_true"], scored.get("reference_scores") or {}),
+        "per_class": {label: [{**r, "class": name(r["class"])} for r in table] for label, table in per_class.items()},
+        "distrust": distrust_sentence(main, per_class[main], label_names) if main else "",
+        "distinguishability": {"auc": auc, "sentence": distinguishability_sentence(auc)},
+        "lengths": length_comparison(test_texts, synthetic_texts),
+        "guarantee": release_guarantee(ledger),
         "fid": metrics.frechet_distance(scored["test_x"], scored["train_x"]),
         "prdc": embedding_prdc(scored["test_x"], scored["train_x"], seed=opts.seed),
         "corpus": {
@@ -368,8 +544,7 @@ def build_run_report(result: Mapping[str, Any], scored: Mapping[str, Any], relea
         metrics.word_lengths(test_texts), metrics.word_lengths(release_rows["text"].astype(str)),
         real_label="real test" + (" as phrase sequences" if result.get("test_view") == "phrases" else "")))
     bar.update()
-    classes = sorted({*map(str, scored["y_true"]), *map(str, release_rows["label"])},
-                     key=lambda v: (len(v), v))
+    classes = score_classes(scored["y_true"], release_rows["label"])
     for label, run in scored["runs"].items():
         cm = metrics.label_confusion(scored["y_true"], run["predictions"], classes)
         acc = result["scores"][label]["accuracy"]
@@ -399,11 +574,19 @@ def evaluation_summary(result: Mapping[str, Any]) -> str:
              f"real test documents ({result.get('test_view', 'text')})."]
     for label, s in result.get("scores", {}).items():
         lines.append(f"  {label}: accuracy {100 * s['accuracy']:.1f}%, macro-F1 {100 * s['macro_f1']:.1f}%")
+    if result.get("references"):
+        lines.append("  against: " + ", ".join(f"{r['reference']} {100 * r['accuracy']:.1f}%"
+                                                for r in result["references"]))
     fidelity = result.get("prdc")
     if fidelity:
         lines.append("  embeddings: " + ", ".join(f"{k} {fidelity[k]:.2f}" for k in report.PRDC_METRICS)
                      + (f", FID {result['fid']:.3f}" if result.get("fid") is not None else ""))
+    lines.extend(f"  {sentence}" for sentence in (result.get("distrust"), (result.get("distinguishability") or {})
+                                                  .get("sentence"), (result.get("lengths") or {}).get("sentence"))
+                 if sentence)
     lines.append(f"  privacy: {result.get('privacy', 'see the ledger')}")
+    if result.get("guarantee"):
+        lines.append(f"  {result['guarantee']}")
     lines.extend(f"WARNING: {w['message']}" for w in result.get("warnings") or [])
     if result.get("report"):
         lines.append(f"report: {result['report']}")

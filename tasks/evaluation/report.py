@@ -405,6 +405,55 @@ def _warnings_banner(warnings: Sequence[Mapping[str, str]]) -> str:
             f"<b>Read this before the scores</b><ul style='margin:.3em 0'>{items}</ul></div>")
 
 
+def _percent(value: Any) -> Any:
+    return round(100 * float(value), 1) if isinstance(value, (int, float)) and value == value else value
+
+
+def _references_block(references: Sequence[Mapping[str, Any]]) -> str:
+    """The lines to read the classifiers' accuracy against (``evaluation.reference_lines``)."""
+    if not references:
+        return ""
+    rows = [{"reference": r["reference"], "accuracy %": _percent(r["accuracy"]),
+             "macro-F1 %": _percent(r["macro_f1"]) if "macro_f1" in r else "–", "what": r.get("what", "")}
+            for r in references]
+    return ("<h3 id='references'>Reference lines</h3>" + html_table(rows)
+            + "<p class='muted'>The same test split, scored the same way: chance, the release's seeds alone (no "
+            "LLM text), and real documents when they were given (<code>--real-train</code>). A synthetic corpus "
+            "earns its LLM calls where it beats the seeds alone, and is as good as real data where it reaches the "
+            "real documents' line.</p>")
+
+
+def _per_class_block(per_class: Mapping[str, Sequence[Mapping[str, Any]]], distrust: str) -> str:
+    """Precision, recall, F1 and support per class: the first classifier's table open, the others folded."""
+    if not per_class:
+        return ""
+    tables = []
+    for k, (label, rows) in enumerate(per_class.items()):
+        table = html_table([{"class": r["class"], "precision %": _percent(r["precision"]),
+                             "recall %": _percent(r["recall"]), "F1 %": _percent(r["f1"]),
+                             "support": r["support"]} for r in rows])
+        tables.append(f"<p><b>{_esc(label)}</b></p>{table}" if k == 0 else
+                      f"<details><summary>{_esc(label)}</summary>{table}</details>")
+    return ("<h3 id='per-class'>Per class</h3>" + (f"<p><b>{_esc(distrust)}</b></p>" if distrust else "")
+            + "".join(tables) + "<p class='muted'>Recall: share of a class's real test documents the classifier "
+            "finds; precision: share of its answers for a class that are right; support: the class's test "
+            "documents.</p>")
+
+
+def _real_vs_synthetic_block(result: Mapping[str, Any]) -> str:
+    """How well synthetic texts are told from real ones, and how their lengths differ, in words."""
+    distinguishability = result.get("distinguishability") or {}
+    auc = distinguishability.get("auc")
+    sentences = [distinguishability.get("sentence"), (result.get("lengths") or {}).get("sentence")]
+    if not any(sentences):
+        return ""
+    return ("<h3 id='real-vs-synthetic'>Real vs synthetic</h3>" + "".join(f"<p>{_esc(t)}</p>" for t in sentences if t)
+            + ("<p class='muted'>AUC of TF-IDF + logistic regression trained to tell the synthetic corpus from the "
+               "real test split's texts, stratified k-fold cross-validated: near 1, the synthetic documents carry "
+               "words or phrasing real ones do not (or lack theirs), whatever the classifiers' accuracy.</p>"
+               if auc is not None else ""))
+
+
 # ---------------------------------------------------------------- the run report
 def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
                       ledger: Mapping[str, Any] | None, manifest: Mapping[str, Any] | None,
@@ -422,9 +471,17 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
         f"view: {_esc(result.get('test_view', 'text'))}). "
         f"Privacy spent by the release: <b>{_esc(result.get('privacy', 'see ledger'))}</b>.</p>"
     )
+    if result.get("guarantee"):
+        summary += f"<p id='guarantee'>{_esc(result['guarantee'])}</p>"
     if best:
         summary += (f"<p>Best classifier: <b>{_esc(best['classifier'])}</b>, accuracy "
                     f"<b>{100 * best['accuracy']:.1f}%</b>, macro-F1 {100 * best.get('macro_f1', 0):.1f}%.</p>")
+    if result.get("references"):
+        summary += ("<p>To read it against: " + "; ".join(
+            f"{_esc(r['reference'])} <b>{100 * r['accuracy']:.1f}%</b>" for r in result["references"]) + ".</p>")
+    summary += "".join(f"<p>{_esc(t)}</p>" for t in (
+        result.get("distrust"), (result.get("distinguishability") or {}).get("sentence"),
+        (result.get("lengths") or {}).get("sentence")) if t)
     fidelity = result.get("prdc")
     if fidelity:
         summary += ("<p>Synthetic vs real test embeddings: " + ", ".join(
@@ -452,7 +509,9 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
                  html_table(score_rows) + "<p class='muted'>Early stopping uses a split of the synthetic "
                  "data only, and only when that split holds at least two documents per class; test labels are "
                  "read once, after all training. TF-IDF + logistic regression (scikit-learn) is an independent "
-                 "evaluator reported beside ours.</p>" + _prdc_block(fidelity)),
+                 "evaluator reported beside ours.</p>" + _references_block(result.get("references") or [])
+                 + _per_class_block(result.get("per_class") or {}, result.get("distrust") or "")
+                 + _real_vs_synthetic_block(result) + _prdc_block(fidelity)),
         _section("figures", "Figures", "<div class='grid'>" + "".join(
             _figure_block(uri, cap) for cap, uri in figures.items()) + "</div>"),
         _section("corpus", "Corpus: fidelity and diversity", html_table(_metric_rows(result.get("corpus", {})))
@@ -462,7 +521,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     ]
     rows, total = ledger_rows(ledger)
     sections.append(_section("ledger", "Privacy ledger (ledger.json)",
-                             (f"<p>Composed total: <b>{_esc(total)}</b></p>" if total else "")
+                             (f"<p>{_esc(result['guarantee'])}</p>" if result.get("guarantee") else "")
+                             + (f"<p>Composed total: <b>{_esc(total)}</b></p>" if total else "")
                              + html_table(ledger_stage_rows(ledger))
                              + "<p class='muted'>One row per stage; a stage's releases on disjoint partitions "
                              "(one per class) compose in parallel, stages add up.</p>"

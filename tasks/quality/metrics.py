@@ -44,6 +44,18 @@ def classification_scores(y_true: Iterable[Any], y_pred: Iterable[Any]) -> dict[
     }
 
 
+def per_class_scores(y_true: Sequence[Any], y_pred: Sequence[Any], classes: Sequence[Any]) -> list[dict[str, Any]]:
+    """Precision, recall, F1 and support (test documents of the class) per class, in the order of ``classes``
+    (compared as text, like :func:`classification_scores`); 0 where a ratio has no denominator."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    labels = [str(c) for c in classes]
+    precision, recall, f1, support = precision_recall_fscore_support(
+        np.asarray(list(y_true)).astype(str), np.asarray(list(y_pred)).astype(str), labels=labels, zero_division=0)
+    return [{"class": c, "precision": float(p), "recall": float(r), "f1": float(f), "support": int(n)}
+            for c, p, r, f, n in zip(labels, precision, recall, f1, support)]
+
+
 def label_confusion(y_true: Sequence[Any], y_pred: Sequence[Any], labels: Sequence[Any]) -> np.ndarray:
     """Confusion counts, rows = true label, columns = predicted label, in the order of `labels`."""
     lab = [str(x) for x in labels]

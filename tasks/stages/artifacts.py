@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.dp.ledger import PrivacyLedger, plain_guarantee
 from privseed.tasks.stages import public_stage
 
 
@@ -30,7 +30,8 @@ def score_rows(scores: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
 def score_description(result: Mapping[str, Any]) -> str:
     """The evaluation-scores artifact's text (Markdown, above its table in the UI), what to read first first: each
     warning of the evaluation (a degenerate classifier, no early stopping: ``classifier_warnings``), then what was
-    trained and tested, then the fidelity of the synthetic embeddings (precision / recall / density / coverage)."""
+    trained and tested, the fidelity of the synthetic embeddings (precision / recall / density / coverage), the
+    reference lines, the classes to distrust, how real and synthetic texts differ, and the guarantee in words."""
     lines = [f"**Warning:** {w['message']}" for w in result.get("warnings") or []]
     lines.append(f"Classifiers trained on the {result.get('n_train', '?')} documents of the synthetic release only, "
                  f"scored on {result.get('n_test', '?')} real test documents ({result.get('test_view', 'text')}).")
@@ -39,8 +40,16 @@ def score_description(result: Mapping[str, Any]) -> str:
         lines.append("Synthetic vs real test embeddings: " + ", ".join(
             f"{name} {float(fidelity[name]):.2f}" for name in ("precision", "recall", "density", "coverage")
             if name in fidelity) + ".")
+    if result.get("references"):
+        lines.append("To read the scores against: " + ", ".join(
+            f"{r['reference']} {100 * float(r['accuracy']):.1f}%" for r in result["references"]) + ".")
+    lines.extend(sentence for sentence in (result.get("distrust"), (result.get("distinguishability") or {})
+                                           .get("sentence"), (result.get("lengths") or {}).get("sentence"))
+                 if sentence)
     if result.get("privacy"):
         lines.append(f"Privacy spent by the release: {result['privacy']}.")
+    if result.get("guarantee"):
+        lines.append(str(result["guarantee"]))
     return "\n\n".join(lines)
 
 
@@ -65,7 +74,7 @@ def release_artifacts(manifest: Mapping[str, Any], ledger: PrivacyLedger, out: s
         description=(f"Privacy ledger of release {manifest.get('release_id')} ({manifest.get('rows')} documents): "
                      f"total epsilon {_number(total.get('epsilon'))}, delta {_number(total.get('delta'))} "
                      f"({total.get('composition', 'composed')}), one row per stage. The full ledger is ledger.json "
-                     "in the release."))
+                     f"in the release.\n\n{plain_guarantee({**total, 'stamp': recipient.get('stamp')})}"))
     create_link_artifact(key="release-link", link=_link(out), link_text=f"release {manifest.get('release_id')}",
                          description="The release folder to hand to the recipient (never its .private state).")
 

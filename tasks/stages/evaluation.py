@@ -5,7 +5,7 @@ Everything here handles a release, the recipient's own test set and its unlabell
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +62,13 @@ def train_and_predict(kind: str, train_texts: list[str], train_labels: list[Any]
 
 
 def score_corpus(train: pd.DataFrame, test: classify.HeldOutTestSet, *, client_texts: Sequence[str] | None,
-                 opts: EvaluationOptions) -> dict[str, Any]:
+                 opts: EvaluationOptions, references: Mapping[str, pd.DataFrame] | None = None) -> dict[str, Any]:
     """Train every requested classifier on `train` (text, label) and score it on `test`: embed, train each
-    classifier (a stage each), and only then read the test labels, once.
+    classifier (a stage each), and TF-IDF + LR on each of ``references`` (name -> text, label:
+    ``evaluation.reference_training_sets``), and only then read the test labels, once.
 
-    Returns scores per classifier, predictions, embeddings (for the report) and training histories.
+    Returns scores per classifier and per reference, predictions, embeddings (for the report) and training
+    histories.
     """
     cache = str(evaluation.embedding_cache_dir())
     train_texts = train["text"].astype(str).tolist()
@@ -86,10 +88,16 @@ def score_corpus(train: pd.DataFrame, test: classify.HeldOutTestSet, *, client_t
             kind, train_texts, train_labels, train_x if needs_vectors else None, test.texts,
             test_x if needs_vectors else None, coral_client if neural else None, client_x if neural else None,
             training, opts.embedding_model, opts.device)
+    reference_runs = {name: train_and_predict("tfidf", frame["text"].astype(str).tolist(), frame["label"].tolist(),
+                                              None, test.texts, None, None, None, training, opts.embedding_model,
+                                              opts.device)
+                      for name, frame in (references or {}).items()}
     # ---- all training is done: only now are the test labels read
     y_true = test.labels_for_scoring()
+    reference_scores = {name: evaluation.score_runs(y_true, {name: run}, len(references[name]))[name]
+                        for name, run in reference_runs.items()} if references else {}
     return {"scores": evaluation.score_runs(y_true, runs, len(train_texts)), "runs": runs, "y_true": y_true,
-            "train_x": train_x, "test_x": test_x}
+            "train_x": train_x, "test_x": test_x, "reference_scores": reference_scores}
 
 
 @public_stage("write-evaluation", retries=2)
