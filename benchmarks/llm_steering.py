@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from document_predicate_real import first_terms, public_vocabulary
-from privseed.tasks.config.commands import REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, STEER_END_COVERAGE_DEFAULT
+from privseed.tasks.generation.defaults import (NO_REPEAT_NGRAM_DEFAULT, REPEAT_PENALTY_DEFAULT, STEER_DEFAULT,
+                                                STEER_END_COVERAGE_DEFAULT)
 from privseed.tasks.generation.documents import GenerationParams, generate_shard
 from privseed.tasks.llm import LLMSpec, ReleasedVocabulary, load_few_shot
 from privseed.tasks.quality import document_rejection
@@ -42,7 +43,7 @@ CONFIGS = {
     "s1nr": dict(steer=1.0, no_repeat_ngram=4),
     "s3nr": dict(steer=3.0, no_repeat_ngram=4),
     # the CLI's defaults (tasks/config/commands.py)
-    "cli": dict(steer=STEER_DEFAULT, no_repeat_ngram=4, repeat_penalty=REPEAT_PENALTY_DEFAULT,
+    "cli": dict(steer=STEER_DEFAULT, no_repeat_ngram=NO_REPEAT_NGRAM_DEFAULT, repeat_penalty=REPEAT_PENALTY_DEFAULT,
                 steer_end_coverage=STEER_END_COVERAGE_DEFAULT),
 }
 

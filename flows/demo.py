@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 
 from privseed.tasks import storage
-from privseed.tasks.config.commands import (REPEAT_PENALTY_DEFAULT, STEER_DEFAULT, DemoConfig, DpKpsConfig,
-                                            EvaluateConfig, evaluation_folder, validate_config)
+from privseed.tasks.config.commands import DemoConfig, DpKpsConfig, EvaluateConfig, evaluation_folder, validate_config
+from privseed.tasks.generation.defaults import REPEAT_PENALTY_DEFAULT, STEER_DEFAULT
 
 DEMO_TRAIN = "dbpedia14_demo_train.parquet"
 DEMO_FEW_SHOT = "few_shot_wikipedia.jsonl"

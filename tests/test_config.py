@@ -13,7 +13,8 @@ def base(**overrides):
 def test_defaults_are_the_documented_ones():
     cfg = validate_config(DpKpsConfig, base())
     assert (cfg.eps_voc, cfg.eps_kde, cfg.length, cfg.first_terms, cfg.vocab_size) == (1.0, 10.0, 10, 10, 1000)
-    assert cfg.method == "independent" and cfg.llm == "none" and cfg.state_uri == "out.private"
+    assert cfg.method == "histogram" and cfg.llm == "none" and cfg.state_uri == "out.private"
+    assert (cfg.mechanism, cfg.hist_contribution, cfg.histogram_epsilon) == ("gaussian", "rank-l2", 11.0)
 
 
 @pytest.mark.parametrize("field", ["eps_voc", "eps_kde"])
@@ -36,9 +37,11 @@ def test_unknown_option_is_refused():
 
 
 def test_gaussian_needs_delta():
+    # the paper's samplers: a Gaussian sketch needs a declared delta; the histogram methods default to 1/(n ln n)
     with pytest.raises(ConfigError, match="delta"):
-        validate_config(DpKpsConfig, base(mechanism="gaussian"))
-    assert validate_config(DpKpsConfig, base(mechanism="gaussian", delta=1e-6)).delta == 1e-6
+        validate_config(DpKpsConfig, base(method="independent", mechanism="gaussian"))
+    assert validate_config(DpKpsConfig, base(method="independent", mechanism="gaussian", delta=1e-6)).delta == 1e-6
+    assert 0 < validate_config(DpKpsConfig, base(mechanism="gaussian")).delta < 1e-7
 
 
 def test_precedence_file_then_env_then_flags(tmp_path, monkeypatch):
@@ -120,7 +123,8 @@ def test_literal_credentials_in_storage_flags_are_refused():
 def test_selection_rule_flags_reach_the_sampler():
     from privseed.tasks.stages.dpkps import selection_rule
 
-    assert selection_rule(validate_config(DpKpsConfig, base())) == "power-2"
+    assert selection_rule(validate_config(DpKpsConfig, base())) == "power-1"  # histogram, the default method
+    assert selection_rule(validate_config(DpKpsConfig, base(method="independent"))) == "power-2"
     assert selection_rule(validate_config(DpKpsConfig, base(method="iterative-log"))) == "top-5"
     assert selection_rule(validate_config(DpKpsConfig, base(selection="power", power=3))) == "power-3"
     assert selection_rule(validate_config(DpKpsConfig, base(selection="top-k", top_k=7))) == "top-7"

@@ -316,7 +316,7 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
     laplace = validate_config(DpKpsConfig, {**base, "method": "histogram-markov", "mechanism": "laplace"})
     assert (laplace.hist_contribution, laplace.delta) == ("first-terms", 0.0)
     assert validate_config(DpKpsConfig, {**base, "method": "histogram", "delta": 1e-6}).delta == 1e-6
-    dpkps = validate_config(DpKpsConfig, base)
+    dpkps = validate_config(DpKpsConfig, {**base, "method": "independent"})
     assert (dpkps.mechanism, dpkps.delta) == ("laplace", 0.0)
     assert default_text(DpKpsConfig, "epsilon") == "--eps-voc + --eps-kde"
     schedule = augpe_schedule(validate_config(AugPeConfig, REQUIRED["augpe"]))

@@ -376,7 +376,7 @@ def test_every_method_shares_one_vocabulary_cut_and_the_budget_rules():
     assert cfg.histogram_epsilon == 6.0
     assert DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", epsilon=4.0).histogram_epsilon == 4.0
     with pytest.raises(ValueError, match="--epsilon applies to --method histogram"):  # not read by the samplers
-        DpKpsConfig(data="d", out="o", labels=["a"], epsilon=4.0)
+        DpKpsConfig(data="d", out="o", labels=["a"], method="independent", epsilon=4.0)
     with pytest.raises(ValueError):
         DpKpsConfig(data="d", out="o", labels=["a"], method="histogram", epsilon=0.0)
 

@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "seeds": {GROUND, "dp", "data"},
     "pe": {GROUND, "quality", "dp", "data"},
     "generation": {GROUND, "quality", "dp", "data", "llm"},
-    "config": {GROUND, "quality", "dp", "data", "llm", "seeds"},
+    "config": {GROUND, "quality", "dp", "data", "llm", "seeds", "generation"},
     "evaluation": {GROUND, "quality", "dp", "data", "llm", "seeds", "pe", "generation", "config"},
     "stages": {GROUND, "quality", "dp", "data", "llm", "seeds", "pe", "generation", "config", "evaluation"},
     "audit": {GROUND, "dp", "data", "seeds", "pe", "config", "stages"},

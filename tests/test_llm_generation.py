@@ -443,7 +443,8 @@ def test_steering_is_sent_to_local_backends_only():
     assert local.steering.strength == 3.0 and local.params()["steering"]["no_repeat_ngram"] == 4
     remote = build_generation_requests(seeds(1), template, params, "anthropic")[0][0]
     assert remote.steering is None and "steering" not in remote.params()
-    off = build_generation_requests(seeds(1), template, GenerationParams(doc_type="memo"), "local")[0][0]
+    quiet = GenerationParams(doc_type="memo", steer=0.0, no_repeat_ngram=0, repeat_penalty=1.0)
+    off = build_generation_requests(seeds(1), template, quiet, "local")[0][0]
     assert off.steering is None and off.cache_key("local", "m") != local.cache_key("local", "m")
     assert local.steering.schedule == "budget"  # the default schedule, and it keys the cache
     flat = build_generation_requests(seeds(1), template, dataclasses.replace(params, steer_schedule="flat"),
@@ -471,3 +472,13 @@ def test_generation_rules_carry_the_few_shot_documents():
     example = RecipientExample("Northern Lights is the second studio album by a rock band.", ("album", "band"))
     assert document_rules(GenerationParams(few_shot=(example,))).examples == (example.document,)
     assert document_rules(GenerationParams()).examples == ()
+
+
+def test_generation_params_decode_as_the_command_line_does_by_default():
+    """One declaration of the local models' decoding defaults (tasks/generation/defaults.py): whoever builds
+    GenerationParams without them -- the only-LLM baseline -- decodes as DP-KPS's command line does."""
+    from privseed.tasks.config.commands import DpKpsConfig
+
+    params = GenerationParams(doc_type="memo")
+    for name in ("steer", "steer_schedule", "steer_end_coverage", "repeat_penalty", "no_repeat_ngram"):
+        assert getattr(params, name) == DpKpsConfig.model_fields[name].get_default(), name

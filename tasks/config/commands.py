@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Un
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from privseed.tasks.dp.accounting import default_delta
 from privseed.tasks.errors import ConfigError
+from privseed.tasks.generation.defaults import (NO_REPEAT_NGRAM_DEFAULT, REPEAT_PENALTY_DEFAULT, STEER_DEFAULT,
+                                                STEER_END_COVERAGE_DEFAULT)
 from privseed.tasks.seeds.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, HISTOGRAM_METHODS,
                                                METHOD_OPTIONS, SEED_METHOD_NAMES, SEED_METHODS, methods_reading)
 
@@ -39,18 +42,8 @@ if TYPE_CHECKING:
 # Imported by the command line to build --help: this module imports pydantic and nothing heavy (numpy, fsspec and
 # YAML are imported where they are used), so `privseed --help` answers at once.
 
-#: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,
-#: docs/generation.md "Seed steering"): 4 raised seed-term coverage from 37 % to 86 % with no degenerate answer.
-STEER_DEFAULT = 4.0
-#: llama.cpp's repeat penalty for local models (1: off): at 1.0 SmolLM2-135M circled in about one demo document in
-#: five ("The building ... a square shape, with a square shape of the building's design"); 1.15 took the circling
-#: out, halved the calls and kept the documents' accuracy (experiments/results/generation.md, 2026-11-27).
-REPEAT_PENALTY_DEFAULT = 1.15
-#: Share of the seed terms the "budget" steering schedule makes a local model write before its answer may end: at
-#: 1 (every term) SmolLM2-135M stuffed the last terms it could not place into the final sentence ("... reviewed by
-#: several prominent authors in recent years agree."); at 0.8 (two of ten may stay out) it ends such answers a
-#: sentence earlier, for 3 points of coverage and the same accuracy (experiments/results/generation.md, 2026-11-27).
-STEER_END_COVERAGE_DEFAULT = 0.8
+#: The public upper bound on the private corpus size behind the default delta 1/(n ln n) (7.2e-8)
+DEFAULT_N_UPPER_BOUND = 1_000_000
 #: The --help section of DP-KPS's generation options
 GENERATION = "LLM generation from the released seeds"
 #: Aug-PE's budget of the voting rounds when neither --epsilon nor --noise-multiplier is given (docs/baselines.md)
@@ -392,7 +385,7 @@ DELTA_MECHANISMS = ("gaussian", "laplace-threshold")
 
 
 def _delta_reads(cfg: Any, name: str) -> bool:
-    return cfg.mechanism in DELTA_MECHANISMS
+    return cfg.mechanism in DELTA_MECHANISMS or cfg.delta == 0.0  # a zero delta spends nothing to refuse
 
 
 def _delta_refusal(cfg: Any, name: str) -> str:
@@ -682,16 +675,17 @@ class DpKpsConfig(ReleaseConfig):
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
-    delta: float = Field(default=0.0, ge=0.0, lt=1.0,
+    delta: float = Field(default=default_delta(DEFAULT_N_UPPER_BOUND), ge=0.0, lt=1.0,
                          description="delta, for --mechanism gaussian and laplace-threshold only",
-                         json_schema_extra=cli(default_note="the histogram methods with a mechanism that needs one: "
-                                               "1/(n ln n) with n = --n-upper-bound"))
-    n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
-                               "size, for the histogram methods' default delta", json_schema_extra=cli(metavar="NMAX"))
+                         json_schema_extra=cli(default_note="1/(n ln n) with n = --n-upper-bound"))
+    n_upper_bound: int = Field(default=DEFAULT_N_UPPER_BOUND, ge=3, description="a public upper bound on the "
+                               "private corpus size, for the histogram methods' default delta",
+                               json_schema_extra=cli(metavar="NMAX"))
     mechanism: Literal["laplace", "gaussian", "laplace-threshold"] = Field(
-        default="laplace", description="noise of the sketches and of the histogram methods; laplace-threshold "
+        default="gaussian", description="noise of the sketches and of the histogram methods; laplace-threshold "
         "(histogram methods only, needs a delta): noise only on the terms that occur, released above a threshold",
-        json_schema_extra=cli(default_note="gaussian for --method histogram and histogram-markov"))
+        json_schema_extra=cli(default_note="laplace for the paper's samplers (--method independent, iterative-linear, "
+                              "iterative-log)"))
     first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram",
                              json_schema_extra=cli(metavar="S"))
     vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
@@ -699,9 +693,8 @@ class DpKpsConfig(ReleaseConfig):
     # The choices are the seed-method registry's names (tasks/seeds/seed_methods.py); a Literal of a tuple is dynamic.
     method: Literal[SEED_METHOD_NAMES] = Field(  # type: ignore[valid-type]
         default="histogram",
-        description="privseed's per-class DP term histograms (the default: 68-95 % where the paper's independent "
-        "sampler reached 28-87 % on two corpora it was not tuned on), or one of the paper's DP-KPS samplers "
-        "(docs/dpkps.md)")
+        description="privseed's per-class DP term histograms (68-95 % on two corpora nobody tuned on, where the "
+        "paper's independent sampler reached 28-87 %), or one of the paper's DP-KPS samplers (docs/dpkps.md)")
     # The histogram methods (tasks/seeds/histogram_seeds.py, privseed's own comparator; docs/dpkps.md) spend one budget.
     epsilon: float | None = Field(default=None, description="total budget of --method histogram / histogram-markov",
                                   json_schema_extra={**cli(metavar="EPS", default_text="--eps-voc + --eps-kde"),
@@ -716,7 +709,7 @@ class DpKpsConfig(ReleaseConfig):
         json_schema_extra=cli(metavar="RULE"))
     # The choices are the contribution registry's names (tasks/seeds/seed_methods.py CONTRIBUTIONS), as for --method.
     hist_contribution: Literal[tuple(CONTRIBUTIONS)] = Field(  # type: ignore[valid-type]
-        default="first-terms",
+        default="rank-l2",
         description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
                     "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
                     "document at L2 sensitivity 1; rank-l2: every distinct term too, the i-th in reading order "
@@ -725,7 +718,7 @@ class DpKpsConfig(ReleaseConfig):
                     "classes live in technical words "
                     "(+1.2 to +2.2 points on OHSUMED-23 and medical abstracts; general topics lose 4-6: "
                     "docs/dpkps.md) (every kind but first-terms needs --mechanism gaussian and a delta)",
-        json_schema_extra=cli(metavar="HOW", default_note="rank-l2 when --mechanism is not given"))
+        json_schema_extra=cli(metavar="HOW", default_note="first-terms with --mechanism laplace or laplace-threshold"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
         description="M: terms with the largest noisy counts summed over classes form the candidate group of "
@@ -799,7 +792,7 @@ class DpKpsConfig(ReleaseConfig):
     repeat_penalty: float = Field(default=REPEAT_PENALTY_DEFAULT, gt=0.0, le=5.0,
                                   description="local models: llama.cpp repeat penalty (1: off)",
                                   json_schema_extra=cli(group=GENERATION))
-    no_repeat_ngram: int = Field(default=4, ge=0, le=64,
+    no_repeat_ngram: int = Field(default=NO_REPEAT_NGRAM_DEFAULT, ge=0, le=64,
                                  description="local models: ban repeating a token n-gram of this length (0: off)",
                                  json_schema_extra=cli(group=GENERATION))
     few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL: "
@@ -837,16 +830,31 @@ class DpKpsConfig(ReleaseConfig):
         if not isinstance(values, dict):
             return values
         method = values.get("method") or cls.model_fields["method"].get_default()  # histogram is the default
-        if method not in HISTOGRAM_METHODS:
-            return values
         values = dict(values)
-        if values.get("mechanism") is None:
-            values["mechanism"] = "gaussian"
-            values.setdefault("hist_contribution", "rank-l2")
-        if values["mechanism"] in ("gaussian", "laplace-threshold") and values.get("delta") is None:
-            from privseed.tasks.dp.accounting import default_delta
-
-            values["delta"] = default_delta(int(values.get("n_upper_bound") or 1_000_000))
+        if method not in HISTOGRAM_METHODS:
+            # The paper's samplers: Laplace noise unless a mechanism is named (the fields' defaults are the
+            # default method's); they read no contribution kind.
+            if values.get("mechanism") is None:
+                values["mechanism"] = "laplace"
+            if values.get("delta") is None:
+                values["delta"] = 0.0  # a Gaussian sketch needs an explicit --delta
+            return values
+        if values.get("mechanism") not in (None, "gaussian"):
+            # An explicit --mechanism laplace (or laplace-threshold) keeps the first-S histogram: the
+            # whole-document kinds bound only a document's L2 norm.
+            values.setdefault("hist_contribution", "first-terms")
+        mechanism = values.get("mechanism") or cls.model_fields["mechanism"].get_default()
+        if mechanism not in DELTA_MECHANISMS:
+            if values.get("delta") is None:
+                values["delta"] = 0.0  # pure epsilon-DP
+        elif values.get("delta") is None:
+            try:
+                bound = int(values.get("n_upper_bound") or DEFAULT_N_UPPER_BOUND)
+            except (TypeError, ValueError):
+                return values  # the field's own validation names --n-upper-bound
+            if bound < 3:
+                return values  # as above
+            values["delta"] = default_delta(bound)
         return values
 
     @model_validator(mode="after")
@@ -869,7 +877,8 @@ class DpKpsConfig(ReleaseConfig):
     def _unit_l2_needs_gaussian(self) -> DpKpsConfig:
         from privseed.tasks.seeds.seed_methods import contribution_kind
 
-        if contribution_kind(self.hist_contribution).whole_document and self.mechanism != "gaussian":
+        if self.method in HISTOGRAM_METHODS and contribution_kind(self.hist_contribution).whole_document \
+                and self.mechanism != "gaussian":
             raise ValueError(f"--hist-contribution {self.hist_contribution} bounds a document's L2 norm only: add "
                              "--mechanism gaussian --delta D (e.g. 1e-6)")
         return self
@@ -1239,6 +1248,10 @@ class EvaluateConfig(EvaluationOptions):
     client: str | None = Field(default=None, description="unlabelled client documents for --coral (Parquet, CSV or "
                                "JSON Lines; only the text column is read; texts also in --test are dropped)",
                                json_schema_extra=cli(metavar="PATH"))
+    real_train: str | None = Field(default=None, description="real labelled documents (Parquet, CSV or JSON Lines, "
+                                   "the columns of --test; texts also in --test are dropped): the report adds "
+                                   "TF-IDF + LR trained on them as a reference line beside the synthetic corpus's",
+                                   json_schema_extra=cli(metavar="PATH", default_text="no real-documents line"))
     json_path: str | None = Field(default=None, description="write the scores and metrics as JSON here",
                                   json_schema_extra=cli(flag="json", metavar="FILE", default_text="no JSON"))
     report_path: str | None = Field(default=None, description="where report.html goes",

@@ -48,6 +48,8 @@ import pandas as pd
 
 from privseed.tasks.data.corpus import ReleasePart, StagedRelease, candidate_folder, new_release_id, write_part
 from privseed.tasks.errors import ConfigError, retry_if_transient
+from privseed.tasks.generation.defaults import (NO_REPEAT_NGRAM_DEFAULT, REPEAT_PENALTY_DEFAULT, STEER_DEFAULT,
+                                                STEER_END_COVERAGE_DEFAULT)
 from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
 from privseed.tasks.llm.cache import CacheIndex, CallCache
 from privseed.tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
@@ -90,12 +92,14 @@ class GenerationParams:
     max_rewrites: int = 2
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
-    steer: float = 0.0
+    # Their defaults are the command line's (defaults.py), so every caller -- the only-LLM baseline too -- decodes
+    # as DP-KPS does unless it says otherwise.
+    steer: float = STEER_DEFAULT
     steer_schedule: str = "budget"  # tasks/llm/steering.py SCHEDULES
     # The "budget" schedule holds the end of the answer until this share of the seed terms is written (1: all).
-    steer_end_coverage: float = 1.0
-    repeat_penalty: float = 1.0
-    no_repeat_ngram: int = 0
+    steer_end_coverage: float = STEER_END_COVERAGE_DEFAULT
+    repeat_penalty: float = REPEAT_PENALTY_DEFAULT
+    no_repeat_ngram: int = NO_REPEAT_NGRAM_DEFAULT
     # The corpus's declared language for the document predicate (None: no language test).
     language: str | None = "en"
     # The owner's public class names (--class-names): when set, each prompt names its seed's class.
