@@ -25,6 +25,8 @@ import pandas as pd
 
 from privseed.tasks.quality import (DEFAULT_RULES, document_rejection, language_probability, rewrite_score,
                                     statistic_over_threshold)
+from privseed.tasks.quality.predicate import spam_markup
+from privseed.tasks.quality.shapes import web_markup
 
 CORPORA = {
     "dbpedia14 train (tuning)": "dbpedia14/train.parquet",
@@ -71,6 +73,8 @@ def false_rejects(path: Path, vocab: set[str],
         if reason:
             if reason in STATISTIC_REASONS:
                 reason = f"{reason}:{statistic_over_threshold(text)}"
+            elif reason == "web_markup":
+                reason = f"{reason}:{spam_markup(web_markup(text), DEFAULT_RULES)}"
             reasons[reason] += 1
             examples[reason].append(text)
     return len(texts), reasons, examples, repetitive
@@ -80,12 +84,18 @@ def catch_rate() -> None:
     rows = json.loads(LABELLED.read_text(encoding="utf-8"))["documents"]
     caught = collections.Counter()
     missed = []
+    # Per source, the name's prefix before its colon ("issue48", "issue48 variation"): the catch rate of one issue's
+    # rows reads apart from the rest.
+    sources: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for row in rows:
         reason = document_rejection(row["text"], row["keyphrases"], row["finish_reason"])
+        source = sources[row["name"].split(":")[0]]
+        source[1] += 1
         if reason is None:
             missed.append(row["name"])
         else:
             caught[reason] += 1
+            source[0] += 1
     total = len(rows)
     # The measured statistics alone (no pattern, no seed test): Gopher repetition and quality, MATTR, language.
     statistics = sum(statistic_over_threshold(row["text"]) is not None
@@ -94,6 +104,9 @@ def catch_rate() -> None:
           f"{100 * (total - len(missed)) / total:.1f} % ({', '.join(f'{r} {c}' for r, c in caught.most_common())})")
     print(f"  of them by the measured statistics alone (Gopher, MATTR, language): {statistics} of {total} = "
           f"{100 * statistics / total:.1f} %")
+    for name, (hit, seen) in sorted(sources.items()):
+        if name.startswith("issue"):
+            print(f"  {name}: {hit} of {seen} caught")
     for name in missed:
         print(f"  missed: {name}")
 

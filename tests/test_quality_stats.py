@@ -14,8 +14,9 @@ from privseed.tasks.quality import (DEFAULT_RULES, LANGUAGES, META_TALK_PATTERNS
                                     misused_seed_terms, repetition_score, rewrite_score, statistic_over_threshold,
                                     text_stats)
 from privseed.tasks.quality.language import model_languages
-from privseed.tasks.quality.patterns import PATTERNS_FILE
-from privseed.tasks.quality.shapes import longest_seed_run, seed_glosses, seed_labels, term_glosses, word_glosses
+from privseed.tasks.quality.patterns import PATTERNS_FILE, chat_frame_markers
+from privseed.tasks.quality.shapes import (WebMarkup, longest_seed_run, seed_glosses, seed_labels, term_glosses,
+                                           web_markup, word_glosses)
 from privseed.tasks.quality.text_stats import (crowded_word_count, duplicate_ngram_char_fraction,
                                                moving_type_token_ratio, top_ngram_char_fraction)
 
@@ -256,3 +257,83 @@ def test_a_terse_review_in_sentences_is_not_its_seed_list_given_back():
     assert document_rejection("Lousy Mexican food. Try Casa Borrega instead.", seeds, "stop") is None
     assert document_rejection("lousy, mexican, food, try, casa, borrega, instead", seeds, "stop") == "seed_echo"
     assert document_rejection("Lousy Mexican food try Casa Borrega instead.", seeds, "stop") == "seed_echo"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 48: links, tags and the chat frame. A real post or review may carry one link, a hashtag or a greeting, so one
+# asks for another candidate (rewrite_score) and only what real texts rarely have is rejected.
+# ---------------------------------------------------------------------------------------------------------------
+REVIEW = ("We came for the brunch and stayed for the coffee. The pancakes were light and the staff friendly, "
+          "though the wait on a Sunday was long.")
+
+
+def test_web_markup_counts_links_and_tags_and_leaves_names_and_numbers_alone():
+    text = "See http://www.example-news.com/a and mail bob@example.org about #travel or @bob."
+    markup = web_markup(text)
+    assert (markup.links, markup.tags, markup.opens_with_link) == (2, 2, False)
+    links = len("http://www.example-news.com/a") + len("bob@example.org")
+    assert markup.link_share == pytest.approx(links / len(text.replace(" ", "")))
+    # A bare domain is a company's name (DBPedia-14's "Kayak.com"); "#1", "C#", "&#39;" and an address are no tags.
+    assert web_markup("Kayak.com is a travel site; it ranked #1 and its code is C# and &#39; too.") == WebMarkup()
+    assert web_markup("www.deals4u.net/sale Get the best prices now.").opens_with_link
+
+
+@pytest.mark.parametrize("tail, reason", [
+    ("", None),
+    (" Photos: http://www.example-brunch.com/photos", None),  # one link: a real review's
+    (" #brunch #sunday", None),  # two hashtags: a tweet's
+    (" #brunch #sunday #coffee", "web_markup"),
+    (" http://a-deals.com/1 http://b-deals.com/2 or mail deals@c-deals.com", "web_markup"),
+])
+def test_links_and_tags_reject_only_what_real_texts_rarely_have(tail, reason):
+    text = REVIEW + tail
+    assert document_rejection(text, ["brunch", "coffee"], "stop") == reason
+    assert (rewrite_score(text, ["brunch", "coffee"]) >= 1.0) == bool(tail)
+
+
+def test_a_text_that_opens_with_a_link_or_is_mostly_links_is_web_markup():
+    assert document_rejection("http://www.nakednews-tv.com/en-us/ " + REVIEW, [], "stop") == "web_markup"
+    mostly = "Read the whole story here: https://www.market-news-today.com/articles/2024/03/stocks-rally-into-spring"
+    assert web_markup(mostly).link_share >= DEFAULT_RULES.max_link_share
+    assert document_rejection(mostly, [], "stop") == "web_markup"
+    relaxed = DocumentRules(reject_opening_link=False, max_link_share=1.0, max_tags=4)
+    assert document_rejection("http://www.nakednews-tv.com/en-us/ " + REVIEW, [], "stop", relaxed) is None
+    assert document_rejection(REVIEW + " #brunch #sunday #coffee", [], "stop", relaxed) is None
+    assert rewrite_score(REVIEW + " #brunch", [], DocumentRules(rewrite_tags=2)) < 1.0
+    # The owner sets them by name (--document-rule), and none may be below one.
+    settings = {"reject_opening_link": "no", "max_link_share": "1", "max_tags": "4"}
+    assert DEFAULT_RULES.with_settings(settings) == relaxed
+    for bad in (dict(max_links=0), dict(max_tags=0), dict(rewrite_chat_markers=0), dict(max_link_share=1.5)):
+        with pytest.raises(ConfigError):
+            DocumentRules(**bad)
+
+
+@pytest.mark.parametrize("text, markers", [
+    ("Hi folks, " + REVIEW, ("greeting to a crowd",)),
+    (REVIEW + "\nCheers,\nMike", ("sign-off",)),
+    ("Hey everyone,\nWanted to share a fantastic article on the market. " + REVIEW,
+     ("greeting to a crowd", "writing to share")),
+    ("Hello all,\nI hope this message finds you well! " + REVIEW, ("greeting to a crowd", "hope this finds you well")),
+    (REVIEW + " Let me know what you think!\nBest regards,\nAnna", ("invitation to reply", "sign-off")),
+    # A greeting inside the text, "regards" in mid-sentence and "thanks" that is not a line's close are prose.
+    ("He said hello everyone at the door. With regards to the wait, thanks to the staff it was short.", ()),
+])
+def test_chat_frame_markers_are_named_and_two_of_them_are_a_chat_frame(text, markers):
+    assert chat_frame_markers(text) == markers
+    assert (document_rejection(text, [], "stop") == "chat_frame") == (len(markers) >= DEFAULT_RULES.max_chat_markers)
+    assert (rewrite_score(text, []) >= 1.0) == bool(markers)
+
+
+@pytest.mark.parametrize("text, talks", [
+    ("The following is a Usenet newsgroup post:\nMy tv set died last night and I need a new one soon.", True),
+    ("Below is a short forum post about the tv set:\nMy tv set died last night and I need a new one soon.", True),
+    ("Here's a possible reply to the thread. My tv set died last night and I need a new one soon.", True),
+    ("I'm glad you're excited about news. I have done this job for a long time and I like it.", True),
+    ("Welcome to the group. Chatbot or AI designed to help with news and the weather.", True),
+    # A review that opens "Here is a review", a colon inside a line, a reply glad about something later on.
+    ("Here is a review of the diner on Main Street. The pancakes were great and the coffee hot.", False),
+    ("This is my review: the pancakes were great and the coffee was hot, so we will return.", False),
+    ("Thanks for the tip on the set. I'm glad you're enjoying the new one, it was a good buy.", False),
+])
+def test_talk_about_the_post_is_meta_talk_and_a_review_that_says_here_is_stays(text, talks):
+    assert (document_rejection(text, [], "stop") == "meta_talk") == talks

@@ -3,7 +3,8 @@
 - ``predicate``: ``document_rejection`` / ``is_document``, THE predicate, with named reasons and ``DocumentRules``.
 - ``text_stats``: the measured statistics it compares with thresholds (Gopher quality and repetition filters).
 - ``language``: language identification (py3langid).
-- ``patterns`` and ``patterns.json``: the regular expressions that remain (chat-template residue, meta-talk).
+- ``patterns`` and ``patterns.json``: the regular expressions that remain (chat-template residue, meta-talk, links
+  and tags, the chat frame).
 - ``shapes``: seed-shaped failures (the seed list echoed, a glossary of the seeds, a few-shot example copied).
 - ``gate``: the Great Expectations release gate (``ReleaseGate``) over a candidate corpus.
 """

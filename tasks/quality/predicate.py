@@ -19,13 +19,14 @@ from typing import Any
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.quality.language import LANGUAGES, language_probability
-from privseed.tasks.quality.patterns import meta_talk, template_residue
-from privseed.tasks.quality.shapes import (_longest_phrase_run, _longest_token_run, _singular, _tokens, article_list,
-                                           doubled_phrase, borrows_example_name, copies_example, ends_a_sentence,
-                                           fragment_lines, glossary_headers, is_keyphrase_passthrough, longest_seed_run,
-                                           markdown_labels, quoted_term_glosses, seed_definitions, seed_gloss_terms,
-                                           seed_glosses, seed_label_terms, seed_labels, seed_line_labels,
-                                           seed_run_terms, short_item_run, syllable_loop, term_glosses, word_glosses)
+from privseed.tasks.quality.patterns import chat_frame_markers, meta_talk, template_residue
+from privseed.tasks.quality.shapes import (WebMarkup, _longest_phrase_run, _longest_token_run, _singular, _tokens,
+                                           article_list, doubled_phrase, borrows_example_name, copies_example,
+                                           ends_a_sentence, fragment_lines, glossary_headers, is_keyphrase_passthrough,
+                                           longest_seed_run, markdown_labels, quoted_term_glosses, seed_definitions,
+                                           seed_gloss_terms, seed_glosses, seed_label_terms, seed_labels,
+                                           seed_line_labels, seed_run_terms, short_item_run, syllable_loop,
+                                           term_glosses, web_markup, word_glosses)
 from privseed.tasks.quality.text_stats import TextStats, text_stats
 
 #: The named reasons, in the order they are tested (the first that applies is reported).
@@ -36,6 +37,10 @@ REJECTION_REASONS: tuple[str, ...] = (
     "prompt_residue",    # the prompt or chat-template control tokens copied into the answer (patterns.json)
     "seed_echo",         # the seed list given back (alone, or as a run of seed terms inside the text)
     "meta_talk",         # the assistant talking ("I'm an AI", "Sure, here is", "the terms ...") (patterns.json)
+    "web_markup",        # links and tags as spam has them: a text that opens with a link or is mostly links, several
+                         # links, several hashtags / @handles (patterns.json web_markup)
+    "chat_frame",        # a chat message or letter around the text: two of a greeting to a crowd, "I hope this message
+                         # finds you well", "I'm writing to share", an invitation to reply, a sign-off (patterns.json)
     "repetition_loop",   # a token or phrase back to back ("Australia, Australia, ..."), a phrase of 3+ words doubled
                          # inside a clause ("the island of the island of"), letters looping in a word
     "repetitive",        # Gopher repetition statistics: duplicate lines / paragraphs, top 2-4-gram and duplicated
@@ -140,6 +145,18 @@ class DocumentRules:
     # Content words glossed inside running prose ("growth refers to ..., hypothesis pertains to ..., site denotes
     # ..."): none of the real texts has two, with every word of it counted (`word_glosses`).
     max_word_glosses: int = 2
+    # Links and tags (``shapes.web_markup``; issue 48: 16 % of a local model's forum-post rows had made-up links, 0.03 %
+    # of the real posts; 13 % hashtags or @handles, 1.5 % of the real posts). A link may be a forum post's or a
+    # review's, so one or two are allowed; what real texts rarely have is rejected: a text that opens with a link,
+    # links making up `max_link_share` of its non-space characters, `max_links` links, `max_tags` hashtags and
+    # @handles (a tweet's one or two stay). The four public corpora: see docs/generation.md for the measured rates.
+    max_links: int = 3
+    max_link_share: float = 0.5
+    reject_opening_link: bool = True
+    max_tags: int = 3
+    # Chat-frame markers (patterns.json ``chat_frame``): this many distinct ones are a chat message around the text
+    # ("Hello all, / I hope this message finds you well! I'm writing to share ..."); one is a real post's manner.
+    max_chat_markers: int = 2
     # The corpus's declared language (None: no language test): a text of at least `language_min_words` words
     # whose probability of being in it (py3langid) is under `min_language_prob` is in another language.
     language: str | None = "en"
@@ -177,6 +194,13 @@ class DocumentRules:
     # "Counsel refers to a group of trees", "war, which means ..."; `seed_glosses`): 8 of the 84 rows of the demo
     # release of 2026-11-27. Real texts with their own first ten terms as the seed: 0.07-0.34 % of each corpus.
     rewrite_seed_glosses: int = 1
+    # Also not reasons: `rewrite_links` links, `rewrite_tags` hashtags or @handles, `rewrite_chat_markers` chat-frame
+    # markers (a greeting to a crowd, a sign-off): under the rejecting thresholds above, a real post's link or
+    # greeting is kept, but generation asks once more for a plain document (issue 48's rows had them 4.5-500 times as
+    # often as the real posts).
+    rewrite_links: int = 1
+    rewrite_tags: int = 1
+    rewrite_chat_markers: int = 1
     # The few-shot example documents of the prompt (public, from the recipient): a text that shares a run of
     # `max_example_run` words with one of them, or names one of their entities none of its seed terms is part of,
     # copies the example instead of writing from its seed. Empty: no test.
@@ -197,7 +221,9 @@ class DocumentRules:
                      "rewrite_crowded_word"):
             if int(getattr(self, name)) < 2:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 2")
-        for name in ("rewrite_seed_labels", "rewrite_seed_run", "rewrite_term_glosses", "rewrite_seed_glosses"):
+        for name in ("rewrite_seed_labels", "rewrite_seed_run", "rewrite_term_glosses", "rewrite_seed_glosses",
+                     "max_links", "max_tags", "max_chat_markers", "rewrite_links", "rewrite_tags",
+                     "rewrite_chat_markers"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"document rules: {name}={getattr(self, name)} must be >= 1")
         if self.language is not None and self.language not in LANGUAGES:
@@ -298,6 +324,20 @@ def not_prose(stats: TextStats, rules: DocumentRules) -> str | None:
     return None
 
 
+def spam_markup(markup: WebMarkup, rules: DocumentRules) -> str | None:
+    """Which of the links-and-tags thresholds ``markup`` reaches, by name, or None: the text opens with a link, its
+    links make up ``max_link_share`` of it, it has ``max_links`` links or ``max_tags`` hashtags and @handles."""
+    if rules.reject_opening_link and markup.opens_with_link:
+        return "opening_link"
+    if markup.link_share >= rules.max_link_share:
+        return "link_share"
+    if markup.links >= rules.max_links:
+        return "links"
+    if markup.tags >= rules.max_tags:
+        return "tags"
+    return None
+
+
 def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | None = None,
                        rules: DocumentRules = DEFAULT_RULES, mean_logprob: float | None = None) -> str | None:
     """Why ``text`` is not a document (one of REJECTION_REASONS), or None when it is one.
@@ -319,6 +359,10 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "seed_echo"
     if meta_talk(text):
         return "meta_talk"
+    if spam_markup(web_markup(text), rules):
+        return "web_markup"
+    if len(chat_frame_markers(text)) >= rules.max_chat_markers:
+        return "chat_frame"
     tokens = _tokens(text)
     if (_longest_token_run(tokens) >= rules.max_token_run or _longest_phrase_run(tokens) >= rules.max_phrase_run
             or syllable_loop(text) or doubled_phrase(text, rules.min_doubled_phrase_words)):
@@ -370,7 +414,8 @@ def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAUL
     """Whether a document is worth another candidate: the largest of ``repetition_score``, the seed terms glossed
     as labels inside the text (``seed_labels``) over ``rewrite_seed_labels``, the longest run of seed terms
     (``longest_seed_run``) over ``rewrite_seed_run``, the words explained as words (``term_glosses``) over
-    ``rewrite_term_glosses`` and the seed terms explained as words (``seed_glosses``) over ``rewrite_seed_glosses``.
+    ``rewrite_term_glosses``, the seed terms explained as words (``seed_glosses``) over ``rewrite_seed_glosses``, and
+    the links, tags and chat-frame markers over ``rewrite_links``, ``rewrite_tags``, ``rewrite_chat_markers``.
     1 or more: generation asks again (``GenerationParams.max_rewrites``) and keeps the lower score. Not a
     rejection."""
     score = repetition_score(text, rules)
@@ -379,6 +424,9 @@ def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAUL
                     longest_seed_run(text, keyphrases) / rules.rewrite_seed_run,
                     term_glosses(text) / rules.rewrite_term_glosses,
                     seed_glosses(text, keyphrases) / rules.rewrite_seed_glosses)
+        markup = web_markup(text)
+        score = max(score, markup.links / rules.rewrite_links, markup.tags / rules.rewrite_tags,
+                    len(chat_frame_markers(text)) / rules.rewrite_chat_markers)
     return float(score)
 
 
