@@ -502,3 +502,28 @@ def test_every_contribution_is_one_registry_entry_the_cli_offers():
     assert contribution_sensitivity(contribution_kind("first-terms"), 10).l1 == 10
     with pytest.raises(ConfigError, match="unknown contribution"):
         contribution_kind("half-l2")
+
+
+def test_a_class_that_released_too_few_terms_draws_the_rest_from_every_class_release():
+    """Issue 48: the thresholded histogram on a small class releases few or no terms; its seeds repeated and the
+    gate refused the release after the budget was spent. Now such a class fills its draws from the pooled release
+    (post-processing), and a class with enough terms is left as it was."""
+    from privseed.tasks.seeds.histogram_seeds import (ClassRelease, released_support, sample_class_sequences,
+                                                      short_release_fallback)
+    from privseed.tasks.seeds.sampling import SelectionRule
+
+    full = ClassRelease(np.arange(10, 20), np.linspace(1.0, 2.0, 10))
+    two = ClassRelease(np.array([30, 31, 32]), np.array([5.0, 4.0, 0.0]))
+    empty = ClassRelease(np.array([40, 41]), np.zeros(2))
+    assert [released_support(r) for r in (full, two, empty)] == [10, 2, 0]
+    assert short_release_fallback(full, 5) is full
+    assert short_release_fallback(two, 5).background_share == pytest.approx(0.6)
+    assert short_release_fallback(empty, 5).background_share == 1.0
+    sequences = sample_class_sequences("histogram", [full, two, empty], 50, 5, SelectionRule.parse("power-1"),
+                                       np.random.default_rng(0))
+    pooled = set(range(10, 20)) | {30, 31}
+    assert {t for seq in sequences[2] for t in seq} <= pooled  # the empty class: only released terms of others
+    assert {t for seq in sequences[1] for t in seq} - {30, 31}  # the short class draws beyond its own two terms
+    assert len({tuple(seq) for seq in sequences[1]}) > 40  # and its 50 seeds no longer repeat
+    with pytest.raises(ConfigError, match="no class released any term"):
+        sample_class_sequences("histogram", [empty], 5, 5, SelectionRule.parse("power-1"), np.random.default_rng(0))

@@ -437,11 +437,38 @@ def background_distribution(releases: Sequence[ClassRelease]) -> tuple[np.ndarra
 # Sampling (post-processing; public rng)
 # ---------------------------------------------------------------------------------------------
 
+def released_support(release: ClassRelease) -> int:
+    """How many distinct terms the class's release weighs above 0 (public: computed from released values)."""
+    return int(np.count_nonzero(np.asarray(release.weights, dtype=np.float64) > 0))
+
+
+def short_release_fallback(release: ClassRelease, length: int) -> ClassRelease:
+    """A class whose release weighs fewer than ``length`` distinct terms (a small class under the thresholded
+    histogram, whose noisy counts rarely pass the threshold; or a class the noise left empty) cannot fill a
+    sequence of distinct-looking seeds: its sequences would repeat and the release gate's duplicate test would
+    refuse the whole release after the budget was spent. Such a class takes the missing share of its draws from
+    the terms released for every class (``background_distribution``): at least 1 - support / L, all of them when
+    it released nothing. Post-processing of released values only: no privacy cost, no private count read."""
+    support = released_support(release)
+    if support >= length:
+        return release
+    share = max(float(release.background_share), 1.0 - support / float(length))
+    return ClassRelease(release.term_ids, release.weights, share, release.pair_ids, release.pair_weights)
+
+
 def _class_draws(release: ClassRelease, shape: tuple[int, ...], rule: SelectionRule, rng: np.random.Generator,
                  background: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
     """Term ids of the given shape from the class's distribution: the rule's weights on ``release.weights``,
-    each draw replaced by a background draw with probability ``release.background_share``."""
-    weights = rule.weights(np.asarray(release.weights, dtype=np.float64)[None, :])[0]
+    each draw replaced by a background draw with probability ``release.background_share`` (every draw when the
+    class weighs no term: ``short_release_fallback``)."""
+    weights = rule.weights(np.asarray(release.weights, dtype=np.float64)[None, :])[0] if len(release.weights) else \
+        np.zeros(0)
+    if not weights.size or not weights.sum() > 0:
+        if background is None or release.background_share < 1.0:
+            raise ConfigError("a class that released no term draws from the pooled background only "
+                              "(short_release_fallback)")
+        ids, probabilities = background
+        return ids[rng.choice(len(ids), size=shape, p=probabilities)].astype(np.int64)
     draws = np.asarray(release.term_ids)[rng.choice(len(weights), size=shape, p=weights / weights.sum())]
     if release.background_share > 0:
         if background is None:
@@ -501,6 +528,10 @@ def sample_class_sequences(method: str, releases: Sequence[ClassRelease], per_cl
     """Per class, ``per_class`` sequences of term ids (into V), in declared-label order."""
     if method not in HISTOGRAM_METHODS:
         raise ConfigError(f"unknown histogram method {method!r}; expected one of {HISTOGRAM_METHODS}")
+    releases = [short_release_fallback(r, length) for r in releases]
+    if not any(released_support(r) for r in releases):
+        raise ConfigError("no class released any term: the noise hides every count at this budget; raise --epsilon "
+                          "(or, with --mechanism laplace-threshold, use the default Gaussian mechanism)")
     background = background_distribution(releases) if any(r.background_share > 0 for r in releases) else None
     out = []
     for r in releases:

@@ -48,6 +48,13 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
     mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
     noise = cfg.noise("histogram-noise")
+    threshold = getattr(mechanism, "threshold", None)
+    if threshold is not None:  # said before any value is drawn (public: the configuration's threshold)
+        stage_logger().warning(
+            "laplace-threshold: a term is released only when its noisy count reaches %d, i.e. when about %d "
+            "documents of a class hold it; a class with fewer documents releases few or no terms and draws the rest "
+            "of its seeds from the terms released for every class (no privacy cost). For small classes the default "
+            "Gaussian mechanism keeps more of each class's own terms.", threshold, threshold)
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "terms"}
     # The ledger applies the mechanism to each class's row and keeps the whole noisy row with the top K.
     released = [ledger.draw_once(f"histogram-class{c}", mechanism=mechanism, noise=noise, params=params,
@@ -153,8 +160,8 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
     from dataclasses import replace
 
-    from privseed.tasks.seeds.histogram_seeds import (noise_floor, pair_matrix, pair_mechanism, sample_class_sequences,
-                                                      stage_budgets)
+    from privseed.tasks.seeds.histogram_seeds import (noise_floor, pair_matrix, pair_mechanism, released_support,
+                                                      sample_class_sequences, stage_budgets)
     from privseed.tasks.dp.ledger import public_rng
     from privseed.tasks.seeds.sampling import SelectionRule
     from privseed.tasks.stages.dpkps import selection_rule
@@ -171,6 +178,11 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
             releases[c] = replace(releases[c], pair_ids=released["pair_ids"],
                                   pair_weights=pair_matrix(released["noisy"], n, floor))
     rule = SelectionRule.parse(selection_rule(cfg))
+    short = [str(label) for label, r in zip(labels, releases) if released_support(r) < cfg.length]
+    if short:  # from released values only: which declared classes fell back is post-processing
+        stage_logger().warning("%d of %d classes released fewer than L = %d terms (%s); they draw the missing share "
+                               "of their seeds from the terms released for every class", len(short), len(labels),
+                               cfg.length, ", ".join(short[:10]) + (" ..." if len(short) > 10 else ""))
     ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"),
                                  cfg.markov_pair_weight)
     rows = [(label, [vocabulary.terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
