@@ -189,9 +189,10 @@ def test_background_share_of_draws_comes_from_the_pooled_distribution():
     assert np.mean(ids == 50) == pytest.approx(0.4, abs=0.01)  # sd of the share: 0.002
     with pytest.raises(ConfigError, match="background"):
         sample_independent(own, 2, 2, SelectionRule.parse("power-1"), np.random.default_rng(2))
-    # sample_class_sequences builds the background from the classes themselves
+    # sample_class_sequences builds the background from the classes themselves (sequences of L = 1: no class is
+    # short of terms, so no fallback share is added)
     other = ClassRelease(np.array([50]), np.array([4.0]))
-    seqs = sample_class_sequences("histogram", [own, other], 2000, 10, SelectionRule.parse("power-1"),
+    seqs = sample_class_sequences("histogram", [own, other], 20000, 1, SelectionRule.parse("power-1"),
                                   np.random.default_rng(0))
     drawn = np.asarray(seqs[0])
     assert np.mean(drawn == 50) == pytest.approx(0.4 * 4 / 6, abs=0.02)  # pooled: 7, 8 weigh 1 each, 50 weighs 4
