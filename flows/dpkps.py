@@ -1,7 +1,7 @@
 """DP-KPS as a Prefect flow.
 
     plan units -> pass 1 (labels, identity, term counts) -> privatize vocabulary -> embed V~
-        -> pass 2 (sketch sums) -> privatize sketches -> sample -> generate -> gate -> publish
+        -> pass 2 (sketch sums) -> privatize sketches -> sample -> generate -> gate -> [approval] -> publish
 
 The private corpus never comes to this process: it is planned into work units (shard URIs and Parquet row
 groups) and each pass streams every unit on the Dask workers into a partial count or sum, combined in a tree on
@@ -25,8 +25,10 @@ from privseed.tasks._runtime import apply_offline_defaults
 from privseed.tasks import storage
 from privseed.tasks.data.cluster import cluster_security, dask_client
 from privseed.tasks.config.commands import TYPED_FLOW, DpKpsConfig, flow_config
+from privseed.tasks.config.preflight import check_approval_server
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
+from privseed.tasks.stages.approval import await_approval
 from privseed.tasks.stages.artifacts import release_artifacts
 from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, scan_private_corpus
 from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch_sums, privatize_sketches,
@@ -46,6 +48,7 @@ def dpkps_flow(config: DpKpsConfig) -> dict:
     apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg, class_names = with_class_names(flow_config(DpKpsConfig, config))
     check_local_model(cfg.llm)  # before any private data is read or budget is spent
+    check_approval_server(cfg)  # --require-approval: a person must be able to reach this run
     warn_if_insecure(cfg, get_run_logger())
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent
         return dry_run(cfg)
@@ -59,8 +62,10 @@ def dpkps_flow(config: DpKpsConfig) -> dict:
         del scan  # nothing private is needed past this line
         synthetic, report = ((render_without_llm(sequences), None) if cfg.llm == "none"
                              else generate_release_documents(sequences, cfg, labels))
-        manifest = publish(cfg, synthetic, ledger, labels, class_names, report)
-        release_artifacts(manifest, ledger, cfg.out)  # the ledger summary and a link, in the Prefect UI
+    if cfg.require_approval:  # the cluster is closed while the run waits: a rejection quarantines and stops here
+        await_approval(cfg, synthetic, ledger, labels, report)
+    manifest = publish(cfg, synthetic, ledger, labels, class_names, report)
+    release_artifacts(manifest, ledger, cfg.out)  # the ledger summary and a link, in the Prefect UI
     epsilon, delta = ledger.total()
     get_run_logger().info("release %s: %d documents, epsilon=%g, delta=%g, at %s",
                           manifest["release_id"], manifest["rows"], epsilon, delta, cfg.out)
@@ -96,6 +101,7 @@ def run_from_cli(cfg: DpKpsConfig) -> int:
     manifest = dpkps_flow(cfg)
     if manifest.get("dry_run"):
         print(f"dry run, nothing drawn, charged or sent: {manifest['estimate']}")
+        print(manifest["privacy_plan"])
         return 0
     print(f"release {manifest['release_id']}: {manifest['rows']} synthetic documents")
     print(f"  synthetic corpus: {storage.join(cfg.out, 'synthetic')}")

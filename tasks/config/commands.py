@@ -797,13 +797,23 @@ class DpKpsConfig(ReleaseConfig):
                                  json_schema_extra=cli(group=GENERATION))
     few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL: "
                                  "document + keyphrases)", json_schema_extra=cli(group=GENERATION, metavar="FILE"))
+    examples: Literal["library", "none"] = Field(
+        default="library", description="local models without --few-shot: each prompt shows the package's example "
+        "documents of the kind --doc-type names (encyclopedia article, abstract, review, forum post, clinical note, "
+        "support ticket, email; tasks/demo_data/example_library.toml); none: no examples",
+        json_schema_extra=cli(group=GENERATION))
     class_names: str | None = Field(
         default=None,
         description="the owner's public class names: a JSON/TOML/CSV file mapping each declared label to a name; "
                     "each prompt then names its class (only when the names are public)",
         json_schema_extra=cli(group=GENERATION, metavar="FILE", default_text="none: no prompt names a class"))
-    dry_run: bool = Field(default=False, description="print the LLM cost estimate; read no data, draw, charge and "
-                          "send nothing")
+    dry_run: bool = Field(default=False, description="print the plan: LLM calls, tokens and cost (first round and a "
+                          "worst-case bound), the privacy spend per stage, a local model's time estimate; read no "
+                          "data, draw, charge and send nothing")
+    require_approval: bool = Field(
+        default=False, description="after the release gate, pause the run and publish only when a person approves in "
+        "the Prefect UI (the report, the ledger and 20 sample rows are its artifacts); a rejection, or no answer "
+        "within 24 h, keeps the candidate in the private state. Needs a Prefect server (PREFECT_API_URL)")
 
     @field_validator("eps_voc", "eps_kde", "epsilon")
     @classmethod

@@ -118,6 +118,19 @@ def check_no_unfinished_run(cfg: ReleaseConfig) -> None:
             "a new run with --new-run (which charges the budget again)")
 
 
+def check_approval_server(cfg: DpKpsConfig) -> None:
+    """``--require-approval`` pauses the run until a person answers in the Prefect UI: it needs a Prefect server they
+    can reach (PREFECT_API_URL), not the temporary one that lives and dies with the run (tasks/stages/approval.py)."""
+    if not cfg.require_approval:
+        return
+    from prefect.settings import PREFECT_API_URL  # only for this option: a refused run must not wait for Prefect
+
+    if not PREFECT_API_URL.value():
+        raise ConfigError("--require-approval needs a Prefect server a person can reach: set PREFECT_API_URL (e.g. "
+                          "http://127.0.0.1:4200/api after `prefect server start`; docs/operations.md, \"A release "
+                          "that waits for a person\")")
+
+
 def check_release_input(cfg: ReleaseConfig) -> None:
     if cfg.writes_release:
         check_release_folder(cfg)
@@ -125,6 +138,7 @@ def check_release_input(cfg: ReleaseConfig) -> None:
     check_llm(cfg.llm, cfg.llm_secret, sends=not getattr(cfg, "dry_run", False))
     options = cfg.storage_options
     if isinstance(cfg, DpKpsConfig):
+        check_approval_server(cfg)
         check_public_file("--few-shot", cfg.few_shot, options)
         check_public_file("--class-names", cfg.class_names, options)
         if _looks_like_path(cfg.prompt_template):

@@ -41,6 +41,7 @@ import hashlib
 import logging
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -50,6 +51,7 @@ from privseed.tasks.data.corpus import ReleasePart, StagedRelease, candidate_fol
 from privseed.tasks.errors import ConfigError, retry_if_transient
 from privseed.tasks.generation.defaults import (NO_REPEAT_NGRAM_DEFAULT, REPEAT_PENALTY_DEFAULT, STEER_DEFAULT,
                                                 STEER_END_COVERAGE_DEFAULT)
+from privseed.tasks.generation.examples import examples_for_doc_type, prompt_examples
 from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
 from privseed.tasks.llm.cache import CacheIndex, CallCache
 from privseed.tasks.llm.prompting import PromptTemplate, build_request, build_unseeded_request
@@ -443,38 +445,178 @@ def split_documents(rows: pd.DataFrame, max_regenerations: int | None = None) ->
 
 
 # -- cost ------------------------------------------------------------------------------------------------------
+def worst_case_candidates(best_of: int, max_regenerations: int, max_rewrites: int) -> int:
+    """The most candidates (calls) one seed can cost (pure): its ``best_of`` first candidates, then one per round of
+    ``candidate_rounds``, and every later round spends either a regeneration (no document yet) or a rewrite (its
+    documents all repetitive), so at most ``max_regenerations + max_rewrites`` rounds. Reached by a seed whose
+    candidates are rejected until its regenerations run out, then repetitive until its rewrites do."""
+    return best_of + max_regenerations + max_rewrites
+
+
+@dataclass(frozen=True)
+class LocalSpeed:
+    """Decoding time of a local model on this machine, from a short calibration (``calibrate_local_speed``): a call
+    costs ``seconds_per_call`` (prompt evaluation, decoding set-up) plus ``seconds_per_token`` per answer token, and
+    a call of the run's shape (its seed length and max_tokens) took ``seconds_typical_call``. One process decoding
+    one call at a time; ``source`` says what was timed."""
+
+    seconds_per_call: float
+    seconds_per_token: float
+    seconds_typical_call: float
+    source: str
+
+    def seconds(self, calls: int, tokens_out: int) -> float:
+        """Time of ``calls`` calls writing ``tokens_out`` tokens in all (every answer at max_tokens: the bound)."""
+        return calls * self.seconds_per_call + tokens_out * self.seconds_per_token
+
+    @property
+    def tokens_per_second(self) -> float:
+        return 1.0 / self.seconds_per_token if self.seconds_per_token > 0 else float("inf")
+
+
 @dataclass(frozen=True)
 class CostEstimate:
+    """What a generation sends, before it sends anything. The first round (``calls`` ... ``usd``): every seed's
+    ``best_of`` candidates, answers at ``max_tokens``, what a model that always writes plain documents sends. The
+    upper bound (``*_bound``), which holds however the answers turn out::
+
+        calls_bound      = first-round calls to send + seeds x (max_regenerations + max_rewrites)
+                           (<= seeds x (best_of + max_regenerations + max_rewrites), ``worst_case_candidates``)
+        tokens_out_bound = calls_bound x max_tokens
+        tokens_in_bound  = first-round input tokens + seeds x (max_regenerations + max_rewrites) x the seed's longest
+                           first-round prompt (a later candidate's prompt is the same seed's, or shorter:
+                           ``prompt_seed`` only leaves terms out)
+        usd_bound        = first round at its price + later rounds at the dearer of the batch and the single-call
+                           price (a small later round may not be batched)
+
+    Input tokens come from the local tokenizer, else ~4 characters per token, so they are estimates; the output
+    tokens are bounds. ``speed``: a local model's calibrated decoding time (None: remote, or not calibrated)."""
+
     calls: int
     cached_calls: int
     tokens_in: int
     tokens_out_max: int
     usd: float | None  # None: price unknown for this backend/model
+    calls_bound: int | None = None  # None: the same as the first round's calls to send (no later rounds)
+    tokens_in_bound: int | None = None
+    tokens_out_bound: int | None = None
+    usd_bound: float | None = None
+    later_rounds: int = 0  # max_regenerations + max_rewrites: the most extra candidates a seed can get
+    speed: LocalSpeed | None = None
+
+    @property
+    def calls_to_send(self) -> int:
+        return self.calls - self.cached_calls
+
+    def seconds_first_round(self) -> float | None:
+        """Typical case: the first round's calls, each as long as the calibration's call of the run's shape."""
+        return None if self.speed is None else self.calls_to_send * self.speed.seconds_typical_call
+
+    def seconds_bound(self) -> float | None:
+        if self.speed is None:
+            return None
+        return self.speed.seconds(self.calls_bound if self.calls_bound is not None else self.calls_to_send,
+                                  self.tokens_out_bound if self.tokens_out_bound is not None else self.tokens_out_max)
 
     def describe(self) -> str:
         cost = "unknown (no price for this model)" if self.usd is None else f"at most ${self.usd:,.4f}"
-        return (f"{self.calls} LLM calls ({self.cached_calls} already cached, {self.calls - self.cached_calls} to "
+        text = (f"{self.calls} LLM calls ({self.cached_calls} already cached, {self.calls_to_send} to "
                 f"send), ~{self.tokens_in:,} input tokens, at most {self.tokens_out_max:,} output tokens, cost {cost}")
+        if self.later_rounds and self.calls_bound is not None:
+            bound_cost = "unknown" if self.usd_bound is None else f"${self.usd_bound:,.4f}"
+            text += (f"\n  upper bound with every regeneration and rewrite ({self.later_rounds} more candidates per "
+                     f"seed): at most {self.calls_bound:,} calls, ~{self.tokens_in_bound or 0:,} input tokens, "
+                     f"{self.tokens_out_bound or 0:,} output tokens, cost at most {bound_cost}")
+        if self.speed is not None:
+            text += (f"\n  time estimate on this machine, one process (calibrated: {self.speed.source}; "
+                     f"{self.speed.seconds_per_call:.2f} s per call + {self.speed.tokens_per_second:,.1f} tokens/s): "
+                     f"first round ~{_duration(self.seconds_first_round())} at that call's length, at most "
+                     f"~{_duration(self.seconds_bound())} (the bound's calls, every answer at max_tokens); an "
+                     f"estimate: it moves with the machine's load")
+        return text
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def estimate_cost(spec: LLMSpec, requests: Sequence[ChatRequest], cache: CallCache | None = None,
-                  backend: LLMBackend | None = None) -> CostEstimate:
-    """Upper-bound estimate before sending anything: output tokens at max_tokens for every uncached call;
-    input tokens from the local tokenizer when a backend is given, else ~4 characters per token."""
+                  backend: LLMBackend | None = None, later_rounds: int = 0, per_owner: int = 1) -> CostEstimate:
+    """Estimate before sending anything (``CostEstimate`` states the bound's formula): ``requests`` are the first
+    round, ``per_owner`` consecutive ones per seed (``best_of``), and each seed can get at most ``later_rounds``
+    (max_regenerations + max_rewrites) more candidates. Output tokens at max_tokens for every uncached call; input
+    tokens from the local tokenizer when a backend is given, else ~4 characters per token."""
     def n_in(r: ChatRequest) -> int:
         text = "\n".join(m.content for m in r.messages)
         return backend.count_tokens(text) if backend is not None else max(1, len(text) // 4)
 
+    if per_owner < 1 or len(requests) % per_owner:
+        raise ConfigError(f"{len(requests)} first-round requests do not split into seeds of {per_owner}")
     model_id = backend.model if backend is not None else (spec.model or "")
     kind = backend.name if backend is not None else spec.kind
     found = cache.get_many([r.cache_key(kind, model_id) for r in requests]) if cache is not None else []
     cached = [cache is not None and found[i] is not None for i in range(len(requests))]
-    todo = [r for r, c in zip(requests, cached) if not c]
-    t_in = sum(n_in(r) for r in todo)
-    t_out = sum(r.max_tokens for r in todo)
-    p = call_prices(spec, len(todo))
+    tokens = [n_in(r) for r in requests]
+    t_in = sum(t for t, c in zip(tokens, cached) if not c)
+    t_out = sum(r.max_tokens for r, c in zip(requests, cached) if not c)
+    n_todo = len(requests) - sum(cached)
+    p = call_prices(spec, n_todo)
     usd = None if p is None else (t_in * p[0] + t_out * p[1]) / 1e6
-    return CostEstimate(len(requests), sum(cached), t_in, t_out, usd)
+    owners = len(requests) // per_owner
+    later_in = later_rounds * sum(max(tokens[i * per_owner:(i + 1) * per_owner]) for i in range(owners))
+    later_out = later_rounds * sum(max(r.max_tokens for r in requests[i * per_owner:(i + 1) * per_owner])
+                                   for i in range(owners))
+    later_calls = later_rounds * owners
+    single, batched = call_prices(spec, 1), call_prices(spec, max(1, owners))
+    usd_later = (None if single is None or batched is None else
+                 (later_in * max(single[0], batched[0]) + later_out * max(single[1], batched[1])) / 1e6)
+    return CostEstimate(len(requests), sum(cached), t_in, t_out, usd,
+                        calls_bound=n_todo + later_calls, tokens_in_bound=t_in + later_in,
+                        tokens_out_bound=t_out + later_out,
+                        usd_bound=None if usd is None or usd_later is None else usd + usd_later,
+                        later_rounds=later_rounds)
+
+
+#: The calibration's prompt seed: common English words, no data behind them (the first L of them).
+CALIBRATION_TERMS = ("river", "village", "church", "market", "harbour", "school", "railway", "mountain", "album",
+                     "football", "island", "company", "painter", "species", "novel", "station", "bridge", "film",
+                     "league", "castle")
+
+
+def calibrate_local_speed(backend: LLMBackend, template: PromptTemplate, params: GenerationParams, label: Any,
+                          backend_kind: str, length: int = 10, short_tokens: int = 8) -> LocalSpeed:
+    """Time a generation of a public seed (the first ``length`` of ``CALIBRATION_TERMS``) in the run's shape (its
+    template, decoding and max_tokens) and one of ``short_tokens`` tokens, after an untimed one-token warm-up, and
+    fit time = per call + per token x answer tokens. One answer's time for a small model; nothing private is read
+    and nothing is cached."""
+    terms = [CALIBRATION_TERMS[i % len(CALIBRATION_TERMS)] for i in range(max(1, min(length, len(CALIBRATION_TERMS))))]
+    seed = ReleasedVocabulary(terms, "calibration: public words").seed(list(range(len(terms))), label, 12345)
+
+    def timed_call(max_tokens: int) -> tuple[float, int]:
+        request = candidate_request(template, seed, dataclasses.replace(params, max_tokens=max_tokens), 0, backend_kind)
+        start = time.perf_counter()
+        answer = backend.complete([request])[0]
+        return time.perf_counter() - start, max(1, answer.tokens_out)
+
+    # The warm-up, untimed: the model loads and the decoding controls build their per-model tables (llama.cpp's
+    # steering scans the vocabulary once) there, not inside the timed calls.
+    timed_call(1)
+    t_short, n_short = timed_call(min(short_tokens, params.max_tokens))
+    t_full, n_full = timed_call(params.max_tokens)
+    per_token = (t_full - t_short) / (n_full - n_short) if n_full > n_short else 0.0
+    if per_token <= 0:  # the model stopped early or the clock jittered: all of the longer call's time per token
+        per_token, per_call = t_full / n_full, 0.0
+    else:
+        per_call = max(0.0, t_short - per_token * n_short)
+    return LocalSpeed(per_call, per_token, t_full,
+                      f"a public seed of {len(terms)} terms, {n_short} answer tokens in {t_short:.1f} s and "
+                      f"{n_full} in {t_full:.1f} s")
 
 
 # -- I/O -------------------------------------------------------------------------------------------------------
@@ -1026,6 +1168,19 @@ def params_from_config(cfg) -> GenerationParams:
     from privseed.tasks.llm.released import load_few_shot
 
     few = getattr(cfg, "few_shot", None)
+    # The owner's --few-shot wins; else a local model is shown the example library's documents of the doc type's
+    # kind (tasks/generation/examples.py); a config without the option (PE) keeps its prompts without examples.
+    library = getattr(cfg, "examples", "none")
+    local = kind_of(spec_from_config(cfg)).local_weights
+    shown = prompt_examples(few, library, local, cfg.doc_type)
+    examples: tuple[RecipientExample, ...] = ()
+    if few:
+        examples = tuple(load_few_shot(few, cfg.storage_options))
+    elif shown is not None:
+        examples = examples_for_doc_type(cfg.doc_type)
+        log.info("prompts show the example library's %s documents (--doc-type %r)", shown, cfg.doc_type)
+    elif library == "library" and local:
+        log.info("no example documents: --doc-type %r names no kind of the example library", cfg.doc_type)
     class_names = class_names_from_config(cfg)
     kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "max_rewrites",
                                        "steer",
@@ -1038,13 +1193,15 @@ def params_from_config(cfg) -> GenerationParams:
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template
-    return GenerationParams(doc_type=cfg.doc_type,
-                            few_shot=tuple(load_few_shot(few, cfg.storage_options)) if few else (),
-                            class_names=class_names, **kw)
+    return GenerationParams(doc_type=cfg.doc_type, few_shot=examples, class_names=class_names, **kw)
 
 
-def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None) -> CostEstimate:
-    """``--dry-run``: what generation would send, from the released seeds; sends nothing."""
+def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] | None = None,
+                        calibrate: bool = True) -> CostEstimate:
+    """``--dry-run``: what generation would send, from the released seeds (``estimate_cost``: the first round and
+    the upper bound over every regeneration and rewrite round); sends nothing. For a local model (``calibrate``)
+    also the time it would take on this machine, from two short timed generations of a public seed
+    (``calibrate_local_speed``) with the model that counted the prompts."""
     seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
     spec, params = spec_from_config(cfg), params_from_config(cfg)
     template = PromptTemplate.load(params.template)
@@ -1052,7 +1209,13 @@ def estimate_generation(sequences: pd.DataFrame, cfg, vocabulary: Sequence[str] 
     backend = get_backend(spec) if kind_of(spec).local_weights else None
     cache = CallCache(_cache_uri(cfg), cfg.storage_options)
     try:
-        return estimate_cost(spec, flat, cache, backend)
+        later_rounds = params.max_regenerations + params.max_rewrites
+        estimate = estimate_cost(spec, flat, cache, backend, later_rounds=later_rounds, per_owner=params.best_of)
+        if backend is not None and calibrate and seeds:
+            speed = calibrate_local_speed(backend, template, params, seeds[0].label, spec.kind,
+                                          getattr(cfg, "length", 10))
+            estimate = dataclasses.replace(estimate, speed=speed)
+        return estimate
     finally:
         if backend is not None:
             backend.close()  # its tokenizer counted the prompts; the weights are not needed any more

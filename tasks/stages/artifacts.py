@@ -3,11 +3,11 @@ page). They hold only what the release itself publishes: its ledger (mechanism, 
 its row count and where it is; the evaluation's aggregate scores. Nothing here reads private data.
 
 The tables are the report's (``privseed.tasks.evaluation.report.ledger_stage_rows``: one row per stage, partitions
-collapsed,
-epsilon as the ledger composes it) and :func:`score_rows`; the tasks only hand them to Prefect.
+collapsed, epsilon as the ledger composes it) and :func:`score_rows`; the tasks only hand them to Prefect.
 Artifact keys are stable per deployment kind (``release-ledger``, ``release-link``, ``evaluation-scores``,
-``evaluation-report``), so the UI shows each key's history across scheduled runs. A description is Markdown shown
-above its table: the scores' leads with the evaluation's warnings (:func:`score_description`).
+``evaluation-report``; ``approval-request`` and ``approval-sample`` of a run that waits for approval), so the UI
+shows each key's history across scheduled runs. A description is Markdown shown above its table: the scores' leads
+with the evaluation's warnings (:func:`score_description`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from privseed.tasks.dp.ledger import PrivacyLedger, plain_guarantee
 from privseed.tasks.stages import public_stage
@@ -93,3 +95,78 @@ def score_artifacts(result: Mapping[str, Any]) -> None:
     create_link_artifact(key="evaluation-report", link=_link(result["report"]), link_text="report.html",
                          description="The evaluation's report: its warnings, the scores, the fidelity of the "
                                      "synthetic corpus, figures and the release's privacy ledger.")
+
+
+#: Characters of a sample row's text shown in the approval-sample table (the whole text is in the candidate).
+SAMPLE_TEXT_CHARS = 400
+
+
+def sample_table(sample: pd.DataFrame) -> list[dict[str, Any]]:
+    """The approval-sample table: one row per sampled document, its text (shortened), label and keyphrases."""
+    def shortened(text: Any) -> str:
+        text = str(text)
+        return text if len(text) <= SAMPLE_TEXT_CHARS else text[:SAMPLE_TEXT_CHARS - 1] + "\u2026"
+
+    return [{"text": shortened(row.text), "label": str(row.label), "keyphrases": "; ".join(map(str, row.keyphrases))}
+            for row in sample.itertuples(index=False)]
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """Rows of equal keys as a Markdown table (numbers as %g)."""
+    if not rows:
+        return ""
+    header = list(rows[0])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_number(row.get(name)) for name in header) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def approval_request(rows_per_label: Mapping[str, int], recipient_ledger: Mapping[str, Any],
+                     gate: Mapping[str, Any] | None, generation_report: Mapping[str, Any] | None, out: str,
+                     timeout_s: float) -> str:
+    """The approval-request artifact (Markdown): what is waiting, what answering does, the report (the gate's
+    verdict, the generation's counts), the ledger one row per stage and the guarantee in words."""
+    from privseed.tasks.evaluation.report import ledger_stage_rows
+
+    total = recipient_ledger.get("total") or {}
+    guarantee = plain_guarantee({**total, "stamp": recipient_ledger.get("stamp")})
+    documents = sum(rows_per_label.values())
+    wait = f"{timeout_s / 3600:g} h" if timeout_s >= 3600 else f"{timeout_s:g} s"
+    lines = [f"## A release waits for approval: {documents} documents for `{out}`",
+             "Nothing is published until someone answers. **Resume** this run and check **approve** to publish it; "
+             f"leave it unchecked (or give no answer within {wait}) and the candidate stays in the owner's private "
+             "state (`quarantine/`), never under the release folder.",
+             "Documents per label: " + ", ".join(f"{label}: {count}" for label, count in rows_per_label.items()) + ".",
+             f"### Privacy\nTotal epsilon {_number(total.get('epsilon'))}, delta {_number(total.get('delta'))} "
+             f"({total.get('composition', 'composed')}). {guarantee}",
+             markdown_table(ledger_stage_rows(recipient_ledger))]
+    if gate is None:
+        lines.append("### Release gate\noff (`--no-gate`): the candidate was not checked.")
+    else:
+        expectations = gate.get("expectations") or []
+        failed = [e.get("name", "?") for e in expectations if not e.get("success", True)]
+        lines.append(f"### Release gate\npassed: {len(expectations) - len(failed)} of {len(expectations)} "
+                     "expectations met." if not failed else f"### Release gate\nfailed: {', '.join(failed)}.")
+    if generation_report:
+        counts = {k: v for k, v in generation_report.items() if isinstance(v, (int, float, str))}
+        if counts:
+            lines.append("### Generation\n" + "\n".join(f"- {name}: {_number(v)}" for name, v in counts.items()))
+    lines.append("Twenty rows of the candidate are the `approval-sample` artifact.")
+    return "\n\n".join(lines)
+
+
+def approval_artifacts(rows_per_label: Mapping[str, int], ledger: PrivacyLedger, gate: Mapping[str, Any] | None,
+                       generation_report: Mapping[str, Any] | None, sample: pd.DataFrame, out: str,
+                       timeout_s: float) -> None:
+    """The approver's view of a paused run: ``approval-request`` (Markdown: the report, the ledger, the guarantee)
+    and ``approval-sample`` (a table of sample rows: text, label, keyphrases). DP outputs only."""
+    import json
+
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    recipient = json.loads(ledger.to_json())
+    create_markdown_artifact(key="approval-request", markdown=approval_request(
+        rows_per_label, recipient, gate, generation_report, out, timeout_s),
+        description="The candidate release waiting for approval: its report and privacy ledger.")
+    create_table_artifact(key="approval-sample", table=sample_table(sample),
+                          description=f"{len(sample)} rows of the candidate release (text, label, keyphrases).")

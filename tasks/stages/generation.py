@@ -3,6 +3,8 @@ and generation of the synthetic documents from released seeds (tasks/generation/
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pandas as pd
 
 from privseed.tasks.config.commands import DpKpsConfig
@@ -63,22 +65,68 @@ def placeholder_sequences(cfg: DpKpsConfig) -> pd.DataFrame:
     return sequences
 
 
-def dry_run(cfg: DpKpsConfig) -> dict:
-    """``dry_run``: the LLM calls a run would send and what they would cost, from public settings only (the
-    declared labels, per_class, L and the generation options). The corpus is not read, no ledger is opened:
-    nothing is drawn, charged or sent. Terms are placeholders, so the input-token count is an estimate."""
+class PlannedSpend(NamedTuple):
+    """One privatized stage of a run as its configuration plans it: name, (epsilon, delta) and what it releases."""
+
+    stage: str
+    epsilon: float
+    delta: float
+    releases: str
+
+
+def planned_privacy_spend(cfg: DpKpsConfig) -> list[PlannedSpend]:
+    """The (epsilon, delta) each stage of a ``privseed dpkps`` run will charge, from the configuration alone (pure;
+    what the ledger then records): the histogram methods split --epsilon (default --eps-voc + --eps-kde) and delta
+    by ``stage_budgets`` (term histograms, then histogram-markov's pairs); the paper's samplers spend eps_voc on
+    the vocabulary (discrete Laplace, no delta) and eps_kde on the sketches (delta only with --mechanism gaussian).
+    Each stage's classes compose in parallel and the stages add up (basic composition), so the total is the sum."""
+    from privseed.tasks.seeds.histogram_seeds import stage_budgets
+    from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS
+
+    if cfg.method in HISTOGRAM_METHODS:
+        budgets = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)
+        names = [("term histograms", f"the noisy term histogram of each class ({cfg.mechanism})"),
+                 ("co-occurrence pairs", "the noisy pair counts among each class's heaviest terms")]
+        return [PlannedSpend(name, epsilon, delta, what) for (name, what), (epsilon, delta) in zip(names, budgets)]
+    sketch_delta = cfg.delta if cfg.mechanism == "gaussian" else 0.0
+    return [PlannedSpend("vocabulary", cfg.eps_voc, 0.0, "the noisy vocabulary histogram, top N (discrete Laplace)"),
+            PlannedSpend("sketches", cfg.eps_kde, sketch_delta, f"each class's DP-KDE sketches ({cfg.mechanism})")]
+
+
+def describe_privacy_plan(spend: list[PlannedSpend]) -> str:
+    lines = [f"  {s.stage}: epsilon={s.epsilon:g}, delta={s.delta:g} ({s.releases})" for s in spend]
+    total_epsilon, total_delta = sum(s.epsilon for s in spend), sum(s.delta for s in spend)
+    return "\n".join(["privacy spend per stage (from the configuration; classes in parallel, stages added):", *lines,
+                      f"  total: epsilon={total_epsilon:g}, delta={total_delta:g}"])
+
+
+def dry_run(cfg: DpKpsConfig, calibrate: bool = True) -> dict:
+    """``dry_run``: the plan of a run from public settings only (the declared labels, per_class, L, the generation
+    and privacy options): the LLM calls of the first round and their upper bound over every regeneration and
+    rewrite round (``CostEstimate`` states the formula), the privacy spend per stage with its total
+    (``planned_privacy_spend``) and, for a local model (``calibrate``), a time estimate from two short timed
+    generations of a public seed on this machine. The corpus is not read, no ledger is opened: nothing is drawn,
+    charged or sent to a remote backend. Terms are placeholders, so the input-token counts are estimates."""
     from privseed.tasks.data.corpus import list_shards
 
     list_shards(cfg.data, cfg.storage_options)  # a wrong path fails now, not at the real run
+    spend = planned_privacy_spend(cfg)
+    privacy = {"stages": [s._asdict() for s in spend], "epsilon": sum(s.epsilon for s in spend),
+               "delta": sum(s.delta for s in spend)}
     if cfg.llm == "none":
         description = "--llm none sends no LLM call"
         result = {"dry_run": True, "estimate": description, "calls": 0, "usd": 0.0, "tokens_in": 0,
-                  "tokens_out_max": 0}
+                  "tokens_out_max": 0, "calls_bound": 0, "tokens_out_bound": 0, "usd_bound": 0.0}
     else:
         from privseed.tasks.generation.documents import estimate_generation
 
-        estimate = estimate_generation(placeholder_sequences(cfg), cfg)
+        estimate = estimate_generation(placeholder_sequences(cfg), cfg, calibrate=calibrate)
         result = {"dry_run": True, "estimate": estimate.describe(), "calls": estimate.calls, "usd": estimate.usd,
-                  "tokens_in": estimate.tokens_in, "tokens_out_max": estimate.tokens_out_max}
+                  "tokens_in": estimate.tokens_in, "tokens_out_max": estimate.tokens_out_max,
+                  "calls_bound": estimate.calls_bound, "tokens_in_bound": estimate.tokens_in_bound,
+                  "tokens_out_bound": estimate.tokens_out_bound, "usd_bound": estimate.usd_bound,
+                  "seconds_first_round": estimate.seconds_first_round(), "seconds_bound": estimate.seconds_bound()}
+    result["privacy"] = privacy
+    result["privacy_plan"] = describe_privacy_plan(spend)
     stage_logger().info("dry run, nothing drawn, charged or sent: %s", result["estimate"])
     return result

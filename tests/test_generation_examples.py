@@ -1,0 +1,97 @@
+"""The example library (tasks/generation/examples.py, tasks/demo_data/example_library.toml): which kind a --doc-type
+selects, when params_from_config shows it, and that its documents are documents that do not block normal ones."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.generation.documents import GenerationParams, document_rules, params_from_config
+from privseed.tasks.generation.examples import (OWNER_EXAMPLES, example_kind_for, example_library,
+                                                examples_for_doc_type, prompt_examples)
+from privseed.tasks.llm.released import load_few_shot
+from privseed.tasks.quality.predicate import document_rejection
+
+DEMO_DATA = Path(__file__).resolve().parent.parent / "tasks" / "demo_data"
+
+
+@pytest.mark.parametrize("doc_type, kind", [
+    ("Wikipedia article", "encyclopedia_article"),
+    ("Wikipedia abstract", "encyclopedia_article"),  # a tie: the first word of the doc type decides
+    ("encyclopedia entries", "encyclopedia_article"),
+    ("medical abstract", "abstract"),
+    ("scientific article", "abstract"),
+    ("Yelp review", "review"),
+    ("restaurant reviews", "review"),
+    ("Usenet newsgroup post", "forum_post"),
+    ("forum thread", "forum_post"),
+    ("discharge summary", "clinical_note"),
+    ("clinical progress note", "clinical_note"),
+    ("customer support ticket", "support_ticket"),
+    ("bug report", "support_ticket"),
+    ("e-mail", "email"),
+    ("business emails", "email"),
+    ("document", None),
+    ("poem", None),
+])
+def test_the_doc_type_words_select_a_kind(doc_type, kind):
+    assert example_kind_for(doc_type) == kind
+
+
+def test_every_kind_has_one_or_two_examples_that_are_documents_of_the_predicate():
+    """Each example, with the keyphrases it was written from, passes the document predicate (the release gate's) and
+    uses all of them; 60-120 words for the new kinds (the two reused sets are shorter, as the demo's corpus is)."""
+    kinds = example_library()
+    assert {k.name for k in kinds} == {"encyclopedia_article", "abstract", "review", "forum_post", "clinical_note",
+                                       "support_ticket", "email"}
+    for kind in kinds:
+        examples = load_few_shot(str(DEMO_DATA / kind.file))
+        assert 1 <= len(examples) <= 2, kind.name
+        for example in examples:
+            assert document_rejection(example.document, example.keyphrases) is None, (kind.name, example.document)
+            assert all(k.lower() in example.document.lower() for k in example.keyphrases), kind.name
+            if kind.file not in ("few_shot_wikipedia.jsonl", "few_shot_medical_abstract.jsonl"):
+                assert 60 <= len(example.document.split()) <= 120, kind.name
+
+
+def test_the_copy_test_does_not_reject_other_documents():
+    """With a kind's examples in the prompt, the copy test (copies_example, borrows_example_name) rejects no other
+    kind's examples and no real encyclopedia article of the demo's test split; a copy of an example it rejects."""
+    kinds = example_library()
+    by_kind = {k.name: load_few_shot(str(DEMO_DATA / k.file)) for k in kinds}
+    real = pd.read_parquet(DEMO_DATA / "dbpedia14_demo_test.parquet")["text"].head(300).tolist()
+    for name, examples in by_kind.items():
+        rules = document_rules(GenerationParams(few_shot=tuple(examples)))
+        others = [e.document for other, es in by_kind.items() if other != name for e in es]
+        for text in others + (real if name == "encyclopedia_article" else []):
+            assert document_rejection(text, (), rules=rules) not in ("copies_example", "borrows_example_name"), text
+        assert document_rejection(examples[0].document, (), rules=rules) == "copies_example", name
+
+
+def test_the_library_is_shown_to_local_models_only_and_the_owners_few_shot_wins(tmp_path):
+    own = tmp_path / "own.jsonl"
+    own.write_text(json.dumps({"text": "A club won the league in its first season.", "keyphrases": ["club"]}) + "\n")
+
+    def params(**kw) -> GenerationParams:
+        return params_from_config(DpKpsConfig(data="d.parquet", out=str(tmp_path / "out"), labels=["0", "1"],
+                                              **{"llm": "local", "doc_type": "restaurant review", **kw}))
+
+    review = examples_for_doc_type("restaurant review")
+    assert review and params().few_shot == review
+    assert params(few_shot=str(own)).few_shot == tuple(load_few_shot(str(own)))
+    assert params(examples="none").few_shot == ()
+    assert params(doc_type="document").few_shot == ()
+    assert params(llm="anthropic:claude-haiku-4-5").few_shot == ()  # examples cost input tokens on every call
+    assert params(llm="none").few_shot == ()
+
+
+def test_the_manifest_records_which_examples_the_prompts_showed():
+    assert prompt_examples(None, "library", True, "Yelp review") == "review"
+    assert prompt_examples("mine.jsonl", "library", True, "Yelp review") == OWNER_EXAMPLES
+    assert prompt_examples("mine.jsonl", "none", False, "Yelp review") == OWNER_EXAMPLES
+    assert prompt_examples(None, "none", True, "Yelp review") is None
+    assert prompt_examples(None, "library", False, "Yelp review") is None
+    assert prompt_examples(None, "library", True, "document") is None
