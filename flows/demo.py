@@ -85,10 +85,13 @@ def run_demo(demo: DemoConfig) -> int:
     # The data recipient's side: train on the synthetic corpus only, score on the bundled real test split.
     from privseed.flows.evaluate import evaluate
 
-    # The evaluation (a per-document t-SNE of the test split included) goes beside the release, not into it.
+    # The evaluation (a per-document t-SNE of the test split included) goes beside the release, not into it. The
+    # demo plays the owner too, who holds real documents: the report's reference line for them is the bundled
+    # corpus itself (the recipient of a real release has none).
     evaluated = evaluation_folder(out)
     evaluation = evaluate(validate_config(EvaluateConfig, {
-        "synthetic": out, "test": demo_corpus_path(DEMO_TEST), "json_path": storage.join(evaluated, "evaluation.json"),
+        "synthetic": out, "test": demo_corpus_path(DEMO_TEST), "real_train": demo_corpus_path(DEMO_TRAIN),
+        "json_path": storage.join(evaluated, "evaluation.json"),
         "report_path": storage.join(evaluated, "report.html")}))
     elapsed = time.perf_counter() - started
     privacy = manifest["privacy"]
