@@ -47,7 +47,7 @@ def dpkps_flow(config: DpKpsConfig) -> dict:
     choices and help, and Prefect refuses a bad value when the run is submitted (a dict of fields is accepted)."""
     apply_offline_defaults()  # a run started by a deployment worker: the models and GX stay offline
     cfg, class_names = with_class_names(flow_config(DpKpsConfig, config))
-    check_local_model(cfg.llm)  # before any private data is read or budget is spent
+    check_local_model(cfg.llm, cfg.doc_type)  # before any private data is read or budget is spent
     check_approval_server(cfg)  # --require-approval: a person must be able to reach this run
     warn_if_insecure(cfg, get_run_logger())
     if cfg.dry_run:  # before the corpus is read and the ledger opens: nothing drawn, charged or sent

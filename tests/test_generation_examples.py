@@ -95,3 +95,21 @@ def test_the_manifest_records_which_examples_the_prompts_showed():
     assert prompt_examples(None, "none", True, "Yelp review") is None
     assert prompt_examples(None, "library", False, "Yelp review") is None
     assert prompt_examples(None, "library", True, "document") is None
+
+
+def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured():
+    """Issue 48's envelope: the library's published figures say, before generation starts, where SmolLM2-135M's
+    documents trailed their seeds by more than the margin (forum posts) or were never measured (emails)."""
+    from privseed.tasks.generation.examples import ENVELOPE_MARGIN, envelope_warning, example_library
+
+    forum = envelope_warning("local", None, "Usenet newsgroup post")
+    assert forum is not None and "14.7 %" in forum and "20.2 %" in forum and "qwen2.5-coder-0.5b" in forum
+    assert "never measured" in (envelope_warning("local-server", "smollm2", "customer support email") or "")
+    assert "never measured" in (envelope_warning("local", None, "document") or "")
+    assert envelope_warning("local", None, "Wikipedia article") is None  # 90.9 vs 91.3 %: inside the envelope
+    assert envelope_warning("local", "qwen2.5-coder-0.5b", "Usenet newsgroup post") is None  # not what was measured
+    assert envelope_warning("anthropic", "claude-haiku-4-5", "Usenet newsgroup post") is None
+    measured = {k.name: k.embedded for k in example_library() if k.embedded is not None}
+    assert {"encyclopedia_article", "abstract", "review", "forum_post"} <= set(measured)
+    outside = {name for name, m in measured.items() if m.seeds - m.documents > ENVELOPE_MARGIN}
+    assert outside == {"forum_post"}

@@ -12,15 +12,20 @@ from privseed.tasks.data.corpus import StagedRelease
 from privseed.tasks.stages import stage_logger
 
 
-def check_local_model(llm: str) -> None:
+def check_local_model(llm: str, doc_type: str | None = None) -> None:
     """A local model that is missing (or an opt-in one whose parts are not installed or do not verify) stops
     the run here, before any private data is read or budget is spent; an opt-in model is assembled now, once,
-    rather than by every Dask worker at its first call."""
+    rather than by every Dask worker at its first call. The embedded model asked for a kind of document it was
+    measured to write poorly, or never measured on, is said so here too (``envelope_warning``)."""
+    from privseed.tasks.generation.examples import envelope_warning
     from privseed.tasks.llm import get_backend, kind_of, parse_llm_spec
 
     spec = parse_llm_spec(llm)
     if kind_of(spec).local_weights:
         get_backend(spec)  # resolves (and verifies) the weights; they are loaded only at the first call
+    warning = envelope_warning(spec.kind, spec.model, doc_type) if doc_type is not None else None
+    if warning:
+        stage_logger().warning("%s", warning)
 
 
 def with_class_names(cfg: DpKpsConfig) -> tuple[DpKpsConfig, dict[str, str] | None]:
