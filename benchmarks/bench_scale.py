@@ -259,8 +259,8 @@ def in_memory_equivalence(data, storage_options, counts, terms, embeddings, spec
 def run_flow(cluster: Cluster, data: str, out: Path, env: dict[str, str]) -> dict:
     """The DP-KPS flow in a driver process of its own; its peak RSS and the scheduler's."""
     before = cluster.scheduler_peak_rss_mb()
-    argv = ["dpkps", data, "--out", str(out), "--llm", "none", "--per-class", "100", "--labels",
-            ",".join(map(str, LABELS)), "--dask-address", cluster.address, "--seed", "0"]
+    argv = ["dpkps", data, "--out", str(out), "--method", "independent", "--llm", "none", "--per-class", "100",
+            "--labels", ",".join(map(str, LABELS)), "--dask-address", cluster.address, "--seed", "0"]
     started = time.perf_counter()
     completed = subprocess.run([sys.executable, __file__, "--driver", json.dumps(argv)],
                                env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, capture_output=True, text=True,

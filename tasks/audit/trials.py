@@ -371,9 +371,9 @@ class VocabularyAudit(_Mechanism):
         vocabulary = load_vocabulary(str(path))
         self.size = len(vocabulary)
         self.canary_id = vocabulary.terms.index(VOCABULARY_CANARY_TERM)
-        self.cfg = DpKpsConfig(**self.config_values(dict(
-            vocab=str(path), vocab_top=None, first_terms=4, vocab_size=self.size, eps_voc=1.0, n_workers=1),
-            DpKpsConfig))
+        self.cfg = DpKpsConfig(**self.config_values(dict(  # the paper's vocabulary release (DP-KPS's samplers)
+            method="independent", vocab=str(path), vocab_top=None, first_terms=4, vocab_size=self.size, eps_voc=1.0,
+            n_workers=1), DpKpsConfig))
         private = audit_corpus()
         canary = [VOCABULARY_CANARY_TERM] * self.cfg.first_terms
         self.plans = self.write_corpora(private, _with(private, " ".join(canary), 0))
