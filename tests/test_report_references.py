@@ -56,10 +56,13 @@ def test_reference_lines_are_chance_and_the_reference_classifiers():
 def test_reference_training_sets_are_the_seeds_and_real_documents_not_in_the_test_split():
     rows = pd.DataFrame({"text": ["doc one", "doc two"], "label": [0, 1],
                          "keyphrases": [np.array(["river", "lake"]), ["album"]]})
-    real = pd.DataFrame({"text": ["held out", "fresh"], "label": [0, 1]})
+    real = pd.DataFrame({"text": ["held out", "fresh", "new"], "label": [0, 1, 0]})
     sets = evaluation.reference_training_sets(rows, ["held out"], real)
     assert sets[evaluation.SEEDS_ALONE].to_dict("list") == {"text": ["river lake", "album"], "label": [0, 1]}
-    assert sets[evaluation.REAL_DOCUMENTS].to_dict("list") == {"text": ["fresh"], "label": [1]}
+    assert sets[evaluation.REAL_DOCUMENTS].to_dict("list") == {"text": ["fresh", "new"], "label": [1, 0]}
+    # real documents that are all test documents, or of one class, teach no classifier: no line, no failure
+    assert evaluation.REAL_DOCUMENTS not in evaluation.reference_training_sets(rows, ["held out", "new"], real)
+    assert evaluation.REAL_DOCUMENTS not in evaluation.reference_training_sets(rows, list(real["text"]), real)
     # a release without seeds (Aug-PE) has no seeds-alone line
     assert evaluation.reference_training_sets(rows.assign(keyphrases=[[], None]), []) == {}
 

@@ -315,7 +315,11 @@ def reference_training_sets(rows: pd.DataFrame, test_texts: Sequence[str],
     if real_train is not None:
         held_out = set(map(str, test_texts))
         real = real_train[["text", "label"]]
-        sets[REAL_DOCUMENTS] = real[~real["text"].astype(str).isin(held_out)].reset_index(drop=True)
+        real = real[~real["text"].astype(str).isin(held_out)].reset_index(drop=True)
+        # a classifier needs two classes to learn from: real documents that are all test documents (or of one
+        # class) give no reference line rather than a failed evaluation
+        if real["label"].nunique() >= 2:
+            sets[REAL_DOCUMENTS] = real
     return sets
 
 
