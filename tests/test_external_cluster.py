@@ -166,7 +166,7 @@ def test_release_runs_on_an_external_cluster_started_like_infra(prefect_harness,
     out = tmp_path / "release"
     settings = tmp_path / "small.toml"  # field names, not flags: the run's sizes, kept small
     settings.write_text('labels = ["0", "1", "2"]\nper_class = 4\nlength = 8\nvocab_top = 20000\nvocab_size = 40\n'
-                        'n_features = 64\nseed = 7\n')
+                        'n_features = 64\nseed = 7\nmethod = "independent"\n')  # both passes run on the workers
     env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_API_URL": str(get_current_settings().api.url)}
     run = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "privseed.flows.cli", "dpkps", str(corpus), "--out",
                           str(out), "--config", str(settings), "--llm", "none", "--dask-address", address,
