@@ -55,7 +55,8 @@ def test_steering_goes_to_the_kinds_that_apply_it():
     params = GenerationParams(steer=4.0, no_repeat_ngram=4)
     assert steering_for(seed, params, "local") is not None and steering_for(seed, params, "local-server") is not None
     assert steering_for(seed, params, "anthropic") is None and steering_for(seed, params, "openai-compatible") is None
-    assert steering_for(seed, GenerationParams(), "local-server") is None  # all off: the old cache keys
+    off = GenerationParams(steer=0.0, no_repeat_ngram=0, repeat_penalty=1.0)
+    assert steering_for(seed, off, "local-server") is None  # all off: the old cache keys
 
 
 def test_static_steering_for_a_llama_cpp_server():
@@ -97,7 +98,7 @@ def test_complete_is_the_one_way_through_the_cache(tmp_path):
 
 def test_generation_asks_the_registry_not_the_kind_names():
     """The variation points are data: no ``spec.kind ==`` test in the generation stage, the batching rule once."""
-    source = (ROOT / "tasks" / "generation.py").read_text()
+    source = (ROOT / "tasks" / "generation" / "documents.py").read_text()
     assert not re.search(r"\bkind\s*(==|!=|in)\s*[\"'(]", source)
     assert "batch_threshold" not in source
 
