@@ -192,7 +192,8 @@ def test_vocabulary_canary_with_s_distinct_terms_is_not_reliably_released(tmp_pa
     base = pd.DataFrame({"text": [" ".join(words[:popular])] * 30, "label": 0})
     with_canary = pd.concat([base, pd.DataFrame({"text": [" ".join(canary_terms)], "label": [0]})],
                             ignore_index=True)
-    cfg = DpKpsConfig(data="unused", out=str(tmp_path / "out"), labels=["0"], vocab=str(vocab_file), eps_voc=eps,
+    cfg = DpKpsConfig(data="unused", out=str(tmp_path / "out"), labels=["0"], method="independent",
+                      vocab=str(vocab_file), eps_voc=eps,
                       first_terms=S,
                       vocab_size=popular + slots)
     canary_ids = set(range(popular, popular + S))
