@@ -74,8 +74,9 @@ def release_values(out: Path, rows_as_sets: bool = False) -> dict[str, str]:
 
 DPKPS_FLAGS = ["--vocab-top", "20000", "--per-class", "4", "--length", "5", "--no-gate", "--workers", "1",
                "--labels", "0,1,2", "--seed", "0"]
-# The paper's samplers read the DP vocabulary's size and the sketches' features; the histogram methods refuse them.
-SAMPLER_FLAGS = ["--vocab-size", "40", "--features", "64"]
+# The paper's independent sampler (named: the histogram methods are the default) and its DP vocabulary's size and
+# sketches' features, which the histogram methods refuse.
+SAMPLER_FLAGS = ["--method", "independent", "--vocab-size", "40", "--features", "64"]
 # PE: a large pool per class (N (K + 1) = 16 candidates, N = 4 kept) and strong noise, so that two runs agree on a
 # class's whole population only by a rare chance; the recording backend writes a distinct text for every call.
 PE_FLAGS = ["--llm", LLM, "--per-class", "4", "--variations", "3", "--iterations", "1", "--no-gate",
