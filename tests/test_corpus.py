@@ -291,3 +291,18 @@ def test_the_manifest_holds_no_clock_reading(tmp_path):
         text = path.read_text()
         assert "created_at" not in text, path
         assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}|\d{8}T\d{6}Z", text), path
+
+
+def test_parts_share_one_schema_so_the_folder_reads_as_one_table(tmp_path):
+    """A part whose rejection lists are all empty and whose model column is all null was list<null> and null to
+    Arrow while another part had list<string> and string: pd.read_parquet(OUT/synthetic) failed on the demo's
+    release. Every part now writes text types for such columns."""
+    from privseed.tasks.data.corpus import write_part
+
+    quiet = pd.DataFrame({"text": ["x"], "label": [0], "keyphrases": [["a"]], "rejections": [[]], "model": [None]})
+    busy = pd.DataFrame({"text": ["y"], "label": [1], "keyphrases": [["b"]], "rejections": [["meta_talk"]],
+                         "model": ["m"]})
+    first, second = write_part(str(tmp_path), "r", 0, quiet), write_part(str(tmp_path), "r", 1, busy)
+    assert first.schema.equals(second.schema)
+    frame = pd.read_parquet(tmp_path / "synthetic").sort_values("label")
+    assert frame["rejections"].map(list).tolist() == [[], ["meta_talk"]]

@@ -285,9 +285,26 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _without_null_types(table: pa.Table) -> pa.Table:
+    """``table`` with every all-null column typed as text: a column of nulls (or of empty lists) is ``null`` (or
+    ``list<null>``) to Arrow, while another part of the same release has ``string`` (``list<string>``) there, and a
+    reader of the whole folder (``pd.read_parquet(OUT/synthetic)``, ``datasets``) cannot cast one into the other.
+    Every such column of a release holds text (rejection reasons, model names), so text is the type they share:
+    large_string for a column (pandas' text columns), list<string> for a list (pandas' lists of text)."""
+    fields = []
+    for field in table.schema:
+        if pa.types.is_null(field.type):
+            field = field.with_type(pa.large_string())  # what pandas' text columns become
+        elif pa.types.is_list(field.type) and pa.types.is_null(field.type.value_type):
+            field = field.with_type(pa.list_(pa.string()))
+        fields.append(field)
+    schema = pa.schema(fields, metadata=table.schema.metadata)
+    return table if schema.equals(table.schema) else table.cast(schema)
+
+
 def _parquet_bytes(df: pd.DataFrame) -> bytes:
     buffer = io.BytesIO()
-    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), buffer)
+    pq.write_table(_without_null_types(pa.Table.from_pandas(df, preserve_index=False)), buffer)
     return buffer.getvalue()
 
 
@@ -402,7 +419,7 @@ def write_part(out: str, release_id: str, index: int, rows: pd.DataFrame,
     data = _parquet_bytes(rows)
     relative = part_path(release_id, index)
     storage.write_bytes(storage.join(out, relative), data, storage_options)
-    schema = pa.Schema.from_pandas(rows, preserve_index=False).remove_metadata()
+    schema = _without_null_types(pa.Table.from_pandas(rows, preserve_index=False)).schema.remove_metadata()
     return ReleasePart(relative, len(rows), hashlib.sha256(data).hexdigest(), _rows_per_label(rows["label"]),
                        tuple(str(c) for c in rows.columns), gate.check_part(rows) if gate is not None else None,
                        schema)
