@@ -137,7 +137,7 @@ def bench_publish(rows_list: list[int], workers: int) -> None:
 
     from privseed.tasks.data.cluster import dask_client
     from privseed.tasks.data.corpus import StagedRelease, new_release_id, publish_release
-    from privseed.tasks.generation.documents import MAX_PART_ROWS
+    from privseed.tasks.generation.drivers import MAX_PART_ROWS
     from privseed.tasks.dp.ledger import PrivacyLedger
     from privseed.tasks.quality import release_gate
 

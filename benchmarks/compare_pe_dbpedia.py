@@ -96,7 +96,8 @@ def main() -> None:
         released keyphrases (best of 3 by term coverage). Two steps only because dpkps_flow on main does not yet
         hand V~ to generate_documents (sequences.attrs['released_vocabulary']); the prompts, cache and
         selection are exactly the generation layer's."""
-        from privseed.tasks.generation.documents import GenerationParams, generate_seeds, seeds_from_sequences
+        from privseed.tasks.generation.drivers import generate_seeds, seeds_from_sequences
+        from privseed.tasks.generation.params import GenerationParams
 
         base = str(out / "dpkps-seeds")
         dpkps_flow({**common, "llm": "none", "out": base, "eps_voc": 1.0, "eps_kde": e - 1.0})

@@ -11,7 +11,10 @@ and finish_reason "stop". A real document is a document: every rejection is a fa
 corpus and per reason (and, for the statistics, which one), a few rejected texts per reason to read, then the catch
 rate on tests/fixtures/degenerate_documents.json (rows quoted from releases, each labelled with its reason).
 Beside the rejects, each corpus's share of the documents generation would ask to rewrite (``rewrite_score`` >= 1:
-repetitive, or a seed glossed as a label; a soft test that rejects nothing: GenerationParams.max_rewrites).
+repetitive, or a seed glossed as a label; a soft test that rejects nothing: GenerationParams.max_rewrites), and the
+share the document-preamble family matches on its own (patterns.json ``document_preamble``: "The Yelp review is:
+...", whatever reason the predicate reports first; a rejection it alone makes is counted as
+``meta_talk:document_preamble``).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import pandas as pd
 
 from privseed.tasks.quality import (DEFAULT_RULES, document_rejection, language_probability, rewrite_score,
                                     statistic_over_threshold)
+from privseed.tasks.quality.patterns import META_TALK_PATTERNS, document_preamble
 from privseed.tasks.quality.predicate import spam_markup
 from privseed.tasks.quality.shapes import web_markup
 
@@ -59,25 +63,32 @@ def first_terms(text: str, vocab: set[str], length: int = 10) -> list[str]:
 
 
 def false_rejects(path: Path, vocab: set[str],
-                  limit: int) -> tuple[int, collections.Counter[str], dict[str, list[str]], int]:
+                  limit: int) -> tuple[int, collections.Counter[str], dict[str, list[str]], int, int]:
     texts = pd.read_parquet(path, columns=["text"])["text"].astype(str).tolist()
     if limit:
         texts = texts[:limit]
     reasons: collections.Counter[str] = collections.Counter()
     examples: dict[str, list[str]] = collections.defaultdict(list)
-    repetitive = 0
+    repetitive = preambles = 0
     for text in texts:
         seed = first_terms(text, vocab)
         repetitive += rewrite_score(text, seed) >= 1.0
+        # The preamble family on its own, whatever reason comes first (patterns.json document_preamble).
+        preamble = document_preamble(text)
+        if preamble is not None:
+            preambles += 1
+            examples[f"document_preamble:{preamble} (alone)"].append(text)
         reason = document_rejection(text, seed, "stop")
         if reason:
             if reason in STATISTIC_REASONS:
                 reason = f"{reason}:{statistic_over_threshold(text)}"
             elif reason == "web_markup":
                 reason = f"{reason}:{spam_markup(web_markup(text), DEFAULT_RULES)}"
+            elif reason == "meta_talk" and preamble is not None and not any(p.search(text) for p in META_TALK_PATTERNS):
+                reason = f"{reason}:document_preamble"
             reasons[reason] += 1
             examples[reason].append(text)
-    return len(texts), reasons, examples, repetitive
+    return len(texts), reasons, examples, repetitive, preambles
 
 
 def catch_rate() -> None:
@@ -121,11 +132,12 @@ def main() -> None:
     vocab = public_vocabulary()
     print(f"rules: {DEFAULT_RULES}")
     for name, relative in CORPORA.items():
-        n, reasons, examples, repetitive = false_rejects(args.data / relative, vocab, args.limit)
+        n, reasons, examples, repetitive, preambles = false_rejects(args.data / relative, vocab, args.limit)
         rejected = sum(reasons.values())
         print(f"\n{name}: {n} real documents, {rejected} rejected = {100 * rejected / n:.2f} % "
               f"({', '.join(f'{r} {c}' for r, c in reasons.most_common()) or 'none'}); "
-              f"{100 * repetitive / n:.2f} % would be rewritten (rewrite_score >= 1)")
+              f"{100 * repetitive / n:.2f} % would be rewritten (rewrite_score >= 1); "
+              f"the document-preamble family alone matches {preambles} = {100 * preambles / n:.2f} %")
         for reason, items in examples.items():
             for text in items[:args.examples]:
                 print(f"  [{reason}] {text[:220]!r}")

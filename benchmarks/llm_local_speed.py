@@ -14,7 +14,8 @@ import argparse
 import os
 import time
 
-from privseed.tasks.generation.documents import GenerationParams, generate_seeds, generate_shard
+from privseed.tasks.generation.drivers import generate_seeds, generate_shard
+from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.llm import ReleasedVocabulary, get_backend, parse_llm_spec
 
 TERMS = ["river", "village", "church", "football", "album", "company", "school", "species", "film", "novel",

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from privseed.tasks.evaluation.experiment import data_root
-from privseed.tasks.generation.documents import GenerationParams, generate_shard
+from privseed.tasks.generation.drivers import generate_shard
+from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.llm import LLMSpec, RecipientExample, ReleasedVocabulary, get_backend
 
 DOC_TYPE = "summary of a Wikipedia-style article"

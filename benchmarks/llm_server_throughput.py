@@ -7,7 +7,7 @@ at 1, 2, 4, 8 slots against today's per-worker llama-cpp-python (``--llm local``
 What a user waits for: the seeds' documents through best-of-1 and up to --max-regenerations rounds of
 regeneration, every answer judged by THE document predicate (privseed.tasks.quality.document_rejection, the
 release gate's), so "kept" is what a release would keep. Both paths run the same generation code
-(privseed.tasks.generation.documents.generate_shard) on the same public seeds (the first 10 public-vocabulary terms of
+(privseed.tasks.generation.drivers.generate_shard) on the same public seeds (the first 10 public-vocabulary terms of
 one
 DBPedia-14 TEST-split document per class, never the train split releases are made from), the demo's prompt
 (template ``coverage``, its two few-shot articles, temperature 0.4, max tokens, steering 4, no-repeat 4-grams),
@@ -45,13 +45,13 @@ FEW_SHOT = ROOT / "tasks" / "demo_data" / "few_shot_wikipedia.jsonl"
 
 
 def _warm(_: int) -> int:
-    import privseed.tasks.generation.documents  # noqa: F401 - import cost before the clock
+    import privseed.tasks.generation.drivers  # noqa: F401 - import cost before the clock
 
     return os.getpid()
 
 
 def _shard(seeds: list, spec, params) -> pd.DataFrame:
-    from privseed.tasks.generation.documents import generate_shard
+    from privseed.tasks.generation.drivers import generate_shard
     from privseed.tasks.llm import close_backend
 
     try:
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--show", action="store_true", help="print one kept text per run")
     args = ap.parse_args()
 
-    from privseed.tasks.generation.documents import GenerationParams
+    from privseed.tasks.generation.params import GenerationParams
     from privseed.tasks.llm import load_few_shot
 
     seeds = public_seeds(args.seeds)

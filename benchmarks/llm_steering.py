@@ -26,7 +26,8 @@ import pandas as pd
 from document_predicate_real import first_terms, public_vocabulary
 from privseed.tasks.generation.defaults import (NO_REPEAT_NGRAM_DEFAULT, REPEAT_PENALTY_DEFAULT, STEER_DEFAULT,
                                                 STEER_END_COVERAGE_DEFAULT)
-from privseed.tasks.generation.documents import GenerationParams, generate_shard
+from privseed.tasks.generation.drivers import generate_shard
+from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.llm import LLMSpec, ReleasedVocabulary, load_few_shot
 from privseed.tasks.quality import document_rejection
 

@@ -373,7 +373,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
     """The baseline is held to the same bar as the method it is compared with: a loop or an assistant's
     meta-talk is regenerated with a new call seed, a row that never becomes a document is dropped, and the counts
     are the release's quality report."""
-    from privseed.tasks.generation.documents import candidate_seed
+    from privseed.tasks.generation.rounds import candidate_seed
     from privseed.tasks.llm import register_backend
     from privseed.tasks.llm.base import ChatResult, LLMBackend
 
@@ -436,7 +436,7 @@ def test_only_llm_answers_meet_the_release_predicate_and_are_regenerated(tmp_pat
 
 def test_only_llm_ablation_reaches_the_llm_through_the_generation_path(tmp_path, monkeypatch):
     """Concurrency and the API key's Secret block reach the backend like every method's, from [generation]."""
-    from privseed.tasks.generation import documents as generation
+    from privseed.tasks.generation import drivers as generation
     from privseed.tasks.llm.base import ChatResult, LLMBackend
 
     specs = []

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.config.commands import DpKpsConfig
-from privseed.tasks.generation.documents import GenerationParams, document_rules, params_from_config
+from privseed.tasks.generation.params import GenerationParams, document_rules
+from privseed.tasks.stages.generation import params_from_config
 from privseed.tasks.generation.examples import (OWNER_EXAMPLES, example_kind_for, example_library,
                                                 examples_for_doc_type, prompt_examples)
 from privseed.tasks.llm.released import load_few_shot

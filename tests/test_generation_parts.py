@@ -9,8 +9,10 @@ import pytest
 from privseed.tasks import storage
 from privseed.tasks.data.corpus import publish_release, read_release
 from privseed.tasks.errors import GateFailedError, StorageError
-from privseed.tasks.generation.documents import (GenerationParams, candidate_seed, fill_cache, generate_release_parts,
-                                                 generate_seeds, merge_generation_reports, part_size, split_documents)
+from privseed.tasks.generation.drivers import fill_cache, generate_release_parts, generate_seeds, part_size
+from privseed.tasks.generation.params import GenerationParams
+from privseed.tasks.generation.rounds import candidate_seed
+from privseed.tasks.generation.rows import merge_generation_reports, split_documents
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.llm import CallCache, ReleasedVocabulary, register_backend
 from privseed.tasks.quality import release_gate
@@ -220,7 +222,7 @@ def test_on_a_cluster_batches_go_out_together_and_workers_write_the_parts(tmp_pa
 def test_the_document_bar_keeps_its_total_and_counts_the_calls_beside_it():
     """Issue 31: the bar's total grew with regenerations, so its percentage and ETA misled. Its total is now the
     documents to write; it moves when a seed is settled, and the calls (regenerations included) are a count."""
-    from privseed.tasks.generation.documents import CallProgress
+    from privseed.tasks.llm.progress import CallProgress
 
     bar = CallProgress(10, None, "generate", enabled=True, unit="doc")  # 10 seeds, best of 1
     bar.add(7, 10, 20)  # 7 calls: 5 first candidates and 2 regenerations
@@ -234,7 +236,7 @@ def test_the_document_bar_keeps_its_total_and_counts_the_calls_beside_it():
 
 def test_a_call_bar_moves_with_each_call():
     """Private evolution's rounds plan every call: their bars count calls (and show no calls= beside them)."""
-    from privseed.tasks.generation.documents import CallProgress
+    from privseed.tasks.llm.progress import CallProgress
 
     bar = CallProgress(6, None, "augpe", enabled=True)
     bar.add(2, 10, 20)
@@ -244,7 +246,7 @@ def test_a_call_bar_moves_with_each_call():
 
 
 def test_shard_progress_counts_each_call_and_seed_once_whether_its_message_comes_early_late_or_never():
-    from privseed.tasks.generation.documents import CallProgress, ShardProgress
+    from privseed.tasks.llm.progress import CallProgress, ShardProgress
 
     bar = CallProgress(10, None, "generate", enabled=True, unit="doc")  # two shards of 5 seeds, best of 1
     calls = ShardProgress(bar, [5, 5])
@@ -271,7 +273,7 @@ def test_the_bar_moves_with_every_seed_and_its_total_never_changes(tmp_path, rec
     """Shards of a local model finish minutes apart: the bar must move before a shard does. Each call's and each
     seed's message reaches the bar before its shard's final count does; the total stays the number of seeds while
     seed 1003 is regenerated to the end and dropped, and the counts agree with what was sent."""
-    from privseed.tasks.generation import documents as generation
+    from privseed.tasks.generation import drivers as generation
 
     events: list[tuple[str, int]] = []
     shown: list[tuple[int, int]] = []
@@ -307,7 +309,7 @@ def test_the_bar_moves_with_every_seed_and_its_total_never_changes(tmp_path, rec
 def test_on_a_cluster_the_workers_calls_reach_the_drivers_bar_as_they_finish(tmp_path, monkeypatch):
     """The flow's shape: shards on two worker processes report each call through Dask's event stream; the
     driver's bar ends with every call counted once."""
-    from privseed.tasks.generation import documents as generation
+    from privseed.tasks.generation import drivers as generation
     from privseed.tasks.data.cluster import dask_client
     from privseed.tasks.llm import LLMSpec
     from tests.fakes.anthropic_server import FakeAnthropic

@@ -6,10 +6,12 @@ import pandas as pd
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.generation.documents import (ROW_COLUMNS, GenerationParams, build_generation_requests,
-                                                 candidate_request, candidate_rounds, candidate_seed, estimate_cost,
-                                                 generate_seeds, generate_shard, no_llm_rows, prompt_seed,
-                                                 seeds_from_sequences, select_best, split_documents)
+from privseed.tasks.generation.drivers import generate_seeds, generate_shard, seeds_from_sequences
+from privseed.tasks.generation.params import GenerationParams
+from privseed.tasks.generation.rounds import (build_generation_requests, candidate_request, candidate_rounds,
+                                              candidate_seed, prompt_seed, select_best)
+from privseed.tasks.generation.rows import ROW_COLUMNS, no_llm_rows, split_documents
+from privseed.tasks.llm.cost import estimate_cost
 from privseed.tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from privseed.tasks.llm.base import ChatResult
 from privseed.tasks.quality import is_document
@@ -318,7 +320,8 @@ def test_nothing_is_printed_at_interpreter_exit(tmp_path):
     script.write_text(
         "import threading\n"
         "from privseed.tasks.llm import get_backend\n"
-        "from privseed.tasks.generation.documents import GenerationParams, build_generation_requests\n"
+        "from privseed.tasks.generation.params import GenerationParams\n"
+        "from privseed.tasks.generation.rounds import build_generation_requests\n"
         "from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary\n"
         "v = ReleasedVocabulary(['river', 'village'], 't')\n"
         "reqs = [r for per in build_generation_requests([v.seed([0, 1], 0, s) for s in range(3)],\n"
@@ -340,7 +343,7 @@ def test_nothing_is_printed_at_interpreter_exit(tmp_path):
 
 
 def test_clean_text_drops_preambles_only():
-    from privseed.tasks.generation.documents import clean_text
+    from privseed.tasks.quality.cleaning import clean_text
 
     assert clean_text("Here's a summary of a Wikipedia-style article:\n\n\"The Ouse is a river.\"") == \
         "The Ouse is a river."
@@ -351,7 +354,7 @@ def test_clean_text_drops_preambles_only():
 
 
 def test_clean_text_drops_report_scaffolding_and_keeps_other_headings():
-    from privseed.tasks.generation.documents import clean_text
+    from privseed.tasks.quality.cleaning import clean_text
 
     # As Qwen2.5-Coder-0.5B wraps a per-class-20 answer: a labelled title (its words stay), a section name, a rule.
     answer = ("**Document Title:** The Ouse and its Mills\n\n**Introduction:**\nThe Ouse is a river in Yorkshire.\n\n"
@@ -457,7 +460,7 @@ def test_steering_is_sent_to_local_backends_only():
 
 
 def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
-    from privseed.tasks.generation.documents import clean_text
+    from privseed.tasks.quality.cleaning import clean_text
 
     text = "The river rises in the hills. It flows north to the sea past the village. Its banks were first"
     assert clean_text(text, "length") == "The river rises in the hills. It flows north to the sea past the village."
@@ -466,7 +469,7 @@ def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
 
 
 def test_generation_rules_carry_the_few_shot_documents():
-    from privseed.tasks.generation.documents import GenerationParams, document_rules
+    from privseed.tasks.generation.params import GenerationParams, document_rules
     from privseed.tasks.llm.released import RecipientExample
 
     example = RecipientExample("Northern Lights is the second studio album by a rock band.", ("album", "band"))

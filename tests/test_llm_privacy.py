@@ -11,7 +11,8 @@ import logging
 import pandas as pd
 import pytest
 
-from privseed.tasks.generation.documents import GenerationParams, generate_seeds, generate_shard
+from privseed.tasks.generation.drivers import generate_seeds, generate_shard
+from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.llm import ReleasedVocabulary, UnreleasedValueError, register_backend
 from privseed.tasks.llm.retry import RetryPolicy
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -200,7 +201,7 @@ def document_answer(req) -> str:
 def test_reproducible_noise_with_a_remote_llm_is_refused_before_anything_is_read(tmp_path, llm):
     # Issue 46: the same non-DP seeds reached a remote provider before the release gate refused the run.
     from privseed.tasks.errors import ConfigError
-    from privseed.tasks.generation.documents import refuse_remote_llm_for_reproducible_noise
+    from privseed.tasks.generation.drivers import refuse_remote_llm_for_reproducible_noise
     from privseed.tasks.stages.ledger import warn_if_insecure
 
     cfg = insecure_config(tmp_path, llm=llm)
@@ -215,7 +216,7 @@ def test_reproducible_noise_with_a_remote_llm_is_refused_before_anything_is_read
 def test_a_crash_mid_generation_of_reproducible_noise_leaves_nothing_under_out(tmp_path):
     """Generation shards of an insecure run write the candidate's parts to the private state: killed after two of
     four shards wrote theirs, the run leaves OUT empty (before, 4 rows with keyphrases stayed in OUT/synthetic)."""
-    from privseed.tasks.generation.documents import _generate_release
+    from privseed.tasks.stages.generation import release_from_config as _generate_release
 
     cfg = insecure_config(tmp_path)
     sequences = pd.DataFrame({"label": [str(i % 2) for i in range(64)],

@@ -278,7 +278,7 @@ def test_a_user_template_versions_its_class_name_prompt(tmp_path):
 
 def test_flow_config_checks_class_names_against_declared_labels(tmp_path):
     from privseed.tasks.config.commands import DpKpsConfig
-    from privseed.tasks.generation.documents import class_names_from_config, params_from_config
+    from privseed.tasks.stages.generation import class_names_from_config, params_from_config
 
     path = _names_file(tmp_path, "csv")
     cfg = DpKpsConfig(data="d.parquet", out=str(tmp_path / "out"), labels=["0", "1", "3"], class_names=path)

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.generation.documents import GenerationParams, steering_for
+from privseed.tasks.generation.params import GenerationParams
+from privseed.tasks.generation.rounds import steering_for
 from privseed.tasks.llm import (KINDS, LLM_GRAMMAR, CallCache, ChatResult, ReleasedVocabulary, complete, kind_of,
                                 parse_llm_spec, register_backend, serving)
 from privseed.tasks.llm.base import SeedSteering
@@ -98,7 +99,7 @@ def test_complete_is_the_one_way_through_the_cache(tmp_path):
 
 def test_generation_asks_the_registry_not_the_kind_names():
     """The variation points are data: no ``spec.kind ==`` test in the generation stage, the batching rule once."""
-    source = (ROOT / "tasks" / "generation" / "documents.py").read_text()
+    source = "".join(path.read_text() for path in sorted((ROOT / "tasks" / "generation").glob("*.py")))
     assert not re.search(r"\bkind\s*(==|!=|in)\s*[\"'(]", source)
     assert "batch_threshold" not in source
 
@@ -120,7 +121,8 @@ def _listening(url: str) -> bool:
 @pytest.mark.slow
 def test_local_server_generates_documents_and_stops(tmp_path):
     pytest.importorskip("xllamacpp")
-    from privseed.tasks.generation.documents import candidate_request, generate_seeds
+    from privseed.tasks.generation.drivers import generate_seeds
+    from privseed.tasks.generation.rounds import candidate_request
     from privseed.tasks.llm import PromptTemplate
     from privseed.tasks.llm.local_server import PROSE_GRAMMAR, LocalServerBackend
 

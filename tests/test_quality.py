@@ -16,6 +16,7 @@ from privseed.tasks.errors import ConfigError
 from privseed.tasks.quality import (DEFAULT_RULES, REJECTION_REASONS, DocumentRules, derive_quality_columns,
                                     document_rejection, example_names, is_document, is_keyphrase_passthrough,
                                     release_gate, template_residue, validate_release, validate_release_task)
+from privseed.tasks.quality.patterns import PATTERNS_FILE, document_preamble
 from privseed.tasks.quality.shapes import doubled_phrase, short_item_run
 
 LABELS = ["business", "science", "sports"]
@@ -385,6 +386,30 @@ NEAR_MISSES = [
 @pytest.mark.parametrize("text,seed", NEAR_MISSES)
 def test_prose_near_the_patterns_is_a_document(text, seed):
     assert document_rejection(text, seed, "stop") is None
+
+
+# The document-preamble family (issue 49: "The Yelp review is: ...", "Here's a possible Usenet newsgroup post about
+# ...: ...") with its fixtures beside its patterns (patterns.json document_preamble: catches, passes).
+PREAMBLE = json.loads(PATTERNS_FILE.read_text(encoding="utf-8"))["document_preamble"]
+
+
+@pytest.mark.parametrize("text", PREAMBLE["catches"])
+def test_a_preamble_naming_the_kind_of_document_is_meta_talk(text):
+    assert document_preamble(text) is not None
+    assert document_rejection(text, (), "stop") == "meta_talk"
+
+
+@pytest.mark.parametrize("text", PREAMBLE["passes"])
+def test_a_real_header_before_a_colon_is_no_preamble(text):
+    """Headers real texts open with ("Summary:", "Case report:", "Updated review:") and a review introduced without
+    a colon stay documents."""
+    assert document_preamble(text) is None
+    assert document_rejection(text, (), "stop") is None
+
+
+def test_the_preamble_kinds_are_words_the_patterns_use():
+    assert len(PREAMBLE["kinds"]) == len(set(PREAMBLE["kinds"])) and all(k == k.lower() for k in PREAMBLE["kinds"])
+    assert all("{kinds}" in entry["pattern"] for entry in PREAMBLE["patterns"])
 
 
 def test_real_documents_pass():

@@ -31,7 +31,7 @@ def _tasks():
 
 def test_every_task_that_retries_retries_only_transient_errors():
     tasks = _tasks()
-    assert "privseed.tasks.generation.documents.generate_release" in tasks  # retried twice, once for any error
+    assert "privseed.tasks.stages.generation.generate_release" in tasks  # retried twice, once for any error
     for name, task in tasks.items():
         if task.retries:
             assert task.retry_condition_fn is retry_if_transient, f"{name} retries deterministic errors too"

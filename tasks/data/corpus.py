@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from privseed.tasks import jsonable, storage
 from privseed.tasks.data.dataset_card import dataset_card
+from privseed.tasks.dp.mechanisms import INSECURE_STAMP
 from privseed.tasks.errors import ConfigError, CorpusError, GateFailedError, StorageError
 
 if TYPE_CHECKING:
@@ -387,7 +388,7 @@ class StagedRelease:
     """A candidate release whose parts are written under ``out`` and named by no manifest yet: what a flow holds
     between generation and ``publish_release`` instead of the synthetic rows. ``gate`` is the gate that checked
     the parts (publish_release refuses to combine them under another); ``generation_report`` the counts for
-    quality.json (privseed.tasks.generation.documents.split_documents, summed over parts)."""
+    quality.json (privseed.tasks.generation.rows.split_documents, summed over parts)."""
 
     out: str
     release_id: str
@@ -471,6 +472,29 @@ def _move_parts(source: str, target_folder: str, parts: Sequence[ReleasePart],
         list(pool.map(move, parts))
 
 
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """The release ``publish_release`` is about to commit: its id, its rows as a frame or as parts the generation
+    shards already wrote (``staged``), how many rows, and where it goes if it is refused (``quarantine``, in the
+    owner's private state, never under OUT: everything under OUT is the recipient's, docs/privacy.md)."""
+
+    release_id: str
+    frame: pd.DataFrame | None
+    staged: StagedRelease | None
+    rows: int
+    quarantine: str
+
+    def refuse(self, documents: Mapping[str, bytes], storage_options: Mapping[str, Any] | None) -> None:
+        """Put the candidate (its parts, or its frame as one part) and ``documents`` into quarantine."""
+        if self.staged is not None:
+            _move_parts(self.staged.out, self.quarantine, self.staged.parts, storage_options)
+        elif self.frame is not None:
+            storage.write_bytes(storage.join(self.quarantine, SYNTHETIC_DIR, "part-00000.parquet"),
+                                _parquet_bytes(self.frame), storage_options)
+        for name, data in documents.items():
+            storage.write_bytes(storage.join(self.quarantine, name), data, storage_options)
+
+
 def publish_release(
     out: str,
     synthetic: pd.DataFrame | StagedRelease,
@@ -491,29 +515,49 @@ def publish_release(
     ``synthetic`` is the candidate frame, or a :class:`StagedRelease` whose parts the generation shards already
     wrote (and the gate, a :class:`privseed.tasks.quality.ReleaseGate`, already checked part by part: here the checks
     are combined, no row is read), under ``out`` or, for a candidate drawn from reproducible noise, in the private
-    state (``candidate_folder``; moved into ``out`` just before the manifest when it is published). Order of
-    writes: the parts under new names (a frame's, here); the release's ledger (the recipient's view), quality
-    result and extra files under ``_releases/<id>/`` and as top-level copies (then parts staged in the private
-    state, moved in); the owner's full ledger into the private state; then ``manifest.json`` (the commit point);
-    then the parts of older releases (and of runs that died before their commit) are removed. Everything under ``out``
-    is meant for the recipient; nothing of the private state (identity key, drawn values, data identity, LLM
-    cache) is written there. A crash or a storage failure before the manifest leaves the previous manifest, and
-    every file it names, untouched. A failing gate puts the candidate under ``quarantine/<id>/`` in the private
-    state (``ledger.state_uri``; staged parts are moved there, out of ``out``) and raises GateFailedError.
-    ``quality_extra`` (e.g. the generation report) is added to quality.json; with no gate, quality.json says
-    ``"gate": "off"`` beside it.
+    state (``candidate_folder``; moved into ``out`` just before the manifest when it is published).
 
-    A ledger with any release drawn from reproducible noise (``--insecure-reproducible-noise``) is refused the
-    same way, whether or not a gate runs, unless ``allow_insecure``; when allowed, manifest.json and
-    ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp. A secure candidate is refused the same way while
-    ``out`` holds such a stamped release (``insecure_ledgers``): the recipient of the folder would get both.
+    The steps, in order, each a function below: ``candidate`` (which release, how many rows); ``refuse_insecure``
+    (a ledger with any release drawn from reproducible noise, ``--insecure-reproducible-noise``, is refused unless
+    ``allow_insecure``, and then manifest.json and ledger.json carry the NOT DIFFERENTIALLY PRIVATE stamp; a secure
+    candidate is refused while ``out`` holds such a stamped release, ``insecure_ledgers``: the recipient of the
+    folder would get both); ``gate_result`` and ``refuse_failed_gate``; ``stage_parts`` (a frame's parts under new
+    names); ``release_documents`` (the release's ledger, the recipient's view; quality.json, with ``quality_extra``
+    such as the generation report, or ``"gate": "off"`` beside it; the extra files; README.md, the dataset card,
+    ``privseed.tasks.data.dataset_card``, whose ClassLabel ``class_names`` names) and ``write_documents`` (under
+    ``_releases/<id>/`` and as top-level copies); parts staged in the private state moved in; the owner's full ledger
+    into the private state; then ``commit_manifest``: ``manifest.json`` (the commit point), after which the parts of
+    older releases (and of runs that died before their commit) are removed.
 
-    README.md, the dataset card (``privseed.tasks.data.dataset_card``: ``datasets.load_dataset(out)`` opens the
-    release),
-    is written with the other documents, before the manifest that lists it; ``class_names`` (the owner's public
-    names of the declared labels) name its ClassLabel."""
-    from privseed.tasks.dp.mechanisms import INSECURE_STAMP
+    Everything under ``out`` is meant for the recipient; nothing of the private state (identity key, drawn values,
+    data identity, LLM cache) is written there. A crash or a storage failure before the manifest leaves the previous
+    manifest, and every file it names, untouched. A refused candidate goes under ``quarantine/<id>/`` in the private
+    state (``ledger.state_uri``; staged parts are moved there, out of ``out``) and GateFailedError is raised."""
+    chosen = candidate(out, synthetic, ledger, release_id)
+    noise = ledger.noise_report()
+    refuse_insecure(out, chosen, ledger, noise, allow_insecure, storage_options)
+    result = gate_result(chosen, gate, quality_extra)
+    refuse_failed_gate(chosen, result, storage_options)
+    parts = stage_parts(out, chosen, rows_per_shard, storage_options)
+    privacy = privacy_section(ledger, noise)
+    documents = release_documents(chosen, parts, ledger, result, quality_extra, extra_files, config, class_names,
+                                  privacy)
+    files = write_documents(out, chosen.release_id, parts, documents, storage_options)
+    if chosen.staged is not None and chosen.staged.out.rstrip("/") != out.rstrip("/"):
+        # Parts staged in the private state (drawn from reproducible noise, published with --allow-insecure-release)
+        # enter OUT only now: after the stamped ledger.json, before the manifest that commits them.
+        _move_parts(chosen.staged.out, out, parts, storage_options)
+    ledger.write_owner_ledger()
+    manifest = commit_manifest(out, chosen, parts, files, privacy, result, config, storage_options)
+    log.info("published release %s: %d synthetic rows in %d part(s) at %s", chosen.release_id, chosen.rows,
+             len(parts), out)
+    return manifest
 
+
+def candidate(out: str, synthetic: pd.DataFrame | StagedRelease, ledger: PrivacyLedger,
+              release_id: str | None) -> Candidate:
+    """The candidate release: a staged one keeps its own id (it must have been written under ``out`` or the private
+    state's staging folder); a frame gets ``release_id`` or a new one. An empty candidate is refused."""
     staged = synthetic if isinstance(synthetic, StagedRelease) else None
     frame = synthetic if isinstance(synthetic, pd.DataFrame) else None
     if staged is not None:
@@ -525,126 +569,163 @@ def publish_release(
             raise ConfigError(f"the staged parts were written under {staged.out}, not under {out} or the private "
                               f"state's {private_staging}")
     release_id = release_id or new_release_id()
-    n_rows = staged.rows if staged is not None else len(frame) if frame is not None else 0
-    if n_rows == 0:
+    rows = staged.rows if staged is not None else len(frame) if frame is not None else 0
+    if rows == 0:
         raise GateFailedError("the synthetic corpus is empty; nothing to publish")
-    # The private state, never OUT: everything under OUT is the recipient's (docs/privacy.md).
-    quarantine = quarantine_uri(ledger.state_uri, release_id)
+    return Candidate(release_id, frame, staged, rows, quarantine_uri(ledger.state_uri, release_id))
 
-    def quarantine_candidate(documents: Mapping[str, bytes]) -> None:
-        if staged is not None:
-            _move_parts(staged.out, quarantine, staged.parts, storage_options)
-        else:
-            storage.write_bytes(storage.join(quarantine, SYNTHETIC_DIR, "part-00000.parquet"),
-                                _parquet_bytes(frame), storage_options)
-        for name, data in documents.items():
-            storage.write_bytes(storage.join(quarantine, name), data, storage_options)
 
-    noise = ledger.noise_report()
+def refuse_insecure(out: str, chosen: Candidate, ledger: PrivacyLedger, noise: Mapping[str, Any],
+                    allow_insecure: bool, storage_options: Mapping[str, Any] | None) -> None:
+    """Quarantine and refuse a candidate drawn from reproducible noise (unless ``allow_insecure``), and a secure
+    candidate while ``out`` holds a stamped release."""
     if not noise["secure"] and not allow_insecure:
-        quarantine_candidate({"ledger.json": ledger.to_json().encode()})
+        chosen.refuse({"ledger.json": ledger.to_json().encode()}, storage_options)
         raise GateFailedError(
             f"{INSECURE_STAMP}: {len(noise['insecure_entries'])} release(s) of this run were drawn from reproducible "
             f"noise (--insecure-reproducible-noise), so the release is refused; candidate kept in the private state "
-            f"at {quarantine}. Pass --allow-insecure-release to publish it anyway, stamped",
-            quarantine=quarantine,
+            f"at {chosen.quarantine}. Pass --allow-insecure-release to publish it anyway, stamped",
+            quarantine=chosen.quarantine,
         )
     if noise["secure"]:
         # A secure release is never committed beside a stamped one: the recipient of OUT would get both, and the
         # stamped one's values are a deterministic function of its data.
         stamped = insecure_ledgers(out, storage_options)
         if stamped:
-            quarantine_candidate({"ledger.json": ledger.to_json().encode()})
+            chosen.refuse({"ledger.json": ledger.to_json().encode()}, storage_options)
             raise GateFailedError(
                 f"the release folder {out} holds a release drawn from reproducible noise ({stamped[0]}"
                 f"{f' and {len(stamped) - 1} more' if len(stamped) > 1 else ''}; {INSECURE_STAMP}); a secure release "
                 "is not committed beside it. Publish into a fresh --out, or delete that folder's contents first; "
-                f"candidate kept in the private state at {quarantine}",
-                quarantine=quarantine,
+                f"candidate kept in the private state at {chosen.quarantine}",
+                quarantine=chosen.quarantine,
             )
-    gate_result: dict[str, Any] | None
+
+
+def gate_result(chosen: Candidate, gate: Callable[[pd.DataFrame], dict] | ReleaseGate | None,
+                quality_extra: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The release gate's verdict with ``quality_extra`` beside it (None without a gate): a frame is checked here, a
+    staged release's part checks are combined, which only the gate that made them may do."""
+    result: dict[str, Any] | None
+    staged = chosen.staged
     if staged is not None and gate is not None:
         checks = [p.check for p in staged.parts]
         if staged.gate is None or staged.gate != gate or any(c is None for c in checks):
             raise ConfigError("the staged parts were checked by another release gate (labels, language or bounds "
                               "differ), or not at all; check and publish with the same gate")
-        gate_result = staged.gate.combine([c for c in checks if c is not None])
+        result = staged.gate.combine([c for c in checks if c is not None])
     elif staged is not None and staged.gate is not None:
         raise ConfigError("the staged parts were checked by a release gate; publish them with that gate")
     else:
-        gate_result = gate(frame) if gate is not None else None
-    if gate_result is not None and quality_extra:
-        gate_result = {**gate_result, **quality_extra}
+        result = gate(chosen.frame) if gate is not None and chosen.frame is not None else None
+    if result is not None and quality_extra:
+        result = {**result, **quality_extra}
+    return result
 
-    if gate_result is not None and not gate_result.get("success", False):
-        quarantine_candidate({"quality.json": _json_bytes(gate_result)})
-        failed = [e.get("name", "?") for e in gate_result.get("expectations", []) if not e.get("success", True)]
-        raise GateFailedError(
-            f"release gate failed ({', '.join(failed) or 'see quality.json'}); candidate kept at {quarantine}",
-            result=gate_result,
-            quarantine=quarantine,
-        )
 
-    if staged is not None:
-        parts = list(staged.parts)
-    elif frame is not None:
-        n_parts = max(1, int(np.ceil(n_rows / rows_per_shard)))
-        parts = [write_part(out, release_id, index, frame.iloc[index * rows_per_shard:(index + 1) * rows_per_shard],
-                            storage_options) for index in range(n_parts)]
-    files: list[dict[str, Any]] = [{"path": p.path, "rows": p.rows, "sha256": p.sha256, "kind": "synthetic"}
-                                   for p in parts]
-    rows_per_label: dict[str, int] = {}
+def refuse_failed_gate(chosen: Candidate, result: Mapping[str, Any] | None,
+                       storage_options: Mapping[str, Any] | None) -> None:
+    """Quarantine and refuse the candidate when the gate failed, naming the failed expectations."""
+    if result is None or result.get("success", False):
+        return
+    chosen.refuse({"quality.json": _json_bytes(result)}, storage_options)
+    failed = [e.get("name", "?") for e in result.get("expectations", []) if not e.get("success", True)]
+    raise GateFailedError(
+        f"release gate failed ({', '.join(failed) or 'see quality.json'}); candidate kept at {chosen.quarantine}",
+        result=dict(result),
+        quarantine=chosen.quarantine,
+    )
+
+
+def stage_parts(out: str, chosen: Candidate, rows_per_shard: int,
+                storage_options: Mapping[str, Any] | None) -> list[ReleasePart]:
+    """The release's parts: a staged release's as written, a frame's written now under ``out`` in parts of
+    ``rows_per_shard`` rows, under names no manifest knows yet."""
+    if chosen.staged is not None:
+        return list(chosen.staged.parts)
+    assert chosen.frame is not None  # a candidate is a frame or staged parts (``candidate``)
+    frame = chosen.frame
+    n_parts = max(1, int(np.ceil(chosen.rows / rows_per_shard)))
+    return [write_part(out, chosen.release_id, index, frame.iloc[index * rows_per_shard:(index + 1) * rows_per_shard],
+                       storage_options) for index in range(n_parts)]
+
+
+def privacy_section(ledger: PrivacyLedger, noise: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's ``privacy`` section, which the dataset card states too: the run's total (epsilon, delta), its
+    random run id (or the operator's --run-id; the data identity stays in the private state), whether its noise was
+    secure, and which guarantee epsilon belongs to ((epsilon, delta)-DP, or SecPE's (p, r)-secret protection)."""
+    epsilon, delta = ledger.total()
+    return {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
+            "guarantee": ledger.guarantee(), "noise": dict(noise)}
+
+
+def rows_per_label_of(parts: Sequence[ReleasePart]) -> dict[str, int]:
+    """Rows per label over all parts (synthetic counts: the per-class sizes come from the configuration)."""
+    counts: dict[str, int] = {}
     for part in parts:
         for label, count in part.rows_per_label.items():
-            rows_per_label[label] = rows_per_label.get(label, 0) + count
+            counts[label] = counts.get(label, 0) + count
+    return counts
 
-    epsilon, delta = ledger.total()
-    # The run id is random (or the operator's --run-id); the data identity stays in the private state.
-    # Which guarantee epsilon belongs to: (epsilon, delta)-DP, or SecPE's (p, r)-secret protection (not DP). The
-    # manifest and the dataset card both state it from this one section.
-    privacy = {"epsilon": epsilon, "delta": delta, "run_id": ledger.run_id, "secure": noise["secure"],
-               "guarantee": ledger.guarantee(), "noise": noise}
+
+def release_documents(chosen: Candidate, parts: Sequence[ReleasePart], ledger: PrivacyLedger,
+                      result: Mapping[str, Any] | None, quality_extra: Mapping[str, Any] | None,
+                      extra_files: Mapping[str, bytes] | None, config: Mapping[str, Any],
+                      class_names: Mapping[str, str] | None, privacy: Mapping[str, Any]) -> dict[str, bytes]:
+    """The documents a release holds beside its parts, by file name: ledger.json, quality.json, the extra files
+    and README.md (the dataset card, from what the manifest publishes anyway)."""
     documents: dict[str, bytes] = {"ledger.json": ledger.to_json().encode()}
-    if gate_result is not None:
-        documents["quality.json"] = _json_bytes(gate_result)
+    if result is not None:
+        documents["quality.json"] = _json_bytes(result)
     elif quality_extra:
         documents["quality.json"] = _json_bytes({"gate": "off", **quality_extra})
     documents.update(extra_files or {})
-    documents["README.md"] = release_card(release_id, parts, n_rows, rows_per_label, config, class_names, privacy)
+    documents["README.md"] = release_card(chosen.release_id, parts, chosen.rows, rows_per_label_of(parts), config,
+                                          class_names, privacy)
+    return documents
+
+
+def write_documents(out: str, release_id: str, parts: Sequence[ReleasePart], documents: Mapping[str, bytes],
+                    storage_options: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Write each document under ``_releases/<id>/`` and as its top-level copy; return the manifest's file list
+    (the parts first, then the documents, each with its sha256)."""
+    files: list[dict[str, Any]] = [{"path": p.path, "rows": p.rows, "sha256": p.sha256, "kind": "synthetic"}
+                                   for p in parts]
     for name, data in documents.items():
         relative = f"{RELEASES_DIR}/{release_id}/{name}"
         storage.write_bytes(storage.join(out, relative), data, storage_options)
         storage.write_bytes(storage.join(out, name), data, storage_options)
         files.append({"path": relative, "copy": name, "sha256": hashlib.sha256(data).hexdigest(), "kind": name})
-    if staged is not None and staged.out.rstrip("/") != out.rstrip("/"):
-        # Parts staged in the private state (drawn from reproducible noise, published with --allow-insecure-release)
-        # enter OUT only now: after the stamped ledger.json, before the manifest that commits them.
-        _move_parts(staged.out, out, parts, storage_options)
+    return files
 
-    ledger.write_owner_ledger()
+
+def commit_manifest(out: str, chosen: Candidate, parts: Sequence[ReleasePart], files: list[dict[str, Any]],
+                    privacy: Mapping[str, Any], result: Mapping[str, Any] | None, config: Mapping[str, Any],
+                    storage_options: Mapping[str, Any] | None) -> dict:
+    """Write ``manifest.json``, the commit point (last: every file it names is in place), then remove the parts of
+    superseded releases; return the manifest."""
     manifest = {
         "format": MANIFEST_FORMAT,
-        "release_id": release_id,
+        "release_id": chosen.release_id,
         # No creation time: publishing happens after every private pass, so a clock reading here (or anywhere
         # after pass 1 starts), set against the run's start, would time the private stages, whose duration grows
         # with |D|. A time taken before pass 1 would be harmless but says nothing the recipient needs; the
         # recipient knows when they received the release.
-        "rows": n_rows,
+        "rows": chosen.rows,
         # Synthetic per-class counts come from the configuration, so they are public.
-        "rows_per_label": dict(sorted(rows_per_label.items())),
+        "rows_per_label": dict(sorted(rows_per_label_of(parts).items())),
         "columns": list(parts[0].columns),
         "files": files,
-        "privacy": privacy,
-        "gate": None if gate_result is None else {"success": gate_result.get("success")},
+        "privacy": dict(privacy),
+        "gate": None if result is None else {"success": result.get("success")},
         "config": dict(config),
         "versions": _versions(),
     }
-    if not noise["secure"]:
+    if not privacy["secure"]:
         manifest["stamp"] = INSECURE_STAMP
         log.warning("publishing a release stamped %s (--allow-insecure-release)", INSECURE_STAMP)
     storage.write_bytes(storage.join(out, MANIFEST), _json_bytes(manifest), storage_options)
     _remove_stale_parts(out, {f["path"] for f in files}, storage_options)
-    log.info("published release %s: %d synthetic rows in %d part(s) at %s", release_id, n_rows, len(parts), out)
     return manifest
 
 

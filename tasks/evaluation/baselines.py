@@ -45,14 +45,15 @@ def only_llm_corpus(llm: str, doc_type: str, label_names: Mapping[str, str], lab
 
     The prompt is the packaged ``only_llm`` template naming each class by ``label_names`` (public: the dataset's
     class-names file or the benchmark's label names; a label without a name is named by itself). Calls go through
-    privseed.tasks.generation.documents's one path to a backend (concurrency, the API key's Secret block, the call cache
+    privseed.tasks.generation.drivers's one path to a backend (concurrency, the API key's Secret block, the call cache
     under
     ``cache_uri``, whose folder also keeps Anthropic's batch state), so a re-run sends only the calls that never
     finished. Call seeds come from the public ``public_rng(seed, "only-llm")``. Answers are cleaned, judged and
     regenerated like a DP-KPS release's (``generate_unseeded``): rows that are still not documents after the
     regeneration rounds (``max_regenerations``, default GenerationParams') are dropped, so both arms of the
     comparison are scored on documents only; ``max_rewrites`` rounds ask again for a repetitive document."""
-    from privseed.tasks.generation.documents import GenerationParams, generate_unseeded
+    from privseed.tasks.generation.drivers import generate_unseeded
+    from privseed.tasks.generation.params import GenerationParams
     from privseed.tasks.llm.service import llm_spec
     from privseed.tasks.dp.ledger import public_rng
     from privseed.tasks.llm.released import PublicClassNames

@@ -1,5 +1,5 @@
 """The local models' decoding defaults, declared once: the command line's options (tasks/config/commands.py) and
-``GenerationParams`` (documents.py) both take them from here, so DP-KPS and the only-LLM baseline decode alike.
+``GenerationParams`` (params.py) both take them from here, so DP-KPS and the only-LLM baseline decode alike.
 Remote backends ignore them. This module imports nothing: the command line reads it before any stage loads."""
 
 #: Seed-steering strength by default for local models (chosen on public DBPedia-14 test-split seeds,

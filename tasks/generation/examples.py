@@ -4,7 +4,7 @@ A small model writes a document only when an example shows it the form (docs/gen
 SmolLM2-135M answers with the seed list or talks about the request). The library holds one or two documents per
 common kind, written for privseed (``tasks/demo_data/example_library.toml`` and the ``few_shot_*.jsonl`` files it
 names); ``examples_for_doc_type`` picks a kind from the words of ``--doc-type``. ``params_from_config``
-(tasks/generation/documents.py) shows them to local models only (on a paid API they cost input tokens on every
+(tasks/stages/generation.py) shows them to local models only (on a paid API they cost input tokens on every
 call), never when the owner's ``--few-shot`` is given, and not with ``--examples none``.
 
 Privacy: the library is public data shipped with the package, and the kind depends on ``--doc-type`` alone.

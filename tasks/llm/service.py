@@ -1,6 +1,6 @@
 """The LLM service: one registry of backend kinds, each describing itself as data, and one ``complete()``.
 
-DP-KPS generation (tasks/generation/documents.py), the only-LLM baseline and the PE rounds (tasks/stages/pe.py) all send
+DP-KPS generation (tasks/generation/drivers.py), the only-LLM baseline and the PE rounds (tasks/stages/pe.py) all send
 their calls through ``complete(spec, requests, cache=...)`` and ask the spec's ``BackendKind`` what they need to
 know (price, Message Batches, which decoding controls it applies, which run options it takes, whether it runs a
 shared server on this machine) instead of testing ``spec.kind`` against names.

@@ -3,8 +3,9 @@
 - ``predicate``: ``document_rejection`` / ``is_document``, THE predicate, with named reasons and ``DocumentRules``.
 - ``text_stats``: the measured statistics it compares with thresholds (Gopher quality and repetition filters).
 - ``language``: language identification (py3langid).
-- ``patterns`` and ``patterns.json``: the regular expressions that remain (chat-template residue, meta-talk, links
-  and tags, the chat frame).
+- ``patterns`` and ``patterns.json``: the regular expressions that remain (chat-template residue, meta-talk, a
+  preamble naming the kind of document, links and tags, the chat frame) and the cleaning's.
+- ``cleaning``: what generation strips from an answer before the predicate judges it (``clean_text``).
 - ``shapes``: seed-shaped failures (the seed list echoed, a glossary of the seeds, a few-shot example copied).
 - ``gate``: the Great Expectations release gate (``ReleaseGate``) over a candidate corpus.
 """
@@ -12,7 +13,8 @@
 from typing import TYPE_CHECKING, Any
 
 from privseed.tasks.quality.language import LANGUAGES, language_probability
-from privseed.tasks.quality.patterns import META_TALK_PATTERNS, TEMPLATE_RESIDUE_PATTERNS, meta_talk, template_residue
+from privseed.tasks.quality.patterns import (META_TALK_PATTERNS, TEMPLATE_RESIDUE_PATTERNS, document_preamble,
+                                             meta_talk, template_residue)
 from privseed.tasks.quality.predicate import (DEFAULT_RULES, REJECTION_REASONS, TUNABLE_RULES, DocumentRules,
                                               document_rejection, is_document, misused_seed_terms, repetition_score,
                                               rewrite_score, rules_from_bounds, statistic_over_threshold)
@@ -43,7 +45,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_BOUNDS", "DEFAULT_RULES", "LANGUAGES", "META_TALK_PATTERNS", "REJECTION_REASONS", "REQUIRED_COLUMNS",
     "TEMPLATE_RESIDUE_PATTERNS", "TUNABLE_RULES", "DocumentRules", "PartCheck", "ReleaseGate", "TextStats",
-    "build_expectations", "derive_quality_columns", "document_rejection", "ends_a_sentence", "example_names",
+    "build_expectations", "derive_quality_columns", "document_preamble", "document_rejection", "ends_a_sentence",
+    "example_names",
     "gate_from_config", "is_document", "is_keyphrase_passthrough", "language_probability", "meta_talk",
     "misused_seed_terms", "release_gate", "repetition_score", "rewrite_score", "rules_from_bounds",
     "statistic_over_threshold", "template_residue", "text_stats", "validate_release", "validate_release_task",

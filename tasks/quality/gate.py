@@ -55,7 +55,7 @@ DEFAULT_BOUNDS: dict[str, float | int | None] = {
     # Share of rows allowed to carry prompt or chat-template residue (none by default).
     "max_residue_rate": 0.0,
     # When an LLM wrote the texts: share of rows allowed to fail each document test of ``document_rejection``
-    # (none by default: generation regenerates and then drops what still fails, see tasks/generation/documents.py).
+    # (none by default: generation regenerates and then drops what still fails, see tasks/generation/rounds.py).
     "max_non_document_rate": 0.0,
     "min_rows": 1,
 }

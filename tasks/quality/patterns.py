@@ -1,6 +1,8 @@
 """The regular expressions that remain in the document predicate, loaded once from ``patterns.json`` beside this
-module: what an answer *says* (a chat template's tokens, the assistant talking about itself or the task), which
-no statistic of its shape can see. The file gives each group of patterns the reason it was added."""
+module: what an answer *says* (a chat template's tokens, the assistant talking about itself or the task, a preamble
+naming the kind of document), which no statistic of its shape can see, and what generation's cleaning removes
+before the predicate judges an answer (``privseed.tasks.quality.cleaning``). The file gives each group of patterns
+the reason it was added."""
 
 from __future__ import annotations
 
@@ -37,6 +39,16 @@ TAG_PATTERN: re.Pattern[str] = re.compile(_DATA["web_markup"]["tag"], re.I)
 # Each entry: (marker name, compiled regex) of the frame of a chat message or letter around a text.
 CHAT_FRAME_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (entry["name"], re.compile(entry["pattern"], re.I)) for entry in _DATA["chat_frame"])
+# What ``privseed.tasks.quality.cleaning.clean_text`` removes, by name (a preamble line, a title's label, ...).
+CLEANING_PATTERNS: dict[str, re.Pattern[str]] = {
+    entry["name"]: re.compile(entry["pattern"], _flags(entry["flags"])) for entry in _DATA["cleaning"]}
+# The kinds of document a preamble names ("review", "post", "abstract", ...), as one alternation (a plural allowed).
+DOCUMENT_KINDS: tuple[str, ...] = tuple(_DATA["document_preamble"]["kinds"])
+_KINDS = "(?:" + "|".join(re.escape(kind) for kind in DOCUMENT_KINDS) + ")s?"
+# Each entry: (shape name, compiled regex) of a preamble that names the document's kind before a colon.
+DOCUMENT_PREAMBLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (entry["name"], re.compile(entry["pattern"].replace("{kinds}", _KINDS), re.I))
+    for entry in _DATA["document_preamble"]["patterns"])
 
 
 def template_residue(text: Any) -> str | None:
@@ -50,8 +62,20 @@ def template_residue(text: Any) -> str | None:
 
 
 def meta_talk(text: str) -> bool:
-    """Whether the answer talks about itself, the task or the seed words instead of being the document."""
-    return any(p.search(text) for p in META_TALK_PATTERNS)
+    """Whether the answer talks about itself, the task or the seed words instead of being the document, or opens
+    with a preamble naming the kind of document it is (``document_preamble``)."""
+    return any(p.search(text) for p in META_TALK_PATTERNS) or document_preamble(text) is not None
+
+
+def document_preamble(text: Any) -> str | None:
+    """The shape of the preamble naming the document's kind that ``text`` opens with ("The Yelp review is: ...",
+    "Here's a possible Usenet newsgroup post about ...: ..."), or None."""
+    if not isinstance(text, str):
+        return None
+    for name, pattern in DOCUMENT_PREAMBLE_PATTERNS:
+        if pattern.search(text):
+            return name
+    return None
 
 
 def chat_frame_markers(text: Any) -> tuple[str, ...]:

@@ -434,7 +434,7 @@ def misused_seed_terms(text: Any, keyphrases: Any, rules: DocumentRules = DEFAUL
     """The seed terms ``rewrite_score`` finds misused in ``text``, as given in ``keyphrases`` and in their order:
     glossed as a label ("Suburb: A small town ..."), explained as a word ("Counsel refers to a group of trees") or
     listed in a run of ``rewrite_seed_run`` or more ("is commission, class, gun"). Generation leaves them out of
-    the prompt of a later candidate of the same seed (``privseed.tasks.generation.documents.candidate_request``)."""
+    the prompt of a later candidate of the same seed (``privseed.tasks.generation.rounds.candidate_request``)."""
     if not isinstance(text, str) or not text.strip():
         return ()
     labelled = seed_label_terms(text, keyphrases)

@@ -63,7 +63,7 @@ def warn_if_insecure(cfg: ReleaseConfig, logger: Any = None) -> None:
     """Says loudly, before anything is drawn, that this run's noise is reproducible from the public seed; with an
     LLM whose calls leave this machine such a run stops here (its seeds are not DP: docs/privacy.md)."""
     if cfg.insecure_reproducible_noise:
-        from privseed.tasks.generation.documents import refuse_remote_llm_for_reproducible_noise
+        from privseed.tasks.generation.drivers import refuse_remote_llm_for_reproducible_noise
         from privseed.tasks.dp.mechanisms import INSECURE_STAMP
 
         refuse_remote_llm_for_reproducible_noise(cfg.llm, cfg.insecure_reproducible_noise)

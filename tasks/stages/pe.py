@@ -55,7 +55,7 @@ def _complete_chunk(requests: list, llm: Any, cache_root: str, storage_options: 
 def _numbered_chunk(chunk: tuple[int, list], llm: Any, cache_root: str, storage_options: dict,
                     topic: str | None) -> list[dict]:
     """``_complete_chunk`` on a worker, reporting each call on ``topic`` (the driver's bar)."""
-    from privseed.tasks.generation.documents import call_messages
+    from privseed.tasks.llm.progress import call_messages
 
     number, requests = chunk
     return _complete_chunk(requests, llm, cache_root, storage_options, on_result=call_messages(topic, number))
@@ -77,7 +77,7 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     With ``--llm-shards`` > 1 the calls are split into shards that run on the workers, each keeping its backend
     loaded and reporting each call to the bar here as it finishes. Otherwise they run here with a per-call bar.
     Answers come back in prompt order either way."""
-    from privseed.tasks.generation.documents import CallProgress
+    from privseed.tasks.llm.progress import CallProgress
     from privseed.tasks.llm.service import call_prices, serving, spec_from_config
 
     requests = chat_requests(prompts, cfg)
@@ -97,7 +97,7 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
 
 def _shard_calls(spec: Any, chunks: list, cache_root: str, cfg: EvolutionConfig, bar: Any) -> list[list[dict]]:
     """The chunks' answers: here with a per-call bar, or on the workers reporting each call to ``bar``."""
-    from privseed.tasks.generation.documents import ShardProgress
+    from privseed.tasks.llm.progress import ShardProgress
 
     try:
         if current_client() is None or len(chunks) <= 1:
@@ -370,7 +370,7 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list) -> Any:
     placeholders of the same shape: V~ is not drawn); every VARIATION_API prompt is bounded by its template around
     a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
     charged; calls already in the run's cache are counted as cached."""
-    from privseed.tasks.generation.documents import estimate_cost
+    from privseed.tasks.llm.cost import estimate_cost
     from privseed.tasks.llm.service import spec_from_config
     from privseed.tasks.llm import CallCache
 

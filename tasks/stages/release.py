@@ -25,7 +25,7 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     """Gate and publish (``privseed.tasks.data.corpus.publish_release``: atomically, the manifest last) a frame, or the
     parts
     the generation shards wrote. ``generation_report`` (counts of synthetic rows and candidates from
-    privseed.tasks.generation.documents.split_documents) goes into quality.json beside the gate's result."""
+    privseed.tasks.generation.rows.split_documents) goes into quality.json beside the gate's result."""
     from privseed.tasks.data.corpus import publish_release
     from privseed.tasks.generation.examples import prompt_examples
     from privseed.tasks.llm import kind_of

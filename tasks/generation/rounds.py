@@ -1,0 +1,227 @@
+"""The rounds of a generation, pure (no I/O): the requests of a seed's candidates (``candidate_request``: call
+seed, decoding controls, the seed without the terms its earlier documents misused), the judgement of an answer
+(cleaned by ``privseed.tasks.quality.cleaning.clean_text``, then THE document predicate,
+``privseed.tasks.quality.document_rejection``), the choice among a seed's candidates (``select_best``) and the control
+flow of best-of-k, regeneration and rewrites (``candidate_rounds``; ``seeded_rounds`` for released seeds), which
+leaves the calls to a ``send`` function. The drivers (``drivers.py``) give it one that goes to a backend.
+
+Best-of-k (``best_of``): k candidates per seed, each a separate call with its own derived seed. Every candidate
+is checked by the document predicate (loops, meta-talk, seed echo, other language, truncation, ...); among the
+documents, the one with the highest seed-term coverage (``privseed.tasks.quality.metrics.term_coverage``, the measure
+the report shows) is kept, ties to the lowest index.
+
+Regeneration (``max_regenerations``): a seed none of whose candidates is a document gets one more candidate,
+with a new call seed, per round, for at most that many rounds. A seed that still has no document is marked
+(``document_reason``) and ``privseed.tasks.generation.rows.split_documents`` drops it before the release gate.
+
+Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabulary V~), recipient few-shot examples
+and public configuration; everything here reads only released seeds and synthetic text, so it costs no privacy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from typing import Callable, Sequence
+
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.generation.params import GenerationParams
+from privseed.tasks.llm.base import ChatRequest, ChatResult, OnEach, SeedSteering
+from privseed.tasks.llm.prompting import PromptTemplate, build_request
+from privseed.tasks.llm.released import ReleasedSeed
+from privseed.tasks.llm.service import KINDS
+from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, document_rejection, misused_seed_terms, rewrite_score
+from privseed.tasks.quality.cleaning import clean_text
+from privseed.tasks.quality.metrics import term_coverage
+
+
+def candidate_seed(seed: int, j: int) -> int:
+    """Call seed of candidate j of a prompt seed: candidate 0 uses the seed itself, others a hash of (seed, j),
+    kept in [0, 2^31) for llama.cpp and OpenAI-compatible servers."""
+    if j == 0:
+        return int(seed) & 0x7FFFFFFF
+    return int.from_bytes(hashlib.sha256(f"{int(seed)}:{j}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str) -> SeedSteering | None:
+    """The decoding controls of ``seed``'s calls: only for kinds that apply them (``BackendKind.steering``: local
+    models; remote APIs cannot), and only when one of them is on, so requests without them keep their cache keys."""
+    kind = KINDS.get(backend_kind)
+    if kind is None or kind.steering == "none" or (
+            params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
+        return None
+    return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
+                        int(params.no_repeat_ngram), params.steer_schedule, float(params.steer_end_coverage))
+
+
+def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
+                      backend_kind: str = "local", earlier: Sequence[ChatResult] = (),
+                      rules: DocumentRules = DEFAULT_RULES) -> ChatRequest:
+    """Candidate j of ``seed`` (pure): the prompt of ``prompt_seed(seed, earlier, rules)`` with call seed
+    ``candidate_seed(seed.seed, j)``. ``earlier``: the seed's candidates 0..j-1 (none for the first round)."""
+    terms = prompt_seed(seed, earlier, rules)
+    return build_request(template, terms, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
+                         top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
+                         class_names=params.class_names, steering=steering_for(terms, params, backend_kind))
+
+
+def prompt_seed(seed: ReleasedSeed, earlier: Sequence[ChatResult],
+                rules: DocumentRules = DEFAULT_RULES) -> ReleasedSeed:
+    """The seed a candidate's prompt carries (pure): ``seed`` without the terms that its earlier documents misused
+    (``misused_seed_terms``: glossed as a label, explained as a word, listed), in the order they were first
+    misused, leaving at least half of its distinct terms. A small model that lists or explains a term it cannot
+    place does it again at the same prompt (the demo's 84 seeds: rows whose three candidates all did it); asked
+    without that term, it writes about the others. Rejected candidates leave the prompt alone: regeneration asks
+    for the same seed. A subsequence of a released seed is released, so this costs no privacy."""
+    distinct = list(dict.fromkeys(seed.keyphrases))
+    budget = len(distinct) - (len(distinct) + 1) // 2
+    drop: list[str] = []
+    for result in earlier:
+        answer = cleaned(result)
+        if rejection(seed, answer, rules) is not None:
+            continue
+        for term in misused_seed_terms(answer.text, seed.keyphrases, rules):
+            if term not in drop and len(drop) < budget:
+                drop.append(term)
+    return seed.without(drop) if drop else seed
+
+
+def build_generation_requests(seeds: Sequence[ReleasedSeed], template: PromptTemplate,
+                              params: GenerationParams, backend_kind: str = "local") -> list[list[ChatRequest]]:
+    """k requests per seed (pure)."""
+    return [[candidate_request(template, s, params, j, backend_kind) for j in range(params.best_of)] for s in seeds]
+
+
+def cleaned(c: ChatResult) -> ChatResult:
+    """The answer with its text cleaned (``privseed.tasks.quality.cleaning.clean_text``): what the predicate judges
+    and a release keeps."""
+    return dataclasses.replace(c, text=clean_text(c.text, c.finish_reason))
+
+
+def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -> str | None:
+    """Why a (cleaned) candidate is not a document, or None: THE predicate,
+    privseed.tasks.quality.document_rejection."""
+    return document_rejection(candidate.text, seed.keyphrases, candidate.finish_reason, rules,
+                              mean_logprob=candidate.mean_logprob)
+
+
+def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
+                rules: DocumentRules = DEFAULT_RULES) -> tuple[int, float]:
+    """Index and coverage of the best candidate: documents first, plain ones (``rewrite_score`` under 1: not
+    repetitive, no seed glossed as a label) before the others; among plain documents the most seed terms covered
+    (privseed.tasks.quality.metrics.term_coverage), among the others the lowest score; then the lowest index. Candidates
+    are ranked as given (clean them first)."""
+    covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
+    ok = [rejection(seed, c, rules) is None for c in candidates]
+    best = best_candidate(ok, [rewrite_score(c.text, seed.keyphrases, rules) if ok[i] else 0.0
+                               for i, c in enumerate(candidates)],
+                          covs)
+    return best, covs[best]
+
+
+def best_candidate(ok: Sequence[bool], scores: Sequence[float], coverages: Sequence[float]) -> int:
+    """Index of the best candidate (pure): documents (``ok``) first, plain ones (repetition score under 1) before
+    repetitive ones, the highest coverage among plain documents and the lowest score among repetitive ones, then
+    the lowest index."""
+    def key(i: int) -> tuple:
+        plain = scores[i] < 1.0
+        return ok[i], plain, coverages[i] if plain else -scores[i], -i
+    return max(range(len(ok)), key=key)
+
+
+#: ``send(requests, owners, on_each)``: answer every request (a candidate of seed ``owners[j]``), calling
+#: ``on_each(j, result)`` as each answer arrives.
+SendCandidates = Callable[[list[ChatRequest], list[int], OnEach], None]
+
+
+#: ``on_settled(i, kept)``: owner i needs no further candidate; ``kept``: it has a document (else it is dropped).
+OnSettled = Callable[[int, bool], None]
+
+
+def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
+                     request: Callable[[int, int, Sequence[ChatResult]], ChatRequest],
+                     is_document: Callable[[int, ChatResult], bool],
+                     send: SendCandidates, on_settled: OnSettled | None = None,
+                     is_plain: Callable[[int, ChatResult], bool] | None = None, max_rewrites: int = 0) -> None:
+    """Best-of-k, then regeneration (the control flow only; ``request(i, j, earlier)`` builds candidate j of owner
+    i, given its candidates 0..j-1, and ``send`` makes the calls). Round 0 asks for candidates 0..first_round-1 of
+    every owner; each later round asks for one more candidate (the next index) of every owner none of whose
+    candidates so far ``is_document``, at most ``max_regenerations`` times per owner, and of every owner whose
+    documents are all repetitive (not ``is_plain``), at most ``max_rewrites`` times per owner. Deterministic in the
+    answers: run twice over the same cache, it asks for the same calls. Seeded generation (``seeded_rounds``) and
+    the only-LLM baseline (``generate_unseeded``) both regenerate through it, so the two arms of a comparison follow
+    one policy.
+
+    ``on_settled(i, kept)`` is told once per owner, as soon as its fate is known: when the last of its candidates of
+    a round arrives and no further one will be asked (it has a plain document, or a document and no rewrite left:
+    kept; no document and no regeneration left: dropped). A progress bar over the documents advances on it, so its
+    total never changes however many regenerations there are."""
+    if max_rewrites < 0:
+        raise ConfigError(f"max_rewrites must be >= 0, got {max_rewrites}")
+    has_document = [False] * owners
+    has_plain = [is_plain is None or max_rewrites == 0] * owners
+    regenerations_left = [max_regenerations] * owners
+    rewrites_left = [max_rewrites] * owners
+    n_candidates = [first_round] * owners
+    answers: list[dict[int, ChatResult]] = [{} for _ in range(owners)]  # owner -> candidate number -> answer
+    lock = threading.Lock()  # backends may deliver answers from their own threads
+
+    def done(i: int) -> bool:
+        if has_document[i]:
+            return has_plain[i] or rewrites_left[i] == 0
+        return regenerations_left[i] == 0
+
+    def judge(asked: list[int], numbers: list[int]) -> OnEach:
+        pending = [0] * owners
+        for i in asked:
+            pending[i] += 1
+
+        def on_each(j: int, result: ChatResult) -> None:
+            i = asked[j]
+            settled_before = has_document[i] and has_plain[i]  # nothing this answer says can change its fate
+            document = not settled_before and is_document(i, result)
+            plain = document and (has_plain[i] or is_plain is None or is_plain(i, result))
+            with lock:
+                answers[i][numbers[j]] = result
+                has_document[i] = has_document[i] or document
+                has_plain[i] = has_plain[i] or plain
+                pending[i] -= 1
+                settled = pending[i] == 0 and done(i)
+            if settled and on_settled is not None:
+                on_settled(i, has_document[i])
+        return on_each
+
+    first = [i for i in range(owners) for _ in range(first_round)]
+    send([request(i, j, ()) for i in range(owners) for j in range(first_round)], first,
+         judge(first, [j for _ in range(owners) for j in range(first_round)]))
+    while True:
+        again = [i for i in range(owners) if not done(i)]
+        if not again:
+            break
+        for i in again:
+            if has_document[i]:
+                rewrites_left[i] -= 1
+            else:
+                regenerations_left[i] -= 1
+        numbers = [n_candidates[i] for i in again]
+        extra = [request(i, n, [answers[i][k] for k in range(n)]) for i, n in zip(again, numbers)]
+        for i in again:
+            n_candidates[i] += 1
+        send(extra, again, judge(again, numbers))
+
+
+def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
+                  backend_kind: str, send: SendCandidates, rules: DocumentRules,
+                  on_settled: OnSettled | None = None) -> None:
+    """``candidate_rounds`` over released seeds: ``params.best_of`` candidates each (``candidate_request``), then
+    up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected and up to
+    ``params.max_rewrites`` for those whose documents all score 1 or more (``rewrite_score``: repetitive, or a seed
+    listed, glossed as a label or explained), each asked without the terms its earlier documents misused
+    (``prompt_seed``)."""
+    candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
+                     lambda i, j, earlier: candidate_request(template, seeds[i], params, j, backend_kind, earlier,
+                                                             rules),
+                     lambda i, result: rejection(seeds[i], cleaned(result), rules) is None, send, on_settled,
+                     lambda i, result: rewrite_score(cleaned(result).text, seeds[i].keyphrases, rules) < 1.0,
+                     params.max_rewrites)
