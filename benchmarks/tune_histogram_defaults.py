@@ -133,6 +133,21 @@ def grid_splits(names: list[str]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame,
     return out
 
 
+#: Whether ``score`` also fits the issue's 1-2-gram evaluator (``--no-bigrams`` skips it: half the time of a run).
+BIGRAMS = {"on": True}
+#: Calibrated mechanisms by their arguments: the PLD calibration of a Gaussian takes ~20 s and depends on public
+#: parameters only.
+_MECHANISMS: dict[tuple, object] = {}
+
+
+def cached_mechanism(kind: str, max_terms: int, epsilon: float, delta: float, contribution: str) -> object:
+    """``build_mechanism`` once per distinct set of arguments."""
+    key = (kind, max_terms, epsilon, delta, contribution)
+    if key not in _MECHANISMS:
+        _MECHANISMS[key] = build_mechanism(kind, max_terms, epsilon, delta, contribution=contribution)
+    return _MECHANISMS[key]
+
+
 def score(train_texts: list[str], train_labels: list, test_phrases: list[str], test_raw: list[str],
           test_labels: list) -> dict:
     """TF-IDF (unigrams, sublinear tf) + logistic regression trained on ``train_texts``; accuracy on the test
@@ -146,6 +161,10 @@ def score(train_texts: list[str], train_labels: list, test_phrases: list[str], t
     truth = np.asarray([str(v) for v in test_labels])
     predicted = clf.predict(vectorizer.transform(test_phrases))
     raw = clf.predict(vectorizer.transform(test_raw))
+    if not BIGRAMS["on"]:
+        return {"accuracy": float(np.mean(predicted == truth)),
+                "balanced_accuracy": float(np.mean([np.mean(predicted[truth == c] == c) for c in np.unique(truth)])),
+                "accuracy_raw": float(np.mean(raw == truth))}
     # the issue's external evaluator: TF-IDF of 1-2 grams + logistic regression, tested on raw documents
     bigrams = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2))
     clf12 = LogisticRegression(max_iter=2000).fit(bigrams.fit_transform(train_texts), [str(v) for v in train_labels])
@@ -187,7 +206,7 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     if kind.whole_document and "decay" in setting:
         kind = dataclasses.replace(kind, decay=float(setting["decay"]))
     counts = contribution_weights(kind, private_ids, private_index, len(labels), len(terms), setting["S"])
-    mech = build_mechanism(setting["mechanism"], setting["S"], *budgets[0], contribution=contribution)
+    mech = cached_mechanism(setting["mechanism"], setting["S"], *budgets[0], contribution)
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
     releases = class_term_releases(noisy, mech, setting["K"], setting["M"], setting["denoise"],
                                    setting.get("background_cap", 1.0))
@@ -212,6 +231,26 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     return result
 
 
+def run_adaptive(setting: dict, private_ids: list, private_index: list, labels: list, val_ids: list,
+                 val_texts: list, val_labels: list, terms: tuple, eps: float, seed: int, per_class: int) -> dict:
+    """``{"adaptive": true}``: the flow's default. The corpus profile (``corpus_profile.class_length_counts`` of the
+    private part) released with ``PROFILE_SHARE`` of eps by ``profile_mechanism`` (research noise), the rule's
+    settings (``adaptive_settings``), then ``run_setting`` with them and the rest of the budget."""
+    from privseed.tasks.seeds.corpus_profile import (CorpusProfile, adaptive_settings, class_length_counts,
+                                                     profile_budget, profile_mechanism)
+
+    delta = GAUSSIAN_DELTA
+    (eps_profile, _), (eps_rest, _) = profile_budget(eps, delta)
+    exact = class_length_counts([len(set(ids)) for ids in private_ids], private_index, len(labels))
+    noisy = release_all(exact, profile_mechanism(eps_profile), insecure_noise(seed, "tune-profile"))
+    derived = adaptive_settings(CorpusProfile(noisy))
+    chosen = {**setting, "contribution": derived.contribution, "K": derived.top_k, "L": derived.length,
+              "mechanism": "gaussian"}
+    result = run_setting(chosen, private_ids, private_index, labels, val_ids, val_texts, val_labels, terms, eps_rest,
+                         seed, per_class)
+    return {**result, "derived": derived.as_dict(), "median_terms": CorpusProfile(noisy).length_quantile(0.5)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON lines, one per (corpus, setting, eps, seed); appended")
@@ -225,7 +264,9 @@ def main() -> None:
                         help="validation: choose settings (80/20 of the training split); test: score the chosen "
                              "settings like experiments/seeds_grid.toml (its private and test splits, its "
                              "synthetic_per_class), after the choice, with 'real' as the reference line")
+    parser.add_argument("--no-bigrams", action="store_true", help="skip the 1-2-gram evaluator (accuracy_raw_12)")
     args = parser.parse_args()
+    BIGRAMS["on"] = not args.no_bigrams
     if args.grid.startswith("["):
         variations = json.loads(args.grid)
     elif args.grid == "coordinate":
@@ -266,6 +307,10 @@ def main() -> None:
                         result = real_reference(private, val_ids, validation["text"].tolist(),
                                                 validation["label"].tolist(), terms, args.per_class, seed,
                                                 phrase_matcher(load_vocabulary("english", setting["top"])))
+                    elif setting.get("adaptive"):
+                        result = run_adaptive(setting, private_ids, class_positions(labels, private["label"]), labels,
+                                              val_ids, validation["text"].tolist(), validation["label"].tolist(),
+                                              terms, eps, seed, args.per_class)
                     else:
                         result = run_setting(setting, private_ids, class_positions(labels, private["label"]), labels,
                                              val_ids, validation["text"].tolist(), validation["label"].tolist(),

@@ -3,6 +3,10 @@
     plan units -> pass 1 (labels, identity, term counts) -> privatize vocabulary -> embed V~
         -> pass 2 (sketch sums) -> privatize sketches -> sample -> generate -> gate -> [approval] -> publish
 
+The histogram methods (the default): pass 1 (labels, identity, per-class term weights, the corpus profile) ->
+[release the corpus profile, settle the options left "auto"] -> privatize class histograms [-> pass 2 (pairs)
+-> privatize pairs] -> sample -> generate -> ...
+
 The private corpus never comes to this process: it is planned into work units (shard URIs and Parquet row
 groups) and each pass streams every unit on the Dask workers into a partial count or sum, combined in a tree on
 the cluster; only |V|-sized and sketch-sized arrays come back (docs/operations.md, "Corpus size").
@@ -35,7 +39,7 @@ from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch
                                          privatize_vocabulary_stage, sample_keyphrase_sequences, term_counting)
 from privseed.tasks.stages.generation import check_local_model, dry_run, generate_release_documents, with_class_names
 from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
-                                             sample_histogram_sequences)
+                                             sample_histogram_sequences, settle_histogram_settings)
 from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, state_summary, warn_if_insecure
 from privseed.tasks.stages.release import publish, render_without_llm
 from privseed.tasks.data.units import CorpusPlan
@@ -58,7 +62,8 @@ def dpkps_flow(config: DpKpsConfig) -> dict:
         scan = scan_private_corpus(plan, labels, cfg, term_counting(cfg))  # pass 1
         ledger = open_ledger(cfg, scan.identity)
         privatize = privatize_histogram_sequences if cfg.method in HISTOGRAM_METHODS else privatize_keyphrase_sequences
-        sequences = privatize(plan, scan.term_counts, labels, cfg, ledger)  # pass 2 and every noisy release
+        # pass 2 and every noisy release; cfg as the run declares it from here on (the settings it derived)
+        sequences, cfg = privatize(plan, scan.term_counts, labels, cfg, ledger)
         del scan  # nothing private is needed past this line
         synthetic, report = ((render_without_llm(sequences), None) if cfg.llm == "none"
                              else generate_release_documents(sequences, cfg, labels))
@@ -74,24 +79,32 @@ def dpkps_flow(config: DpKpsConfig) -> dict:
 
 
 def privatize_keyphrase_sequences(plan: CorpusPlan, counts: np.ndarray, labels: list, cfg: DpKpsConfig,
-                                  ledger: PrivacyLedger) -> pd.DataFrame:
+                                  ledger: PrivacyLedger) -> tuple[pd.DataFrame, DpKpsConfig]:
     """privatize vocabulary -> embed V~ -> pass 2: sketch sums -> privatize sketches -> sample per class."""
     terms = privatize_vocabulary_stage(counts, cfg, ledger)
     embeddings = embed_released_vocabulary(terms, cfg)
     exact = exact_sketch_sums(plan, labels, terms, embeddings, cfg)
     released = privatize_sketches(exact, labels, terms, embeddings, cfg, ledger)
-    return sample_keyphrase_sequences(released, labels, terms, embeddings, cfg)
+    return sample_keyphrase_sequences(released, labels, terms, embeddings, cfg), cfg
 
 
 def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: list, cfg: DpKpsConfig,
-                                  ledger: PrivacyLedger) -> pd.DataFrame:
-    """noise per class (-> pass 2: pair counts among each class's heaviest terms -> noise) -> sample per class."""
-    terms = privatize_class_histograms(counts, labels, cfg, ledger)
+                                  ledger: PrivacyLedger) -> tuple[pd.DataFrame, DpKpsConfig]:
+    """[corpus profile -> the settings left auto] -> noise per class (-> pass 2: pair counts among each class's
+    heaviest terms -> noise) -> sample per class. Returns the seeds (their ``corpus_profile`` attribute: the
+    released profile, the derived settings and the answer length, when a profile was released) and the
+    configuration as the run declares it (the derived settings in place of "auto")."""
+    settled = settle_histogram_settings(counts, labels, cfg, ledger)
+    spending = settled.spending  # the derived settings, and the term stages' share of the budget
+    terms = privatize_class_histograms(settled.counts, labels, spending, ledger)
     pairs = None
-    if SEED_METHODS[cfg.method].ordered_pairs:
-        pair_counts = exact_pair_counts(plan, labels, terms, cfg)
-        pairs = privatize_class_pairs(pair_counts, labels, terms, cfg, ledger)
-    return sample_histogram_sequences(terms, pairs, labels, cfg)
+    if SEED_METHODS[spending.method].ordered_pairs:
+        pair_counts = exact_pair_counts(plan, labels, terms, spending)
+        pairs = privatize_class_pairs(pair_counts, labels, terms, spending, ledger)
+    sequences: pd.DataFrame = sample_histogram_sequences(terms, pairs, labels, spending)
+    if settled.profile is not None:
+        sequences.attrs["corpus_profile"] = settled.profile
+    return sequences, settled.declared
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ def base(**overrides):
 
 def test_defaults_are_the_documented_ones():
     cfg = validate_config(DpKpsConfig, base())
-    assert (cfg.eps_voc, cfg.eps_kde, cfg.length, cfg.first_terms, cfg.vocab_size) == (1.0, 10.0, 10, 10, 1000)
+    assert (cfg.eps_voc, cfg.eps_kde, cfg.first_terms, cfg.vocab_size) == (1.0, 10.0, 10, 1000)
     assert cfg.method == "histogram" and cfg.llm == "none" and cfg.state_uri == "out.private"
-    assert (cfg.mechanism, cfg.hist_contribution, cfg.histogram_epsilon) == ("gaussian", "rank-l2", 11.0)
+    # contribution, K and L are derived from the released corpus profile (docs/dpkps.md)
+    assert (cfg.mechanism, cfg.histogram_epsilon) == ("gaussian", 11.0)
+    assert (cfg.hist_contribution, cfg.hist_top_k, cfg.length) == ("auto", "auto", "auto")
 
 
 @pytest.mark.parametrize("field", ["eps_voc", "eps_kde"])
@@ -158,7 +160,8 @@ def test_insecure_reproducible_noise_is_an_explicit_opt_in_on_every_release_comm
 def test_document_rules_by_name_reach_generation_and_the_release_gate():
     """--document-rule NAME=VALUE (text on the command line) sets the same threshold for the candidates and for the
     gate; a name that is not a rule, or a value of the wrong type, is refused before anything runs."""
-    from privseed.tasks.generation.documents import document_rules, params_from_config
+    from privseed.tasks.generation.params import document_rules
+    from privseed.tasks.stages.generation import params_from_config
     from privseed.tasks.quality import DEFAULT_RULES, gate_from_config
 
     cfg = validate_config(DpKpsConfig, base(llm="local", document_rules={"max_seed_line_labels": "4",

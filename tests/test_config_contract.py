@@ -89,6 +89,9 @@ VALIDATOR_INVALID: dict[str, list[Any]] = {
     "dask_tls_cert": ["cert.pem"],
     "dask_tls_key": ["key.pem"],
     "eps": ["1", "a+b", "1+5+1", "0+5", "1+inf"],
+    # K and L: a bounded number or "auto" (the corpus profile's); a union the type reader does not bound
+    "hist_top_k": [0, 1_000_001, "many"],
+    "length": [0, 101, "many"],
     "coral": [True],  # evaluate: Deep CORAL needs --client (a bool elsewhere; experiment's is no|yes|both)
 }
 
@@ -309,7 +312,7 @@ def test_defaults_described_in_words_are_the_ones_the_code_applies():
     assert histogram.histogram_epsilon == histogram.eps_voc + histogram.eps_kde
     # the histogram methods' defaults (docs/dpkps.md): whole documents, Gaussian, delta from the public bound
     n_bound = DpKpsConfig.model_fields["n_upper_bound"].default
-    assert (histogram.mechanism, histogram.hist_contribution) == ("gaussian", "rank-l2")
+    assert (histogram.mechanism, histogram.hist_contribution) == ("gaussian", "auto")
     assert histogram.delta == accounting.default_delta(n_bound)
     assert validate_config(DpKpsConfig, {**base, "method": "histogram", "n_upper_bound": 1000}).delta == \
         accounting.default_delta(1000)
@@ -395,12 +398,15 @@ def test_the_fixed_drift_stays_fixed(capsys):
 NOT_READ: dict[str, dict[str, str]] = {
     "dpkps": {
         "labels_file": "input only: the model reads the file into labels and clears it",
+        "approval_timeout": "read only by a run that waits for a person: tests/test_approval.py's round trip",
     },
     "augpe": {
         "labels_file": "input only: the model reads the file into labels and clears it",
+        "approval_timeout": "read only by a run that waits for a person: tests/test_approval.py's round trip",
     },
     "secpe": {
         "labels_file": "input only: the model reads the file into labels and clears it",
+        "approval_timeout": "read only by a run that waits for a person: tests/test_approval.py's round trip",
     },
     "evaluate": {},
     "experiment": {},

@@ -8,11 +8,12 @@ from typing import Sequence
 import pytest
 
 from privseed.tasks.config.commands import DpKpsConfig, validate_config
-from privseed.tasks.generation.documents import (CALIBRATION_TERMS, GenerationParams, LocalSpeed,
-                                                 build_generation_requests, calibrate_local_speed, candidate_seed,
-                                                 estimate_cost, estimate_generation, seeds_from_sequences,
-                                                 worst_case_candidates)
-from privseed.tasks.generation.documents import _generate_documents as generate_documents
+from privseed.tasks.generation.drivers import CALIBRATION_TERMS, calibrate_local_speed, seeds_from_sequences
+from privseed.tasks.generation.params import GenerationParams
+from privseed.tasks.generation.rounds import build_generation_requests, candidate_seed
+from privseed.tasks.llm.cost import LocalSpeed, estimate_cost, worst_case_candidates
+from privseed.tasks.stages.generation import documents_from_config as generate_documents
+from privseed.tasks.stages.generation import estimate_generation
 from privseed.tasks.llm import LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach
 from privseed.tasks.stages.generation import dry_run, placeholder_sequences, planned_privacy_spend
@@ -155,7 +156,10 @@ def test_the_privacy_lines_sum_to_the_total(tmp_path, corpus_file, values):
     assert result["privacy"]["delta"] == pytest.approx(cfg.delta if cfg.mechanism != "laplace" else 0.0)
     lines = result["privacy_plan"].splitlines()
     assert len(lines) == len(stages) + 2 and lines[-1].strip().startswith("total: epsilon=")
-    assert len(stages) == (2 if cfg.method != "histogram" else 1)
+    # the corpus profile while K, L or the contribution is left auto (the histogram methods' default)
+    profiled = cfg.method.startswith("histogram")
+    assert len(stages) == (2 if cfg.method != "histogram" else 1) + profiled
+    assert (stages[0]["stage"] == "corpus profile") == profiled
 
 
 @pytest.mark.slow

@@ -397,7 +397,8 @@ def test_cli_histogram_markov_release_end_to_end(prefect_harness, corpus_file, t
     assert main(argv) == 0
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["total"]["epsilon"] == pytest.approx(3.0)
-    assert {e["name"].split("-")[0] for e in ledger["entries"]} == {"histogram", "markov"}
+    # --hist-contribution is left auto: the corpus profile settles it, at its own share of the same total
+    assert {e["name"].split("-")[0] for e in ledger["entries"]} == {"corpus", "histogram", "markov"}
     assert all(e["secure"] and e["noise_source"] == "opendp" for e in ledger["entries"])  # OpenDP, not a seed
     _, synthetic = read_release(str(out))
     assert synthetic.groupby("label").size().tolist() == [4, 4, 4]
@@ -498,7 +499,7 @@ def test_every_contribution_is_one_registry_entry_the_cli_offers():
     from privseed.tasks.seeds.seed_methods import CONTRIBUTIONS, contribution_kind
 
     offered = typing.get_args(DpKpsConfig.model_fields["hist_contribution"].annotation)
-    assert set(offered) == set(CONTRIBUTIONS)
+    assert set(offered) == set(CONTRIBUTIONS) | {"auto"}  # auto: the corpus profile's choice
     assert [c.whole_document for c in CONTRIBUTIONS.values()] == [False, True, True, True]
     assert contribution_sensitivity(contribution_kind("first-terms"), 10).l1 == 10
     with pytest.raises(ConfigError, match="unknown contribution"):

@@ -429,7 +429,8 @@ class KdeAudit(_Mechanism):
         self.canary_term = max(unused, key=lambda t: float(np.abs(phi[self.terms.index(t)]).sum()))
         self.canary_phi = phi[self.terms.index(self.canary_term)].ravel()
         private = audit_corpus()
-        self.plans = self.write_corpora(private, _with(private, " ".join([self.canary_term] * self.cfg.length), 0))
+        canary = " ".join([self.canary_term] * int(self.cfg.length))
+        self.plans = self.write_corpora(private, _with(private, canary, 0))
         # The adversary knows every document of D and the public features, so it knows class 0's exact sum on D and
         # on D' (the canary adds its feature vector); with the public Laplace scale that gives the likelihood ratio.
         exact = {side: self._exact(side) for side in (False, True)}
@@ -912,12 +913,61 @@ class SecPeAudit(_PeAudit):
                                   draws)
 
 
+class CorpusProfileAudit(_Mechanism):
+    """The histogram methods' corpus profile (tasks/seeds/corpus_profile.py, released by
+    ``settle_histogram_settings`` when an option is left "auto"): documents per (class, length bin), discrete
+    Laplace of scale 1 / eps_profile. The canary is a class-0 document of four terms no document uses: it adds 1
+    to one cell (class 0, the bin of length 4), the whole L1 sensitivity."""
+
+    name = "corpus-profile"
+
+    def __init__(self, workdir: Path, insecure: bool) -> None:
+        super().__init__(workdir, insecure)
+        from privseed.tasks.config.commands import DpKpsConfig
+        from privseed.tasks.seeds.corpus_profile import length_bin, profile_budget, profile_mechanism
+        from privseed.tasks.seeds.vocabulary import load_vocabulary
+
+        path = workdir / "audit-corpus-profile-vocabulary.txt"
+        path.write_text("\n".join(audit_vocabulary_terms()) + "\n", encoding="utf-8")
+        self.vocabulary = load_vocabulary(str(path))
+        # --length auto asks for the profile; epsilon 5 gives it eps_profile 0.25: scale 4, as the other histogram
+        # audits (S / eps at S = 4, eps 1), where the discrete Laplace is close to the continuous one the check reads
+        self.cfg = DpKpsConfig(**self.config_values(dict(
+            method="histogram", mechanism="laplace", vocab=str(path), vocab_top=None, first_terms=4,
+            hist_top_k=len(self.vocabulary), epsilon=5.0, per_class=10, length="auto", n_workers=1), DpKpsConfig))
+        (eps_profile, _), _ = profile_budget(self.cfg.histogram_epsilon, self.cfg.delta)
+        self.scale = profile_mechanism(eps_profile).scale
+        canary = list(_UNUSED_TERMS[:4])
+        self.cell = length_bin(len(canary))
+        private = audit_corpus()
+        self.plans = self.write_corpora(private, _with(private, " ".join(canary), 0))
+
+    def trial(self, with_canary: bool) -> stats.TrialOutcome:
+        from privseed.tasks.seeds.corpus_profile import split_profiled_counts
+        from privseed.tasks.stages.histogram import settle_histogram_settings
+
+        counts = {side: _scan_counts(plan, self.labels, self.cfg) for side, plan in self.plans.items()}
+        profiles: dict[bool, np.ndarray] = {}
+        for side, c in counts.items():
+            exact = split_profiled_counts(c, len(self.vocabulary), str(self.cfg.hist_contribution), True)[1]
+            assert exact is not None  # asked for with True
+            profiles[side] = exact
+        with self.ledger() as ledger:
+            settle_histogram_settings.fn(counts[with_canary], self.labels, self.cfg, ledger)
+            noisy = float(np.asarray(ledger.released["corpus-profile"]["noisy"], dtype=np.float64)[0, self.cell])
+            draws = self.draws(ledger, {"corpus-profile": (profiles[False], profiles[True])}, with_canary)
+        shifted = np.asarray([noisy - float(profiles[False][0, self.cell])])  # D's count is public to the adversary
+        return stats.TrialOutcome({"class 0, the canary's length bin, Laplace likelihood ratio":
+                                   _laplace_ratio_of_unit_shift(shifted, self.scale)}, draws)
+
+
 AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": KdeAudit, "histogram": HistogramAudit,
                                        "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit,
                                        "histogram-unit-l2": HistogramUnitL2Audit,
                                        "histogram-rank-l2": HistogramRankL2Audit,
                                        "histogram-rank-rare-l2": HistogramRankRareL2Audit,
-                                       "histogram-threshold": HistogramThresholdAudit}
+                                       "histogram-threshold": HistogramThresholdAudit,
+                                       "corpus-profile": CorpusProfileAudit}
 
 
 # ---------------------------------------------------------------------------------------------------------

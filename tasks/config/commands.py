@@ -34,7 +34,8 @@ from privseed.tasks.errors import ConfigError
 from privseed.tasks.generation.defaults import (NO_REPEAT_NGRAM_DEFAULT, REPEAT_PENALTY_DEFAULT, STEER_DEFAULT,
                                                 STEER_END_COVERAGE_DEFAULT)
 from privseed.tasks.seeds.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, HISTOGRAM_METHODS,
-                                               METHOD_OPTIONS, SEED_METHOD_NAMES, SEED_METHODS, methods_reading)
+                                               METHOD_OPTIONS, PAPER_LENGTH, SEED_METHOD_NAMES, SEED_METHODS,
+                                               methods_reading)
 
 if TYPE_CHECKING:
     from privseed.tasks.dp.mechanisms import NoiseSource
@@ -417,6 +418,17 @@ def evaluation_folder(release: str) -> str:
     return base + ".evaluation"
 
 
+#: --approval-timeout: a day by default; at least two polls of the paused run (tasks/stages/approval.py polls every
+#: 5 s), at most 30 days.
+APPROVAL_TIMEOUT_DEFAULT_S = 24 * 3600
+APPROVAL_TIMEOUT_MIN_S = 10
+APPROVAL_TIMEOUT_MAX_S = 30 * 24 * 3600
+APPROVAL_SCOPE = OptionScope(
+    frozenset({"approval_timeout"}), lambda cfg, _: cfg.require_approval,
+    lambda cfg, _: "--approval-timeout applies to a run that waits for a person only: add --require-approval, or "
+                   "drop --approval-timeout")
+
+
 class ReleaseConfig(BaseModel):
     """What every method that writes a synthetic release shares."""
 
@@ -425,7 +437,7 @@ class ReleaseConfig(BaseModel):
     #: fields that change the privatized values (documentation of what a resumed run must keep; run ids are random)
     privacy_fields: ClassVar[tuple[str, ...]] = ()
     #: options only some runs read (:class:`OptionScope`); one set for a run that does not read it is refused
-    option_scopes: ClassVar[tuple[OptionScope, ...]] = ()
+    option_scopes: ClassVar[tuple[OptionScope, ...]] = (APPROVAL_SCOPE,)
     #: whether --out is a release folder for a recipient (refused inside the private corpus and when it holds
     #: foreign files) and the run spends budget in a private state (refused beside an unfinished run)
     writes_release: ClassVar[bool] = True
@@ -492,9 +504,22 @@ class ReleaseConfig(BaseModel):
     )
     allow_insecure_release: bool = Field(
         default=False, description="publish a release made with --insecure-reproducible-noise anyway (stamped)")
-    # The LLM calls (tasks/generation/documents.py, docs/generation.md); public settings only, never a key.
+    # A release that waits for a person (tasks/stages/approval.py, docs/operations.md).
+    require_approval: bool = Field(
+        default=False, description="after the release gate, pause the run and publish only when a person approves in "
+        "the Prefect UI (the report, the ledger and 20 sample rows are its artifacts); a rejection, or no answer "
+        "within --approval-timeout, publishes nothing and keeps the candidate in the private state. Needs a Prefect "
+        "server (PREFECT_API_URL)")
+    approval_timeout: int = Field(
+        default=APPROVAL_TIMEOUT_DEFAULT_S, ge=APPROVAL_TIMEOUT_MIN_S, le=APPROVAL_TIMEOUT_MAX_S,
+        description="--require-approval: seconds the paused run waits for an answer; then nothing is published, the "
+                    "candidate is kept in the private state and the run fails naming the --run-id that asks again "
+                    "without charging again", json_schema_extra=cli(metavar="SECONDS", default_note="24 h"))
+    # The LLM calls (tasks/generation/, docs/generation.md); public settings only, never a key.
     temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="LLM sampling temperature")
-    max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call")
+    max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call at most; when not "
+                            "given, a histogram-method run whose corpus profile is released writes answers as long "
+                            "as the profile's median document (docs/dpkps.md), up to this")
     language: str | None = Field(default="en", description="the corpus's declared language for the document test: "
                                  "an ISO 639 code the language identifier knows (en, de, fr, es, ...), or none "
                                  "(no language test)")
@@ -656,6 +681,7 @@ class DpKpsConfig(ReleaseConfig):
 
     cli_group: ClassVar[str] = "DP-KPS and the histogram methods"
     option_scopes: ClassVar[tuple[OptionScope, ...]] = (
+        *ReleaseConfig.option_scopes,
         OptionScope(METHOD_OPTIONS, _method_reads, _method_refusal),  # the seed-method registry says who reads what
         OptionScope(frozenset(SELECTION_PARAMETERS), _selection_reads, _selection_refusal),
         OptionScope(frozenset({"delta"}), _delta_reads, _delta_refusal),
@@ -699,8 +725,10 @@ class DpKpsConfig(ReleaseConfig):
     epsilon: float | None = Field(default=None, description="total budget of --method histogram / histogram-markov",
                                   json_schema_extra={**cli(metavar="EPS", default_text="--eps-voc + --eps-kde"),
                                                      **POSITIVE})
-    hist_top_k: int = Field(default=300, ge=1, le=1_000_000, description="K: noisy terms kept per class by the "
-                            "histogram methods", json_schema_extra=cli(metavar="K"))
+    hist_top_k: Annotated[int, Field(ge=1, le=1_000_000)] | Literal["auto"] = Field(
+        default="auto", description="K: noisy terms kept per class by the histogram methods; auto: from the corpus "
+        "profile (300 for short documents, 1,000 for long ones; docs/dpkps.md, 'Defaults that adapt to the corpus')",
+        json_schema_extra=cli(metavar="K|auto"))
     hist_denoise: Literal["clip", "fdr"] = Field(
         default="fdr",
         description="histogram methods: how released counts become term weights. fdr: q-values against pure noise "
@@ -708,8 +736,8 @@ class DpKpsConfig(ReleaseConfig):
                     "classes; clip: the K largest clipped counts (docs/dpkps.md)",
         json_schema_extra=cli(metavar="RULE"))
     # The choices are the contribution registry's names (tasks/seeds/seed_methods.py CONTRIBUTIONS), as for --method.
-    hist_contribution: Literal[tuple(CONTRIBUTIONS)] = Field(  # type: ignore[valid-type]
-        default="rank-l2",
+    hist_contribution: Literal[(*CONTRIBUTIONS, "auto")] = Field(  # type: ignore[valid-type]
+        default="auto",
         description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
                     "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
                     "document at L2 sensitivity 1; rank-l2: every distinct term too, the i-th in reading order "
@@ -717,7 +745,8 @@ class DpKpsConfig(ReleaseConfig):
                     f"common English words weighed less ((rank/{COMMON_RANK})^{COMMON_POWER:g}), for corpora whose "
                     "classes live in technical words "
                     "(+1.2 to +2.2 points on OHSUMED-23 and medical abstracts; general topics lose 4-6: "
-                    "docs/dpkps.md) (every kind but first-terms needs --mechanism gaussian and a delta)",
+                    "docs/dpkps.md) (every kind but first-terms needs --mechanism gaussian and a delta); auto: the "
+                    "kind the corpus profile's rule picks (rank-l2 for every corpus measured so far)",
         json_schema_extra=cli(metavar="HOW", default_note="first-terms with --mechanism laplace or laplace-threshold"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
@@ -751,8 +780,10 @@ class DpKpsConfig(ReleaseConfig):
         default=0.5, ge=0.0, le=1.0,
         description="histogram-markov: probability that a step follows the released pairs of the current term",
         json_schema_extra=cli(metavar="MU"))
-    length: int = Field(default=10, ge=1, le=100, description="L: keyphrases per sequence",
-                        json_schema_extra=cli(metavar="L"))
+    length: Annotated[int, Field(ge=1, le=100)] | Literal["auto"] = Field(
+        default="auto", description="L: keyphrases per sequence; auto: from the corpus profile for the histogram "
+        "methods (10 for short documents, 30 for long ones), the paper's 10 for its samplers",
+        json_schema_extra=cli(metavar="L|auto"))
     n_features: int = Field(default=300, ge=1, le=100_000, description="I: random Fourier features per sketch",
                             json_schema_extra=cli(flag="features", metavar="I"))
     bandwidth: float = Field(default=0.5, gt=0.0, description="h: kernel exp(-||x-y||^2 / h^2)",
@@ -766,7 +797,7 @@ class DpKpsConfig(ReleaseConfig):
                          json_schema_extra=cli(metavar="G"))
     embedding_model: str = Field(default="minilm", description="minilm (offline package) or a local "
                                  "sentence-transformers folder", json_schema_extra=cli(metavar="MODEL"))
-    # LLM generation from the released seeds (tasks/generation/documents.py, docs/generation.md)
+    # LLM generation from the released seeds (tasks/generation/, docs/generation.md)
     prompt_template: str = Field(default="generic", description="prompt template: generic (the paper's prompt), "
                                  "coverage, or a YAML file", json_schema_extra=cli(group=GENERATION, metavar="NAME"))
     best_of: int = Field(default=1, ge=1, le=16, description="candidates per seed, best by seed-term coverage",
@@ -810,11 +841,6 @@ class DpKpsConfig(ReleaseConfig):
     dry_run: bool = Field(default=False, description="print the plan: LLM calls, tokens and cost (first round and a "
                           "worst-case bound), the privacy spend per stage, a local model's time estimate; read no "
                           "data, draw, charge and send nothing")
-    require_approval: bool = Field(
-        default=False, description="after the release gate, pause the run and publish only when a person approves in "
-        "the Prefect UI (the report, the ledger and 20 sample rows are its artifacts); a rejection, or no answer "
-        "within 24 h, keeps the candidate in the private state. Needs a Prefect server (PREFECT_API_URL)")
-
     @field_validator("eps_voc", "eps_kde", "epsilon")
     @classmethod
     def _positive_epsilon(cls, value: float | None) -> float | None:
@@ -843,7 +869,9 @@ class DpKpsConfig(ReleaseConfig):
         values = dict(values)
         if method not in HISTOGRAM_METHODS:
             # The paper's samplers: Laplace noise unless a mechanism is named (the fields' defaults are the
-            # default method's); they read no contribution kind.
+            # default method's); they read no contribution kind, and release no corpus profile: L is the paper's.
+            if values.get("length") in (None, "auto"):
+                values["length"] = PAPER_LENGTH
             if values.get("mechanism") is None:
                 values["mechanism"] = "laplace"
             if values.get("delta") is None:
@@ -852,7 +880,8 @@ class DpKpsConfig(ReleaseConfig):
         if values.get("mechanism") not in (None, "gaussian"):
             # An explicit --mechanism laplace (or laplace-threshold) keeps the first-S histogram: the
             # whole-document kinds bound only a document's L2 norm.
-            values.setdefault("hist_contribution", "first-terms")
+            if values.get("hist_contribution") in (None, "auto"):
+                values["hist_contribution"] = "first-terms"
         mechanism = values.get("mechanism") or cls.model_fields["mechanism"].get_default()
         if mechanism not in DELTA_MECHANISMS:
             if values.get("delta") is None:
@@ -887,7 +916,8 @@ class DpKpsConfig(ReleaseConfig):
     def _unit_l2_needs_gaussian(self) -> DpKpsConfig:
         from privseed.tasks.seeds.seed_methods import contribution_kind
 
-        if self.method in HISTOGRAM_METHODS and contribution_kind(self.hist_contribution).whole_document \
+        if self.method in HISTOGRAM_METHODS and self.hist_contribution != "auto" \
+                and contribution_kind(self.hist_contribution).whole_document \
                 and self.mechanism != "gaussian":
             raise ValueError(f"--hist-contribution {self.hist_contribution} bounds a document's L2 norm only: add "
                              "--mechanism gaussian --delta D (e.g. 1e-6)")
@@ -908,6 +938,7 @@ class EvolutionConfig(ReleaseConfig):
 
     cli_group: ClassVar[str] = "private evolution (Aug-PE and SecPE)"
     option_scopes: ClassVar[tuple[OptionScope, ...]] = (
+        *ReleaseConfig.option_scopes,
         OptionScope(frozenset({"mask_fraction"}), lambda cfg, _: cfg.variation != "paraphrase",
                     lambda cfg, _: "--mask-fraction applies to --variation fill-blanks and mixed only; --variation "
                                    "paraphrase blanks no word: drop --mask-fraction, or choose one of those"),
@@ -1202,7 +1233,7 @@ EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["metho
 EXPERIMENT_OUT = "experiments/results"
 #: The mechanisms `privseed audit` can audit (tasks/audit/trials.py)
 AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-                    "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold")
+                    "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold", "corpus-profile")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
 #: figures of experiments/results/privacy-audit.md (500 evaluation trials per side bound epsilon by about 4.9)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}

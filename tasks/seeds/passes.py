@@ -31,6 +31,7 @@ import pandas as pd
 
 from privseed.tasks.data.corpus import declared_positions
 from privseed.tasks.dp.identity import IdentityPart, identity_part
+from privseed.tasks.seeds.corpus_profile import class_length_counts, counted_contributions
 from privseed.tasks.seeds.histogram_seeds import class_pair_counts, contribution_weights
 from privseed.tasks.seeds.kde import FeatureSpec, class_sketch_sums, sketch_tables
 from privseed.tasks.data.units import WorkUnit, read_unit
@@ -76,8 +77,12 @@ class TermCounting:
     first_terms: int
     per_class: bool = False
     #: per class only: how a document enters its class's row, a name of
-    #: ``privseed.tasks.seeds.seed_methods.CONTRIBUTIONS`` (``first-terms``, ``unit-l2``, ``rank-l2``)
+    #: ``privseed.tasks.seeds.seed_methods.CONTRIBUTIONS`` (``first-terms``, ``unit-l2``, ``rank-l2``), or
+    #: ``auto``: every kind the corpus profile's rule may choose (``corpus_profile.RULE_CONTRIBUTIONS``), side by side
     contribution: str = "first-terms"
+    #: per class only: also the corpus profile's exact counts (``corpus_profile.class_length_counts``), as the last
+    #: B columns (``corpus_profile.split_profiled_counts`` takes the result apart)
+    profile: bool = False
 
     def count(self, texts: Sequence[str], positions: Sequence[int] | np.ndarray | None = None,
               n_classes: int = 1) -> np.ndarray:
@@ -91,11 +96,19 @@ class TermCounting:
         s = self.first_terms
         if self.per_class:
             assert positions is not None  # per-class counts need each document's class
-            kind = contribution_kind(self.contribution)
-            # a whole-document contribution reads every distinct term (at most |V| of them), in reading order
-            read = max(1, len(vocabulary)) if kind.whole_document else s
-            documents = (matcher.first_matches(t, read, distinct=True) for t in texts)
-            return contribution_weights(kind, documents, positions, n_classes, len(vocabulary), s)
+            kinds = [contribution_kind(name) for name in counted_contributions(self.contribution)]
+            # a whole-document contribution (and the profile: every document's length) reads every distinct term
+            # (at most |V| of them), in reading order
+            whole = self.profile or any(kind.whole_document for kind in kinds)
+            read = max(1, len(vocabulary)) if whole else s
+            documents = [matcher.first_matches(t, read, distinct=True) for t in texts]
+            parts = [contribution_weights(kind, documents, positions, n_classes, len(vocabulary), s) for kind in kinds]
+            if self.profile:
+                parts.append(class_length_counts([len(d) for d in documents], positions, n_classes))
+            if len(parts) == 1:
+                return parts[0]
+            float_parts = any(part.dtype.kind == "f" for part in parts)
+            return np.concatenate([part.astype(np.float64) if float_parts else part for part in parts], axis=1)
         return first_terms_histogram((matcher.first_matches(t, s) for t in texts), len(vocabulary), s)
 
 

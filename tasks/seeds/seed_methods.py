@@ -85,6 +85,10 @@ SEED_METHODS: dict[str, SeedMethod] = {method.name: method for method in (
                options=HISTOGRAM_OPTIONS | PAIR_OPTIONS, budget=HISTOGRAM_BUDGET),
 )}
 
+#: L, keyphrases per sequence, of the paper's samplers (the paper's value; the histogram methods take theirs from the
+#: corpus profile unless --length is given: tasks/seeds/corpus_profile.py).
+PAPER_LENGTH = 10
+
 #: Every --method, in the order --help lists them.
 SEED_METHOD_NAMES: tuple[str, ...] = tuple(SEED_METHODS)
 #: The paper's DP-KPS samplers (DP vocabulary + DP-KDE sketches).

@@ -17,6 +17,7 @@ import pandas as pd
 
 from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig
 from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.seeds.corpus_profile import ADAPTIVE_OPTIONS, asks_for_profile, settled
 from privseed.tasks.seeds.passes import TermCounting
 from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
@@ -38,8 +39,11 @@ def term_counting(cfg: DpKpsConfig | AugPeConfig) -> TermCounting:
     from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N
 
     per_class = getattr(cfg, "method", None) in HISTOGRAM_METHODS
+    # an adaptive option left "auto": pass 1 also counts the corpus profile (tasks/seeds/corpus_profile.py)
+    profile = per_class and asks_for_profile({name: getattr(cfg, name) for name in ADAPTIVE_OPTIONS})
     return TermCounting(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N, cfg.first_terms, per_class=per_class,
-                        contribution=getattr(cfg, "hist_contribution", "first-terms") if per_class else "first-terms")
+                        contribution=getattr(cfg, "hist_contribution", "first-terms") if per_class else "first-terms",
+                        profile=profile)
 
 
 @private_stage("vocabulary-histogram")
@@ -99,7 +103,7 @@ def feature_specs(cfg: DpKpsConfig, dim: int) -> list:
 
     return [FeatureSpec(seed=cfg.seed, name=f"{cfg.method}-{k}", n_features=cfg.n_features, dim=dim, blocks=b,
                         bandwidth=cfg.bandwidth)
-            for k, b in enumerate(ensemble_blocks(cfg.method, cfg.length))]
+            for k, b in enumerate(ensemble_blocks(cfg.method, settled(cfg.length, "--length")))]
 
 
 @private_stage("sketch-sums", retries=0)  # a unit retries its own transient failures (tasks/data/units.py)
@@ -150,7 +154,7 @@ def sketch_mechanisms(cfg: DpKpsConfig, specs: list) -> list:
     from privseed.tasks.seeds.kde import sketch_mechanism
     from privseed.tasks.seeds.sampling import split_budget
 
-    budgets = split_budget(cfg.method, cfg.eps_kde, cfg.length)
+    budgets = split_budget(cfg.method, cfg.eps_kde, settled(cfg.length, "--length"))
     delta_each = cfg.delta / len(specs) if cfg.mechanism == "gaussian" else 0.0
     return [sketch_mechanism(cfg.mechanism, spec.n_features, budgets[k], delta_each) for k, spec in enumerate(specs)]
 
@@ -201,8 +205,8 @@ def sample_keyphrase_sequences(released: np.ndarray, labels: list, terms: list[s
     rule = SelectionRule.parse(selection_rule(cfg))
     sketches = [SketchTables.build(spec.draw(), embeddings, device=device)
                 for spec in feature_specs(cfg, embeddings.shape[1])]
-    ids = sample_sequences(cfg.method, sketches, released, per_class=cfg.per_class, length=cfg.length, rule=rule,
-                           rng=public_rng(cfg.seed, "sample"))
+    ids = sample_sequences(cfg.method, sketches, released, per_class=cfg.per_class,
+                           length=settled(cfg.length, "--length"), rule=rule, rng=public_rng(cfg.seed, "sample"))
     rows = [(label, [terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     stage_logger().info("sampled %d sequences per class (%s, %s, device %s)", cfg.per_class, cfg.method, rule, device)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})

@@ -10,27 +10,104 @@ is post-processing of stage 1's release, recomputed from the stored noisy rows w
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from privseed.tasks.config.commands import DpKpsConfig
-from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.data.units import CorpusPlan, map_reduce_units
+from privseed.tasks.dp.accounting import default_delta
+from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
+from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, adaptive_settings, answer_tokens, asks_for_profile,
+                                                 CorpusProfile, LENGTH_EDGES, profile_budget, profile_mechanism,
+                                                 PROFILE_SHARE, resolve_settings, settings_arrays, settings_from_arrays,
+                                                 settled, split_profiled_counts)
+from privseed.tasks.seeds.histogram_seeds import (build_mechanism, class_term_releases, ClassRelease, noise_floor,
+                                                  pair_candidates, pair_matrix, pair_mechanism, released_support,
+                                                  sample_class_sequences, stage_budgets, top_k)
+from privseed.tasks.seeds.passes import combine_sums, DeclaredLabels, pair_unit, PairSpec
+from privseed.tasks.seeds.sampling import SelectionRule
+from privseed.tasks.seeds.seed_methods import contribution_kind
+from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary, require_vocabulary_hits
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
-from privseed.tasks.data.units import CorpusPlan
-
-if TYPE_CHECKING:
-    from privseed.tasks.seeds.histogram_seeds import ClassRelease
+from privseed.tasks.stages.corpus import unit_progress, unit_reader
+from privseed.tasks.stages.dpkps import selection_rule, term_counting
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
-    from privseed.tasks.seeds.seed_methods import contribution_kind
 
     return {"method": cfg.method, "vocab": vocabulary_name, "vocab_terms": vocab_terms,
             "first_terms": cfg.first_terms, "top_k": cfg.hist_top_k, "mechanism": cfg.mechanism,
             "adjacency": "add/remove one document",
             "contribution": contribution_kind(cfg.hist_contribution).ledger_text}
+
+
+@dataclass(frozen=True)
+class SettledSettings:
+    """What the histogram methods run with once the adaptive options are settled (``settle_histogram_settings``).
+
+    ``counts``: the exact (classes, |V|) matrix of the settled contribution kind (private). ``spending``: the
+    configuration the term stages spend with (the derived settings; ``epsilon`` their share of the budget).
+    ``declared``: the configuration as the run declares it (the derived settings, the user's ``epsilon``), for the
+    manifest. ``profile``: the released profile and what the rule derived from it (post-processing of a DP
+    release, publishable; None when no profile was released)."""
+
+    counts: np.ndarray = field(repr=False)
+    spending: DpKpsConfig
+    declared: DpKpsConfig
+    profile: dict[str, Any] | None = None
+
+
+@private_stage("release-corpus-profile")
+def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
+                              ledger: PrivacyLedger) -> SettledSettings:
+    """Stage 0 of the histogram methods when an adaptive option (``--hist-contribution``, ``--hist-top-k``,
+    ``--length``) is ``auto``: release the corpus profile (``privseed.tasks.seeds.corpus_profile``), drawn once
+    through the ledger, derive the settings by the rule, and take pass 1's counts apart.
+
+    Sensitivity: a document adds 1 to one (class, length bin) cell -> L1 1, discrete Laplace of scale
+    1 / eps_profile on every cell (pure DP), eps_profile = ``PROFILE_SHARE`` of the run's epsilon, charged as its
+    own ledger stage (``corpus-profile``); the term histograms get the rest, so the total is the declared budget.
+    The settings are post-processing of the release, stored with it and re-read on resume (never redrawn, never
+    re-derived). Without an ``auto`` option nothing is released and both configurations are ``cfg``."""
+
+    given = {name: getattr(cfg, name) for name in ADAPTIVE_OPTIONS}
+    profiled = asks_for_profile(given)
+    vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
+    matrices, exact_profile = split_profiled_counts(exact, len(vocabulary), str(cfg.hist_contribution), profiled)
+    if exact_profile is None:
+        return SettledSettings(matrices[str(cfg.hist_contribution)], cfg, cfg)
+    require_vocabulary_hits(np.stack(list(matrices.values())), cfg.vocab)  # before the profile is drawn
+    (eps_profile, _), (eps_rest, _) = profile_budget(cfg.histogram_epsilon, cfg.delta)
+    params = {"statistic": "documents per (class, length bin), length = distinct terms of V",
+              "length_edges": list(LENGTH_EDGES), "share": PROFILE_SHARE, "vocab": vocabulary.name,
+              "vocab_terms": len(vocabulary), "adjacency": "add/remove one document",
+              "contribution": "1 on the cell of the document's class and length bin (L1 1)"}
+    released = ledger.draw_once("corpus-profile", mechanism=profile_mechanism(eps_profile),
+                                noise=cfg.noise("corpus-profile"), params=params, stage="corpus-profile",
+                                exact=lambda: exact_profile,
+                                postprocess=lambda noisy: settings_arrays(adaptive_settings(CorpusProfile(noisy))))
+    profile = CorpusProfile(np.asarray(released["noisy"]))
+    derived = settings_from_arrays(released)  # as stored with the draw
+    resolved = resolve_settings(given, derived)
+    answer_cap = answer_tokens(derived.answer_words)
+    if "max_tokens" not in cfg.model_fields_set:  # answers as long as the corpus's documents, under --max-tokens
+        resolved = {**resolved, "max_tokens": min(cfg.max_tokens, answer_cap)}
+    declared = cfg.model_copy(update=resolved)
+    record = {"noisy_class_sizes": [round(float(v), 1) for v in profile.class_sizes],
+              "noisy_length_histogram": [round(float(v), 1) for v in profile.lengths],
+              "length_edges": list(LENGTH_EDGES), "median_distinct_terms": round(profile.length_quantile(0.5), 1),
+              "derived": derived.as_dict(), "settled": resolved,
+              "answer_tokens": answer_cap}
+    stage_logger().info("corpus profile (epsilon %g, a share %g of the budget): median length %.0f distinct terms "
+                        "of V; %s (the rule: contribution %s, K %d, L %d, answers of ~%d words, %d tokens)",
+                        eps_profile, PROFILE_SHARE, record["median_distinct_terms"],
+                        ", ".join(f"{name} {value}" for name, value in resolved.items()), derived.contribution,
+                        derived.top_k, derived.length, derived.answer_words, record["answer_tokens"])
+    return SettledSettings(matrices[str(declared.hist_contribution)],
+                           declared.model_copy(update={"epsilon": eps_rest}), declared, record)
 
 
 @private_stage("privatize-class-histograms")
@@ -41,8 +118,6 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
     Sensitivity: a document adds 1 to at most S distinct terms of its own class -> L1 S (Laplace(S/eps_1)),
     L2 sqrt(S) (Gaussian); with ``--hist-contribution unit-l2`` or ``rank-l2`` it adds a vector of L2 norm 1 over
     all its distinct terms -> L2 1 (Gaussian only). Classes are disjoint: parallel composition (partition per class)."""
-    from privseed.tasks.seeds.histogram_seeds import build_mechanism, stage_budgets, top_k
-    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
@@ -56,15 +131,16 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
             "of its seeds from the terms released for every class (no privacy cost). For small classes the default "
             "Gaussian mechanism keeps more of each class's own terms.", threshold, threshold)
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "terms"}
+    top_k_kept = settled(cfg.hist_top_k, "--hist-top-k")
     # The ledger applies the mechanism to each class's row and keeps the whole noisy row with the top K.
     released = [ledger.draw_once(f"histogram-class{c}", mechanism=mechanism, noise=noise, params=params,
                                  exact=lambda c=c: exact[c],  # type: ignore[misc]  # default-argument lambda
-                                 postprocess=lambda noisy: top_k(np.asarray(noisy, dtype=np.float64), cfg.hist_top_k),
+                                 postprocess=lambda noisy: top_k(np.asarray(noisy, dtype=np.float64), top_k_kept),
                                  partition=f"class{c}", stage="histogram")
                 for c in range(len(labels))]
     stage_logger().info("released the top %d noisy terms of %d classes", cfg.hist_top_k, len(labels))
     if cfg.delta:
-        stage_logger().info("%s, %s: the whole release is (epsilon %g, delta %g)-DP, delta %s", cfg.mechanism,
+        stage_logger().info("%s, %s: the term stages spend (epsilon %g, delta %g), delta %s", cfg.mechanism,
                             cfg.hist_contribution, cfg.histogram_epsilon, cfg.delta, _delta_origin(cfg))
     return released
 
@@ -72,7 +148,6 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
 def _delta_origin(cfg: DpKpsConfig) -> str:
     """Where the run's delta came from, for the log: the default is a function of a public bound, never of the
     private corpus's size."""
-    from privseed.tasks.dp.accounting import default_delta
 
     if cfg.delta == default_delta(cfg.n_upper_bound):
         return f"= 1/(n ln n) with the public bound n = --n-upper-bound {cfg.n_upper_bound}"
@@ -83,17 +158,16 @@ def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[
     """Each class's terms and weights (``privseed.tasks.seeds.histogram_seeds.class_term_releases``) from stage 1's
     stored
     noisy rows: post-processing of released values and public parameters only."""
-    from privseed.tasks.seeds.histogram_seeds import build_mechanism, class_term_releases, stage_budgets
 
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
     mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
-    return class_term_releases(np.stack([t["noisy"] for t in terms]), mechanism, cfg.hist_top_k,
-                               cfg.hist_candidates, cfg.hist_denoise, cfg.hist_background_cap)
+    return class_term_releases(np.stack([t["noisy"] for t in terms]), mechanism,
+                               settled(cfg.hist_top_k, "--hist-top-k"), cfg.hist_candidates, cfg.hist_denoise,
+                               cfg.hist_background_cap)
 
 
 def pair_candidate_ids(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[np.ndarray]:
     """Each class's P heaviest stage-1 terms, among which stage 2 counts pairs (post-processing of stage 1)."""
-    from privseed.tasks.seeds.histogram_seeds import pair_candidates
 
     return [pair_candidates(r, cfg.markov_pair_top) for r in term_releases(terms, cfg)]
 
@@ -104,10 +178,6 @@ def exact_pair_counts(plan: CorpusPlan, labels: list, terms: list[dict[str, np.n
     """Pass 2 of histogram-markov: exact co-occurrence counts (C, P (P - 1) / 2) of pairs among each class's P
     candidate terms (``pair_candidate_ids``), each unit re-read from storage on a worker, combined in a tree on
     the cluster (private)."""
-    from privseed.tasks.seeds.passes import DeclaredLabels, PairSpec, combine_sums, pair_unit
-    from privseed.tasks.stages.corpus import unit_progress, unit_reader
-    from privseed.tasks.stages.dpkps import term_counting
-    from privseed.tasks.data.units import map_reduce_units
 
     spec = PairSpec(unit_reader(cfg), DeclaredLabels(tuple(labels), cfg.label_column), term_counting(cfg),
                     tuple(pair_candidate_ids(terms, cfg)), cfg.markov_pair_terms)
@@ -125,8 +195,6 @@ def privatize_class_pairs(pair_counts: np.ndarray, labels: list, terms: list[dic
     (``privseed.tasks.seeds.histogram_seeds.pair_mechanism``). Noise on every pair of every class, zero counts included;
     classes in parallel; the candidates are post-processing of stage 1's release (public), so the stages compose
     sequentially: eps_1 + eps_2."""
-    from privseed.tasks.seeds.histogram_seeds import pair_mechanism, stage_budgets
-    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     candidates = pair_candidate_ids(terms, cfg)
@@ -158,14 +226,7 @@ def _ids_digest(ids: np.ndarray) -> str:
 def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[dict[str, np.ndarray]] | None,
                                labels: list, cfg: DpKpsConfig) -> pd.DataFrame:
     """Post-processing of the released histograms: per_class sequences of length L per class (public rng)."""
-    from dataclasses import replace
 
-    from privseed.tasks.seeds.histogram_seeds import (noise_floor, pair_matrix, pair_mechanism, released_support,
-                                                      sample_class_sequences, stage_budgets)
-    from privseed.tasks.dp.ledger import public_rng
-    from privseed.tasks.seeds.sampling import SelectionRule
-    from privseed.tasks.stages.dpkps import selection_rule
-    from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabulary
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     releases = term_releases(terms, cfg)
@@ -178,12 +239,13 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
             releases[c] = replace(releases[c], pair_ids=released["pair_ids"],
                                   pair_weights=pair_matrix(released["noisy"], n, floor))
     rule = SelectionRule.parse(selection_rule(cfg))
-    short = [str(label) for label, r in zip(labels, releases) if released_support(r) < cfg.length]
+    length = settled(cfg.length, "--length")
+    short = [str(label) for label, r in zip(labels, releases) if released_support(r) < length]
     if short:  # from released values only: which declared classes fell back is post-processing
         stage_logger().warning("%d of %d classes released fewer than L = %d terms (%s); they draw the missing share "
                                "of their seeds from the terms released for every class", len(short), len(labels),
-                               cfg.length, ", ".join(short[:10]) + (" ..." if len(short) > 10 else ""))
-    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, cfg.length, rule, public_rng(cfg.seed, "sample"),
+                               length, ", ".join(short[:10]) + (" ..." if len(short) > 10 else ""))
+    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, length, rule, public_rng(cfg.seed, "sample"),
                                  cfg.markov_pair_weight)
     rows = [(label, [vocabulary.terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
     stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)

@@ -1,0 +1,248 @@
+"""The corpus profile: a small DP statistic from which the histogram methods' defaults adapt to the corpus.
+
+What a good setting of ``--hist-contribution``, ``--hist-top-k`` K and ``--length`` L is depends on how long the
+documents are (measured: a corpus of long forum posts gains 4 points from more terms per class and longer
+sequences, a corpus of short news wires loses 2; docs/dpkps.md, "Defaults that adapt to the corpus"), and that
+is private. So the run releases it, once, as its own ledgered stage, and derives the settings from the release:
+
+``class_length_counts``
+    (classes, B) counts: document d of class c adds 1 to cell (c, bin(n_d)), n_d its number of distinct terms of
+    the public vocabulary V (what the whole-document contributions spread their unit of norm over), binned at the
+    public ``LENGTH_EDGES``.
+``profile_mechanism``
+    **Sensitivity.** Under add/remove of one labelled document exactly one cell moves, by exactly 1: L1 = L2 = 1
+    for the whole (classes, B) matrix (``PROFILE_SENSITIVITY``). Laplace of scale 1 / eps_profile on every cell,
+    empty cells included (skipping them would say which lengths occur) -> eps_profile-DP, pure (the counts are
+    integers, so tasks/dp/mechanisms.py draws the discrete Laplace of that scale: the same guarantee).
+``profile_budget``
+    eps_profile = ``PROFILE_SHARE`` of the run's epsilon (delta 0); the term histograms get the rest of the
+    epsilon and all of the delta, so the run's total (basic composition over the ledger's stages) stays the
+    declared ``--epsilon``.
+``adaptive_settings``
+    The rule: settings = rule(noisy profile). Post-processing of the release and of public constants only, so
+    the noisy profile and the settings may be published (the manifest states them).
+
+Nothing here draws noise itself (the ledger applies ``profile_mechanism``), does I/O or logs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from privseed.tasks.dp.mechanisms import Mechanism, Sensitivity, mechanism_kind
+from privseed.tasks.errors import ConfigError
+
+#: Public bin edges of a document's length in distinct terms of V: [0, 4), [4, 8), ..., [384, 512), [512, inf).
+#: Finer where the measured corpora differ (short: 11-30 terms, abstracts: 45-75, posts: 120-260).
+LENGTH_EDGES: tuple[int, ...] = (0, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+#: The share of the run's epsilon spent on the profile (5 %: at --epsilon 11 the profile's Laplace scale is 1.8
+#: documents per cell, and the histograms keep 10.45; measured cost in docs/dpkps.md).
+PROFILE_SHARE = 0.05
+#: One document moves one cell of the (classes, B) matrix by 1.
+PROFILE_SENSITIVITY = Sensitivity.of_counts(1.0)
+#: The options the profile may set, each a DpKpsConfig field whose value "auto" asks for it.
+ADAPTIVE_OPTIONS: tuple[str, ...] = ("hist_contribution", "hist_top_k", "length")
+#: The value of an adaptive option that asks the profile for it.
+AUTO = "auto"
+#: Words per distinct term of V in a document (median over the seven public validation sets, 2.4-3.0): turns the
+#: released length into an answer length for the generation stage.
+WORDS_PER_DISTINCT_TERM = 2.7
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting (private; exact) and the release's mechanism
+# ---------------------------------------------------------------------------------------------
+
+def length_bin(distinct_terms: int) -> int:
+    """The bin of a document with ``distinct_terms`` distinct terms of V (public edges ``LENGTH_EDGES``)."""
+    if distinct_terms < 0:
+        raise ConfigError(f"a document cannot hold {distinct_terms} terms")
+    return int(np.searchsorted(LENGTH_EDGES, distinct_terms, side="right")) - 1
+
+
+def class_length_counts(distinct_terms: Iterable[int], class_index: Sequence[int] | np.ndarray,
+                        n_classes: int) -> np.ndarray:
+    """Exact (n_classes, B) int64 counts: each document adds 1 to (its class, the bin of its number of distinct
+    terms of V). Additive over disjoint shards; one document moves one cell by 1."""
+    counts = np.zeros((n_classes, len(LENGTH_EDGES)), dtype=np.int64)
+    for n, c in zip(distinct_terms, class_index, strict=True):
+        counts[int(c), length_bin(int(n))] += 1
+    return counts
+
+
+def profile_budget(epsilon: float, delta: float) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((epsilon, delta) of the profile, (epsilon, delta) left for the term histograms): they add up to the
+    run's (epsilon, delta) by basic composition. The profile is pure DP (delta 0)."""
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ConfigError(f"epsilon must be a positive finite number, got {epsilon}")
+    spent = epsilon * PROFILE_SHARE
+    return (spent, 0.0), (epsilon - spent, delta)
+
+
+def profile_mechanism(epsilon: float) -> Mechanism:
+    """Laplace of scale 1 / epsilon on every cell (L1 sensitivity 1: ``PROFILE_SENSITIVITY``)."""
+    return mechanism_kind("laplace").calibrated(PROFILE_SENSITIVITY, epsilon, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Post-processing of the release: the profile and the rule
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CorpusProfile:
+    """The released (classes, B) noisy counts and what the rule reads of them (all post-processing)."""
+
+    noisy: np.ndarray
+
+    def __post_init__(self) -> None:
+        if np.ndim(self.noisy) != 2 or np.shape(self.noisy)[1] != len(LENGTH_EDGES):
+            raise ConfigError(f"a corpus profile is a (classes, {len(LENGTH_EDGES)}) array, got shape "
+                              f"{np.shape(self.noisy)}")
+
+    @property
+    def class_sizes(self) -> np.ndarray:
+        """(classes,) noisy documents per class, clipped at 0."""
+        return np.maximum(np.asarray(self.noisy, dtype=np.float64).sum(axis=1), 0.0)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(B,) noisy documents per length bin over all classes, each clipped at 0."""
+        return np.maximum(np.asarray(self.noisy, dtype=np.float64).sum(axis=0), 0.0)
+
+    def length_quantile(self, q: float) -> float:
+        """The q-quantile of the documents' length in distinct terms, read off the clipped noisy histogram
+        (linear within the first bin, geometric within the others; the open last bin ends at twice its
+        start). 0 when the noise left no mass."""
+        if not 0.0 <= q <= 1.0:
+            raise ConfigError(f"a quantile lies in [0, 1], got {q}")
+        mass = self.lengths
+        total = float(mass.sum())
+        if total <= 0:
+            return 0.0
+        upper = (*LENGTH_EDGES[1:], 2 * LENGTH_EDGES[-1])
+        target = q * total
+        below = 0.0
+        for b, count in enumerate(mass):
+            if count > 0 and below + count >= target:
+                share = (target - below) / count
+                low, high = float(LENGTH_EDGES[b]), float(upper[b])
+                return low + share * (high - low) if low == 0 else low * (high / low) ** share
+            below += float(count)
+        return float(upper[-1])
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """What the rule derives from the profile: stage 1's contribution kind, K, L, and an answer length (words)
+    the generation stage can write to (the released median length)."""
+
+    contribution: str
+    top_k: int
+    length: int
+    answer_words: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: The rule's threshold: a corpus whose median document holds at least this many distinct terms of V is "long".
+#: Between the short sets (DBPedia-14 19, Yelp 29, news wires) and the abstracts and posts (57-194); chosen on
+#: the validation sets of docs/dpkps.md, "Defaults that adapt to the corpus".
+LONG_MEDIAN_TERMS = 40.0
+#: (contribution, K, L) of a short and of a long corpus.
+SHORT_SETTINGS = ("rank-l2", 300, 10)
+LONG_SETTINGS = ("rank-l2", 1000, 30)
+#: Answer lengths (words) the rule keeps to: a one-line answer is no document, and the local model's context
+#: bounds the long end.
+ANSWER_WORDS_RANGE = (40, 400)
+
+
+def adaptive_settings(profile: CorpusProfile) -> AdaptiveSettings:
+    """The rule (docs/dpkps.md, "Defaults that adapt to the corpus"): m = the released median length in distinct
+    terms of V. m >= ``LONG_MEDIAN_TERMS``: ``LONG_SETTINGS`` (more terms per class, longer sequences: a long
+    document's class lives in many terms, each weak); else ``SHORT_SETTINGS`` (the fixed defaults, best where the
+    first terms carry the class). The answer length is m words-per-term words, rounded to 10, within
+    ``ANSWER_WORDS_RANGE``. A function of the noisy profile and public constants only."""
+    median = profile.length_quantile(0.5)
+    contribution, top_k, length = LONG_SETTINGS if median >= LONG_MEDIAN_TERMS else SHORT_SETTINGS
+    words = int(round(median * WORDS_PER_DISTINCT_TERM / 10.0)) * 10
+    low, high = ANSWER_WORDS_RANGE
+    return AdaptiveSettings(contribution, top_k, length, min(high, max(low, words)))
+
+
+def answer_tokens(answer_words: int) -> int:
+    """The output tokens of an answer of ``answer_words`` words (English runs ~1.35 tokens a word in the local
+    models' tokenizers), with room to end the last sentence: the ``max_tokens`` a generation stage may use."""
+    return int(math.ceil(answer_words * 1.35 / 16.0) * 16) + 32
+
+
+#: The contribution kinds the rule may choose, in a fixed order: pass 1 counts each of them when the contribution
+#: is "auto" (``counted_contributions``), side by side, so the release needs no second pass.
+RULE_CONTRIBUTIONS: tuple[str, ...] = tuple(dict.fromkeys((SHORT_SETTINGS[0], LONG_SETTINGS[0])))
+
+
+def counted_contributions(contribution: str) -> tuple[str, ...]:
+    """The kinds pass 1 counts for ``--hist-contribution`` ``contribution``: itself, or for "auto" every kind the
+    rule may choose."""
+    return RULE_CONTRIBUTIONS if contribution == AUTO else (contribution,)
+
+
+def asks_for_profile(values: Mapping[str, Any]) -> bool:
+    """Whether a configuration (DpKpsConfig fields) leaves an adaptive option to the profile."""
+    return any(values[name] == AUTO for name in ADAPTIVE_OPTIONS)
+
+
+def split_profiled_counts(counts: np.ndarray, vocab_size: int, contribution: str,
+                          profile: bool) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Pass 1's per-class result taken apart (``TermCounting`` with ``contribution`` and ``profile``): the
+    (classes, |V|) matrix of each counted kind, and the profile's exact (classes, B) int64 counts (None when not
+    counted)."""
+    kinds = counted_contributions(contribution)
+    expected = len(kinds) * vocab_size + (len(LENGTH_EDGES) if profile else 0)
+    if np.ndim(counts) != 2 or np.shape(counts)[1] != expected:
+        raise ConfigError(f"pass 1 counted {np.shape(counts)}, expected (classes, {expected}) for {kinds}"
+                          f"{' and the corpus profile' if profile else ''}")
+    matrices = {kind: counts[:, i * vocab_size:(i + 1) * vocab_size] for i, kind in enumerate(kinds)}
+    if len(kinds) == 1 and not profile:
+        matrices = {kinds[0]: counts}
+    exact_profile = np.rint(counts[:, len(kinds) * vocab_size:]).astype(np.int64) if profile else None
+    return matrices, exact_profile
+
+
+def settled(value: int | str, flag: str) -> int:
+    """An adaptive option's value once settled (a stage after the profile, or a paper's sampler): "auto" here is a
+    stage called before ``settle_histogram_settings``, named as such."""
+    if value == AUTO or isinstance(value, str):
+        raise ConfigError(f"{flag} is still auto: the histogram stages run after the corpus profile settles it "
+                          "(flows/dpkps.py privatize_histogram_sequences), or give it explicitly")
+    return int(value)
+
+
+def resolve_settings(given: Mapping[str, Any], derived: AdaptiveSettings) -> dict[str, Any]:
+    """The values of the adaptive options: each one given (not "auto") as it is, each "auto" from ``derived``."""
+    from_rule = {"hist_contribution": derived.contribution, "hist_top_k": derived.top_k, "length": derived.length}
+    return {name: from_rule[name] if given[name] == AUTO else given[name] for name in ADAPTIVE_OPTIONS}
+
+
+def planned_settings(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The adaptive options before any data is read (a dry run's plan): each "auto" as the rule's larger
+    settings (``LONG_SETTINGS``: more keyphrases a prompt, the cost's upper bound), each given one as it is."""
+    contribution, top_k, length = LONG_SETTINGS
+    return resolve_settings(given, AdaptiveSettings(contribution, top_k, length, ANSWER_WORDS_RANGE[1]))
+
+
+def settings_arrays(derived: AdaptiveSettings) -> dict[str, np.ndarray]:
+    """The derived settings as arrays, stored beside the noisy profile in the ledger's value (re-read on resume)."""
+    return {"contribution": np.asarray(derived.contribution), "top_k": np.asarray(derived.top_k),
+            "length": np.asarray(derived.length), "answer_words": np.asarray(derived.answer_words)}
+
+
+def settings_from_arrays(arrays: Mapping[str, np.ndarray]) -> AdaptiveSettings:
+    """``settings_arrays`` read back."""
+    return AdaptiveSettings(str(arrays["contribution"]), int(arrays["top_k"]), int(arrays["length"]),
+                            int(arrays["answer_words"]))

@@ -1,0 +1,223 @@
+"""The corpus profile (tasks/seeds/corpus_profile.py): the small DP statistic the histogram methods' defaults adapt
+to, its rule, its ledger stage, and its noise in a real flow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.seeds.corpus_profile import (LENGTH_EDGES, LONG_MEDIAN_TERMS, LONG_SETTINGS, PROFILE_SHARE,
+                                                 SHORT_SETTINGS, CorpusProfile, adaptive_settings, asks_for_profile,
+                                                 class_length_counts, length_bin, planned_settings, profile_budget,
+                                                 profile_mechanism, resolve_settings, split_profiled_counts)
+
+B = len(LENGTH_EDGES)
+
+
+def _profile_at(median_terms: float, documents: int = 1000, classes: int = 4) -> CorpusProfile:
+    """A noiseless profile whose documents all sit in the bin of ``median_terms``, spread over the classes."""
+    noisy = np.zeros((classes, B))
+    noisy[:, length_bin(int(median_terms))] = documents / classes
+    return CorpusProfile(noisy)
+
+
+# ------------------------------------------------------------------ the pure functions
+def test_length_bins_and_exact_counts():
+    assert [length_bin(n) for n in (0, 3, 4, 11, 12, 511, 512, 10_000)] == [0, 0, 1, 2, 3, 13, 14, 14]
+    counts = class_length_counts([0, 5, 5, 600], [0, 1, 1, 0], n_classes=3)
+    assert counts.shape == (3, B) and counts.dtype == np.int64
+    assert counts[0, 0] == 1 and counts[0, B - 1] == 1 and counts[1, 1] == 2 and counts.sum() == 4
+    with pytest.raises(ConfigError):
+        length_bin(-1)
+
+
+def test_one_document_moves_one_cell_by_one():
+    """The sensitivity the mechanism is calibrated to: add/remove one document changes the (classes, B) matrix by
+    exactly 1 in L1 (and L2) norm, whatever its length and label."""
+    rng = np.random.default_rng(0)
+    lengths, classes = rng.integers(0, 900, size=200), rng.integers(0, 5, size=200)
+    full = class_length_counts(lengths, classes, 5)
+    for drop in range(0, 200, 17):
+        keep = np.arange(200) != drop
+        moved = full - class_length_counts(lengths[keep], classes[keep], 5)
+        assert np.abs(moved).sum() == 1
+    assert profile_mechanism(0.5).scale == pytest.approx(2.0)  # Laplace(1 / eps): L1 sensitivity 1
+
+
+def test_budget_adds_up_to_the_declared_epsilon():
+    (eps_p, delta_p), (eps_rest, delta_rest) = profile_budget(11.0, 7e-8)
+    assert eps_p == pytest.approx(11.0 * PROFILE_SHARE) and delta_p == 0.0
+    assert eps_p + eps_rest == pytest.approx(11.0) and delta_rest == 7e-8
+    with pytest.raises(ConfigError):
+        profile_budget(0.0, 1e-6)
+
+
+def test_median_read_off_the_histogram():
+    profile = CorpusProfile(np.array([[0, 0, 0, 0, 0, 10, 10, 0, 0, 0, 0, 0, 0, 0, 0]], dtype=float))
+    assert profile.length_quantile(0.5) == pytest.approx(32.0)  # the edge between the two filled bins
+    assert 24 <= profile.length_quantile(0.25) <= 32
+    negative = CorpusProfile(-np.ones((2, B)))  # noise may leave no mass: a length of 0, never an error
+    assert negative.length_quantile(0.5) == 0.0 and negative.class_sizes.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("median, expected", [(19, SHORT_SETTINGS), (29, SHORT_SETTINGS),
+                                              (LONG_MEDIAN_TERMS + 10, LONG_SETTINGS), (150, LONG_SETTINGS)])
+def test_the_rule_follows_the_released_length(median, expected):
+    derived = adaptive_settings(_profile_at(median))
+    assert (derived.contribution, derived.top_k, derived.length) == expected
+    assert 40 <= derived.answer_words <= 400
+
+
+def test_answer_length_grows_with_the_documents():
+    short, long = adaptive_settings(_profile_at(20)), adaptive_settings(_profile_at(150))
+    assert short.answer_words < long.answer_words
+
+
+def test_an_explicit_option_wins_over_the_rule():
+    derived = adaptive_settings(_profile_at(150))
+    given = {"hist_contribution": "unit-l2", "hist_top_k": "auto", "length": 12}
+    assert resolve_settings(given, derived) == {"hist_contribution": "unit-l2", "hist_top_k": derived.top_k,
+                                                "length": 12}
+    assert asks_for_profile(given)
+    assert not asks_for_profile({"hist_contribution": "rank-l2", "hist_top_k": 300, "length": 10})
+    assert planned_settings(given)["length"] == 12 and planned_settings(given)["hist_top_k"] == LONG_SETTINGS[1]
+
+
+def test_split_takes_pass_one_apart_and_refuses_another_shape():
+    counts = np.arange(3 * (7 + B), dtype=np.float64).reshape(3, 7 + B)
+    matrices, profile = split_profiled_counts(counts, 7, "rank-l2", True)
+    assert np.array_equal(matrices["rank-l2"], counts[:, :7])
+    assert profile is not None and profile.dtype == np.int64 and np.array_equal(profile, counts[:, 7:])
+    with pytest.raises(ConfigError):
+        split_profiled_counts(np.zeros((3, 7)), 7, "rank-l2", True)
+
+
+def test_configuration_defaults_are_auto_and_explicit_values_stay():
+    base = dict(data="/tmp/x.csv", out="/tmp/o", labels=["a", "b"])
+    cfg = DpKpsConfig(**base)
+    assert (cfg.hist_contribution, cfg.hist_top_k, cfg.length) == ("auto", "auto", "auto")
+    given = DpKpsConfig(**base, hist_top_k="500", length="20", hist_contribution="unit-l2")
+    assert (given.hist_top_k, given.length, given.hist_contribution) == (500, 20, "unit-l2")
+    assert DpKpsConfig(**base, method="independent").length == 10  # the paper's samplers release no profile
+    assert DpKpsConfig(**base, mechanism="laplace").hist_contribution == "first-terms"
+    with pytest.raises(ValueError):
+        DpKpsConfig(**base, hist_top_k="many")
+
+
+# ------------------------------------------------------------------ the stage, with real noise and the ledger
+def _stage_config(tmp_path: Path, **overrides) -> DpKpsConfig:
+    values = dict(data="unused", out=str(tmp_path / "out"), labels=["0", "1", "2", "3"], method="histogram",
+                  vocab_top=20000, per_class=6, epsilon=20.0, gate=False)
+    values.update(overrides)
+    return DpKpsConfig(**values)
+
+
+def test_stage_charges_its_own_stage_and_resume_rereads_the_draw(tmp_path, tiny_corpus):
+    from privseed.tasks.stages.corpus import scan_private_corpus
+    from privseed.tasks.stages.dpkps import term_counting
+    from privseed.tasks.stages.histogram import privatize_class_histograms, settle_histogram_settings
+    from tests.conftest import corpus_plan
+
+    cfg = _stage_config(tmp_path)
+    labels = [0, 1, 2, 3]
+    exact = scan_private_corpus.fn(corpus_plan(tiny_corpus, tmp_path / "corpus"), labels, cfg,
+                                   term_counting(cfg)).counts
+    ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
+    settled = settle_histogram_settings.fn(exact, labels, cfg, ledger)
+    assert "auto" not in (settled.declared.hist_contribution, settled.declared.hist_top_k, settled.declared.length)
+    assert settled.declared.epsilon == 20.0 and settled.spending.epsilon == pytest.approx(20.0 * (1 - PROFILE_SHARE))
+    privatize_class_histograms.fn(settled.counts, labels, settled.spending, ledger)
+    entries = {e["name"]: e for e in ledger.entries()}
+    assert entries["corpus-profile"]["stage"] == "corpus-profile"
+    assert entries["corpus-profile"]["epsilon"] == pytest.approx(20.0 * PROFILE_SHARE)
+    assert entries["corpus-profile"]["delta"] == 0.0
+    assert ledger.total()[0] == pytest.approx(20.0)  # the declared budget, profile included
+    # A resumed run (a new ledger object on the same state and run id) re-reads the stored draw: the same noise,
+    # the same settings, even when the exact counts it is handed differ; nothing is charged again.
+    changed = exact.copy()
+    changed[:, -B:] += 50
+    resumed = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
+    again = settle_histogram_settings.fn(changed, labels, cfg, resumed)
+    assert again.profile == settled.profile
+    assert resumed.total()[0] == pytest.approx(20.0) and len(resumed.entries()) == len(entries)
+    # Every option given: no profile is released and the term stages spend the whole budget.
+    fixed = _stage_config(tmp_path, hist_contribution="rank-l2", hist_top_k=40, length=5)
+    plain = PrivacyLedger(str(tmp_path / "state2"), "fingerprint", "run1")
+    exact_fixed = scan_private_corpus.fn(corpus_plan(tiny_corpus, tmp_path / "corpus2"), labels, fixed,
+                                         term_counting(fixed)).counts
+    none = settle_histogram_settings.fn(exact_fixed, labels, fixed, plain)
+    assert none.profile is None and none.spending is fixed and not plain.entries()
+
+
+# ------------------------------------------------------------------ the flow: noise, the stored draw, the manifest
+TEXTS = {0: "football club player scored goals league season striker contract coach team",
+         1: "river valley mountain lake forest village glacier island park trail",
+         2: "album band song released records guitar singer single chart music"}
+
+
+def _flow_corpus(tmp: Path) -> tuple[str, pd.DataFrame]:
+    rng = np.random.default_rng(3)
+    rows = []
+    for label, text in TEXTS.items():
+        words = text.split()
+        for _ in range(30):
+            rows.append((" ".join(rng.choice(words, size=int(rng.integers(3, 10)), replace=False)), str(label)))
+    frame = pd.DataFrame(rows, columns=["text", "label"])
+    path = tmp / "corpus.parquet"
+    frame.to_parquet(path, index=False)
+    return str(path), frame
+
+
+def _flow_config(data: str, out: Path, **overrides) -> DpKpsConfig:
+    values = dict(data=data, out=str(out), state=str(out.parent / f"{out.name}-state"), vocab_top=20_000,
+                  per_class=4, epsilon=20.0, llm="none", gate=False, n_workers=1, seed=0,
+                  labels=[str(label) for label in TEXTS])
+    values.update(overrides)
+    return DpKpsConfig(**values)
+
+
+def _stored_profile(out: Path) -> dict[str, np.ndarray]:
+    [path] = (out.parent / f"{out.name}-state").glob("runs/*/values/corpus-profile.npz")
+    with np.load(path, allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files if k != "__params__"}
+
+
+def test_flow_profile_noise_is_laplace_of_its_share_and_differs_across_runs(tmp_path):
+    """Two runs with the same --seed release different profiles (the noise is OpenDP's, not the seed's); the
+    residual against the exact (class, length bin) counts, recomputed here, is integer discrete-Laplace noise of
+    scale 1 / (share x epsilon) = 1: about half the cells move, by about 0.85 on average. A profile charged at the
+    whole epsilon (scale 0.05) would leave nearly every cell exact; one at a tenth of the share (scale 10) would
+    move them by about 10."""
+    from privseed.flows.dpkps import dpkps_flow
+    from privseed.tasks.seeds.vocabulary import load_vocabulary, phrase_matcher
+
+    data, frame = _flow_corpus(tmp_path)
+    manifests, residuals = [], []
+    matcher = phrase_matcher(load_vocabulary("english", 20_000))
+    labels = [str(label) for label in TEXTS]
+    lengths = [len(set(matcher.match(text))) for text in frame["text"]]
+    exact = class_length_counts(lengths, [labels.index(v) for v in frame["label"]], len(labels))
+    for run in ("a", "b"):
+        out = tmp_path / run
+        manifests.append(dpkps_flow(_flow_config(data, out)))
+        stored = _stored_profile(out)
+        residual = stored["noisy"] - exact
+        assert np.allclose(residual, np.rint(residual))  # discrete Laplace on integer counts
+        residuals.append(residual)
+        owner = {e["name"]: e for e in json.loads((out / "ledger.json").read_text())["entries"]}
+        assert owner["corpus-profile"]["epsilon"] == pytest.approx(20.0 * PROFILE_SHARE)
+        assert manifests[-1]["privacy"]["epsilon"] == pytest.approx(20.0)
+        config = json.loads((out / "manifest.json").read_text())["config"]
+        assert config["length"] == int(stored["length"]) and config["hist_top_k"] == int(stored["top_k"])
+        assert config["epsilon"] == 20.0
+    assert not np.array_equal(residuals[0], residuals[1])
+    moved = np.concatenate([r.ravel() for r in residuals])
+    assert 0.3 < np.mean(moved != 0) < 0.8
+    assert 0.4 < np.mean(np.abs(moved)) < 1.6
