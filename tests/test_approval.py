@@ -15,7 +15,7 @@ import pytest
 from prefect.exceptions import FlowPauseTimeout
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig, SecPeConfig, validate_config
 from privseed.tasks.config.preflight import check_approval_server
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.errors import ConfigError, GateFailedError
@@ -46,6 +46,18 @@ def test_the_option_is_refused_without_a_prefect_server(tmp_path):
         check_approval_server(config(tmp_path))  # without the option: nothing to refuse
     with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:4200/api"}):
         check_approval_server(cfg)
+
+
+@pytest.mark.parametrize("model, required", [
+    (DpKpsConfig, {}), (AugPeConfig, {}), (SecPeConfig, {"public": "p.parquet", "noise_multiplier": 3.0})])
+def test_every_release_command_takes_the_approval_and_its_timeout(model, required):
+    values = {"data": "d.parquet", "out": "o", "labels": LABELS, **required}
+    assert validate_config(model, {**values, "require_approval": True}).approval_timeout == 24 * 3600
+    assert validate_config(model, {**values, "require_approval": True, "approval_timeout": 600}).approval_timeout == 600
+    with pytest.raises(ConfigError, match="--approval-timeout applies to a run that waits for a person only"):
+        validate_config(model, {**values, "approval_timeout": 600})
+    with pytest.raises(ConfigError, match="--approval-timeout"):
+        validate_config(model, {**values, "require_approval": True, "approval_timeout": 5})
 
 
 def test_the_command_line_refuses_it_in_one_line_before_prefect_starts(tmp_path, capsys, monkeypatch):
@@ -93,7 +105,7 @@ def test_the_request_shows_the_ledger_the_guarantee_and_the_gate():
 
 @pytest.mark.parametrize("answer", ["timeout", "reject", "no answer"])
 def test_a_candidate_nobody_approves_goes_to_quarantine_and_nothing_under_out(tmp_path, monkeypatch, answer):
-    cfg = config(tmp_path, require_approval=True)
+    cfg = config(tmp_path, require_approval=True, approval_timeout=600)
     ledger = PrivacyLedger(cfg.state_uri, "id-of-the-corpus", "run1")
     shown: list[Any] = []
     monkeypatch.setattr(approval, "approval_artifacts", lambda *args: shown.append(args))
@@ -106,11 +118,13 @@ def test_a_candidate_nobody_approves_goes_to_quarantine_and_nothing_under_out(tm
 
     monkeypatch.setattr(approval, "pause_flow_run", pause)
     with pytest.raises(GateFailedError, match="release not approved") as refused:
-        approval.await_approval.fn(cfg, candidate(), ledger, LABELS, timeout_s=600)
+        approval.await_approval.fn(cfg, candidate(), ledger, LABELS)
     assert shown and len(shown[0][4]) == approval.SAMPLE_ROWS
     message = str(refused.value)
     assert {"timeout": "no answer within 600 s", "reject": "rejected in the Prefect UI (too few classes)",
             "no answer": "rejected in the Prefect UI;"}[answer] in message
+    assert message.endswith("rerun the same command with --run-id run1 (a deployment: run_id in its config): its "
+                            "drawn values and the LLM's answers are re-read, nothing is charged again")
     assert not os.path.exists(cfg.out)
     folder = Path(refused.value.quarantine)
     assert folder.parent == Path(cfg.state_uri) / "quarantine"
@@ -165,13 +179,14 @@ def small_corpus(tmp_path_factory) -> Path:
 
 
 class FlowInThread:
-    """``dpkps_flow`` in a thread of this process (its Prefect settings copied in), so the test can resume it."""
+    """A flow (``dpkps_flow`` unless told) in a thread of this process (its Prefect settings copied in), so the test
+    can resume it."""
 
-    def __init__(self, name: str, cfg: dict[str, Any]) -> None:
+    def __init__(self, name: str, cfg: dict[str, Any], flow_fn: Any = None) -> None:
         from privseed.flows.dpkps import dpkps_flow
 
         self.name, self.result, self.error = name, None, None
-        flow = dpkps_flow.with_options(flow_run_name=name)
+        flow = (flow_fn or dpkps_flow).with_options(flow_run_name=name)
         context = contextvars.copy_context()
 
         def run() -> None:
@@ -183,18 +198,22 @@ class FlowInThread:
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
 
-    def paused_run_id(self, within_s: float = 300) -> Any:
+    def flow_run(self) -> Any:
         from prefect import get_client
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
-        deadline = time.monotonic() + within_s
         with get_client(sync_client=True) as client:
-            while time.monotonic() < deadline:
-                assert self.thread.is_alive(), f"the run ended without pausing: {self.error!r}"
-                runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[self.name])))
-                if runs and runs[0].state is not None and runs[0].state.is_paused():
-                    return runs[0].id
-                time.sleep(1)
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[self.name])))
+        return runs[0] if runs else None
+
+    def paused_run_id(self, within_s: float = 300) -> Any:
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            assert self.thread.is_alive(), f"the run ended without pausing: {self.error!r}"
+            run = self.flow_run()
+            if run is not None and run.state is not None and run.state.is_paused():
+                return run.id
+            time.sleep(1)
         raise AssertionError(f"run {self.name} did not pause within {within_s} s")
 
     def join(self, within_s: float = 120) -> None:
@@ -214,38 +233,70 @@ def artifacts_of(flow_run_id: Any) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_an_approval_round_trip_through_a_real_prefect_api(prefect_harness, small_corpus, tmp_path):
+    """One run of each release command pauses on a real Prefect API, all three at once: DP-KPS's is approved and
+    published, Aug-PE's rejected (nothing under OUT, the candidate in quarantine), SecPE's gets no answer within
+    --approval-timeout and fails with its own line, which names the --run-id that asks again."""
     import json
 
     from prefect.flow_runs import resume_flow_run
 
+    from privseed.flows.evolution import augpe_flow, secpe_flow
     from privseed.tasks.data.corpus import read_release
+    from privseed.tasks.dp.ledger import unfinished_runs
+    from privseed.tasks.llm import register_backend
+    from tests.test_evolution_flow import TOPICS, FakeBackend
 
-    settings = {"data": str(small_corpus), "labels": LABELS, "per_class": 8, "llm": "none", "gate": False,
-                "n_workers": 1, "require_approval": True}
-    approved_out, rejected_out = tmp_path / "approved", tmp_path / "rejected"
+    base: dict[str, Any] = {"data": str(small_corpus), "labels": LABELS, "gate": False, "n_workers": 1,
+                            "require_approval": True}
+    evolution = {**base, "llm": "local:fake-topics", "per_class": 2, "variations": 1, "iterations": 1,
+                 "doc_type": "short text"}
+    public, secrets = tmp_path / "public.parquet", tmp_path / "secrets.txt"
+    pd.DataFrame({"text": [f"{TOPICS[i % 3]} public {i}" for i in range(30)]}).to_parquet(public)
+    secrets.write_text("goals\nglacier\nguitar\n")
+    out = {name: tmp_path / name for name in ("dpkps", "augpe", "secpe")}
+    register_backend("local:fake-topics", FakeBackend())
+    try:
+        dpkps = FlowInThread("approval-dpkps", {**base, "out": str(out["dpkps"]), "per_class": 8, "llm": "none"})
+        augpe = FlowInThread("approval-augpe", {**evolution, "out": str(out["augpe"]), "epsilon": 50.0,
+                                                "delta": 1e-5}, augpe_flow)
+        secpe = FlowInThread("approval-secpe", {**evolution, "out": str(out["secpe"]), "public": str(public),
+                                                "secrets": str(secrets), "clusters": 6, "noise_multiplier": 8.0,
+                                                "approval_timeout": 10}, secpe_flow)
+        flow_run_id = dpkps.paused_run_id()
+        assert not out["dpkps"].exists()  # nothing is published while the run waits
+        artifacts = artifacts_of(flow_run_id)
+        assert {"approval-request", "approval-sample"} <= set(artifacts)
+        request = artifacts["approval-request"].data
+        assert "24 documents" in request and "changes the probability of any output" in request
+        sample = json.loads(artifacts["approval-sample"].data)
+        assert len(sample) == approval.SAMPLE_ROWS and set(sample[0]) == {"text", "label", "keyphrases"}
+        resume_flow_run(flow_run_id, run_input={"approve": True, "comment": "signed off"})
 
-    run = FlowInThread("approval-yes", {**settings, "out": str(approved_out)})
-    flow_run_id = run.paused_run_id()
-    assert not approved_out.exists()  # nothing is published while the run waits
-    artifacts = artifacts_of(flow_run_id)
-    assert {"approval-request", "approval-sample"} <= set(artifacts)
-    request = artifacts["approval-request"].data
-    assert "24 documents" in request and "changes the probability of any output" in request
-    sample = json.loads(artifacts["approval-sample"].data)
-    assert len(sample) == approval.SAMPLE_ROWS and set(sample[0]) == {"text", "label", "keyphrases"}
-    resume_flow_run(flow_run_id, run_input={"approve": True, "comment": "signed off"})
-    run.join()
-    assert run.error is None, run.error
-    manifest, synthetic = read_release(str(approved_out))
+        flow_run_id = augpe.paused_run_id()
+        assert {"approval-request", "approval-sample"} <= set(artifacts_of(flow_run_id))
+        resume_flow_run(flow_run_id, run_input={"approve": False, "comment": "not this week"})
+        for run in (dpkps, augpe):
+            run.join()
+        secpe.join(within_s=300)  # nobody answers it
+    finally:
+        register_backend("local:fake-topics", None)
+
+    assert dpkps.error is None, dpkps.error
+    manifest, synthetic = read_release(str(out["dpkps"]))
     assert manifest["rows"] == 24 and len(synthetic) == 24
-    assert run.result["release_id"] == manifest["release_id"]
+    assert dpkps.result["release_id"] == manifest["release_id"]
 
-    run = FlowInThread("approval-no", {**settings, "out": str(rejected_out)})
-    flow_run_id = run.paused_run_id()
-    resume_flow_run(flow_run_id, run_input={"approve": False, "comment": "not this week"})
-    run.join()
-    assert isinstance(run.error, GateFailedError) and "rejected in the Prefect UI (not this week)" in str(run.error)
-    assert not rejected_out.exists() or not any(rejected_out.iterdir())
-    quarantined = list((tmp_path / "rejected.private" / "quarantine").iterdir())
-    assert len(quarantined) == 1 and (quarantined[0] / "synthetic" / "part-00000.parquet").exists()
-    assert json.loads((quarantined[0] / "approval.json").read_text())["comment"] == "not this week"
+    assert isinstance(augpe.error, GateFailedError) and "rejected in the Prefect UI (not this week)" in str(augpe.error)
+    assert not out["augpe"].exists() or not any(p.is_file() for p in out["augpe"].rglob("*"))
+    (quarantined,) = (tmp_path / "augpe.private" / "quarantine").iterdir()
+    assert len(pd.read_parquet(quarantined / "synthetic" / "part-00000.parquet")) == 6
+    assert json.loads((quarantined / "approval.json").read_text())["comment"] == "not this week"
+
+    assert isinstance(secpe.error, GateFailedError), secpe.error
+    (unfinished,) = unfinished_runs(str(tmp_path / "secpe.private"))
+    assert str(secpe.error).startswith("release not approved: no answer within 10 s; nothing was published")
+    assert f"rerun the same command with --run-id {unfinished} " in str(secpe.error)
+    assert not out["secpe"].exists() or not any(p.is_file() for p in out["secpe"].rglob("*"))
+    assert len(list((tmp_path / "secpe.private" / "quarantine").iterdir())) == 1
+    state = secpe.flow_run().state  # the run's own line, not Prefect's "paused and never resumed"
+    assert state.is_failed() and "release not approved: no answer within 10 s" in (state.message or ""), state

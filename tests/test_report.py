@@ -218,3 +218,31 @@ def test_run_report_shows_the_reference_lines_the_per_class_table_and_the_guaran
     # without them (an older result), the report renders as before
     bare = report.render_run_report({"title": "t", "scores": {}}, figures={}, ledger=None, manifest=None, examples=[])
     assert "id='references'" not in bare and "id='per-class'" not in bare and "e^" not in bare
+
+
+def test_run_report_names_the_embedded_model_s_envelope_with_both_figures():
+    """Issue 48 item 4: a release the embedded model wrote outside its measured envelope says so in the report, in
+    the banner before the scores, with the library's figure, this release's own and the backends that do better."""
+    from privseed.tasks.evaluation import evaluation
+
+    assert (report.ENVELOPE_SCORE, report.ENVELOPE_REFERENCE) == (evaluation.classifier_label("tfidf", False),
+                                                                  evaluation.SEEDS_ALONE)
+    result = {"title": "t", "scores": {"TF-IDF + LR": {"accuracy": 0.161, "macro_f1": 0.1, "n_test": 40}},
+              "references": evaluation.reference_lines(["a"] * 20 + ["b"] * 20, {
+                  evaluation.SEEDS_ALONE: {"accuracy": 0.202, "macro_f1": 0.2, "n_train": 40}})}
+
+    def rendered(llm: str, doc_type: str, method: str = "histogram") -> str:
+        manifest = {"config": {"method": method, "llm": llm, "doc_type": doc_type}}
+        html_text = report.render_run_report(result, figures={}, ledger=None, manifest=manifest, examples=[])
+        return html_text.split("<section id='scores'>")[0]
+
+    forum = rendered("local", "Usenet newsgroup post")
+    assert "Read this before the scores" in forum and "writes forum posts poorly" in forum
+    assert "14.7 % against 20.2 % for their own seeds" in forum  # the library's measured figure
+    assert "This release: its documents 16.1 % against 20.2 % for their seeds alone" in forum and "trail" in forum
+    assert "local:qwen2.5-coder-0.5b" in forum and "openai-compatible:URL" in forum and "anthropic:MODEL" in forum
+    assert "never measured writing a support ticket" in rendered("local-server", "support ticket")
+    for inside in (rendered("local", "Wikipedia article"), rendered("anthropic:claude-haiku-4-5", "Usenet post"),
+                   rendered("local:qwen2.5-coder-0.5b", "Usenet post"), rendered("none", "Usenet post"),
+                   rendered("local", "Usenet post", method="augpe")):
+        assert "Read this before the scores" not in inside

@@ -118,7 +118,7 @@ def check_no_unfinished_run(cfg: ReleaseConfig) -> None:
             "a new run with --new-run (which charges the budget again)")
 
 
-def check_approval_server(cfg: DpKpsConfig) -> None:
+def check_approval_server(cfg: ReleaseConfig) -> None:
     """``--require-approval`` pauses the run until a person answers in the Prefect UI: it needs a Prefect server they
     can reach (PREFECT_API_URL), not the temporary one that lives and dies with the run (tasks/stages/approval.py)."""
     if not cfg.require_approval:
@@ -137,8 +137,8 @@ def check_release_input(cfg: ReleaseConfig) -> None:
         check_no_unfinished_run(cfg)
     check_llm(cfg.llm, cfg.llm_secret, sends=not getattr(cfg, "dry_run", False))
     options = cfg.storage_options
+    check_approval_server(cfg)
     if isinstance(cfg, DpKpsConfig):
-        check_approval_server(cfg)
         check_public_file("--few-shot", cfg.few_shot, options)
         check_public_file("--class-names", cfg.class_names, options)
         if _looks_like_path(cfg.prompt_template):

@@ -24,6 +24,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from privseed.tasks import jsonable  # noqa: E402
+from privseed.tasks.generation.examples import envelope_warning  # noqa: E402
+from privseed.tasks.llm import parse_llm_spec  # noqa: E402
 from privseed.tasks.seeds.seed_methods import SEED_METHODS  # noqa: E402
 
 REAL_COLOR = "#1f77b4"
@@ -405,6 +407,34 @@ def _warnings_banner(warnings: Sequence[Mapping[str, str]]) -> str:
             f"<b>Read this before the scores</b><ul style='margin:.3em 0'>{items}</ul></div>")
 
 
+#: The pair the embedded model's envelope was measured with (TF-IDF + LR trained on the documents, and on their
+#: seeds alone), as tasks/evaluation/evaluation.py names the score and the reference line (it imports this module).
+ENVELOPE_SCORE, ENVELOPE_REFERENCE = "TF-IDF + LR", "seeds alone"
+
+
+def envelope_finding(manifest: Mapping[str, Any] | None, scores: Mapping[str, Mapping[str, Any]],
+                     references: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """Issue 48's honest envelope in the report: the line a DP-KPS run logged before generation when the embedded
+    model wrote a kind of document it was measured to write poorly, or never measured on (``envelope_warning``:
+    the library's measured figure and the backends that do better), with this evaluation's own figure, its
+    documents against their seeds alone (both TF-IDF + LR on the same test split). None when the release's
+    configuration (public: its manifest) is inside the envelope or not the embedded model's."""
+    config = (manifest or {}).get("config") or {}
+    if config.get("method") not in SEED_METHODS or not config.get("llm") or not config.get("doc_type"):
+        return None
+    spec = parse_llm_spec(str(config["llm"]))
+    warning = envelope_warning(spec.kind, spec.model, str(config["doc_type"]))
+    if warning is None:
+        return None
+    documents = (scores.get(ENVELOPE_SCORE) or {}).get("accuracy")
+    seeds = next((r["accuracy"] for r in references if r.get("reference") == ENVELOPE_REFERENCE), None)
+    if documents is not None and seeds is not None:
+        verdict = ("trail" if documents < seeds else "match or beat")
+        warning += (f". This release: its documents {100 * documents:.1f} % against {100 * seeds:.1f} % for their "
+                    f"seeds alone (TF-IDF + LR on this test split): they {verdict} their seeds")
+    return {"classifier": "", "kind": "envelope", "message": warning[:1].upper() + warning[1:] + "."}
+
+
 def _percent(value: Any) -> Any:
     return round(100 * float(value), 1) if isinstance(value, (int, float)) and value == value else value
 
@@ -499,7 +529,8 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
     if result.get("client"):
         summary += (f"<p>Deep CORAL used {_esc(result.get('n_client', '?'))} unlabelled client documents "
                     f"(<code>{_esc(result['client'])}</code>), disjoint from the test set.</p>")
-    summary = _warnings_banner(result.get("warnings") or []) + summary
+    envelope = envelope_finding(manifest, scores, result.get("references") or [])
+    summary = _warnings_banner([*(result.get("warnings") or []), *([envelope] if envelope else [])]) + summary
     stamp = insecure_stamp(ledger, manifest)
     if stamp:
         summary = _stamp_banner(stamp) + summary

@@ -3,9 +3,14 @@
 After the release gate passes and before anything is published, the run shows the candidate as Prefect artifacts
 (the gate's report, the ledger with its guarantee in words, twenty sample rows: DP outputs, safe to show) and
 pauses with Prefect's pause-with-input. The UI's Resume form asks for :class:`ReleaseApproval`; approving
-publishes as usual; rejecting, resuming without an answer or no answer within :data:`APPROVAL_TIMEOUT_S` puts
-the candidate where a refused candidate goes (``STATE/quarantine/<release id>/``, the owner's private state,
-never under OUT) and ends the run with one line saying why.
+publishes as usual; rejecting, resuming without an answer or no answer within ``--approval-timeout`` seconds
+(24 h by default) puts the candidate where a refused candidate goes (``STATE/quarantine/<release id>/``, the owner's
+private state, never under OUT) and fails the run with one line saying why and how to ask again: the same command
+with ``--run-id`` of this run re-reads its drawn values and the LLM's cached answers, so it charges nothing again
+and puts the same candidate to a person (a later answer to the expired pause is refused by the Prefect server).
+
+The three release commands (``privseed dpkps``, ``augpe``, ``secpe``) wait here between generation and
+``publish``, with their Dask cluster closed.
 
 A person can only answer on a Prefect server they can reach: without ``PREFECT_API_URL`` (an ephemeral API that
 lives and dies with the run) the option is refused before anything starts
@@ -18,21 +23,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+from prefect import get_client
+from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
+from prefect.states import Running
 from pydantic import Field
 
 from privseed.tasks import jsonable, storage
-from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.config.commands import ReleaseConfig
 from privseed.tasks.data.corpus import SYNTHETIC_DIR, StagedRelease, new_release_id, quarantine_uri, read_columns
 from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
 from privseed.tasks.errors import GateFailedError
 from privseed.tasks.stages import public_stage, stage_logger
 from privseed.tasks.stages.artifacts import approval_artifacts
 
-#: How long a paused run waits for an answer before it refuses the candidate (24 h).
-APPROVAL_TIMEOUT_S = 24 * 3600
 #: How often the paused run asks the Prefect API whether it was resumed.
 APPROVAL_POLL_S = 5
 #: Sample rows the approver sees (text, label, keyphrases only).
@@ -84,7 +90,7 @@ def rows_per_label(synthetic: pd.DataFrame | StagedRelease) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def gate_verdict(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, labels: Sequence[Any]) -> dict | None:
+def gate_verdict(cfg: ReleaseConfig, synthetic: pd.DataFrame | StagedRelease, labels: Sequence[Any]) -> dict | None:
     """The release gate's result, as ``publish_release`` will compute it (None with ``--no-gate``)."""
     from privseed.tasks.quality import gate_from_config  # Great Expectations: seconds to import, only when asked
 
@@ -125,15 +131,33 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds:g} s"
 
 
+def ask_again(run_id: str) -> str:
+    """How the owner puts the same candidate to a person again, charging nothing (the words of the refusal)."""
+    return (f"to ask again, rerun the same command with --run-id {run_id} (a deployment: run_id in its config): its "
+            "drawn values and the LLM's answers are re-read, nothing is charged again")
+
+
+def end_expired_pause() -> None:
+    """After a pause that timed out the Prefect server turns any next state of the run into its own "The flow was
+    paused and never resumed."; set the run Running again (forced), so that it fails, as a rejected run does, with
+    the line that says what happened and how to ask again."""
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(context.flow_run.id, Running(message="no answer to the approval"), force=True)
+
+
 @public_stage("await-approval")
-def await_approval(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: PrivacyLedger,
-                   labels: list, generation_report: dict | None = None,
-                   timeout_s: int = APPROVAL_TIMEOUT_S) -> None:
+def await_approval(cfg: ReleaseConfig, synthetic: pd.DataFrame | StagedRelease, ledger: PrivacyLedger,
+                   labels: list, generation_report: dict | None = None) -> None:
     """Show the candidate (artifacts), pause the run until a person answers in the Prefect UI, and return when they
     approve. A candidate that ``publish`` will refuse anyway (a failing gate, reproducible noise without
     ``--allow-insecure-release``) is not put to anyone: publish refuses it as usual. A rejection, a resume without
-    an answer or no answer within ``timeout_s`` quarantines the candidate and raises GateFailedError."""
+    an answer or no answer within ``cfg.approval_timeout`` seconds quarantines the candidate and raises
+    GateFailedError, whose message says how to ask again (:func:`ask_again`)."""
     log = stage_logger()
+    timeout_s = cfg.approval_timeout
     verdict = gate_verdict(cfg, synthetic, labels)
     if verdict is not None and not verdict.get("success", False):
         log.info("the release gate refuses the candidate; nobody is asked to approve it")
@@ -153,6 +177,7 @@ def await_approval(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, le
         answer = pause_flow_run(wait_for_input=form, timeout=timeout_s, poll_interval=APPROVAL_POLL_S, key=PAUSE_KEY)
     except FlowPauseTimeout:
         answer = None
+        end_expired_pause()
     if answer is not None and answer.approve:
         log.info("release approved in the Prefect UI%s", f": {answer.comment}" if answer.comment else "")
         return
@@ -164,4 +189,4 @@ def await_approval(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, le
         documents["quality.json"] = {**verdict, **({"generation": generation_report} if generation_report else {})}
     folder = quarantine_candidate(synthetic, ledger, documents, cfg.storage_options)
     raise GateFailedError(f"release not approved: {reason}; nothing was published; candidate kept in the private "
-                          f"state at {folder}", result=verdict, quarantine=folder)
+                          f"state at {folder}; {ask_again(ledger.run_id)}", result=verdict, quarantine=folder)
