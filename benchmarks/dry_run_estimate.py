@@ -2,7 +2,7 @@
 
     nice -n 10 python benchmarks/dry_run_estimate.py                  # the demo's settings, 1 seed per class
     nice -n 10 python benchmarks/dry_run_estimate.py --per-class 2 --llm local:qwen2.5-coder-0.5b
-    nice -n 10 python benchmarks/dry_run_estimate.py --data /work/shared/data/ohsumed23/train.parquet \
+    nice -n 10 python benchmarks/dry_run_estimate.py --data $PRIVSEED_DATA_ROOT/ohsumed23/train.parquet \
         --classes 5 --per-class 2 --doc-type "medical abstract"   # another corpus at the CLI's defaults
 
 The demo's configuration (flows/demo.py: the bundled DBpedia-14 demo corpus, its 14 classes, its prompt, few-shot

@@ -116,7 +116,7 @@ def _audit(tmp_path, *flags):
 SUITE_PROFILE = (10, 10)
 SUITE_ALPHA = 1e-5
 MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-              "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold")
+              "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold", "corpus-profile")
 
 
 def _suite_audit(mechanisms, fault=None):
@@ -445,8 +445,7 @@ def test_quick_audit_finds_every_mechanism_consistent_with_secret_noise(tmp_path
     # a test that must not fail by chance asks for 1 - 1e-5.
     status, rows = _audit(tmp_path, "--profile", "quick", "--confidence", "0.99999")
     table = capsys.readouterr().out
-    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-                         "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold"}
+    assert set(rows) == set(MECHANISMS)
     for name, row in rows.items():
         assert row["noise"] == "secure", name
         assert row["verdict"] == "consistent", (name, row)
@@ -461,8 +460,7 @@ def test_audit_refutes_every_claim_of_reproducible_noise(tmp_path, capsys):
     # 40 evaluation trials per corpus: a perfect test then bounds epsilon by 2.34, above every claim (1 to 2)
     status, rows = _audit(tmp_path, "--insecure-reproducible-noise", "--trials", "40")
     assert status == 1
-    assert set(rows) == {"vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-                         "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold"}
+    assert set(rows) == set(MECHANISMS)
     for name, row in rows.items():
         assert row["noise"] == "insecure-reproducible", name
         if name == "histogram-threshold":

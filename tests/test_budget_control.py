@@ -112,7 +112,8 @@ def test_every_method_option_is_a_field_and_some_method_reads_it():
 OTHER_VALUES: dict[str, dict[str, object]] = {
     "epsilon": {"epsilon": 5.0}, "hist_denoise": {"hist_denoise": "clip"}, "embedding_model": {"embedding_model": "m"},
     "hist_contribution": {"hist_contribution": "unit-l2", "mechanism": "gaussian", "delta": 1e-6},
-    "markov_term_share": {"markov_term_share": 0.5}, "hist_background_cap": {"hist_background_cap": 0.5}}
+    "markov_term_share": {"markov_term_share": 0.5}, "hist_background_cap": {"hist_background_cap": 0.5},
+    "hist_top_k": {"hist_top_k": 500}}  # its default is "auto"
 
 
 def _other_value(name: str) -> dict[str, object]:

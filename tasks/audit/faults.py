@@ -60,6 +60,7 @@ SENSITIVITY_FACTORIES: dict[str, tuple[str, str]] = {
     "histogram-rank-l2": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
     "histogram-rank-rare-l2": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
     "histogram-threshold": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
+    "corpus-profile": ("privseed.tasks.seeds.corpus_profile", "profile_mechanism"),
 }
 #: The pass-1 faults and the mechanisms each breaks (their audits run pass 1: ``scan_private_corpus``). markov's
 #: audit measures its pair stage (pass 2); its term stage is the ``histogram`` row's code.

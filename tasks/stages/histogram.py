@@ -21,12 +21,13 @@ from privseed.tasks.data.units import CorpusPlan, map_reduce_units
 from privseed.tasks.dp.accounting import default_delta
 from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
 from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, adaptive_settings, answer_tokens, asks_for_profile,
-                                                 CorpusProfile, LENGTH_EDGES, profile_budget, profile_mechanism,
+                                                 CorpusProfile, LENGTH_EDGES, profile_budget,
                                                  PROFILE_SHARE, resolve_settings, settings_arrays, settings_from_arrays,
                                                  settled, split_profiled_counts)
-from privseed.tasks.seeds.histogram_seeds import (build_mechanism, class_term_releases, ClassRelease, noise_floor,
-                                                  pair_candidates, pair_matrix, pair_mechanism, released_support,
-                                                  sample_class_sequences, stage_budgets, top_k)
+from privseed.tasks.seeds import corpus_profile, histogram_seeds
+from privseed.tasks.seeds.histogram_seeds import (class_term_releases, ClassRelease, noise_floor, pair_candidates,
+                                                  pair_matrix, released_support, sample_class_sequences, stage_budgets,
+                                                  top_k)
 from privseed.tasks.seeds.passes import combine_sums, DeclaredLabels, pair_unit, PairSpec
 from privseed.tasks.seeds.sampling import SelectionRule
 from privseed.tasks.seeds.seed_methods import contribution_kind
@@ -34,6 +35,10 @@ from privseed.tasks.seeds.vocabulary import DEFAULT_ENGLISH_TOP_N, load_vocabula
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
 from privseed.tasks.stages.corpus import unit_progress, unit_reader
 from privseed.tasks.stages.dpkps import selection_rule, term_counting
+
+
+# The mechanism factories are called through their module: the audit's faults patch them there
+# (tasks/audit/faults.py, SENSITIVITY_FACTORIES), and a name bound at import would miss the patch.
 
 
 def _histogram_params(cfg: DpKpsConfig, vocabulary_name: str, vocab_terms: int) -> dict[str, Any]:
@@ -85,7 +90,7 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
               "length_edges": list(LENGTH_EDGES), "share": PROFILE_SHARE, "vocab": vocabulary.name,
               "vocab_terms": len(vocabulary), "adjacency": "add/remove one document",
               "contribution": "1 on the cell of the document's class and length bin (L1 1)"}
-    released = ledger.draw_once("corpus-profile", mechanism=profile_mechanism(eps_profile),
+    released = ledger.draw_once("corpus-profile", mechanism=corpus_profile.profile_mechanism(eps_profile),
                                 noise=cfg.noise("corpus-profile"), params=params, stage="corpus-profile",
                                 exact=lambda: exact_profile,
                                 postprocess=lambda noisy: settings_arrays(adaptive_settings(CorpusProfile(noisy))))
@@ -121,7 +126,7 @@ def privatize_class_histograms(exact: np.ndarray, labels: list, cfg: DpKpsConfig
 
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
-    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
+    mechanism = histogram_seeds.build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
     noise = cfg.noise("histogram-noise")
     threshold = getattr(mechanism, "threshold", None)
     if threshold is not None:  # said before any value is drawn (public: the configuration's threshold)
@@ -160,7 +165,7 @@ def term_releases(terms: list[dict[str, np.ndarray]], cfg: DpKpsConfig) -> list[
     noisy rows: post-processing of released values and public parameters only."""
 
     eps_1, delta_1 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[0]
-    mechanism = build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
+    mechanism = histogram_seeds.build_mechanism(cfg.mechanism, cfg.first_terms, eps_1, delta_1, cfg.hist_contribution)
     return class_term_releases(np.stack([t["noisy"] for t in terms]), mechanism,
                                settled(cfg.hist_top_k, "--hist-top-k"), cfg.hist_candidates, cfg.hist_denoise,
                                cfg.hist_background_cap)
@@ -199,7 +204,7 @@ def privatize_class_pairs(pair_counts: np.ndarray, labels: list, terms: list[dic
     vocabulary = load_vocabulary(cfg.vocab, cfg.vocab_top or DEFAULT_ENGLISH_TOP_N)
     candidates = pair_candidate_ids(terms, cfg)
     eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
-    mechanism = pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
+    mechanism = histogram_seeds.pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
     noise = cfg.noise("markov-noise")
     params = {**_histogram_params(cfg, vocabulary.name, len(vocabulary)), "stage": "pairs",
               "pair_top": cfg.markov_pair_top, "pair_terms": cfg.markov_pair_terms,
@@ -232,7 +237,7 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
     releases = term_releases(terms, cfg)
     if pairs is not None:  # pair counts that pure noise reaches in about markov_pair_floor of a class's pairs
         eps_2, delta_2 = stage_budgets(cfg.method, cfg.histogram_epsilon, cfg.delta, cfg.markov_term_share)[1]
-        mechanism = pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
+        mechanism = histogram_seeds.pair_mechanism(cfg.mechanism, cfg.markov_pair_terms, eps_2, delta_2)
         for c, released in enumerate(pairs):
             n = len(released["pair_ids"])
             floor = noise_floor(mechanism, n * (n - 1) // 2, cfg.markov_pair_floor)
