@@ -78,7 +78,8 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     loaded and reporting each call to the bar here as it finishes. Otherwise they run here with a per-call bar.
     Answers come back in prompt order either way."""
     from privseed.tasks.llm.progress import CallProgress
-    from privseed.tasks.llm.service import call_prices, serving, spec_from_config
+    from privseed.tasks.llm.service import call_prices, serving
+    from privseed.tasks.stages.generation import spec_from_config
 
     requests = chat_requests(prompts, cfg)
     cache_root = storage.join(cfg.state_uri, "llm-cache")
@@ -371,7 +372,7 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list) -> Any:
     a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
     charged; calls already in the run's cache are counted as cached."""
     from privseed.tasks.llm.cost import estimate_cost
-    from privseed.tasks.llm.service import spec_from_config
+    from privseed.tasks.stages.generation import spec_from_config
     from privseed.tasks.llm import CallCache
 
     words = ["placeholder"] * 50 if getattr(cfg, "vocab_words", False) else None
