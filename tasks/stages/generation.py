@@ -30,6 +30,7 @@ from privseed.tasks.quality import ReleaseGate
 from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, asks_for_profile, planned_settings, profile_budget,
                                                  settled)
 from privseed.tasks.stages import NOT_PERSISTED, stage_logger
+from privseed.tasks.stages.release import gate_from_config
 
 log = logging.getLogger("privseed.generation")
 
@@ -63,8 +64,6 @@ def generate_release_documents(sequences: pd.DataFrame, cfg: DpKpsConfig, labels
     cache, split documents from seeds dropped after ``max_regenerations`` rounds, and
     write and gate-check the release's parts); only the parts' descriptors come back here, with the report that
     goes into quality.json."""
-    from privseed.tasks.quality import gate_from_config
-
     staged = generate_release(sequences, cfg, gate_from_config(cfg, labels))
     report = staged.generation_report
     assert report is not None  # generate_release_parts always counts what its shards kept and dropped
