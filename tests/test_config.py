@@ -162,7 +162,8 @@ def test_document_rules_by_name_reach_generation_and_the_release_gate():
     gate; a name that is not a rule, or a value of the wrong type, is refused before anything runs."""
     from privseed.tasks.generation.params import document_rules
     from privseed.tasks.stages.generation import params_from_config
-    from privseed.tasks.quality import DEFAULT_RULES, gate_from_config
+    from privseed.tasks.quality import DEFAULT_RULES
+    from privseed.tasks.stages.release import gate_from_config
 
     cfg = validate_config(DpKpsConfig, base(llm="local", document_rules={"max_seed_line_labels": "4",
                                                                           "reject_truncated": "false"}))

@@ -505,7 +505,7 @@ class AugPeAudit(_PeAudit):
         self.candidates = pd.DataFrame(pool, columns=["text", "label"])
         self.syn_emb = embed_candidates.fn(self.candidates["text"].tolist(), self.cfg.embedding_model)
         self.syn_class = _per_class_index(self.labels, self.candidates["label"])
-        self.voting = ev.voting_classes(self.syn_class, _documents(self.cfg, self.candidates))
+        self.voting = ev.voting_classes(self.syn_class, _documents(self.cfg, self.cfg.min_words, self.candidates))
         private = audit_corpus()
         plans = self.write_corpora(private, _with(private, _CANDIDATES[_ISOLATED_CANDIDATE][0], 0))
         self.units = {side: _private_units(plan, self.cfg, self.labels) for side, plan in plans.items()}

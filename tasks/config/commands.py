@@ -24,29 +24,25 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from privseed.tasks.dp.accounting import default_delta
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.generation.defaults import (NO_REPEAT_NGRAM_DEFAULT, REPEAT_PENALTY_DEFAULT, STEER_DEFAULT,
-                                                STEER_END_COVERAGE_DEFAULT)
+from privseed.tasks.config.fields import POSITIVE, cli, positive_epsilon
+from privseed.tasks.config.options import (DEFAULT_N_UPPER_BOUND, ApprovalOptions, ClusterOptions,
+                                           DocumentOptions, EmbeddingOptions, GenerationOptions, LLMOptions,
+                                           NoiseOptions, StorageOptions, VocabularyOptions, llm_spec_text)
+from privseed.tasks.llm.kinds import llm_help
 from privseed.tasks.seeds.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, HISTOGRAM_METHODS,
                                                METHOD_OPTIONS, PAPER_LENGTH, SEED_METHOD_NAMES, SEED_METHODS,
                                                methods_reading)
 
-if TYPE_CHECKING:
-    from privseed.tasks.dp.mechanisms import NoiseSource
-
 # Imported by the command line to build --help: this module imports pydantic and nothing heavy (numpy, fsspec and
 # YAML are imported where they are used), so `privseed --help` answers at once.
 
-#: The public upper bound on the private corpus size behind the default delta 1/(n ln n) (7.2e-8)
-DEFAULT_N_UPPER_BOUND = 1_000_000
-#: The --help section of DP-KPS's generation options
-GENERATION = "LLM generation from the released seeds"
 #: Aug-PE's budget of the voting rounds when neither --epsilon nor --noise-multiplier is given (docs/baselines.md)
 AUGPE_DEFAULT_EPSILON = 4.0
 
@@ -69,30 +65,6 @@ def read_labels_file(path: str, storage_options: dict[str, Any] | None = None) -
 # ---------------------------------------------------------------------------------------------------------
 # Command-line metadata of a field
 # ---------------------------------------------------------------------------------------------------------
-def cli(*, flag: str | None = None, aliases: tuple[str, ...] = (), default_text: str | None = None,
-        default_note: str | None = None, metavar: str | None = None, positional: bool = False,
-        group: str | None = None, either: str | None = None) -> dict[str, Any]:
-    """A field's command-line metadata, kept in its ``json_schema_extra`` (so it is plain data):
-
-    ``flag``: the flag's name when it is not the field's name with dashes (``n_features`` -> ``--features``);
-    ``aliases``: further names of the same flag (``--population`` for ``--per-class``);
-    ``default_text``: what an unset field (default None) means, shown as its default ("a LocalCluster"; "required"
-    for a value a run refuses to go without although the model's default is None);
-    ``default_note``: when another setting changes a non-None default, appended to it;
-    ``metavar``: the value's placeholder in --help; ``positional``: an argument without a flag (DATA);
-    ``group``: the --help section, when not the one of the model that declares the field (``cli_group``);
-    ``either``: fields that share this key are alternatives, one of which a run needs (--labels, --labels-file)."""
-    meta = {"flag": flag, "aliases": list(aliases) or None, "default_text": default_text,
-            "default_note": default_note, "metavar": metavar, "positional": positional or None, "group": group,
-            "either": either}
-    return {key: value for key, value in meta.items() if value is not None}
-
-
-#: A budget's JSON-schema bound, for the fields whose own validator words the error for the command line
-#: (``_positive_epsilon``): a deployment's server refuses epsilon 0 when the run is submitted, before it starts.
-POSITIVE: dict[str, Any] = {"exclusiveMinimum": 0}
-
-
 def _meta(field: FieldInfo) -> dict[str, Any]:
     return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 
@@ -208,15 +180,19 @@ REQUIRED_GROUP = "required"
 
 
 def _group_title(model: type[BaseModel], name: str) -> str:
-    """The --help section of a field: "required" for what a run needs, else its ``group``, else the first class of
-    the hierarchy that declares it (``cli_group``)."""
+    """The --help section of a field: "required" for what a run needs, else its ``group``, else the ``cli_group``
+    of the first class of the hierarchy that declares it; a field of an option group without a ``cli_group``
+    (tasks/config/options.py) is listed with the first command class that composes the group."""
     if requirement(model, name):
         return REQUIRED_GROUP
     if "group" in _meta(model.model_fields[name]):
         return _meta(model.model_fields[name])["group"]
-    for cls in reversed(model.__mro__):
-        if name in getattr(cls, "__annotations__", {}) and "cli_group" in vars(cls):
-            return vars(cls)["cli_group"]
+    classes = list(reversed(model.__mro__))
+    for cls in classes:
+        if name in vars(cls).get("__annotations__", {}):
+            composers = [c for c in classes if issubclass(c, cls) and "cli_group" in vars(c)]
+            if composers:
+                return vars(composers[0])["cli_group"]
     return "options"
 
 
@@ -418,19 +394,15 @@ def evaluation_folder(release: str) -> str:
     return base + ".evaluation"
 
 
-#: --approval-timeout: a day by default; at least two polls of the paused run (tasks/stages/approval.py polls every
-#: 5 s), at most 30 days.
-APPROVAL_TIMEOUT_DEFAULT_S = 24 * 3600
-APPROVAL_TIMEOUT_MIN_S = 10
-APPROVAL_TIMEOUT_MAX_S = 30 * 24 * 3600
 APPROVAL_SCOPE = OptionScope(
     frozenset({"approval_timeout"}), lambda cfg, _: cfg.require_approval,
     lambda cfg, _: "--approval-timeout applies to a run that waits for a person only: add --require-approval, or "
                    "drop --approval-timeout")
 
 
-class ReleaseConfig(BaseModel):
-    """What every method that writes a synthetic release shares."""
+class ReleaseConfig(ApprovalOptions, ClusterOptions, StorageOptions, NoiseOptions, DocumentOptions, LLMOptions):
+    """What every method that writes a synthetic release shares: the corpus, the release folder, the run and the
+    option groups (tasks/config/options.py; fields come in the reverse order of the bases)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     cli_group: ClassVar[str] = "options of every release"
@@ -459,15 +431,6 @@ class ReleaseConfig(BaseModel):
     labels_file: str | None = Field(default=None, description="a file with the label set, one label per line "
                                     "(# comments)", json_schema_extra=cli(metavar="FILE", either="labels"))
     per_class: int = Field(default=100, ge=1, le=1_000_000, description="synthetic documents per class (public)")
-    llm: str = Field(default="none", description="the LLM that writes documents from the seeds: none | "
-                     "local[:MODEL_OR_PATH] | local-server[:MODEL_OR_PATH] (one shared llama.cpp server) | "
-                     "anthropic:MODEL | openai-compatible:URL[#MODEL]",
-                     json_schema_extra=cli(metavar="SPEC"))
-    doc_type: str = Field(default="document", min_length=1, max_length=200,
-                          description="what to write, e.g. 'Wikipedia article' (never a class name)",
-                          json_schema_extra=cli(metavar="TEXT"))
-    seed: int = Field(default=0, ge=0, description="public randomness (features, sampling, LLM call seeds); the "
-                      "noise never comes from it unless --insecure-reproducible-noise")
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.=-]+$",
                                description="resume this run: re-read its drawn values, charge nothing again",
                                json_schema_extra=cli(metavar="ID", default_text="a new random run id"))
@@ -477,61 +440,6 @@ class ReleaseConfig(BaseModel):
     state: str | None = Field(default=None, description="the owner's private state: identity key, drawn values, "
                               "LLM cache (never inside OUT, never shared)",
                               json_schema_extra=cli(metavar="DIR", default_text="OUT.private beside OUT"))
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="fsspec/s3fs option, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable); a credential only "
-                    "as KEY=prefect-secret:BLOCK (a literal key or secret is refused)",
-        json_schema_extra=cli(flag="storage-option"))
-    dask_address: str | None = Field(default=None, description="an existing Dask scheduler, e.g. tcp://host:8786",
-                                     json_schema_extra=cli(metavar="ADDRESS", default_text="a LocalCluster"))
-    n_workers: int = Field(default=2, ge=1, le=256, description="workers of the LocalCluster",
-                           json_schema_extra=cli(flag="workers"))
-    # Mutual TLS to an external scheduler (tls:// dask_address): file paths, never the certificates themselves.
-    dask_tls_ca_file: str | None = Field(default=None, description="CA certificate (PEM) that signed the Dask "
-                                         "scheduler's and workers' certificates; with the two below, for a tls:// "
-                                         "--dask-address", json_schema_extra=cli(metavar="FILE", default_text="no TLS"))
-    dask_tls_cert: str | None = Field(default=None, description="this client's certificate (PEM) for the Dask "
-                                      "scheduler, signed by --dask-tls-ca-file",
-                                      json_schema_extra=cli(metavar="FILE", default_text="no TLS"))
-    dask_tls_key: str | None = Field(default=None, description="the private key (PEM file) of --dask-tls-cert",
-                                     json_schema_extra=cli(metavar="FILE", default_text="no TLS"))
-    gate: bool = Field(default=True, description="run the release gate (Great Expectations) before publishing")
-    insecure_reproducible_noise: bool = Field(
-        default=False,
-        description="research grids only: draw the noise from --seed so reruns are bit-identical; the release is "
-                    "NOT differentially private (stamped so, and refused by the release gate unless "
-                    "--allow-insecure-release)",
-    )
-    allow_insecure_release: bool = Field(
-        default=False, description="publish a release made with --insecure-reproducible-noise anyway (stamped)")
-    # A release that waits for a person (tasks/stages/approval.py, docs/operations.md).
-    require_approval: bool = Field(
-        default=False, description="after the release gate, pause the run and publish only when a person approves in "
-        "the Prefect UI (the report, the ledger and 20 sample rows are its artifacts); a rejection, or no answer "
-        "within --approval-timeout, publishes nothing and keeps the candidate in the private state. Needs a Prefect "
-        "server (PREFECT_API_URL)")
-    approval_timeout: int = Field(
-        default=APPROVAL_TIMEOUT_DEFAULT_S, ge=APPROVAL_TIMEOUT_MIN_S, le=APPROVAL_TIMEOUT_MAX_S,
-        description="--require-approval: seconds the paused run waits for an answer; then nothing is published, the "
-                    "candidate is kept in the private state and the run fails naming the --run-id that asks again "
-                    "without charging again", json_schema_extra=cli(metavar="SECONDS", default_note="24 h"))
-    # The LLM calls (tasks/generation/, docs/generation.md); public settings only, never a key.
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="LLM sampling temperature")
-    max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call at most; when not "
-                            "given, a histogram-method run whose corpus profile is released writes answers as long "
-                            "as the profile's median document (docs/dpkps.md), up to this")
-    language: str | None = Field(default="en", description="the corpus's declared language for the document test: "
-                                 "an ISO 639 code the language identifier knows (en, de, fr, es, ...), or none "
-                                 "(no language test)")
-    document_rules: dict[str, Any] = Field(
-        default_factory=dict,
-        description="set a threshold of the document test by name (docs/generation.md lists them), e.g. "
-                    "max_seed_line_labels=4 for a corpus whose documents are forms (repeatable)",
-        json_schema_extra=cli(flag="document-rule", metavar="NAME=VALUE"))
-    llm_concurrency: int = Field(default=4, ge=1, le=256, description="LLM calls in flight for remote APIs")
-    llm_secret: str | None = Field(default=None, description="Prefect Secret block holding the API key",
-                                   json_schema_extra=cli(metavar="BLOCK", default_text="the environment "
-                                                         "(ANTHROPIC_API_KEY / OPENAI_API_KEY)"))
 
     @model_validator(mode="before")
     @classmethod
@@ -594,58 +502,6 @@ class ReleaseConfig(BaseModel):
             raise ValueError(f"give --run-id {self.run_id} to resume that run or --new-run to start one, not both")
         return self
 
-    @model_validator(mode="after")
-    def _tls_together(self) -> "ReleaseConfig":
-        # Checked here so a half-configured TLS setup fails before any data is read; that the files exist is
-        # checked when the client connects (privseed.tasks.data.cluster.cluster_security), where they are read.
-        paths = {"--dask-tls-ca-file": self.dask_tls_ca_file, "--dask-tls-cert": self.dask_tls_cert,
-                 "--dask-tls-key": self.dask_tls_key}
-        if any(paths.values()):
-            missing = [flag for flag, path in paths.items() if not path]
-            if missing:
-                raise ValueError(f"TLS to the Dask scheduler needs {' and '.join(paths)} together; missing "
-                                 f"{' and '.join(missing)}")
-            if not (self.dask_address or "").startswith("tls://"):
-                raise ValueError(f"{' and '.join(paths)} need a tls:// --dask-address (got {self.dask_address!r}); "
-                                 "the LocalCluster privseed starts on 127.0.0.1 runs without TLS")
-        return self
-
-    @field_validator("language", mode="before")
-    @classmethod
-    def _known_language(cls, value: Any) -> str | None:
-        from privseed.tasks.quality import LANGUAGES
-
-        if value is None or str(value).lower() in ("none", ""):
-            return None
-        if str(value) not in LANGUAGES:
-            raise ValueError(f"unknown language {value!r}; known: ISO 639 codes of the language identifier "
-                             f"({', '.join(sorted(LANGUAGES))}) or none")
-        return str(value)
-
-    @field_validator("document_rules")
-    @classmethod
-    def _known_document_rules(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """Checked here, before any data is read: an unknown name or a bad value is a ConfigError that names it."""
-        from privseed.tasks.quality import DEFAULT_RULES
-
-        DEFAULT_RULES.with_settings(value)
-        return value
-
-    @field_validator("llm")
-    @classmethod
-    def _known_llm(cls, value: str) -> str:
-        """The one --llm grammar: privseed.tasks.llm.parse_llm_spec's (its ConfigError is this field's error)."""
-        from privseed.tasks.llm import parse_llm_spec
-
-        return str(parse_llm_spec(value))
-
-    def noise(self, *stream: str) -> NoiseSource:
-        """The noise source of one stage: OpenDP's secure sampler, or (opted in with
-        ``insecure_reproducible_noise``) a stream seeded by the public ``seed`` and the stage's name."""
-        from privseed.tasks.dp.mechanisms import noise_source
-
-        return noise_source(self.seed if self.insecure_reproducible_noise else None, *stream)
-
     @property
     def charges(self) -> bool:
         """Whether the run may draw and charge (a dry run, SecPE's --advise-sigma do not)."""
@@ -676,7 +532,7 @@ class ReleaseConfig(BaseModel):
         return values
 
 
-class DpKpsConfig(ReleaseConfig):
+class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, ReleaseConfig):
     """DP-KPS (docs/dpkps.md, step by step). Defaults chosen on public data; see docs/dpkps.md."""
 
     cli_group: ClassVar[str] = "DP-KPS and the histogram methods"
@@ -693,29 +549,16 @@ class DpKpsConfig(ReleaseConfig):
         "markov_pair_terms", "hist_contribution", "n_upper_bound",
     )
 
-    vocab: str = Field(default="english", description="public vocabulary V: english (wordfreq) or a file of terms, "
-                       "one per line", json_schema_extra=cli(metavar="english|FILE"))
-    vocab_top: int | None = Field(default=50_000, ge=1, description="public frequency cut of the English list",
-                                  json_schema_extra=cli(metavar="N"))
-    eps_voc: float = Field(default=1.0, description="epsilon of the vocabulary histogram (Laplace)",
-                           json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     delta: float = Field(default=default_delta(DEFAULT_N_UPPER_BOUND), ge=0.0, lt=1.0,
                          description="delta, for --mechanism gaussian and laplace-threshold only",
                          json_schema_extra=cli(default_note="1/(n ln n) with n = --n-upper-bound"))
-    n_upper_bound: int = Field(default=DEFAULT_N_UPPER_BOUND, ge=3, description="a public upper bound on the "
-                               "private corpus size, for the histogram methods' default delta",
-                               json_schema_extra=cli(metavar="NMAX"))
     mechanism: Literal["laplace", "gaussian", "laplace-threshold"] = Field(
         default="gaussian", description="noise of the sketches and of the histogram methods; laplace-threshold "
         "(histogram methods only, needs a delta): noise only on the terms that occur, released above a threshold",
         json_schema_extra=cli(default_note="laplace for the paper's samplers (--method independent, iterative-linear, "
                               "iterative-log)"))
-    first_terms: int = Field(default=10, ge=1, le=1000, description="S: terms per document counted in the histogram",
-                             json_schema_extra=cli(metavar="S"))
-    vocab_size: int = Field(default=1000, ge=1, description="N: size of the privatized vocabulary",
-                            json_schema_extra=cli(metavar="N"))
     # The choices are the seed-method registry's names (tasks/seeds/seed_methods.py); a Literal of a tuple is dynamic.
     method: Literal[SEED_METHOD_NAMES] = Field(  # type: ignore[valid-type]
         default="histogram",
@@ -795,62 +638,13 @@ class DpKpsConfig(ReleaseConfig):
     top_k: int = Field(default=10, ge=1, description="k of --selection top-k", json_schema_extra=cli(metavar="K"))
     power: float = Field(default=2.0, gt=0.0, description="G of --selection power: draw proportional to score^G",
                          json_schema_extra=cli(metavar="G"))
-    embedding_model: str = Field(default="minilm", description="minilm (offline package) or a local "
-                                 "sentence-transformers folder", json_schema_extra=cli(metavar="MODEL"))
-    # LLM generation from the released seeds (tasks/generation/, docs/generation.md)
-    prompt_template: str = Field(default="generic", description="prompt template: generic (the paper's prompt), "
-                                 "coverage, or a YAML file", json_schema_extra=cli(group=GENERATION, metavar="NAME"))
-    best_of: int = Field(default=1, ge=1, le=16, description="candidates per seed, best by seed-term coverage",
-                         json_schema_extra=cli(group=GENERATION))
-    max_regenerations: int = Field(default=8, ge=0, le=20, description="rounds of regeneration (a new call seed) for "
-                                   "a seed with no document among its candidates; still none: the row is dropped "
-                                   "and counted in quality.json", json_schema_extra=cli(group=GENERATION))
-    max_rewrites: int = Field(default=2, ge=0, le=8, description="rounds of one more candidate for a seed whose "
-                              "documents are all repetitive (a word crowding the text, a type-token ratio of 0.55 or "
-                              "less) or gloss a seed as a label; the lowest-scoring is kept",
-                              json_schema_extra=cli(group=GENERATION))
-    steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
-                         description="seed steering strength for local llama.cpp models (0: off)",
-                         json_schema_extra=cli(group=GENERATION))
-    steer_schedule: Literal["budget", "flat"] = Field(
-        default="budget", description="seed steering schedule (local models): 'budget' pushes missing terms harder "
-        "as the token budget runs out and holds the end while terms are missing; 'flat': a constant push",
-        json_schema_extra=cli(group=GENERATION))
-    steer_end_coverage: float = Field(
-        default=STEER_END_COVERAGE_DEFAULT, ge=0.0, le=1.0,
-        description="'budget' schedule: the share of the seed terms written before the answer may end (1: all)",
-        json_schema_extra=cli(group=GENERATION, metavar="SHARE"))
-    repeat_penalty: float = Field(default=REPEAT_PENALTY_DEFAULT, gt=0.0, le=5.0,
-                                  description="local models: llama.cpp repeat penalty (1: off)",
-                                  json_schema_extra=cli(group=GENERATION))
-    no_repeat_ngram: int = Field(default=NO_REPEAT_NGRAM_DEFAULT, ge=0, le=64,
-                                 description="local models: ban repeating a token n-gram of this length (0: off)",
-                                 json_schema_extra=cli(group=GENERATION))
-    few_shot: str | None = Field(default=None, description="the recipient's few-shot examples (Parquet/JSONL: "
-                                 "document + keyphrases)", json_schema_extra=cli(group=GENERATION, metavar="FILE"))
-    examples: Literal["library", "none"] = Field(
-        default="library", description="local models without --few-shot: each prompt shows the package's example "
-        "documents of the kind --doc-type names (encyclopedia article, abstract, review, forum post, clinical note, "
-        "support ticket, email; tasks/demo_data/example_library.toml); none: no examples",
-        json_schema_extra=cli(group=GENERATION))
-    class_names: str | None = Field(
-        default=None,
-        description="the owner's public class names: a JSON/TOML/CSV file mapping each declared label to a name; "
-                    "each prompt then names its class (only when the names are public)",
-        json_schema_extra=cli(group=GENERATION, metavar="FILE", default_text="none: no prompt names a class"))
     dry_run: bool = Field(default=False, description="print the plan: LLM calls, tokens and cost (first round and a "
                           "worst-case bound), the privacy spend per stage, a local model's time estimate; read no "
                           "data, draw, charge and send nothing")
-    @field_validator("eps_voc", "eps_kde", "epsilon")
+    @field_validator("eps_kde", "epsilon")
     @classmethod
     def _positive_epsilon(cls, value: float | None) -> float | None:
-        if value is None:
-            return value
-        if not value > 0:
-            raise ValueError(f"epsilon must be > 0 (got {value}); epsilon = 0 would release nothing useful")
-        if value != value or value == float("inf"):
-            raise ValueError("epsilon must be a finite number")
-        return value
+        return positive_epsilon(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -933,7 +727,7 @@ class DpKpsConfig(ReleaseConfig):
         return self.epsilon if self.epsilon is not None else self.eps_voc + self.eps_kde
 
 
-class EvolutionConfig(ReleaseConfig):
+class EvolutionConfig(EmbeddingOptions, ReleaseConfig):
     """What Aug-PE and SecPE share. ``per_class`` is the population size N kept per class each round."""
 
     cli_group: ClassVar[str] = "private evolution (Aug-PE and SecPE)"
@@ -948,8 +742,7 @@ class EvolutionConfig(ReleaseConfig):
                            "the synthetic documents per class", json_schema_extra=cli(aliases=("population",),
                                                                                      metavar="N"))
     llm: str = Field(default="local", description="the LLM that writes the first candidates and their variations: "
-                     "local[:MODEL_OR_PATH] | local-server[:MODEL_OR_PATH] | anthropic:MODEL | "
-                     "openai-compatible:URL[#MODEL]",
+                     + llm_help(writers_only=True),
                      json_schema_extra=cli(metavar="SPEC"))
     iterations: int = Field(default=5, ge=1, le=1000, description="T: voting rounds",
                             json_schema_extra=cli(metavar="T"))
@@ -961,8 +754,6 @@ class EvolutionConfig(ReleaseConfig):
     mask_fraction: float = Field(default=0.3, ge=0.0, lt=1.0, description="fill-in-the-blanks: share of words blanked")
     max_tokens: int = Field(default=128, ge=8, le=8192, description="output tokens per LLM call")
     temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="LLM sampling temperature")
-    embedding_model: str = Field(default="minilm", description="minilm (offline package) or a local "
-                                 "sentence-transformers folder", json_schema_extra=cli(metavar="MODEL"))
     llm_shards: int = Field(default=1, ge=1, le=1024,
                             description="split each round's LLM calls into this many Dask tasks (1: in-process)")
     llm_retries: int = Field(default=2, ge=0, le=10, description="Prefect retries of a failed batch of LLM calls")
@@ -988,7 +779,7 @@ class EvolutionConfig(ReleaseConfig):
 VOCAB_WORDS_OPTIONS = frozenset({"words_per_prompt", "vocab", "vocab_top", "eps_voc", "first_terms", "vocab_size"})
 
 
-class AugPeConfig(EvolutionConfig):
+class AugPeConfig(VocabularyOptions, EvolutionConfig):
     """Aug-PE (Xie et al. 2024) and AugPE+V~. See docs/baselines.md."""
 
     cli_group: ClassVar[str] = "Aug-PE and AugPE+V~"
@@ -1014,8 +805,6 @@ class AugPeConfig(EvolutionConfig):
                                 json_schema_extra=cli(default_text="1/(n ln n) with n = --n-upper-bound"))
     noise_multiplier: float | None = Field(default=None, gt=0.0, description="sigma, instead of --epsilon",
                                            json_schema_extra=cli(metavar="SIGMA", default_text="from --epsilon"))
-    n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
-                               "size, for the default delta", json_schema_extra=cli(metavar="NMAX"))
     threshold: float = Field(default=0.0, description="H: noisy counts below H are dropped",
                              json_schema_extra=cli(metavar="H"))
     selection: Literal["rank", "sample"] = Field(default="rank", description="keep the N highest noisy counts, or "
@@ -1023,18 +812,6 @@ class AugPeConfig(EvolutionConfig):
     vocab_words: bool = Field(default=False, description="AugPE+V~: the prompts of the first candidates carry "
                               "random words of DP-KPS's released vocabulary V~ (costs --eps-voc)")
     words_per_prompt: int = Field(default=5, ge=1, le=100, description="AugPE+V~: words of V~ per prompt")
-    vocab: str = Field(default="english", description="AugPE+V~: public vocabulary V, english or a file of terms",
-                       json_schema_extra=cli(metavar="english|FILE"))
-    vocab_top: int | None = Field(default=50_000, ge=1, description="AugPE+V~: public frequency cut of the English "
-                                  "list", json_schema_extra=cli(metavar="N"))
-    eps_voc: float = Field(default=1.0, gt=0.0, allow_inf_nan=False,
-                           description="AugPE+V~: epsilon of the vocabulary histogram",
-                           json_schema_extra=cli(metavar="EPS"))
-    first_terms: int = Field(default=10, ge=1, le=1000, description="AugPE+V~: S, terms per document in the "
-                             "histogram",
-                             json_schema_extra=cli(metavar="S"))
-    vocab_size: int = Field(default=1000, ge=1, description="AugPE+V~: N, size of the privatized vocabulary",
-                            json_schema_extra=cli(metavar="N"))
 
     @model_validator(mode="after")
     def _budget(self) -> "AugPeConfig":
@@ -1094,8 +871,6 @@ class SecPeConfig(EvolutionConfig):
                                "written; the number depends on the private data and is for the owner only")
     delta: float | None = Field(default=None, description="delta of the reported DP epsilon",
                                 json_schema_extra=cli(default_text="1/(n ln n) with n = --n-upper-bound"))
-    n_upper_bound: int = Field(default=1_000_000, ge=3, description="a public upper bound on the private corpus "
-                               "size, for the default delta", json_schema_extra=cli(metavar="NMAX"))
     value_discretization: float = Field(default=1e-2, gt=0.0, le=0.1, description="value discretization interval "
                                         "of the PLD accountant that calibrates sigma")
 
@@ -1239,13 +1014,6 @@ AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe"
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}
 
 
-def _llm_spec(value: str) -> str:
-    """The one --llm grammar (privseed.tasks.llm.parse_llm_spec), normalised; its ConfigError is the field's error."""
-    from privseed.tasks.llm import parse_llm_spec
-
-    return str(parse_llm_spec(value))
-
-
 class EvaluationOptions(BaseModel):
     """What the data recipient trains on a synthetic corpus and how (docs/evaluation.md): the options of
     `privseed evaluate`, and of every cell of an experiment grid (which sets them from its file)."""
@@ -1364,9 +1132,8 @@ class ExperimentConfig(BaseModel):
                                                             "separated, e.g. 0,1,2",
                                                             json_schema_extra=cli(metavar="S,...",
                                                                                   default_text="the file's"))
-    llm: list[str] | None = Field(default=None, min_length=1, description="one LLM or several, comma separated, "
-                                  "each none | local[:MODEL_OR_PATH] | anthropic:MODEL | "
-                                  "openai-compatible:URL[#MODEL]; the grid runs every method with each",
+    llm: list[str] | None = Field(default=None, min_length=1, description="one LLM or several, comma separated; the "
+                                  "grid runs every method with each. Each one of " + llm_help(),
                                   json_schema_extra=cli(metavar="SPEC,...", default_text="the file's, else none"))
     class_names: Switch | None = Field(default=None, description="DP-KPS prompts without, with, or both without "
                                        "and with the dataset's public class names",
@@ -1420,7 +1187,7 @@ class ExperimentConfig(BaseModel):
     @field_validator("llm")
     @classmethod
     def _known_llms(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else [_llm_spec(spec) for spec in value]
+        return None if value is None else [llm_spec_text(spec) for spec in value]
 
 
 class AuditConfig(BaseModel):
@@ -1470,14 +1237,14 @@ class DemoConfig(BaseModel):
 
     out: str = Field(default="demo-out", description="release folder (local or s3://)",
                      json_schema_extra=cli(metavar="DIR"))
-    llm: str = Field(default="local", description="the LLM that writes the documents: local (the packaged offline "
-                     "model) | none (the DP seeds alone) | anthropic:MODEL | openai-compatible:URL[#MODEL]",
+    llm: str = Field(default="local", description="the LLM that writes the documents (local: the packaged offline "
+                     "model; none: the DP seeds alone): " + llm_help(),
                      json_schema_extra=cli(metavar="SPEC"))
 
     @field_validator("llm")
     @classmethod
     def _known_llm(cls, value: str) -> str:
-        return _llm_spec(value)
+        return llm_spec_text(value)
 
 
 class CanaryAuditConfig(DpKpsConfig):

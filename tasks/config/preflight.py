@@ -20,8 +20,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from privseed.tasks.config.commands import (AugPeConfig, DemoConfig, DpKpsConfig, EvaluateConfig, ExperimentConfig,
-                                            ReleaseConfig, SecPeConfig)
+from privseed.tasks.config.commands import DemoConfig, EvaluateConfig, ExperimentConfig, ReleaseConfig, SecPeConfig
+from privseed.tasks.config.options import EmbeddingOptions, GenerationOptions, VocabularyOptions
 from privseed.tasks.errors import ConfigError, CorpusError, UnfinishedRunError
 
 
@@ -34,22 +34,17 @@ def check_private_corpus(cfg: ReleaseConfig) -> None:
 
 
 def check_llm(llm: str, secret: str | None = None, *, sends: bool = True) -> None:
-    """A local model's file exists (a packaged or opt-in one is located and verified); a remote API has a key,
-    unless the run ``sends`` nothing (a dry run prices the calls). A backend this process already serves for the
-    spec (``privseed.tasks.llm.service.register_backend``: a custom client, a test double) needs neither."""
-    from privseed.tasks.llm import parse_llm_spec
+    """What the backend kind of ``llm`` checks for itself (tasks/llm/kinds.py ``BackendKind.preflight``: a local
+    model's file exists, a remote API has a key unless the run ``sends`` nothing). A backend this process already
+    serves for the spec (``privseed.tasks.llm.service.register_backend``: a custom client, a test double) needs
+    nothing."""
+    from privseed.tasks.llm.kinds import kind_of, parse_llm_spec
     from privseed.tasks.llm.service import has_backend
 
     spec = parse_llm_spec(llm)
     if has_backend(spec):
         return
-    if spec.kind == "local":
-        from privseed.tasks.llm.local import resolve_local_model
-
-        resolve_local_model(spec.model)
-    elif spec.kind == "anthropic" and sends and not secret and not os.environ.get("ANTHROPIC_API_KEY"):
-        raise ConfigError(f"--llm {llm}: no API key; set ANTHROPIC_API_KEY or name a Prefect Secret block with "
-                          "--llm-secret BLOCK")
+    kind_of(spec).check(spec, secret, sends=sends)
 
 
 def check_public_file(flag: str, path: str | None, storage_options: dict[str, Any] | None = None) -> None:
@@ -138,14 +133,14 @@ def check_release_input(cfg: ReleaseConfig) -> None:
     check_llm(cfg.llm, cfg.llm_secret, sends=not getattr(cfg, "dry_run", False))
     options = cfg.storage_options
     check_approval_server(cfg)
-    if isinstance(cfg, DpKpsConfig):
+    if isinstance(cfg, GenerationOptions):
         check_public_file("--few-shot", cfg.few_shot, options)
         check_public_file("--class-names", cfg.class_names, options)
         if _looks_like_path(cfg.prompt_template):
             check_public_file("--prompt-template", cfg.prompt_template, options)
-    if isinstance(cfg, (DpKpsConfig, AugPeConfig)) and cfg.vocab != "english":
+    if isinstance(cfg, VocabularyOptions) and cfg.vocab != "english":
         check_public_file("--vocab", cfg.vocab, options)
-    if isinstance(cfg, (DpKpsConfig, AugPeConfig, SecPeConfig)) and cfg.embedding_model != "minilm":
+    if isinstance(cfg, EmbeddingOptions) and cfg.embedding_model != "minilm":
         check_public_file("--embedding-model", cfg.embedding_model, options)
     if isinstance(cfg, SecPeConfig):
         from privseed.tasks.data.corpus import column_names

@@ -29,7 +29,7 @@ from privseed.tasks.errors import ConfigError
 if TYPE_CHECKING:
     from distributed import Client, Security
 
-    from privseed.tasks.config.commands import ReleaseConfig
+    from privseed.tasks.config.options import ClusterOptions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,7 +88,7 @@ def _distributed_logs_at(level: int | None) -> Iterator[None]:
         logger.setLevel(previous)
 
 
-def cluster_security(cfg: ReleaseConfig) -> Security | None:
+def cluster_security(cfg: ClusterOptions) -> Security | None:
     """The TLS settings for the external scheduler of ``cfg`` (``--dask-tls-ca-file``, ``--dask-tls-cert``,
     ``--dask-tls-key``): mutual TLS, encryption required. None when none is set, in which case a ``tls://``
     address still works with distributed's own configuration (``distributed.comm.tls.*``)."""

@@ -35,7 +35,8 @@ from privseed.tasks.dp.ledger import public_rng
 from privseed.tasks.dp.mechanisms import GaussianMechanism, NoiseSource
 
 if TYPE_CHECKING:
-    from privseed.tasks.config.commands import EvolutionConfig, SecPeConfig
+    from privseed.tasks.config.commands import SecPeConfig
+    from privseed.tasks.config.options import DocumentOptions
 
 #: One LLM call: (system message or None, user message, call seed).
 Prompt = tuple[str | None, str, int]
@@ -673,12 +674,13 @@ def class_index(labels: Sequence[Any], values: Iterable[Any]) -> np.ndarray:
         raise ConfigError("a row carries a label that is not in the declared label set") from None
 
 
-def candidate_documents(cfg: EvolutionConfig, candidates: pd.DataFrame) -> np.ndarray:
-    """Which candidates are documents (privseed.tasks.quality.is_document): a failed or degenerate LLM answer
-    ("Lullaby.", a prompt echo) would otherwise collect votes and end up in the release, where the gate rejects it."""
+def candidate_documents(options: DocumentOptions, min_words: int, candidates: pd.DataFrame) -> np.ndarray:
+    """Which candidates are documents (privseed.tasks.quality.is_document, with the run's document test and at least
+    ``min_words`` words): a failed or degenerate LLM answer ("Lullaby.", a prompt echo) would otherwise collect votes
+    and end up in the release, where the gate rejects it."""
     from privseed.tasks.quality import DocumentRules, is_document
 
-    rules = DocumentRules(min_words=cfg.min_words, language=cfg.language).with_settings(cfg.document_rules)
+    rules = DocumentRules(min_words=min_words, language=options.language).with_settings(options.document_rules)
     return np.array([is_document(t, rules=rules) for t in candidates["text"]], dtype=bool)
 
 
@@ -695,8 +697,8 @@ def call_seed(seed: int, *names: str) -> int:
     return int(public_rng(seed, "llm-call", *names).integers(0, 2**31 - 1))
 
 
-def random_prompts(cfg: EvolutionConfig, labels: Sequence[Any], per_class: int, words: Sequence[str] | None = None,
-                   words_per_prompt: int = 0) -> tuple[list[Prompt], pd.DataFrame]:
+def random_prompts(labels: Sequence[Any], per_class: int, *, seed: int, doc_type: str,
+                   words: Sequence[str] | None = None, words_per_prompt: int = 0) -> tuple[list[Prompt], pd.DataFrame]:
     """RANDOM_API: ``per_class`` unconditional prompts per class (with ``words_per_prompt`` random words of the
     released vocabulary V~ each, for AugPE+V~), and a row of metadata per prompt (label, seed, version, origin).
     Every class gets the same prompt text; only the call seeds differ."""
@@ -704,37 +706,38 @@ def random_prompts(cfg: EvolutionConfig, labels: Sequence[Any], per_class: int, 
     prompts, rows = [], []
     for ci, label in enumerate(labels):
         for i in range(per_class):
-            seed = call_seed(cfg.seed, "random", str(ci), str(i))
-            values = {"doc_type": cfg.doc_type}
+            call = call_seed(seed, "random", str(ci), str(i))
+            values = {"doc_type": doc_type}
             if words:
-                pick = public_rng(cfg.seed, "pe-words", str(ci), str(i)).choice(
+                pick = public_rng(seed, "pe-words", str(ci), str(i)).choice(
                     len(words), size=min(words_per_prompt, len(words)), replace=False)
                 values["words"] = ", ".join(words[j] for j in pick)
             system, user = template.render(**values)
-            prompts.append((system, user, seed))
-            rows.append({"label": label, "seed": seed, "prompt_version": template.version, "origin": "random"})
+            prompts.append((system, user, call))
+            rows.append({"label": label, "seed": call, "prompt_version": template.version, "origin": "random"})
     return prompts, pd.DataFrame(rows)
 
 
-def variation_prompts(cfg: EvolutionConfig, kept: pd.DataFrame, round_index: int
-                      ) -> tuple[list[Prompt], pd.DataFrame]:
-    """VARIATION_API: K paraphrase or fill-in-the-blanks prompts per kept (synthetic) sample, and their metadata."""
+def variation_prompts(kept: pd.DataFrame, round_index: int, *, seed: int, doc_type: str, variations: int,
+                      variation: str, mask_fraction: float) -> tuple[list[Prompt], pd.DataFrame]:
+    """VARIATION_API: K (``variations``) paraphrase or fill-in-the-blanks prompts per kept (synthetic) sample, and
+    their metadata; ``seed`` is the run's public seed."""
     paraphrase, fill = load_pe_template("pe_paraphrase"), load_pe_template("pe_fill_blanks")
     prompts, rows = [], []
     for slot, (text, label) in enumerate(zip(kept["text"], kept["label"])):
-        for k in range(cfg.variations):
-            use_fill = cfg.variation == "fill-blanks" or (cfg.variation == "mixed" and k % 2 == 1)
-            seed = call_seed(cfg.seed, "variation", str(round_index), str(slot), str(k))
+        for k in range(variations):
+            use_fill = variation == "fill-blanks" or (variation == "mixed" and k % 2 == 1)
+            call = call_seed(seed, "variation", str(round_index), str(slot), str(k))
             if use_fill:
-                masked = mask_words(text, cfg.mask_fraction,
-                                    public_rng(cfg.seed, "mask", str(round_index), str(slot), str(k)))
-                system, user = fill.render(doc_type=cfg.doc_type, text=masked)
+                masked = mask_words(text, mask_fraction,
+                                    public_rng(seed, "mask", str(round_index), str(slot), str(k)))
+                system, user = fill.render(doc_type=doc_type, text=masked)
                 version = fill.version
             else:
-                system, user = paraphrase.render(doc_type=cfg.doc_type, text=text)
+                system, user = paraphrase.render(doc_type=doc_type, text=text)
                 version = paraphrase.version
-            prompts.append((system, user, seed))
-            rows.append({"label": label, "seed": seed, "prompt_version": version, "origin": f"variation-{round_index}"})
+            prompts.append((system, user, call))
+            rows.append({"label": label, "seed": call, "prompt_version": version, "origin": f"variation-{round_index}"})
     return prompts, pd.DataFrame(rows)
 
 

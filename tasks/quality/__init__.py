@@ -23,14 +23,14 @@ from privseed.tasks.quality.text_stats import TextStats, text_stats
 
 if TYPE_CHECKING:
     from privseed.tasks.quality.gate import (DEFAULT_BOUNDS, REQUIRED_COLUMNS, PartCheck, ReleaseGate,
-                                             build_expectations, derive_quality_columns, gate_from_config,
+                                             build_expectations, derive_quality_columns, document_gate,
                                              release_gate, validate_release, validate_release_task)
 
 #: The gate's names, imported on first use: the gate brings Great Expectations and Prefect, and the text measures
 #: of this package (``metrics``, ``predicate``) are imported by the command line and the prompt layer, which must
 #: start without them.
 GATE_NAMES = frozenset({"DEFAULT_BOUNDS", "REQUIRED_COLUMNS", "PartCheck", "ReleaseGate", "build_expectations",
-                        "derive_quality_columns", "gate_from_config", "release_gate", "validate_release",
+                        "derive_quality_columns", "document_gate", "release_gate", "validate_release",
                         "validate_release_task"})
 
 
@@ -47,7 +47,7 @@ __all__ = [
     "TEMPLATE_RESIDUE_PATTERNS", "TUNABLE_RULES", "DocumentRules", "PartCheck", "ReleaseGate", "TextStats",
     "build_expectations", "derive_quality_columns", "document_preamble", "document_rejection", "ends_a_sentence",
     "example_names",
-    "gate_from_config", "is_document", "is_keyphrase_passthrough", "language_probability", "meta_talk",
+    "document_gate", "is_document", "is_keyphrase_passthrough", "language_probability", "meta_talk",
     "misused_seed_terms", "release_gate", "repetition_score", "rewrite_score", "rules_from_bounds",
     "statistic_over_threshold", "template_residue", "text_stats", "validate_release", "validate_release_task",
 ]

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -437,12 +437,13 @@ def release_gate(*, labels: Sequence[Any], llm_used: bool, rules: DocumentRules 
     return ReleaseGate(tuple(labels), bool(llm_used), rules, tuple(sorted(bounds.items())))
 
 
-def gate_from_config(cfg: Any, labels: Sequence[Any]) -> ReleaseGate | None:
-    """The release gate a flow's config asks for (``--no-gate``: None), for the declared ``labels``."""
-    if not getattr(cfg, "gate", True):
-        return None
-    rules = DocumentRules(language=cfg.language).with_settings(getattr(cfg, "document_rules", None) or {})
-    return release_gate(labels=labels, llm_used=cfg.llm != "none", rules=rules)
+def document_gate(labels: Sequence[Any], *, llm_used: bool, language: str | None,
+                  document_rules: Mapping[str, Any]) -> ReleaseGate:
+    """The release gate for the declared ``labels`` with the run's document test (``--language``, ``--document-rule``;
+    tasks/config/options.py DocumentOptions); the adapter from a command's configuration is
+    tasks/stages/release.py ``gate_from_config``."""
+    rules = DocumentRules(language=language).with_settings(dict(document_rules))
+    return release_gate(labels=labels, llm_used=llm_used, rules=rules)
 
 
 def _make_task() -> Any:

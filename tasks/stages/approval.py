@@ -38,6 +38,7 @@ from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
 from privseed.tasks.errors import GateFailedError
 from privseed.tasks.stages import public_stage, stage_logger
 from privseed.tasks.stages.artifacts import approval_artifacts
+from privseed.tasks.stages.release import gate_from_config
 
 #: How often the paused run asks the Prefect API whether it was resumed.
 APPROVAL_POLL_S = 5
@@ -92,7 +93,6 @@ def rows_per_label(synthetic: pd.DataFrame | StagedRelease) -> dict[str, int]:
 
 def gate_verdict(cfg: ReleaseConfig, synthetic: pd.DataFrame | StagedRelease, labels: Sequence[Any]) -> dict | None:
     """The release gate's result, as ``publish_release`` will compute it (None with ``--no-gate``)."""
-    from privseed.tasks.quality import gate_from_config  # Great Expectations: seconds to import, only when asked
 
     gate = gate_from_config(cfg, labels)
     if gate is None:

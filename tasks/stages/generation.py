@@ -25,11 +25,12 @@ from privseed.tasks.llm.cache import CallCache
 from privseed.tasks.llm.cost import CostEstimate, estimate_cost
 from privseed.tasks.llm.prompting import PromptTemplate
 from privseed.tasks.llm.released import PublicClassNames, RecipientExample, load_class_names, load_few_shot
-from privseed.tasks.llm.service import get_backend, kind_of, parse_llm_spec, spec_from_config
+from privseed.tasks.llm.service import LLMSpec, get_backend, kind_of, llm_spec, parse_llm_spec
 from privseed.tasks.quality import ReleaseGate
 from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, asks_for_profile, planned_settings, profile_budget,
                                                  settled)
 from privseed.tasks.stages import NOT_PERSISTED, stage_logger
+from privseed.tasks.stages.release import gate_from_config
 
 log = logging.getLogger("privseed.generation")
 
@@ -63,8 +64,6 @@ def generate_release_documents(sequences: pd.DataFrame, cfg: DpKpsConfig, labels
     cache, split documents from seeds dropped after ``max_regenerations`` rounds, and
     write and gate-check the release's parts); only the parts' descriptors come back here, with the report that
     goes into quality.json."""
-    from privseed.tasks.quality import gate_from_config
-
     staged = generate_release(sequences, cfg, gate_from_config(cfg, labels))
     report = staged.generation_report
     assert report is not None  # generate_release_parts always counts what its shards kept and dropped
@@ -226,6 +225,13 @@ def estimate_generation(sequences: pd.DataFrame, cfg: ReleaseConfig, vocabulary:
     finally:
         if backend is not None:
             backend.close()  # its tokenizer counted the prompts; the weights are not needed any more
+
+
+def spec_from_config(cfg: ReleaseConfig) -> LLMSpec:
+    """The backend of a run's ``--llm`` with the run options its kind takes: the LLM options (concurrency, secret
+    block) and where the run keeps its private state (a batch API's pending batches)."""
+    return llm_spec(cfg.llm, state_uri=cfg.state_uri, storage_options=cfg.storage_options,
+                    llm_concurrency=cfg.llm_concurrency, llm_secret=cfg.llm_secret)
 
 
 def llm_cache_uri(cfg: ReleaseConfig) -> str:

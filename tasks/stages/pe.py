@@ -35,6 +35,7 @@ from privseed.tasks.dp.mechanisms import GaussianMechanism
 from privseed.tasks.pe.pe_units import (PrivateUnits, SampledUnit, SecretDetector, forget_run, stack_incidence,
                                         unit_class_votes, unit_cluster_sums, unit_secret_incidence)
 from privseed.tasks.stages import private_stage, public_stage, stage_logger
+from privseed.tasks.stages.release import gate_from_config
 from privseed.tasks.data.units import CorpusPlan, add_parts, map_reduce_units
 
 
@@ -61,6 +62,13 @@ def _numbered_chunk(chunk: tuple[int, list], llm: Any, cache_root: str, storage_
     return _complete_chunk(requests, llm, cache_root, storage_options, on_result=call_messages(topic, number))
 
 
+def variation_settings(cfg: EvolutionConfig) -> dict[str, Any]:
+    """What ``privseed.tasks.pe.evolution.variation_prompts`` reads of a run: its public seed, the document type and
+    the variation options (K, paraphrase or fill-in-the-blanks, the share of words blanked)."""
+    return {"seed": cfg.seed, "doc_type": cfg.doc_type, "variations": cfg.variations, "variation": cfg.variation,
+            "mask_fraction": cfg.mask_fraction}
+
+
 def chat_requests(prompts: list[ev.Prompt], cfg: EvolutionConfig) -> list:
     from privseed.tasks.llm import ChatMessage, ChatRequest
 
@@ -78,7 +86,8 @@ def llm_calls(prompts: list[ev.Prompt], cfg: EvolutionConfig, desc: str = "llm")
     loaded and reporting each call to the bar here as it finishes. Otherwise they run here with a per-call bar.
     Answers come back in prompt order either way."""
     from privseed.tasks.llm.progress import CallProgress
-    from privseed.tasks.llm.service import call_prices, serving, spec_from_config
+    from privseed.tasks.llm.service import call_prices, serving
+    from privseed.tasks.stages.generation import spec_from_config
 
     requests = chat_requests(prompts, cfg)
     cache_root = storage.join(cfg.state_uri, "llm-cache")
@@ -371,16 +380,16 @@ def estimate_evolution(cfg: EvolutionConfig, labels: list) -> Any:
     a text of max_tokens tokens. Output tokens are bounded by max_tokens per call. Nothing is sent, drawn or
     charged; calls already in the run's cache are counted as cached."""
     from privseed.tasks.llm.cost import estimate_cost
-    from privseed.tasks.llm.service import spec_from_config
+    from privseed.tasks.stages.generation import spec_from_config
     from privseed.tasks.llm import CallCache
 
     words = ["placeholder"] * 50 if getattr(cfg, "vocab_words", False) else None
-    prompts, _ = ev.random_prompts(cfg, labels, cfg.per_class * (cfg.variations + 1), words,
-                                   getattr(cfg, "words_per_prompt", 0))
+    prompts, _ = ev.random_prompts(labels, cfg.per_class * (cfg.variations + 1), seed=cfg.seed, doc_type=cfg.doc_type,
+                                   words=words, words_per_prompt=getattr(cfg, "words_per_prompt", 0))
     longest = pd.DataFrame({"text": [" ".join(["word"] * cfg.max_tokens)] * (len(labels) * cfg.per_class),
                             "label": [label for label in labels for _ in range(cfg.per_class)]})
     for t in range(1, cfg.iterations):
-        prompts += ev.variation_prompts(cfg, longest, t)[0]
+        prompts += ev.variation_prompts(longest, t, **variation_settings(cfg))[0]
     cache = CallCache(storage.join(cfg.state_uri, "llm-cache"), cfg.storage_options)
     return estimate_cost(spec_from_config(cfg), chat_requests(prompts, cfg), cache)
 
@@ -440,8 +449,6 @@ def publish_evolution(cfg: EvolutionConfig, final: pd.DataFrame, ledger: Privacy
                       summary: dict[str, Any]) -> dict:
     """Gate and publish the final population, with ``summary`` (method, schedule, LLM calls, public per-round
     counts) as evolution.json; returns the manifest."""
-    from privseed.tasks.quality import gate_from_config
-
     gate = gate_from_config(cfg, labels)
     files = {"evolution.json": (json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n").encode()}
     manifest = publish_release(cfg.out, release_frame(final, summary["llm_calls"]), ledger=ledger,

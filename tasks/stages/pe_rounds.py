@@ -38,7 +38,7 @@ from privseed.tasks.dp.mechanisms import GaussianMechanism
 from privseed.tasks.pe.pe_units import PrivateUnits
 from privseed.tasks.stages import stage_logger
 from privseed.tasks.stages.pe import (draw_augpe_round, draw_secpe_round, embed_candidates, exact_class_votes,
-                                      exact_cluster_sums, generate_candidates, rho_per_unit)
+                                      exact_cluster_sums, generate_candidates, rho_per_unit, variation_settings)
 
 
 class VoteStep(Protocol):
@@ -150,8 +150,9 @@ def evolve(cfg: EvolutionConfig, labels: list, vote: VoteStep, words: list[str] 
                 vote.title, len(labels), cfg.per_class, cfg.variations, cfg.iterations, plan["total"],
                 plan["random"], plan["variation"], cfg.llm)
     clock = RoundClock()
-    prompts, meta = ev.random_prompts(cfg, labels, cfg.per_class * (cfg.variations + 1), words,
-                                      getattr(cfg, "words_per_prompt", 0))
+    prompts, meta = ev.random_prompts(labels, cfg.per_class * (cfg.variations + 1), seed=cfg.seed,
+                                      doc_type=cfg.doc_type, words=words,
+                                      words_per_prompt=getattr(cfg, "words_per_prompt", 0))
     with clock("llm_s"):
         candidates = generate_candidates(cfg, prompts, meta, f"{vote.name} RANDOM_API")
     calls = {"random": len(prompts), "variation": 0}
@@ -159,7 +160,7 @@ def evolve(cfg: EvolutionConfig, labels: list, vote: VoteStep, words: list[str] 
         with clock("embed_s"):
             candidate_emb = embed_candidates(candidates["text"].tolist(), cfg.embedding_model)
         candidate_class = ev.class_index(labels, candidates["label"])
-        documents = ev.candidate_documents(cfg, candidates)
+        documents = ev.candidate_documents(cfg, cfg.min_words, candidates)
         with clock("histogram_s"):
             scores = vote.scores(t, candidates, candidate_emb, candidate_class, documents)
             keep = ev.select_per_class(scores, candidate_class, documents, len(labels), cfg.per_class,
@@ -168,7 +169,7 @@ def evolve(cfg: EvolutionConfig, labels: list, vote: VoteStep, words: list[str] 
         kept = candidates.iloc[keep].reset_index(drop=True)
         if t == cfg.iterations:
             break
-        prompts, meta = ev.variation_prompts(cfg, kept, t)
+        prompts, meta = ev.variation_prompts(kept, t, **variation_settings(cfg))
         calls["variation"] += len(prompts)
         with clock("llm_s"):
             answers = generate_candidates(cfg, prompts, meta,

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Sequence
+
 import pandas as pd
 
-from privseed.tasks.config.commands import DpKpsConfig
+from privseed.tasks.config.commands import DpKpsConfig, ReleaseConfig
 from privseed.tasks.data.corpus import StagedRelease
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.stages import public_stage
+
+if TYPE_CHECKING:
+    from privseed.tasks.quality import ReleaseGate
+
+
+def gate_from_config(cfg: ReleaseConfig, labels: Sequence[Any]) -> ReleaseGate | None:
+    """The release gate a run's configuration asks for (``--no-gate``: None), for the declared ``labels``, with its
+    document test (``--language``, ``--document-rule``)."""
+    if not cfg.gate:
+        return None
+    from privseed.tasks.quality import document_gate  # Great Expectations: seconds to import, only when asked
+
+    return document_gate(labels, llm_used=cfg.llm != "none", language=cfg.language,
+                         document_rules=cfg.document_rules)
 
 
 @public_stage("render-without-llm")
@@ -29,8 +45,6 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     from privseed.tasks.data.corpus import publish_release
     from privseed.tasks.generation.examples import prompt_examples
     from privseed.tasks.llm import kind_of
-    from privseed.tasks.quality import gate_from_config
-
     config = cfg.public_dict()
     # The manifest says whether prompts named the classes, and with which public names.
     config["prompt_class_names"] = class_names if cfg.llm != "none" else None
