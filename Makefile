@@ -43,13 +43,16 @@ setup-models: setup
 demo: setup
 	$(VENV)/bin/privseed demo --out demo-out
 
+# The suite on TEST_WORKERS processes (pytest-xdist), a test file to a worker (its module fixtures shared), the
+# longest files first (tests/conftest.py): on 2 cores most end-to-end tests wait on servers and subprocesses.
+TEST_WORKERS ?= 3
 test: setup
-	$(PY) -m pytest -q tests; status=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 # Everyday edits: the suite without the end-to-end tests marked slow (servers, clusters, the local LLM, mypy).
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 # The configuration is in pyproject.toml ([tool.ruff], [tool.mypy]); tests/test_lint.py runs the same two.
 lint: setup

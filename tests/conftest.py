@@ -92,3 +92,17 @@ def corpus_plan(frame: pd.DataFrame, folder: Path, n_shards: int = 2, row_group_
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
+
+
+#: The test files that take longest, longest first (a serial run on 2 cores, 2026-11-28: test_audit 238 s ...
+#: test_budget_control 31 s). `make test` hands whole files to its workers (--dist loadfile) in collection order, so
+#: these go first and the short files fill the gaps at the end (longest-processing-time-first scheduling).
+LONGEST_FILES = ("test_audit", "test_evolution_flow", "test_evaluate_flow", "test_release_privacy", "test_noise_flows",
+                 "test_config_contract", "test_api", "test_pe_units", "test_dpkps_flow", "test_approval",
+                 "test_deployments", "test_llm_privacy", "test_quality", "test_fault_tolerance",
+                 "test_histogram_seeds", "test_budget_control")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: tests keep their order in a file

@@ -187,3 +187,26 @@ def test_threshold_delta_is_the_release_frequency_of_a_term_one_document_creates
         k, n = int(hits.sum()), hits.size
         assert stats.binomtest(k, n, claimed).pvalue > FALSE_ALARM, (k, n, claimed)
         assert stats.binomtest(k, n, unfixed).pvalue < FALSE_ALARM, (k, n, unfixed)
+
+
+def test_one_gaussian_release_is_calibrated_exactly_and_agrees_with_the_pld_accountant():
+    """The analytic Gaussian mechanism's z: the exact delta at z meets the target and a z 1e-6 smaller does not;
+    dp-accounting's PLD calibration (the accountant the schedules use) lands within 1e-4 of it, above."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
+
+    from privseed.tasks.dp.mechanisms import gaussian_noise_multiplier
+
+    def exact_delta(z: float, epsilon: float) -> float:
+        return GaussianPrivacyLoss(standard_deviation=z, sensitivity=1.0).get_delta_for_epsilon(epsilon)
+
+    for epsilon, delta in [(10.45, 7.2e-8), (1.0, 1e-5), (0.01, 0.5), (50.0, 1e-9)]:
+        z = gaussian_noise_multiplier(epsilon, delta)
+        assert exact_delta(z, epsilon) <= delta < exact_delta(z * (1 - 1e-6), epsilon)
+    pld = dp_accounting.calibrate_dp_mechanism(
+        pld_privacy_accountant.PLDAccountant, dp_accounting.GaussianDpEvent, target_epsilon=1.0, target_delta=1e-5,
+        bracket_interval=dp_accounting.LowerEndpointAndGuess(0.1, 1.0), tol=1e-4)
+    assert gaussian_noise_multiplier(1.0, 1e-5) <= pld <= gaussian_noise_multiplier(1.0, 1e-5) * (1 + 1e-4)
+    with pytest.raises(ConfigError, match="positive and finite"):
+        gaussian_noise_multiplier(float("inf"), 1e-5)

@@ -133,7 +133,8 @@ def dask_client(address: str | None = None, n_workers: int = 2, security: Securi
                 raise ConfigError(f"cannot reach the Dask scheduler at {address}: {exc}") from exc
             try:
                 check_cluster(client, address)
-                yield client
+                with client.as_current():  # this run's stages find this client (current_client), not another's
+                    yield client
             finally:
                 client.close()
             return
@@ -146,7 +147,10 @@ def dask_client(address: str | None = None, n_workers: int = 2, security: Securi
         client = Client(cluster)
         log.info("dask: LocalCluster with %d worker(s), dashboard %s", n_workers, cluster.dashboard_link)
         try:
-            yield client
+            # this run's stages find this client (current_client), not the client of another flow run started
+            # later in the same process (a served deployment, concurrent runs in threads)
+            with client.as_current():
+                yield client
         finally:
             client.close()
             cluster.close()
