@@ -4,6 +4,7 @@ of them; every test session gets its own PREFECT_HOME so runs never touch a user
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,10 @@ os.environ["GX_ANALYTICS_ENABLED"] = "false"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["DO_NOT_TRACK"] = "1"
+# pytest-xdist's workers (make test) ignore SIGINT, and an ignored signal stays ignored in every process they start:
+# a test that sends its child Ctrl-C would wait for nothing. The worker takes SIGINT as Python does by default.
+if os.environ.get("PYTEST_XDIST_WORKER") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Prefect sets up its console log handlers once per process, on the stream sys.stderr is at that moment. The CLI
 # imports Prefect only to run a command, so without this the first test that runs the CLI under capsys would bind

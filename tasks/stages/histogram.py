@@ -98,7 +98,8 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
     derived = settings_from_arrays(released)  # as stored with the draw
     resolved = resolve_settings(given, derived)
     answer_cap = answer_tokens(derived.answer_words)
-    if "max_tokens" not in cfg.model_fields_set:  # answers as long as the corpus's documents, under --max-tokens
+    if cfg.llm != "none" and "max_tokens" not in cfg.model_fields_set:  # answers of the documents' length, at most
+        # --max-tokens (a function of the noisy profile only: post-processing)
         resolved = {**resolved, "max_tokens": min(cfg.max_tokens, answer_cap)}
     declared = cfg.model_copy(update=resolved)
     record = {"noisy_class_sizes": [round(float(v), 1) for v in profile.class_sizes],
