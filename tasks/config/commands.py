@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 
 from privseed.tasks.dp.accounting import default_delta
+from privseed.tasks.dp.mechanisms import DELTA_MECHANISMS, MECHANISM_KINDS, mechanism_kind
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.config.fields import POSITIVE, cli, positive_epsilon
 from privseed.tasks.config.options import (DEFAULT_N_UPPER_BOUND, ApprovalOptions, ClusterOptions,
@@ -357,10 +358,6 @@ def _selection_refusal(cfg: Any, name: str) -> str:
             f"or drop {flag}")
 
 
-#: The mechanisms that spend a delta; the others are pure epsilon-DP.
-DELTA_MECHANISMS = ("gaussian", "laplace-threshold")
-
-
 def _delta_reads(cfg: Any, name: str) -> bool:
     return cfg.mechanism in DELTA_MECHANISMS or cfg.delta == 0.0  # a zero delta spends nothing to refuse
 
@@ -552,9 +549,9 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
     eps_kde: float = Field(default=10.0, description="epsilon of the DP-KDE sketches",
                            json_schema_extra={**cli(metavar="EPS"), **POSITIVE})
     delta: float = Field(default=default_delta(DEFAULT_N_UPPER_BOUND), ge=0.0, lt=1.0,
-                         description="delta, for --mechanism gaussian and laplace-threshold only",
+                         description=f"delta, for --mechanism {' and '.join(DELTA_MECHANISMS)} only",
                          json_schema_extra=cli(default_note="1/(n ln n) with n = --n-upper-bound"))
-    mechanism: Literal["laplace", "gaussian", "laplace-threshold"] = Field(
+    mechanism: Literal[tuple(MECHANISM_KINDS)] = Field(  # type: ignore[valid-type]
         default="gaussian", description="noise of the sketches and of the histogram methods; laplace-threshold "
         "(histogram methods only, needs a delta): noise only on the terms that occur, released above a threshold",
         json_schema_extra=cli(default_note="laplace for the paper's samplers (--method independent, iterative-linear, "
@@ -691,9 +688,9 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
         return values
 
     @model_validator(mode="after")
-    def _gaussian_needs_delta(self) -> DpKpsConfig:
-        if self.mechanism == "gaussian" and not self.delta > 0:
-            raise ValueError("the Gaussian mechanism needs --delta > 0")
+    def _delta_mechanism_needs_delta(self) -> DpKpsConfig:
+        if mechanism_kind(self.mechanism).spends_delta and not self.delta > 0:
+            raise ValueError(f"--mechanism {self.mechanism} spends a delta: declare --delta > 0 (e.g. 1e-6)")
         return self
 
     @model_validator(mode="after")
@@ -702,8 +699,6 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
             if self.method not in ("histogram", "histogram-markov"):
                 raise ValueError("--mechanism laplace-threshold releases term histograms: use it with --method "
                                  "histogram or histogram-markov")
-            if not self.delta > 0:
-                raise ValueError("--mechanism laplace-threshold needs a declared --delta > 0 (e.g. 1e-6)")
         return self
 
     @model_validator(mode="after")

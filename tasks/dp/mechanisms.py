@@ -379,6 +379,10 @@ class MechanismKind(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def spends_delta(self) -> bool:
+        """Whether its releases cost a delta > 0 (a run with it must declare --delta); else pure epsilon-DP."""
+
     def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> Mechanism: ...
 
     def compose(self, epsilon: float, delta: float, releases: int) -> tuple[float, float]: ...
@@ -391,6 +395,7 @@ class LaplaceKind:
     """Pure epsilon-DP on L1 sensitivity; ``releases`` draws compose by basic composition (epsilon adds up)."""
 
     name: str = "laplace"
+    spends_delta: bool = False
 
     def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> LaplaceMechanism:
         if sensitivity.l1 is None:
@@ -442,6 +447,7 @@ class GaussianKind:
     composition, tighter than adding them up), so ``compose`` returns them unchanged."""
 
     name: str = "gaussian"
+    spends_delta: bool = True
 
     def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> GaussianMechanism:
         if not 0.0 < delta < 1.0:
@@ -586,6 +592,7 @@ class LaplaceThresholdKind:
     R releases compose by basic composition (R epsilon, R delta)."""
 
     name: str = "laplace-threshold"
+    spends_delta: bool = True  # the threshold's release of a term only one document holds
 
     def calibrated(self, sensitivity: Sensitivity, epsilon: float, delta: float = 0.0) -> LaplaceThresholdMechanism:
         epsilon = _check_positive("epsilon", epsilon)
@@ -633,6 +640,8 @@ LAPLACE_THRESHOLD = LaplaceThresholdKind()
 #: Every kind by its recorded name (the ``mechanism`` field of ledger entries and of ``--mechanism``).
 MECHANISM_KINDS: dict[str, MechanismKind] = {LAPLACE.name: LAPLACE, GAUSSIAN.name: GAUSSIAN,
                                              LAPLACE_THRESHOLD.name: LAPLACE_THRESHOLD}
+#: The kinds whose releases spend a delta (their ``spends_delta``); the others are pure epsilon-DP.
+DELTA_MECHANISMS: tuple[str, ...] = tuple(name for name, kind in MECHANISM_KINDS.items() if kind.spends_delta)
 
 
 def mechanism_kind(name: str) -> MechanismKind:

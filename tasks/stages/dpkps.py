@@ -17,6 +17,7 @@ import pandas as pd
 
 from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig
 from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.dp.mechanisms import mechanism_kind
 from privseed.tasks.seeds.corpus_profile import ADAPTIVE_OPTIONS, asks_for_profile, settled
 from privseed.tasks.seeds.passes import TermCounting
 from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS, SEED_METHODS
@@ -155,7 +156,7 @@ def sketch_mechanisms(cfg: DpKpsConfig, specs: list) -> list:
     from privseed.tasks.seeds.sampling import split_budget
 
     budgets = split_budget(cfg.method, cfg.eps_kde, settled(cfg.length, "--length"))
-    delta_each = cfg.delta / len(specs) if cfg.mechanism == "gaussian" else 0.0
+    delta_each = cfg.delta / len(specs) if mechanism_kind(cfg.mechanism).spends_delta else 0.0
     return [sketch_mechanism(cfg.mechanism, spec.n_features, budgets[k], delta_each) for k, spec in enumerate(specs)]
 
 

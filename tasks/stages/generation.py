@@ -16,6 +16,7 @@ from privseed.tasks import storage
 from privseed.tasks.config.commands import DpKpsConfig, ReleaseConfig
 from privseed.tasks.data.corpus import StagedRelease, candidate_folder, list_shards, new_release_id
 from privseed.tasks.errors import retry_if_transient
+from privseed.tasks.dp.mechanisms import mechanism_kind
 from privseed.tasks.generation.drivers import (calibrate_local_speed, generate_release_parts, generate_seeds,
                                                refuse_remote_llm_for_reproducible_noise, seeds_from_sequences)
 from privseed.tasks.generation.examples import envelope_warning, examples_for_doc_type, prompt_examples
@@ -117,7 +118,7 @@ def planned_privacy_spend(cfg: DpKpsConfig) -> list[PlannedSpend]:
                  ("co-occurrence pairs", "the noisy pair counts among each class's heaviest terms")]
         return profile + [PlannedSpend(name, epsilon, delta, what)
                           for (name, what), (epsilon, delta) in zip(names, budgets)]
-    sketch_delta = cfg.delta if cfg.mechanism == "gaussian" else 0.0
+    sketch_delta = cfg.delta if mechanism_kind(cfg.mechanism).spends_delta else 0.0
     return [PlannedSpend("vocabulary", cfg.eps_voc, 0.0, "the noisy vocabulary histogram, top N (discrete Laplace)"),
             PlannedSpend("sketches", cfg.eps_kde, sketch_delta, f"each class's DP-KDE sketches ({cfg.mechanism})")]
 
