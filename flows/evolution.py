@@ -21,7 +21,6 @@ from typing import Any
 from prefect import flow
 
 from privseed.tasks._runtime import apply_offline_defaults
-from privseed.tasks.pe import evolution as ev
 from privseed.tasks import storage
 from privseed.tasks.data.cluster import cluster_security, dask_client
 from privseed.tasks.config.commands import (TYPED_FLOW, AugPeConfig, EvolutionConfig, SecPeConfig, build_config,
@@ -34,7 +33,8 @@ from privseed.tasks.stages.corpus import declared_labels, plan_private_corpus, s
 from privseed.tasks.stages.dpkps import privatize_vocabulary_stage, term_counting
 from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, state_summary, warn_if_insecure
 from privseed.tasks.stages.pe import (advise_sigma, charge_augpe_schedule, charge_secpe_schedule, detect_unit_secrets,
-                                      dry_run_plan, private_units, public_clusters, publish_evolution, release_frame)
+                                      dry_run_plan, private_units, public_clusters, publish_evolution, release_frame,
+                                      secret_noise, secret_protection)
 from privseed.tasks.stages.pe_rounds import AugPeVote, Evolution, SecPeVote, evolve
 
 
@@ -82,9 +82,9 @@ def secpe_flow(config: SecPeConfig) -> dict:
                 return advise_sigma(cfg, detect_unit_secrets(cfg, units))
         ledger = open_ledger(cfg, identity)
         with private_units(cfg, labels, plan) as units:  # secrets and rounds read the units on the workers
-            secret_noise = ev.secpe_noise(cfg, detect_unit_secrets(cfg, units))
-            schedule, mechanism = charge_secpe_schedule(ledger, cfg, secret_noise)
-            vote = SecPeVote(ledger, cfg, mechanism, public_clusters(cfg), units, secret_noise.rho, labels)
+            noise = secret_noise(cfg, detect_unit_secrets(cfg, units))
+            schedule, mechanism = charge_secpe_schedule(ledger, cfg, noise)
+            vote = SecPeVote(ledger, cfg, mechanism, public_clusters(cfg), units, noise.rho, labels)
             result = evolve(cfg, labels, vote)
     summary = {"method": "secpe", "schedule": schedule, "llm_calls": result.calls, "rounds": result.rounds,
                "guarantee": schedule["release_guarantee"]["statement"]}
@@ -140,7 +140,7 @@ def _run_cli(cfg: AugPeConfig | SecPeConfig, flow_fn: Any) -> int:
     epsilon, delta = manifest["privacy"]["epsilon"], manifest["privacy"]["delta"]
     if isinstance(cfg, SecPeConfig):
         # SecPE's guarantee is (p, r)-secret protection; its DP epsilon is conditional (docs/baselines.md).
-        r = min(1.0, cfg.p * cfg.r_over_p)
+        r = secret_protection(cfg).r
         guarantee = (f"(p, r) = ({cfg.p:g}, {r:g}) secret protection for the detected secrets, not DP; DP "
                      f"epsilon={epsilon:g}, delta={delta:g} only if rho is taken as fixed")
     else:

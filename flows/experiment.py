@@ -26,11 +26,11 @@ from prefect import flow
 from privseed.flows.dpkps import dpkps_flow
 from privseed.flows.evolution import augpe_flow, secpe_flow
 from privseed.tasks.evaluation.baselines import only_llm_label_names
-from privseed.tasks.config.commands import TYPED_FLOW, ExperimentConfig, flow_config
+from privseed.tasks.config.commands import SWITCH_VALUES, TYPED_FLOW, ExperimentConfig, flow_config
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.evaluation.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, experiment_overrides,
-                                                  grid_cells, load_experiment, method_config, method_flow,
-                                                  record_release_seconds, recorded_release_seconds)
+from privseed.tasks.evaluation.experiment import (CellLog, ExperimentSpec, GridCell, PreparedData, grid_cells,
+                                                  load_experiment, method_config, method_flow, record_release_seconds,
+                                                  recorded_release_seconds)
 from privseed.tasks.data.release_reader import Release
 from privseed.tasks.stages.evaluation import load_release
 from privseed.tasks.stages.experiment import GridData, only_llm_documents, real_documents, score_cell, tabulate
@@ -38,6 +38,20 @@ from privseed.tasks.stages.experiment import GridData, only_llm_documents, real_
 #: The flow that writes each method's release (privseed.tasks.evaluation.experiment.method_flow names it).
 #: Each takes its own configuration model; a cell's config dict is validated into it by Prefect.
 METHOD_FLOWS: dict[str, Any] = {"dpkps": dpkps_flow, "augpe": augpe_flow, "secpe": secpe_flow}
+
+
+def experiment_overrides(cfg: ExperimentConfig) -> dict[str, Any]:
+    """What the command line (an ExperimentConfig) replaces in the experiment file, as the file's settings; a
+    field left unset replaces nothing."""
+    llms = cfg.llm[0] if cfg.llm and len(cfg.llm) == 1 else cfg.llm
+    overrides = {"name": cfg.name, "methods": cfg.methods, "seeds": cfg.seeds, "llm": llms,
+                 "eps": [list(pair) for pair in cfg.eps] if cfg.eps else None, "classifier": cfg.classifier,
+                 "coral": SWITCH_VALUES[cfg.coral] if cfg.coral else None,
+                 "class_names": SWITCH_VALUES[cfg.class_names] if cfg.class_names else None, "out": cfg.out,
+                 "synthetic_per_class": cfg.synthetic_per_class, "max_regenerations": cfg.max_regenerations,
+                 "insecure_reproducible_noise": cfg.insecure_reproducible_noise,
+                 "allow_insecure_release": cfg.allow_insecure_release}
+    return {key: value for key, value in overrides.items() if value is not None}
 
 
 # The flow that deployments/prefect.yaml names (flows/experiment.py:experiment).

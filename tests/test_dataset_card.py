@@ -13,13 +13,12 @@ import pytest
 import yaml
 from scipy import sparse
 
-from privseed.tasks.pe import evolution as ev
 from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig, SecPeConfig, validate_config
 from privseed.tasks.data.corpus import publish_release
 from privseed.tasks.seeds.kde import sketch_mechanism
 from privseed.tasks.dp.ledger import PrivacyLedger, plain_guarantee
 from privseed.tasks.dp.mechanisms import GaussianMechanism, insecure_noise, secure_noise
-from privseed.tasks.stages.pe import charge_augpe_schedule, charge_secpe_schedule
+from privseed.tasks.stages.pe import charge_augpe_schedule, charge_secpe_schedule, secret_noise
 from privseed.tasks.seeds.vocabulary import vocabulary_mechanism
 
 OWNER = {"data": "d.parquet", "out": "o", "labels": ["0", "1"]}
@@ -53,7 +52,7 @@ def _augpe(ledger: PrivacyLedger) -> dict:
 def _secpe(ledger: PrivacyLedger) -> dict:
     cfg = validate_config(SecPeConfig, {**OWNER, "public": "p.parquet", "noise_multiplier": 3.0})
     # No detected secret: the public sigma meets (p, r) trivially; the schedule declares its guarantee either way.
-    charge_secpe_schedule(ledger, cfg, ev.secpe_noise(cfg, sparse.csr_matrix((6, 0))))
+    charge_secpe_schedule(ledger, cfg, secret_noise(cfg, sparse.csr_matrix((6, 0))))
     return cfg.public_dict()
 
 

@@ -174,7 +174,7 @@ def test_cli_registers_evaluate_and_experiment():
     assert COMMANDS_BY_NAME[args.command].runner == "privseed.flows.experiment:run_from_cli"
     assert cfg.config_path == "experiments/dbpedia14_nollm.toml"
     assert cfg.eps == [(1.0, 5.0), (5.0, 10.0)] and cfg.seeds == [0, 1, 2] and not cfg.cell_reports
-    assert grid.experiment_overrides(cfg) == {"eps": [[1.0, 5.0], [5.0, 10.0]], "seeds": [0, 1, 2], "llm": "none",
+    assert ex.experiment_overrides(cfg) == {"eps": [[1.0, 5.0], [5.0, 10.0]], "seeds": [0, 1, 2], "llm": "none",
                                              "coral": [False, True]}
 
 
@@ -490,7 +490,7 @@ def test_experiment_options_replace_the_files_settings(monkeypatch, tmp_path):
                                              "llm": "none", "class_names": "no", "classifier": "finetune",
                                              "synthetic_per_class": 7, "insecure_reproducible_noise": True,
                                              "max_regenerations": 8})
-    spec = grid.load_experiment(cfg.config_path, grid.experiment_overrides(cfg))
+    spec = grid.load_experiment(cfg.config_path, ex.experiment_overrides(cfg))
     assert (spec.name, spec.methods, spec.llm, spec.class_names, spec.classifier) == (
         "other", ["real", "independent"], "none", [False], "finetune")
     assert {ds.synthetic_per_class for ds in spec.datasets} == {7} and spec.insecure_reproducible_noise

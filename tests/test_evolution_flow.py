@@ -394,19 +394,17 @@ def test_pe_methods_refuse_undeclared_labels(prefect_harness, corpus_file, tmp_p
 def test_secpe_fixed_sigma_is_checked_against_budget(tmp_path):
     from scipy import sparse
 
-    from privseed.tasks.config.commands import SecPeConfig
-    from privseed.tasks.pe.evolution import advise_secpe_sigma, secpe_noise
+    from privseed.tasks.pe.evolution import SecretProtection, advise_secpe_sigma, secpe_noise
 
     incidence = sparse.csr_matrix(np.array([[1, 0], [1, 1], [0, 0], [0, 1]], dtype=float))
-    base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "iterations": 2, "p": 1e-4,
-            "r_over_p": 10.0, "labels": ["0", "1"]}
-    advised = advise_secpe_sigma(SecPeConfig.model_validate({**base, "advise_sigma": True}), incidence)
+    protection = SecretProtection(p=1e-4, r_over_p=10.0, rounds=2)
+    advised = advise_secpe_sigma(protection, incidence)
     assert advised > 0 and advised % 0.5 == 0  # rounded up to a multiple of 0.5
-    fixed = secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": advised}), incidence)
+    fixed = secpe_noise(protection, advised, incidence)
     assert fixed.sigma == advised and fixed.worst_blow_up <= 1e-3 and fixed.rho[2] == 1.0  # no secret: always
     assert fixed.protection["sigma_source"] == "config (public --noise-multiplier)"
     with pytest.raises(ConfigError, match="reconstruction bound above r") as refused:
-        secpe_noise(SecPeConfig.model_validate({**base, "noise_multiplier": advised * 0.4}), incidence)
+        secpe_noise(protection, advised * 0.4, incidence)
     assert "e-0" not in str(refused.value).split("r = ")[0]  # the private bound itself is not in the message
 
 
@@ -417,7 +415,7 @@ def test_secpe_published_protection_does_not_depend_on_corpus_size(tmp_path, r_o
     from scipy import sparse
 
     from privseed.tasks.config.commands import SecPeConfig
-    from privseed.tasks.pe.evolution import secpe_noise
+    from privseed.tasks.stages.pe import secret_noise as secpe_noise
 
     cfg = SecPeConfig.model_validate({"data": "d", "out": str(tmp_path), "public": "p", "llm": "local",
                                       "iterations": 2, "p": 1e-4, "r_over_p": r_over_p,
@@ -540,7 +538,8 @@ def test_secpe_releases_no_sigma_or_epsilon_computed_from_the_private_data(tmp_p
     from scipy import sparse
 
     from privseed.tasks.config.commands import SecPeConfig, validate_config
-    from privseed.tasks.pe.evolution import advise_secpe_sigma, secpe_noise
+    from privseed.tasks.pe.evolution import advise_secpe_sigma
+    from privseed.tasks.stages.pe import secret_noise as secpe_noise, secret_protection
 
     base = {"data": "d", "out": str(tmp_path), "public": "p", "llm": "local", "labels": ["0"]}
     with pytest.raises(ConfigError, match="--noise-multiplier"):
@@ -552,7 +551,8 @@ def test_secpe_releases_no_sigma_or_epsilon_computed_from_the_private_data(tmp_p
         a, b = secpe_noise(cfg, holders), secpe_noise(cfg, plus_one)
         assert (a.sigma, a.protection) == (b.sigma, b.protection) and a.sigma == 40.0
         advice = SecPeConfig.model_validate({**base, "advise_sigma": True, "rho_norm": rho_norm})
-        assert advise_secpe_sigma(advice, holders) > 0  # the data-calibrated number is advice for the owner only
+        # the data-calibrated number is advice for the owner only
+        assert advise_secpe_sigma(secret_protection(advice), holders) > 0
 
 
 def test_secpe_advice_reads_the_corpus_and_writes_nothing(prefect_harness, corpus_file, tmp_path, fake_llm):

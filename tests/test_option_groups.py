@@ -220,3 +220,30 @@ print(json.dumps(found))
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found == {"help": True, "preflight": "--llm echo:x: echo needs --llm-secret"}
+
+
+#: Where a command config may be a parameter: the flows and the stages wire it; the config package defines it.
+CONFIG_TAKERS = ("flows/", "tasks/stages/", "tasks/config/")
+
+
+def test_no_function_below_the_stages_takes_a_command_config():
+    """Below the stages a function takes its option group (tasks/config/options.py) or numbers: a parameter typed
+    as a command model, or a ``cfg``/``config`` typed ``Any`` or left untyped (the same thing unnamed), is refused."""
+    import ast
+    import re
+
+    commands = sorted({model.__name__ for model in COMMANDS.values()} | {"EvolutionConfig", "ReleaseConfig"})
+    command = re.compile(rf"\b({'|'.join(commands)})\b")
+    found = []
+    for path in sorted((REPO / "tasks").rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative.startswith(CONFIG_TAKERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if command.search(annotation) or (arg.arg in ("cfg", "config") and annotation in ("", "Any")):
+                    found.append(f"{relative}:{node.lineno} {node.name}({arg.arg}: {annotation or 'untyped'})")
+    assert not found, "take the option group or the numbers instead:\n" + "\n".join(found)

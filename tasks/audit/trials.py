@@ -244,10 +244,12 @@ class _Mechanism(abc.ABC):
     runs the same unit functions and the same reduction tree), hands its corpus's exact values to the stage that
     privatizes them, and reports the threshold statistics of what was released together with every released block
     for the calibration check: its noise (released - exact of this corpus) and the canary's move (the passes on D'
-    minus the passes on D, recomputed every trial)."""
+    minus the passes on D: pass 1 once per corpus, :meth:`exact_counts`; pass 2 every trial, over what the trial
+    released). ``cfg``: the public configuration of the command whose stages it runs, set by each audit."""
 
     name: str = ""
     labels: list[Any] = [0, 1, 2]
+    cfg: Any
 
     def __init__(self, workdir: Path, insecure: bool) -> None:
         self.workdir = workdir
@@ -315,7 +317,7 @@ class _Mechanism(abc.ABC):
                                                      for c, v in (others or {}).get(name, {}).items()})
         return out
 
-    def other_counts(self, private: pd.DataFrame, canaries: Mapping[str, tuple[str, Any]], cfg: Any,
+    def other_counts(self, private: pd.DataFrame, canaries: Mapping[str, tuple[str, Any]],
                      bulk: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
         """Pass 1's exact counts of D + c for each other canary ``canaries[c] = (text, label)``, through the same
         pass as the trials (once: the pass is deterministic, and a fault injected for the audit is in place from
@@ -323,17 +325,32 @@ class _Mechanism(abc.ABC):
         out = {}
         for n, (canary, (text, label)) in enumerate(canaries.items()):
             folder = self.workdir / f"{self.name}-other-canary-{n}"
-            out[canary] = _scan_counts(_write_corpus(_with(private, text, label), folder, bulk=bulk), self.labels, cfg)
+            out[canary] = self.exact_counts(_write_corpus(_with(private, text, label), folder, bulk=bulk))
         return out
 
     def exact_counts(self, plan: CorpusPlan) -> np.ndarray:
         """Pass 1's exact counts of ``plan`` under this audit's config, scanned once per corpus: the pass is
         deterministic, and a fault injected for the audit is in place from its setup on, so every trial would scan
         the same counts again. A trial's own work is then its noise (a copy: a stage may write into its input)."""
+        from privseed.tasks.stages.corpus import scan_private_corpus
+        from privseed.tasks.stages.dpkps import term_counting
+
         key = id(plan)
-        if key not in self._scanned:
-            self._scanned[key] = (plan, _scan_counts(plan, self.labels, self.cfg))
+        if key not in self._scanned:  # pass 1 of the flows, with the run's term counting
+            counts = scan_private_corpus.fn(plan, self.labels, self.cfg, term_counting(self.cfg)).term_counts
+            self._scanned[key] = (plan, counts)
         return self._scanned[key][1].copy()
+
+    def private_units(self, plan: CorpusPlan) -> Any:
+        """The flows' ``PrivateUnits`` of one audit corpus, under a random run name (the workers' embedding
+        cache)."""
+        import uuid
+
+        from privseed.tasks.pe.pe_units import PrivateUnits
+
+        return PrivateUnits(plan.units, self.cfg.text_column, self.cfg.label_column,
+                            dict(self.cfg.storage_options or {}), self.cfg.embedding_model,
+                            tuple(str(label) for label in self.labels), uuid.uuid4().hex)
 
     @abc.abstractmethod
     def trial(self, with_canary: bool) -> stats.TrialOutcome:
@@ -360,14 +377,6 @@ def _write_corpus(frame: pd.DataFrame, folder: Path, rows_per_group: int = 8,
     return plan_corpus(str(folder), unit_rows=2 * rows_per_group)
 
 
-def _scan_counts(plan: CorpusPlan, labels: list, cfg: Any) -> np.ndarray:
-    """Pass 1 of the flows (``scan_private_corpus``, with the run's ``term_counting``): the exact term counts."""
-    from privseed.tasks.stages.corpus import scan_private_corpus
-    from privseed.tasks.stages.dpkps import term_counting
-
-    return scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).term_counts
-
-
 class VocabularyAudit(_Mechanism):
     name = "vocabulary"
 
@@ -389,7 +398,7 @@ class VocabularyAudit(_Mechanism):
         self.plans = self.write_corpora(private, _with(private, " ".join(canary), 0))
         # the vocabulary counts a repeated term per occurrence by design (its canary is one term written S times)
         self.others = self.other_counts(private, other_canaries(canary, self.cfg.first_terms, vocabulary.terms,
-                                                                repeated=False), self.cfg)
+                                                                repeated=False))
 
     def trial(self, with_canary: bool) -> stats.TrialOutcome:
         from privseed.tasks.stages.dpkps import privatize_vocabulary_stage
@@ -475,16 +484,6 @@ class KdeAudit(_Mechanism):
             float(sum(list(k).count(self.canary_term) for k in class0))}, draws)
 
 
-def _private_units(plan: CorpusPlan, cfg: Any, labels: list) -> Any:
-    """The flows' ``PrivateUnits`` of one audit corpus, under a random run name (the workers' embedding cache)."""
-    import uuid
-
-    from privseed.tasks.pe.pe_units import PrivateUnits
-
-    return PrivateUnits(plan.units, cfg.text_column, cfg.label_column, dict(cfg.storage_options or {}),
-                        cfg.embedding_model, tuple(str(label) for label in labels), uuid.uuid4().hex)
-
-
 class _PeAudit(_Mechanism):
     """The PE audits embed each corpus once per unit, in the process's cache, as a run's workers do."""
 
@@ -518,7 +517,7 @@ class AugPeAudit(_PeAudit):
         self.voting = ev.voting_classes(self.syn_class, _documents(self.cfg, self.cfg.min_words, self.candidates))
         private = audit_corpus()
         plans = self.write_corpora(private, _with(private, _CANDIDATES[_ISOLATED_CANDIDATE][0], 0))
-        self.units = {side: _private_units(plan, self.cfg, self.labels) for side, plan in plans.items()}
+        self.units = {side: self.private_units(plan) for side, plan in plans.items()}
         # The construction the test relies on: no document of D votes for the isolated candidate; the canary does.
         for with_canary, expected in ((False, 0), (True, 1)):
             votes = self._votes(with_canary)
@@ -644,7 +643,7 @@ class HistogramAudit(_Mechanism):
         canary = list(_UNUSED_TERMS[:self.cfg.first_terms])
         self.canary_ids = [self.vocabulary.terms.index(t) for t in canary]
         self.plans = self.write_corpora(private, _with(private, " ".join(canary), 0), self.bulk())
-        self.others = self.other_counts(private, self.other_canaries(canary), self.cfg, self.bulk())
+        self.others = self.other_counts(private, self.other_canaries(canary), self.bulk())
 
     def vocabulary_terms(self) -> list[str]:
         """V of this audit (a file written at setup)."""
@@ -858,17 +857,16 @@ class SecPeAudit(_PeAudit):
         self.scales = ev.centre_noise_scales(self.clusters, self.cfg.radius)
         private = audit_corpus()
         plans = self.write_corpora(private, _with(private, _SECPE_CANARY, 0))
-        self.units = {side: _private_units(plan, self.cfg, self.labels) for side, plan in plans.items()}
+        self.units = {side: self.private_units(plan) for side, plan in plans.items()}
         self._adversary_view({side: self._joint(side, self._rho(side)) for side in (False, True)})
 
     def _rho(self, with_canary: bool) -> Any:
         """The flow's secret detection over the units and SecretNoise: (sampling probabilities per unit, noise).
         Nobody holds the audit's secret, so every rho is 1: the sampled sums are the exact ones, every trial."""
-        from privseed.tasks.pe.evolution import secpe_noise
-        from privseed.tasks.stages.pe import detect_unit_secrets, rho_per_unit
+        from privseed.tasks.stages.pe import detect_unit_secrets, rho_per_unit, secret_noise as run_secret_noise
 
         units = self.units[with_canary]
-        secret_noise = secpe_noise(self.cfg, detect_unit_secrets.fn(self.cfg, units))
+        secret_noise = run_secret_noise(self.cfg, detect_unit_secrets.fn(self.cfg, units))
         if not np.all(secret_noise.rho == 1.0):
             raise ConfigError("audit corpus: a document's sampling probability is below 1; the audit needs exact sums")
         return rho_per_unit(units, secret_noise.rho), secret_noise

@@ -22,7 +22,7 @@ import pandas as pd
 from privseed.tasks.data import corpus
 from privseed.tasks import jsonable, storage
 from privseed.tasks.config.commands import (BASELINE_METHODS, EXPERIMENT_METHODS, EXPERIMENT_OUT, PE_METHODS,
-                                            SWITCH_VALUES, EvaluationOptions, ExperimentConfig, validate_config)
+                                            EvaluationOptions, validate_config)
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.data.release_reader import Release
 from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS, SEED_METHOD_NAMES
@@ -126,23 +126,9 @@ class ExperimentSpec:
         return [self.llm] if isinstance(self.llm, str) else list(self.llm)
 
 
-def experiment_overrides(cfg: ExperimentConfig) -> dict[str, Any]:
-    """What the command line (an ExperimentConfig) replaces in the experiment file, as the file's settings; a
-    field left unset replaces nothing."""
-    llms = cfg.llm[0] if cfg.llm and len(cfg.llm) == 1 else cfg.llm
-    overrides = {"name": cfg.name, "methods": cfg.methods, "seeds": cfg.seeds, "llm": llms,
-                 "eps": [list(pair) for pair in cfg.eps] if cfg.eps else None, "classifier": cfg.classifier,
-                 "coral": SWITCH_VALUES[cfg.coral] if cfg.coral else None,
-                 "class_names": SWITCH_VALUES[cfg.class_names] if cfg.class_names else None, "out": cfg.out,
-                 "synthetic_per_class": cfg.synthetic_per_class, "max_regenerations": cfg.max_regenerations,
-                 "insecure_reproducible_noise": cfg.insecure_reproducible_noise,
-                 "allow_insecure_release": cfg.allow_insecure_release}
-    return {key: value for key, value in overrides.items() if value is not None}
-
-
 def load_experiment(path: str | None, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
     """Read an experiment TOML (see experiments/*.toml) and apply overrides (the file's settings inline, and
-    :func:`experiment_overrides`); validate up front."""
+    :func:`privseed.flows.experiment.experiment_overrides`); validate up front."""
     import tomllib
 
     raw: dict[str, Any] = {}

@@ -35,7 +35,6 @@ from privseed.tasks.dp.ledger import public_rng
 from privseed.tasks.dp.mechanisms import GaussianMechanism, NoiseSource
 
 if TYPE_CHECKING:
-    from privseed.tasks.config.commands import SecPeConfig
     from privseed.tasks.config.options import DocumentOptions
 
 #: One LLM call: (system message or None, user message, call seed).
@@ -436,49 +435,68 @@ class SecPeNoise:
     protection: dict
 
 
-def _secret_budget(cfg: SecPeConfig, incidence: sparse.spmatrix
-                   ) -> tuple[float, float | None, list[np.ndarray], np.ndarray]:
-    """r, eta, the holders' sampling probabilities per secret and rho (the last two private)."""
-    r = min(1.0, cfg.p * cfg.r_over_p)
+@dataclass(frozen=True)
+class SecretProtection:
+    """SecPE's public target and how it is checked, values of the configuration only: the adversary's prior
+    success ``p``, r = min(1, p ``r_over_p``) the bound on its reconstruction success, over ``rounds`` (T) noisy
+    rounds; ``rho_norm``: how the LP weights become sampling probabilities (:func:`sampling_probabilities`);
+    ``value_discretization``: the PLD accountant's interval."""
+
+    p: float
+    r_over_p: float
+    rounds: int
+    rho_norm: str = "max"
+    value_discretization: float = 1e-2
+
+    @property
+    def r(self) -> float:
+        return min(1.0, self.p * self.r_over_p)
+
+
+def _secret_budget(protection: SecretProtection, incidence: sparse.spmatrix
+                   ) -> tuple[float | None, list[np.ndarray], np.ndarray]:
+    """eta, the holders' sampling probabilities per secret and rho (the last two private)."""
     eta: float | None
-    if r < 1.0:
-        eta = accounting.gdp_mu_for_secret(cfg.p, r)
+    if protection.r < 1.0:
+        eta = accounting.gdp_mu_for_secret(protection.p, protection.r)
         weights = secret_weights_lp(incidence, eta)
     else:
         # r = 1 asks for no protection: no capacity constraint, every document weighs 1. (The capacity is not
         # replaced by a number such as |D|: nothing released may depend on the corpus size.)
         eta = None
         weights = np.ones(incidence.shape[0])
-    rho = sampling_probabilities(weights, cfg.rho_norm)
-    return r, eta, holder_probabilities(incidence, rho), rho
+    rho = sampling_probabilities(weights, protection.rho_norm)
+    return eta, holder_probabilities(incidence, rho), rho
 
 
-def secpe_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> SecPeNoise:
-    """SecretNoise with a public sigma: LP weights -> rho, and a check that ``--noise-multiplier`` meets (p, r) for
-    every detected secret on the blow-up of the round's joint (sizes, centres) mechanism (one Bernoulli draw
-    drives both: a sampled holder shifts it by sqrt(2)) composed T times. A sigma that falls short is refused;
-    the exact bound is private and not shown. Nothing released depends on the incidence but through the noisy
-    rounds (sigma is the owner's; ``advise_secpe_sigma`` is the data-calibrated advice, never released)."""
-    if cfg.noise_multiplier is None:
+def secpe_noise(protection: SecretProtection, sigma: float | None, incidence: sparse.spmatrix) -> SecPeNoise:
+    """SecretNoise with a public sigma: LP weights -> rho, and a check that ``sigma`` (``--noise-multiplier``)
+    meets (p, r) for every detected secret on the blow-up of the round's joint (sizes, centres) mechanism (one
+    Bernoulli draw drives both: a sampled holder shifts it by sqrt(2)) composed T times. A sigma that falls short is
+    refused; the exact bound is private and not shown. Nothing released depends on the incidence but through the
+    noisy rounds (sigma is the owner's; ``advise_secpe_sigma`` is the data-calibrated advice, never released)."""
+    if sigma is None:
         raise ConfigError("SecPE releases need a public noise level: give --noise-multiplier SIGMA "
                           "(--advise-sigma prints what the corpus's secrets need, for the owner only)")
-    r, eta, holders, rho = _secret_budget(cfg, incidence)
-    sigma = float(cfg.noise_multiplier)
-    worst = max((accounting.secret_blow_up(sigma, h, cfg.p, cfg.iterations, cfg.value_discretization)
-                 for h in holders), default=cfg.p)
+    r = protection.r
+    eta, holders, rho = _secret_budget(protection, incidence)
+    sigma = float(sigma)
+    worst = max((accounting.secret_blow_up(sigma, h, protection.p, protection.rounds,
+                                           protection.value_discretization)
+                 for h in holders), default=protection.p)
     if worst > r:
         # The exact bound is a function of the private secret incidence: it is not put in the message.
         raise ConfigError(f"--noise-multiplier {sigma:g} gives a reconstruction bound above r = {r:.3g} for at "
                           "least one detected secret; raise it (--advise-sigma prints what the corpus needs)")
-    protection = {
-        "p": cfg.p, "r": r, "eta": eta if eta is not None else "none (r = 1: no capacity constraint)",
-        "rounds": cfg.iterations, "holder_shift_l2": accounting.SECPE_HOLDER_SHIFT,
+    record = {
+        "p": protection.p, "r": r, "eta": eta if eta is not None else "none (r = 1: no capacity constraint)",
+        "rounds": protection.rounds, "holder_shift_l2": accounting.SECPE_HOLDER_SHIFT,
         "adjacency": accounting.SECPE_ADJACENCY,
         "calibration": "B(p) <= r checked for every detected secret, B the blow-up of sum_k P(S=k) N(sqrt(2) k, "
                        "sigma^2) vs N(0, sigma^2) composed T times (dp-accounting PLD, pessimistic, "
-                       f"value_discretization_interval {cfg.value_discretization:g})",
+                       f"value_discretization_interval {protection.value_discretization:g})",
         "sigma_source": "config (public --noise-multiplier)"}
-    return SecPeNoise(sigma, rho, float(worst), protection)
+    return SecPeNoise(sigma, rho, float(worst), record)
 
 
 #: The data-calibrated sigma is advice, rounded up to a multiple of this, so that most adjacent corpora get the
@@ -486,25 +504,25 @@ def secpe_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> SecPeNoise:
 ADVICE_STEP = 0.5
 
 
-def advise_secpe_sigma(cfg: SecPeConfig, incidence: sparse.spmatrix) -> float:
+def advise_secpe_sigma(protection: SecretProtection, incidence: sparse.spmatrix) -> float:
     """``--advise-sigma``: SecPE's Algorithm 1, line 6 (the smallest sigma with B_j(p) <= r for every detected
     secret j) rounded up to ``ADVICE_STEP``. A function of the private secret incidence (with ``--rho-norm paper``
     of |D| too): printed for the owner, never logged to a release, written or charged."""
-    r, _, holders, _ = _secret_budget(cfg, incidence)
-    cal = accounting.calibrate_secret_sigma(holders, cfg.p, r, cfg.iterations, cfg.value_discretization)
+    _, holders, _ = _secret_budget(protection, incidence)
+    cal = accounting.calibrate_secret_sigma(holders, protection.p, protection.r, protection.rounds,
+                                            protection.value_discretization)
     return float(math.ceil(cal.sigma / ADVICE_STEP) * ADVICE_STEP) if cal.sigma > 0 else 0.0
 
 
-def lone_holder_sigma(cfg: SecPeConfig) -> float:
+def lone_holder_sigma(protection: SecretProtection) -> float:
     """The sigma a secret held by one document needs at (p, r, T), from the configuration alone (public): its LP
     weight is min(1, eta), so its rho is min(1, eta) under ``--rho-norm max``. A corpus whose secrets have more
     holders may need more; the run checks. (Under ``--rho-norm paper`` rho depends on |D|: no public figure.)"""
-    r = min(1.0, cfg.p * cfg.r_over_p)
-    if r >= 1.0:
+    if protection.r >= 1.0:
         return 0.0
-    rho = min(1.0, accounting.gdp_mu_for_secret(cfg.p, r))
-    return accounting.calibrate_secret_sigma([np.array([rho])], cfg.p, r, cfg.iterations,
-                                             cfg.value_discretization).sigma
+    rho = min(1.0, accounting.gdp_mu_for_secret(protection.p, protection.r))
+    return accounting.calibrate_secret_sigma([np.array([rho])], protection.p, protection.r, protection.rounds,
+                                             protection.value_discretization).sigma
 
 
 # ----------------------------------------------------------------------------------------------------------

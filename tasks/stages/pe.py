@@ -306,10 +306,22 @@ def charge_secpe_schedule(ledger: PrivacyLedger, cfg: SecPeConfig, secret_noise:
     return schedule, mechanism
 
 
+def secret_protection(cfg: SecPeConfig) -> ev.SecretProtection:
+    """The run's (p, r) target and how it is checked, as the pure SecPE functions take it."""
+    return ev.SecretProtection(p=cfg.p, r_over_p=cfg.r_over_p, rounds=cfg.iterations, rho_norm=cfg.rho_norm,
+                               value_discretization=cfg.value_discretization)
+
+
+def secret_noise(cfg: SecPeConfig, incidence: sparse.spmatrix) -> ev.SecPeNoise:
+    """SecretNoise of the run: its public ``--noise-multiplier`` checked against (p, r) for the detected secrets
+    (:func:`privseed.tasks.pe.evolution.secpe_noise`)."""
+    return ev.secpe_noise(secret_protection(cfg), cfg.noise_multiplier, incidence)
+
+
 def secpe_guarantee(cfg: SecPeConfig) -> dict[str, Any]:
     """What a SecPE release guarantees, in the ledger and the manifest (``privacy.guarantee``): (p, r)-secret
     protection, which is not (epsilon, delta)-DP."""
-    r = min(1.0, cfg.p * cfg.r_over_p)
+    r = secret_protection(cfg).r
     return {"kind": "(p, r)-secret protection", "p": cfg.p, "r": r,
             "statement": f"(p, r) = ({cfg.p:g}, {r:g})-secret protection for the detected secrets (SecPE Theorem 2): "
                          "an adversary with prior success p reconstructs a secret with probability at most r. This is "
@@ -321,8 +333,8 @@ def secpe_guarantee(cfg: SecPeConfig) -> dict[str, Any]:
 def advise_sigma(cfg: SecPeConfig, incidence: sparse.csr_matrix) -> dict[str, Any]:
     """``--advise-sigma``: what the corpus's detected secrets need, printed for the owner and returned; nothing is
     drawn, charged or written (no ledger is open). The number is a function of the private data."""
-    sigma = ev.advise_secpe_sigma(cfg, incidence)
-    r = min(1.0, cfg.p * cfg.r_over_p)
+    sigma = ev.advise_secpe_sigma(secret_protection(cfg), incidence)
+    r = secret_protection(cfg).r
     lines = [f"advice (owner only, computed from the private corpus): --noise-multiplier {sigma:g} meets "
              f"(p, r) = ({cfg.p:g}, {r:g}) over T={cfg.iterations} rounds for every detected secret "
              f"(rounded up to a multiple of {ev.ADVICE_STEP:g})",
@@ -411,7 +423,7 @@ def dry_run_plan(cfg: EvolutionConfig) -> dict[str, Any]:
         lines.append(f"  schedule: sigma={sched['sigma']:.4f}, epsilon={sched['epsilon']:g}, delta={sched['delta']:.3g}"
                      + (f" (+ eps_voc={cfg.eps_voc:g} for V~)" if cfg.vocab_words else ""))
     elif isinstance(cfg, SecPeConfig):
-        lone = ev.lone_holder_sigma(cfg) if cfg.rho_norm == "max" else None
+        lone = ev.lone_holder_sigma(secret_protection(cfg)) if cfg.rho_norm == "max" else None
         needs = (f"a secret held by one document needs sigma >= {lone:.4f} at this (p, r, T)" if lone is not None
                  else "--rho-norm paper: what a secret needs depends on |D|")
         if cfg.noise_multiplier is not None:
