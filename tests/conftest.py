@@ -24,6 +24,13 @@ os.environ["DO_NOT_TRACK"] = "1"
 # inherited either way. Spawned workers stay covered: test_external_cluster starts `dask worker` processes from the
 # command line, and SPAWN_FILES below keep the default.
 os.environ.setdefault("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "fork")
+# A fork is safe only where the parent holds no lock a child needs. GNU OpenMP (torch's CPU pool) is not fork-safe:
+# a child forked after the parent ran a parallel region waits forever in its own first one (a SecPE worker hung so,
+# embedding, once in three runs). One OpenMP thread never starts that pool; on 2 cores shared by 3 test processes it
+# costs nothing. Test files that run flows in threads of one process (SPAWN_FILES) spawn: a fork there copies
+# whatever another flow's thread holds at that instant.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 # pytest-xdist's workers (make test) ignore SIGINT, and an ignored signal stays ignored in every process they start:
 # a test that sends its child Ctrl-C would wait for nothing. The worker takes SIGINT as Python does by default.
 if os.environ.get("PYTEST_XDIST_WORKER") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
@@ -120,8 +127,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: tests keep their order in a file
 
 
-#: Test files whose flows start their LocalCluster's workers by spawn, as a run does (the suite forks them: above).
-SPAWN_FILES = ("test_s3_pipeline",)
+#: Test files whose flows start their LocalCluster's workers by spawn, as a run does (the suite forks them: above):
+#: the pipeline on object storage as users run it, and the files that run several flows at once in threads.
+SPAWN_FILES = ("test_s3_pipeline", "test_approval", "test_deployments")
 
 
 @pytest.fixture(autouse=True)

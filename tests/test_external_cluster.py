@@ -66,10 +66,13 @@ class DaskProcesses:
         log = self.folder / f"{name}.log"
         mounted = dict(zip(COMPOSE_TLS, map(str, self.tls)))
         argv = [mounted.get(token, token) for token in argv]
-        # PYTHONPATH: this checkout's code wins over the installed privseed, as in the flow's own process.
+        # PYTHONPATH: this checkout's code wins over the installed privseed, as in the flow's own process. The
+        # suite's fork start method (tests/conftest.py) is left out: these processes start as infra/ starts them.
+        inherited = {key: value for key, value in os.environ.items()
+                     if key != "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"}
         process = subprocess.Popen(["nice", "-n", "10", DASK, *argv[1:]], cwd=self.folder, stdout=log.open("wb"),
                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**os.environ, "PYTHONPATH": str(REPO), **env})
+                                   env={**inherited, "PYTHONPATH": str(REPO), **env})
         self.processes.append((process, log))
         return process
 
