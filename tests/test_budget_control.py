@@ -27,10 +27,12 @@ from privseed.tasks.config.commands import AugPeConfig, DpKpsConfig, SecPeConfig
 from privseed.tasks.errors import ConfigError, UnfinishedRunError
 from privseed.tasks.dp.ledger import PrivacyLedger, cumulative_total, unfinished_runs
 from privseed.tasks.dp.mechanisms import LaplaceMechanism, secure_noise
-from privseed.tasks.seeds.seed_methods import METHOD_OPTIONS, SEED_METHODS, method_options
+from privseed.tasks.seeds.seed_methods import HISTOGRAM_METHODS, METHOD_OPTIONS, SEED_METHODS, method_options
 from tests.test_cli import REPO, run_cli
 
 LABELS = ["--labels", "0,1,2"]
+#: How a refusal names the methods that read a histogram option ("histogram and histogram-markov"), from the registry.
+HISTOGRAM_LISTED = " and ".join([", ".join(HISTOGRAM_METHODS[:-1]), HISTOGRAM_METHODS[-1]])
 
 
 @pytest.fixture
@@ -85,8 +87,8 @@ def test_the_three_budget_cases_are_refused_in_one_line_before_anything_starts(c
     assert heavy == []
     epsilon, unfinished, *inside = (_one_line(r) for r in results)
     assert epsilon.startswith("privseed dpkps: error: ")
-    assert ("--epsilon applies to --method histogram and histogram-markov only; --method independent spends "
-            "--eps-voc" in epsilon and "--eps-kde" in epsilon)
+    assert (f"--epsilon applies to --method {HISTOGRAM_LISTED} only; --method independent spends --eps-voc"
+            in epsilon and "--eps-kde" in epsilon)
     assert "run-killed" in unfinished and "--run-id run-killed" in unfinished and "--new-run" in unfinished
     for line, relation in zip(inside, ("holds", "is", "lies inside")):
         assert f"{relation} the private corpus" in line, line
@@ -155,7 +157,7 @@ def test_the_environment_and_a_config_file_set_options_too(tmp_path, monkeypatch
     monkeypatch.delenv("PRIVSEED_EPSILON")
     file = tmp_path / "c.toml"
     file.write_text("hist_top_k = 20\n")
-    with pytest.raises(ConfigError, match="--hist-top-k applies to --method histogram and histogram-markov only"):
+    with pytest.raises(ConfigError, match=f"--hist-top-k applies to --method {HISTOGRAM_LISTED} only"):
         build_config(DpKpsConfig, {**BASE, "method": "independent"}, str(file))
 
 

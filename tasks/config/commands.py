@@ -37,9 +37,9 @@ from privseed.tasks.config.options import (DEFAULT_N_UPPER_BOUND, ApprovalOption
                                            DocumentOptions, EmbeddingOptions, GenerationOptions, LLMOptions,
                                            NoiseOptions, StorageOptions, VocabularyOptions, llm_spec_text)
 from privseed.tasks.llm.kinds import llm_help
-from privseed.tasks.seeds.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, HISTOGRAM_METHODS,
-                                               METHOD_OPTIONS, PAPER_LENGTH, SEED_METHOD_NAMES, SEED_METHODS,
-                                               methods_reading)
+from privseed.tasks.seeds.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, DPKPS_SAMPLERS,
+                                               HISTOGRAM_METHODS, METHOD_OPTIONS, PAPER_LENGTH, SEED_METHOD_NAMES,
+                                               SEED_METHODS, methods_reading)
 
 # Imported by the command line to build --help: this module imports pydantic and nothing heavy (numpy, fsspec and
 # YAML are imported where they are used), so `privseed --help` answers at once.
@@ -554,15 +554,14 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
     mechanism: Literal[tuple(MECHANISM_KINDS)] = Field(  # type: ignore[valid-type]
         default="gaussian", description="noise of the sketches and of the histogram methods; laplace-threshold "
         "(histogram methods only, needs a delta): noise only on the terms that occur, released above a threshold",
-        json_schema_extra=cli(default_note="laplace for the paper's samplers (--method independent, iterative-linear, "
-                              "iterative-log)"))
+        json_schema_extra=cli(default_note=f"laplace for the paper's samplers (--method {', '.join(DPKPS_SAMPLERS)})"))
     # The choices are the seed-method registry's names (tasks/seeds/seed_methods.py); a Literal of a tuple is dynamic.
     method: Literal[SEED_METHOD_NAMES] = Field(  # type: ignore[valid-type]
         default="histogram",
         description="privseed's per-class DP term histograms (68-95 % on two corpora nobody tuned on, where the "
         "paper's independent sampler reached 28-87 %), or one of the paper's DP-KPS samplers (docs/dpkps.md)")
     # The histogram methods (tasks/seeds/histogram_seeds.py, privseed's own comparator; docs/dpkps.md) spend one budget.
-    epsilon: float | None = Field(default=None, description="total budget of --method histogram / histogram-markov",
+    epsilon: float | None = Field(default=None, description=f"total budget of --method {' / '.join(HISTOGRAM_METHODS)}",
                                   json_schema_extra={**cli(metavar="EPS", default_text="--eps-voc + --eps-kde"),
                                                      **POSITIVE})
     hist_top_k: Annotated[int, Field(ge=1, le=1_000_000)] | Literal["auto"] = Field(
@@ -696,9 +695,9 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
     @model_validator(mode="after")
     def _threshold_is_for_histograms(self) -> DpKpsConfig:
         if self.mechanism == "laplace-threshold":
-            if self.method not in ("histogram", "histogram-markov"):
+            if self.method not in HISTOGRAM_METHODS:
                 raise ValueError("--mechanism laplace-threshold releases term histograms: use it with --method "
-                                 "histogram or histogram-markov")
+                                 f"{' or '.join(HISTOGRAM_METHODS)}")
         return self
 
     @model_validator(mode="after")
