@@ -79,9 +79,9 @@ def document_preamble(text: Any) -> str | None:
 
 
 def chat_frame_markers(text: Any) -> tuple[str, ...]:
-    """The names of the chat-frame markers in ``text`` (a greeting to a crowd, "I hope this message finds you well",
-    "I'm writing to share", an invitation to reply, a sign-off), each counted once. One is a real post's manner
-    now and then; two are a chat message around the text (``DocumentRules.max_chat_markers``)."""
+    """The names of the chat-frame markers (``chat_frame`` in patterns.json: a greeting to a crowd, "I hope this
+    message finds you well", a sign-off, ...) in ``text``, each counted once. One is a real post's manner now and
+    then; two are a chat message around the text (``DocumentRules.max_chat_markers``)."""
     if not isinstance(text, str):
         return ()
     return tuple(name for name, pattern in CHAT_FRAME_PATTERNS if pattern.search(text))

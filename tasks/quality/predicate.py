@@ -39,8 +39,8 @@ REJECTION_REASONS: tuple[str, ...] = (
     "meta_talk",         # the assistant talking ("I'm an AI", "Sure, here is", "the terms ...") (patterns.json)
     "web_markup",        # links and tags as spam has them: a text that opens with a link or is mostly links, several
                          # links, several hashtags / @handles (patterns.json web_markup)
-    "chat_frame",        # a chat message or letter around the text: two of a greeting to a crowd, "I hope this message
-                         # finds you well", "I'm writing to share", an invitation to reply, a sign-off (patterns.json)
+    "chat_frame",        # a chat message or letter around the text: two of the markers patterns.json chat_frame names
+                         # (a greeting to a crowd, "I hope this message finds you well", a sign-off, ...)
     "repetition_loop",   # a token or phrase back to back ("Australia, Australia, ..."), a phrase of 3+ words doubled
                          # inside a clause ("the island of the island of"), letters looping in a word
     "repetitive",        # Gopher repetition statistics: duplicate lines / paragraphs, top 2-4-gram and duplicated
