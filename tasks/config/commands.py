@@ -37,9 +37,8 @@ from privseed.tasks.config.options import (DEFAULT_N_UPPER_BOUND, ApprovalOption
                                            DocumentOptions, EmbeddingOptions, GenerationOptions, LLMOptions,
                                            NoiseOptions, StorageOptions, VocabularyOptions, llm_spec_text)
 from privseed.tasks.llm.kinds import llm_help
-from privseed.tasks.seeds.seed_methods import (COMMON_POWER, COMMON_RANK, CONTRIBUTIONS, DPKPS_SAMPLERS,
-                                               HISTOGRAM_METHODS, METHOD_OPTIONS, PAPER_LENGTH, SEED_METHOD_NAMES,
-                                               SEED_METHODS, methods_reading)
+from privseed.tasks.seeds.seed_methods import (CONTRIBUTIONS, DPKPS_SAMPLERS, HISTOGRAM_METHODS, METHOD_OPTIONS,
+                                               PAPER_LENGTH, SEED_METHOD_NAMES, SEED_METHODS, methods_reading)
 
 # Imported by the command line to build --help: this module imports pydantic and nothing heavy (numpy, fsspec and
 # YAML are imported where they are used), so `privseed --help` answers at once.
@@ -577,15 +576,11 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
     # The choices are the contribution registry's names (tasks/seeds/seed_methods.py CONTRIBUTIONS), as for --method.
     hist_contribution: Literal[(*CONTRIBUTIONS, "auto")] = Field(  # type: ignore[valid-type]
         default="auto",
-        description="histogram methods: how a document enters its class's term histogram. first-terms: 1 on each of "
-                    "its first S distinct terms (L1 S); unit-l2: 1/sqrt(n) on each of its n distinct terms, the whole "
-                    "document at L2 sensitivity 1; rank-l2: every distinct term too, the i-th in reading order "
-                    f"weighted 1/sqrt(i), scaled to L2 norm 1; rank-rare-l2: rank-l2 with the {COMMON_RANK:,} most "
-                    f"common English words weighed less ((rank/{COMMON_RANK})^{COMMON_POWER:g}), for corpora whose "
-                    "classes live in technical words "
-                    "(+1.2 to +2.2 points on OHSUMED-23 and medical abstracts; general topics lose 4-6: "
-                    "docs/dpkps.md) (every kind but first-terms needs --mechanism gaussian and a delta); auto: the "
-                    "kind the corpus profile's rule picks (rank-l2 for every corpus measured so far)",
+        description="histogram methods: how a document enters its class's term histogram. "
+                    + "; ".join(f"{kind.name}: {kind.help_text}" for kind in CONTRIBUTIONS.values())
+                    + f" (a whole-document kind, {', '.join(n for n, k in CONTRIBUTIONS.items() if k.whole_document)}, "
+                    "needs --mechanism gaussian and a delta); auto: the kind the corpus profile's rule picks (rank-l2 "
+                    "for every corpus measured so far)",
         json_schema_extra=cli(metavar="HOW", default_note="first-terms with --mechanism laplace or laplace-threshold"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
