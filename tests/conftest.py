@@ -3,11 +3,14 @@ of them; every test session gets its own PREFECT_HOME so runs never touch a user
 
 from __future__ import annotations
 
+import importlib.util
+import multiprocessing
 import os
 import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _HOME = tempfile.mkdtemp(prefix="privseed-tests-")
 os.environ.setdefault("PREFECT_HOME", os.path.join(_HOME, "prefect"))
@@ -18,19 +21,15 @@ os.environ["GX_ANALYTICS_ENABLED"] = "false"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["DO_NOT_TRACK"] = "1"
-# A flow's LocalCluster starts its worker processes by fork in the suite, not by spawn as in a run: a forked worker
-# has this process's imports (pandas, pyarrow, torch, privseed) already, where a spawned one spends seconds importing
-# them again, in every one of the suite's flows (half of test_noise_flows' time). The environment a test set is
-# inherited either way. Spawned workers stay covered: test_external_cluster starts `dask worker` processes from the
-# command line, and SPAWN_FILES below keep the default.
-os.environ.setdefault("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "fork")
-# A fork is safe only where the parent holds no lock a child needs. GNU OpenMP (torch's CPU pool) is not fork-safe:
-# a child forked after the parent ran a parallel region waits forever in its own first one (a SecPE worker hung so,
-# embedding, once in three runs). One OpenMP thread never starts that pool; on 2 cores shared by 3 test processes it
-# costs nothing. Test files that run flows in threads of one process (SPAWN_FILES) spawn: a fork there copies
-# whatever another flow's thread holds at that instant.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
+# A flow's LocalCluster starts its worker processes from a fork server in the suite, not by spawn as in a run: the
+# server (one clean, single-threaded process per test process) imports pandas, pyarrow, torch and privseed once
+# (WORKER_PRELOAD below), and each worker forks from it with them loaded, where a spawned worker spends seconds
+# importing them again in every one of the suite's flows (make test: 10 min instead of 16). A plain fork of the
+# test process was as fast and hung a flow now and then: it copies locks other threads hold at that instant. The
+# environment a test sets after the server started reaches the workers through the Nanny (_LocalClusterWithEnv).
+# Spawned workers stay covered: SPAWN_FILES below, test_external_cluster's `dask worker` processes and the README
+# script (tests/test_api.py) start as users start them.
+os.environ.setdefault("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "forkserver")
 # pytest-xdist's workers (make test) ignore SIGINT, and an ignored signal stays ignored in every process they start:
 # a test that sends its child Ctrl-C would wait for nothing. The worker takes SIGINT as Python does by default.
 if os.environ.get("PYTEST_XDIST_WORKER") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
@@ -43,6 +42,32 @@ import prefect.main  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+
+import distributed  # noqa: E402
+from distributed.utils import get_mp_context  # noqa: E402
+from distributed.versions import optional_packages, required_packages  # noqa: E402
+
+#: What the fork server imports before it forks a worker, beside distributed's own list (distributed and the
+#: installed packages it reports): the modules a privseed worker runs (the flows import every stage).
+WORKER_PRELOAD = ("torch", "sentence_transformers", "privseed.flows.dpkps", "privseed.flows.evolution")
+get_mp_context()  # distributed sets its list once, at its first call: the list below replaces it
+multiprocessing.get_context("forkserver").set_forkserver_preload(
+    ["distributed", *(name for name in (*required_packages, *optional_packages) if importlib.util.find_spec(name)),
+     *WORKER_PRELOAD])
+
+
+class _LocalClusterWithEnv(distributed.LocalCluster):
+    """The suite's LocalCluster: its Nanny sets the test process's environment of now in each worker (a forked
+    server's child has the server's, from when it started; a test may have set AWS_ENDPOINT_URL or a fake API's
+    address since)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("processes", True):  # threads of this process (processes=False) have its environment
+            kwargs.setdefault("env", dict(os.environ))
+        super().__init__(*args, **kwargs)
+
+
+distributed.LocalCluster = _LocalClusterWithEnv  # type: ignore[misc]
 
 # Real S3-compatible server (moto_server on 127.0.0.1) fixtures: moto_server, s3_bucket, ...
 pytest_plugins = ["tests.s3server"]
