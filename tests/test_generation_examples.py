@@ -100,11 +100,13 @@ def test_the_manifest_records_which_examples_the_prompts_showed():
 
 def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured():
     """Issue 48's envelope: the library's published figures say, before generation starts, where SmolLM2-135M's
-    documents trailed their seeds by more than the margin (forum posts) or were never measured (emails)."""
+    documents trailed their seeds by more than the margin (forum posts, reviews) or were never measured (emails)."""
     from privseed.tasks.generation.examples import ENVELOPE_MARGIN, envelope_warning, example_library
 
     forum = envelope_warning("local", None, "Usenet newsgroup post")
     assert forum is not None and "14.7 %" in forum and "20.2 %" in forum and "qwen2.5-coder-0.5b" in forum
+    review = envelope_warning("local", None, "restaurant review")
+    assert review is not None and "27.6 %" in review and "38.2 %" in review  # 20 a class (2026-11-28)
     assert "never measured" in (envelope_warning("local-server", "smollm2", "customer support email") or "")
     assert "never measured" in (envelope_warning("local", None, "document") or "")
     assert envelope_warning("local", None, "Wikipedia article") is None  # 90.9 vs 91.3 %: inside the envelope
@@ -113,4 +115,4 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
     measured = {k.name: k.embedded for k in example_library() if k.embedded is not None}
     assert {"encyclopedia_article", "abstract", "review", "forum_post"} <= set(measured)
     outside = {name for name, m in measured.items() if m.seeds - m.documents > ENVELOPE_MARGIN}
-    assert outside == {"forum_post"}
+    assert outside == {"forum_post", "review"}
