@@ -188,7 +188,8 @@ def real_reference(private: pd.DataFrame, test_ids: list, test_texts: list, test
                    test_texts, test_labels)
     trained_raw = score(train["text"].tolist(), train["label"].tolist(), test_texts, test_texts, test_labels)
     result["accuracy_raw_trained"] = trained_raw["accuracy"]
-    result["accuracy_raw_trained_12"] = trained_raw["accuracy_raw_12"]
+    if "accuracy_raw_12" in trained_raw:  # absent under --no-bigrams
+        result["accuracy_raw_trained_12"] = trained_raw["accuracy_raw_12"]
     result["coherence"] = pair_coherence([s[:10] for s in seqs], [str(v) for v in train["label"]], test_terms,
                                          [str(v) for v in test_labels])
     return result

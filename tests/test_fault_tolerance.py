@@ -100,14 +100,19 @@ def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_
     out = tmp_path / "out"
     fast_text = anthropic_server.fake_text
 
-    answered = itertools.count()
+    answered, numbered = itertools.count(), itertools.count()
+
+    def distinct_text(messages):
+        # Two classes' seeds may be the same terms (the independent sampler on noise), and the fake's answer is a
+        # function of the terms: numbered answers keep the release gate's duplicate check off this test's subject.
+        return f"{fast_text(messages)} It is answer {next(numbered)} of the fake model."
 
     def slow_text(messages):
         # The first four calls are answered in 0.4 s, the rest in 5 s: the kill lands while calls are unfinished
         # even when this test process is scheduled late on a loaded machine (with 0.4 s for every call, all 12
         # could finish before the poll below saw the third).
         time.sleep(0.4 if next(answered) < 4 else 5.0)
-        return fast_text(messages)
+        return distinct_text(messages)
 
     with FakeAnthropic(api_key="privseed-fake-openai-key") as fake:
         monkeypatch.setattr(anthropic_server, "fake_text", slow_text)
@@ -130,7 +135,7 @@ def test_killed_after_privatization_restart_keeps_the_ledger_and_repeats_no_llm_
         assert len(entries_at_kill) >= 2  # the vocabulary histogram and the per-class sketches were drawn
         sent_before = len(fake.requests)
 
-        monkeypatch.setattr(anthropic_server, "fake_text", fast_text)
+        monkeypatch.setattr(anthropic_server, "fake_text", distinct_text)
         code, _, stderr = run_cli(*argv)
         assert code == 0, stderr[-3000:]
         resent = [r for r in fake.requests[sent_before:] if r["path"].startswith("/v1/chat/completions")]
