@@ -30,6 +30,15 @@ os.environ["DO_NOT_TRACK"] = "1"
 # Spawned workers stay covered: SPAWN_FILES below, test_external_cluster's `dask worker` processes and the README
 # script (tests/test_api.py) start as users start them.
 os.environ.setdefault("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "forkserver")
+
+
+def users_environment() -> dict[str, str]:
+    """This process's environment without the suite's fork server setting: for a process that must start its
+    workers as a user's does (spawn)."""
+    return {key: value for key, value in os.environ.items()
+            if key != "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"}
+
+
 # pytest-xdist's workers (make test) ignore SIGINT, and an ignored signal stays ignored in every process they start:
 # a test that sends its child Ctrl-C would wait for nothing. The worker takes SIGINT as Python does by default.
 if os.environ.get("PYTEST_XDIST_WORKER") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:

@@ -16,6 +16,7 @@ import pytest
 
 import privseed
 from privseed.tasks.errors import CorpusError
+from tests.conftest import users_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,8 +39,7 @@ def unguarded(script: str) -> str:
 def _env(tmp_path: Path) -> dict[str, str]:
     # A user's script starts its Dask workers by spawn, which re-imports the script: the suite's fork (conftest.py)
     # would hide a missing `if __name__ == "__main__":` guard.
-    env = {key: value for key, value in os.environ.items() if key != "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"}
-    return {**env, "PYTHONPATH": str(REPO), "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    return {**users_environment(), "PYTHONPATH": str(REPO), "HF_DATASETS_CACHE": str(tmp_path / "hf")}
 
 
 def test_import_privseed_in_a_project_with_its_own_tasks_and_flows(tmp_path):

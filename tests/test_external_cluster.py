@@ -23,6 +23,7 @@ import yaml
 
 from privseed.tasks.data.cluster import NO_SPILL_ENV, dask_client, map_shards, version_mismatches
 from privseed.tasks.errors import ConfigError
+from tests.conftest import users_environment
 
 REPO = Path(__file__).resolve().parents[1]
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -68,11 +69,9 @@ class DaskProcesses:
         argv = [mounted.get(token, token) for token in argv]
         # PYTHONPATH: this checkout's code wins over the installed privseed, as in the flow's own process. The
         # suite's fork start method (tests/conftest.py) is left out: these processes start as infra/ starts them.
-        inherited = {key: value for key, value in os.environ.items()
-                     if key != "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"}
         process = subprocess.Popen(["nice", "-n", "10", DASK, *argv[1:]], cwd=self.folder, stdout=log.open("wb"),
                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**inherited, "PYTHONPATH": str(REPO), **env})
+                                   env={**users_environment(), "PYTHONPATH": str(REPO), **env})
         self.processes.append((process, log))
         return process
 
