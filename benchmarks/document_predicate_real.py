@@ -7,7 +7,9 @@ Public data only (DIR holds the corpora of docs/datasets.md): the thresholds of 
 were chosen on the tuning splits (DBPedia-14 train, OHSUMED-23 train, Yelp dev); the test splits of the same corpora
 and Medical Abstracts (no split of it was seen in tuning) measure the false rejects. Each real document is checked
 with its own first 10 distinct public-vocabulary terms as its "seed" (so the seed-echo tests see realistic seeds)
-and finish_reason "stop". A real document is a document: every rejection is a false reject. Prints the rate per
+and finish_reason "stop", and as a row of a release whose prompts named the classes (its corpus's public class names,
+experiments/class_names/, for the ``names_class`` test). A real document is a document: every rejection is a false
+reject. Prints the rate per
 corpus and per reason (and, for the statistics, which one), a few rejected texts per reason to read, then the catch
 rate on tests/fixtures/degenerate_documents.json (rows quoted from releases, each labelled with its reason).
 Beside the rejects, each corpus's share of the documents generation would ask to rewrite (``rewrite_score`` >= 1:
@@ -22,25 +24,30 @@ import argparse
 import collections
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from privseed.tasks.quality import (DEFAULT_RULES, document_rejection, language_probability, rewrite_score,
                                     statistic_over_threshold)
+from privseed.tasks.llm.released import load_class_names
 from privseed.tasks.quality.patterns import META_TALK_PATTERNS, document_preamble
 from privseed.tasks.quality.predicate import spam_markup
 from privseed.tasks.quality.shapes import web_markup
 
+#: corpus -> (file under --data, its label column, its public class names in experiments/class_names/): each real
+#: document is checked as a row of a release whose prompts named the classes (the ``names_class`` test).
 CORPORA = {
-    "dbpedia14 train (tuning)": "dbpedia14/train.parquet",
-    "ohsumed23 train (tuning)": "ohsumed23/train.parquet",
-    "yelp dev (tuning)": "augpe/yelp/dev.parquet",
-    "dbpedia14 test": "dbpedia14/test.parquet",
-    "ohsumed23 test": "ohsumed23/test.parquet",
-    "yelp test": "augpe/yelp/test.parquet",
-    "medabstracts test": "medabstracts/test.parquet",
+    "dbpedia14 train (tuning)": ("dbpedia14/train.parquet", "label", "dbpedia14.toml"),
+    "ohsumed23 train (tuning)": ("ohsumed23/train.parquet", "label", "ohsumed23.toml"),
+    "yelp dev (tuning)": ("augpe/yelp/dev.parquet", "label1", "yelp.toml"),
+    "dbpedia14 test": ("dbpedia14/test.parquet", "label", "dbpedia14.toml"),
+    "ohsumed23 test": ("ohsumed23/test.parquet", "label", "ohsumed23.toml"),
+    "yelp test": ("augpe/yelp/test.parquet", "label1", "yelp.toml"),
+    "medabstracts test": ("medabstracts/test.parquet", "label", "medabstracts.toml"),
 }
+CLASS_NAMES = Path(__file__).resolve().parent.parent / "experiments" / "class_names"
 LABELLED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "degenerate_documents.json"
 STATISTIC_REASONS = ("repetitive", "not_prose")
 
@@ -62,15 +69,18 @@ def first_terms(text: str, vocab: set[str], length: int = 10) -> list[str]:
     return out
 
 
-def false_rejects(path: Path, vocab: set[str],
+def false_rejects(path: Path, label_column: str, class_names: str, vocab: set[str],
                   limit: int) -> tuple[int, collections.Counter[str], dict[str, list[str]], int, int]:
-    texts = pd.read_parquet(path, columns=["text"])["text"].astype(str).tolist()
+    frame = pd.read_parquet(path, columns=["text", label_column])
+    texts = frame["text"].astype(str).tolist()
+    labels = frame[label_column].tolist()
     if limit:
-        texts = texts[:limit]
+        texts, labels = texts[:limit], labels[:limit]
+    rules = replace(DEFAULT_RULES, class_names=load_class_names(str(CLASS_NAMES / class_names)).names)
     reasons: collections.Counter[str] = collections.Counter()
     examples: dict[str, list[str]] = collections.defaultdict(list)
     repetitive = preambles = 0
-    for text in texts:
+    for text, label in zip(texts, labels):
         seed = first_terms(text, vocab)
         repetitive += rewrite_score(text, seed) >= 1.0
         # The preamble family on its own, whatever reason comes first (patterns.json document_preamble).
@@ -78,7 +88,7 @@ def false_rejects(path: Path, vocab: set[str],
         if preamble is not None:
             preambles += 1
             examples[f"document_preamble:{preamble} (alone)"].append(text)
-        reason = document_rejection(text, seed, "stop")
+        reason = document_rejection(text, seed, "stop", rules, label=label)
         if reason:
             if reason in STATISTIC_REASONS:
                 reason = f"{reason}:{statistic_over_threshold(text)}"
@@ -131,8 +141,9 @@ def main() -> None:
     args = parser.parse_args()
     vocab = public_vocabulary()
     print(f"rules: {DEFAULT_RULES}")
-    for name, relative in CORPORA.items():
-        n, reasons, examples, repetitive, preambles = false_rejects(args.data / relative, vocab, args.limit)
+    for name, (relative, label_column, class_names) in CORPORA.items():
+        n, reasons, examples, repetitive, preambles = false_rejects(args.data / relative, label_column, class_names,
+                                                                    vocab, args.limit)
         rejected = sum(reasons.values())
         print(f"\n{name}: {n} real documents, {rejected} rejected = {100 * rejected / n:.2f} % "
               f"({', '.join(f'{r} {c}' for r, c in reasons.most_common()) or 'none'}); "

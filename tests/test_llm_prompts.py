@@ -91,6 +91,13 @@ def test_few_shot_examples_become_prior_turns(tmp_path):
     assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user"]
     assert msgs[0].content.endswith("terms: river, england.") and msgs[1].content == "The Ouse is a river in England."
     assert msgs[-1].content.endswith("terms: album.")
+    assert examples[0].topic is None
+    topical = tmp_path / "topic.jsonl"
+    topical.write_text(json.dumps({"topic": "Rivers", "text": "The Ouse is a river.", "keyphrases": ["river"]}))
+    assert load_few_shot(str(topical))[0].topic == "Rivers"
+    topical.write_text(json.dumps({"topic": " ", "text": "The Ouse is a river.", "keyphrases": ["river"]}))
+    with pytest.raises(ConfigError, match="topic is empty"):
+        load_few_shot(str(topical))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "no keyphrases"}))
     with pytest.raises(ConfigError, match="keyphrases"):
@@ -236,10 +243,18 @@ def test_class_name_goes_into_the_prompt_only_when_declared(tmp_path):
         assert "about the following topic: Album." in named and "river, album" in named
         assert "Album" not in plain and "topic" not in plain
         assert t.version_for(True) == t.version + "+class-name-v2" and t.version_for(False) == t.version
-    # few-shot turns carry no label: they keep the plain prompt; only the seed's own turn names its class
+    # an example without a topic keeps the plain prompt; only the seed's own turn names its class
     few = [RecipientExample("A river flows.", ("river",))]
     msgs = build_messages(PromptTemplate.load("generic"), seed, "memo", few, names)
     assert "topic" not in msgs[0].content and "topic: Album" in msgs[-1].content
+    # an example with a public topic is asked in the same words as the seed, its own topic named; without class
+    # names no prompt names a topic, the example's included
+    few = [RecipientExample("A river flows.", ("river",), topic="Rivers"),
+           RecipientExample("A church stands.", ("church",))]
+    msgs = build_messages(PromptTemplate.load("generic"), seed, "memo", few, names)
+    assert "about the following topic: Rivers. It contains the following terms: river." in msgs[0].content
+    assert "topic" not in msgs[2].content and "topic: Album" in msgs[-1].content
+    assert all("topic" not in m.content for m in build_messages(PromptTemplate.load("generic"), seed, "memo", few))
     request = build_request(PromptTemplate.load("generic"), seed, "memo", max_tokens=8, temperature=0.0,
                             call_seed=1, class_names=names)
     assert "topic: Album" in request.messages[-1].content

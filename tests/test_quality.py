@@ -492,3 +492,58 @@ def test_a_text_that_takes_the_examples_names_is_rejected_unless_a_seed_term_is_
     assert document_rejection(aurora, ["northern", "lights", "school", "choir", "college"], "stop", rules) is None
     assert document_rejection(aurora.replace("Northern Lights", "Pale Lanterns"), seed, "stop", rules) is None
     assert document_rejection(borrowed, seed, "stop") is None  # the release gate has no examples
+
+
+# Rows of the owner's command of 2026-11-28 (issue 48: --llm local --doc-type T --class-names F), each opening with
+# its own class's public name as the subject, and real openings that name their class later or in another role.
+NAMES_CLASS_ROWS = [
+    ("Album is a rock band from the United States.", "11", "Album"),
+    ("The bars are a slow food, and the end is all right. I love them for eating!", "1", "Bars"),
+    ("Neoplasms are a group of diseases that grow in the body and were studied in 40 patients.", "0", "Neoplasms"),
+    ("The nervous system diseases that determine the importance of treating patients are many.", "2",
+     "Nervous system diseases"),
+    ("Health and medical services here were quick, and the nurse was kind to my son.", "5", "Health & Medical"),
+    ("Written work is a book by an author who lived in England.", "13", "Written work"),
+]
+NAMED_LATER = [
+    ("Abbey Road is the eleventh studio album by the English rock band the Beatles.", "11", "Album"),
+    ("We stopped at three bars on Friday; this one had the best music.", "1", "Bars"),
+    ("Of 300 patients screened, 12 had malignant neoplasms of the colon.", "0", "Neoplasms"),
+    ("Arts festivals and entertainment for children fill the square every summer.", "0", "Arts & Entertainment"),
+    # real openings of the public corpora that use the name's word for the instance, not the category
+    ("The restaurant is very bright, looked clean, and there seemed to be plenty of waitstaff.", "8", "Restaurants"),
+    ("Great bar, great food, outstanding cocktails! Outdoor seating is covered.", "1", "Bars"),
+    ("Russell & Company was the largest American trading house in China.", "0", "Company"),
+    ("Albums of the band were recorded in Glasgow over six weeks.", "11", "Album"),
+]
+
+
+@pytest.mark.parametrize("text, label, name", NAMES_CLASS_ROWS)
+def test_a_row_that_opens_with_its_class_name_is_rejected_when_the_prompts_named_the_classes(text, label, name):
+    rules = DocumentRules(class_names=((label, name), ("99", "Other")))
+    assert document_rejection(text, (), "stop", rules, label=label) == "names_class"
+    assert document_rejection(text, (), "stop", rules, label="99") is None  # another class's name is no subject
+    assert document_rejection(text, (), "stop", rules) is None  # no label: not this test
+    assert document_rejection(text, (), "stop", label=label) is None  # the prompts named no class: not this test
+
+
+@pytest.mark.parametrize("text, label, name", NAMED_LATER)
+def test_a_class_name_later_in_the_text_or_only_in_part_is_no_subject(text, label, name):
+    assert document_rejection(text, (), "stop", DocumentRules(class_names=((label, name),)), label=label) is None
+
+
+def test_the_class_names_come_from_the_prompts_not_from_a_rule_setting():
+    with pytest.raises(ConfigError, match="unknown document rule"):
+        DocumentRules().with_settings({"class_names": "x"})
+
+
+def test_the_gate_with_class_names_names_a_row_that_writes_about_its_class():
+    from privseed.tasks.quality import document_gate
+
+    df = good_corpus()
+    label = df.at[3, "label"]
+    df.at[3, "text"] = f"{label} is a topic that many analysts discussed at length across the region this week."
+    names = {str(lab): str(lab) for lab in LABELS}
+    result = document_gate(LABELS, llm_used=True, language="en", document_rules={}, class_names=names)(df)
+    assert not result["success"] and result["failed"] == ["document:no names_class"]
+    assert document_gate(LABELS, llm_used=True, language="en", document_rules={})(df)["success"]

@@ -348,7 +348,7 @@ def _generate_unseeded(labels: Sequence, per_class: int, spec: LLMSpec, params: 
 
     def unseeded_document(i: int, answer: ChatResult) -> bool:
         return document_rejection(cleaned(answer).text, (), answer.finish_reason, rules,
-                                  mean_logprob=answer.mean_logprob) is None
+                                  mean_logprob=answer.mean_logprob, label=row_labels[i]) is None
 
     def unseeded_plain(i: int, answer: ChatResult) -> bool:
         return rewrite_score(cleaned(answer).text, (), rules) < 1.0

@@ -78,8 +78,10 @@ class GenerationParams:
 
 def document_rules(params: GenerationParams) -> DocumentRules:
     """The document predicate's rules for this generation: the declared language, the prompt's few-shot
-    documents, which a candidate must not copy, and the thresholds the owner set (``--document-rule``). (The
+    documents, which a candidate must not copy, the public class names the prompts name, which a candidate must
+    not open with as its subject, and the thresholds the owner set (``--document-rule``). (The
     release gate builds the same from the config, without the
     examples: rows that copied one were already regenerated or dropped here.)"""
-    return DocumentRules(language=params.language, examples=tuple(e.document for e in params.few_shot)).with_settings(
-        dict(params.document_rules))
+    names = params.class_names.names if params.class_names is not None else ()
+    return DocumentRules(language=params.language, examples=tuple(e.document for e in params.few_shot),
+                         class_names=names).with_settings(dict(params.document_rules))

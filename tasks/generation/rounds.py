@@ -103,7 +103,7 @@ def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -
     """Why a (cleaned) candidate is not a document, or None: THE predicate,
     privseed.tasks.quality.document_rejection."""
     return document_rejection(candidate.text, seed.keyphrases, candidate.finish_reason, rules,
-                              mean_logprob=candidate.mean_logprob)
+                              mean_logprob=candidate.mean_logprob, label=seed.label)
 
 
 def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],

@@ -48,8 +48,8 @@ def unseeded_rows(labels: Sequence, call_seeds: Sequence[int], answers: Sequence
     plain document, else the least repetitive one. Row i is ``labels[i]``'s, asked with ``call_seeds[i]``; its
     first answer is the first round, every later one a regeneration or a rewrite."""
     candidates = [[cleaned(a) for a in row] for row in answers]
-    reasons = [[document_rejection(c.text, (), c.finish_reason, rules, mean_logprob=c.mean_logprob) for c in row]
-               for row in candidates]
+    reasons = [[document_rejection(c.text, (), c.finish_reason, rules, mean_logprob=c.mean_logprob, label=label)
+                for c in row] for row, label in zip(candidates, labels)]
     best = [best_candidate([r is None for r in rs],
                            [rewrite_score(c.text, (), rules) if r is None else 0.0 for c, r in zip(row, rs)],
                            [0.0] * len(rs))

@@ -128,8 +128,10 @@ def build_messages(template: PromptTemplate, seed: ReleasedSeed, doc_type: str,
                    few_shot: Sequence[RecipientExample] = (),
                    class_names: PublicClassNames | None = None) -> tuple[ChatMessage, ...]:
     """The chat for one seed. Accepts released seeds, recipient examples and the owner's declared public
-    class names only (type-checked). With class names, the seed's own class is named in its user turn
-    (few-shot turns carry no label, so they keep the plain prompt)."""
+    class names only (type-checked). With class names, the seed's own class is named in its user turn, and
+    an example with a public topic is asked for in the same words with its topic named (an example without one
+    keeps the plain prompt): an example turn that names no topic teaches a small model nothing about a named one,
+    and SmolLM2 then writes the name out as its subject ("Album is a rock band ...")."""
     if not isinstance(seed, ReleasedSeed):
         raise UnreleasedValueError("build_messages takes a ReleasedSeed, not raw text")
     if not template.seeded:
@@ -146,7 +148,8 @@ def build_messages(template: PromptTemplate, seed: ReleasedSeed, doc_type: str,
     for ex in few_shot:
         if not isinstance(ex, RecipientExample):
             raise UnreleasedValueError("few-shot examples must be RecipientExample objects (load_few_shot)")
-        msgs.append(ChatMessage("user", template.render_user(doc_type, ex.keyphrases)))
+        example_topic = ex.topic if class_names is not None else None
+        msgs.append(ChatMessage("user", template.render_user(doc_type, ex.keyphrases, example_topic)))
         msgs.append(ChatMessage("assistant", ex.document))
     class_name = None if class_names is None else class_names.name_of(seed.label)
     msgs.append(ChatMessage("user", template.render_user(doc_type, seed.keyphrases, class_name)))

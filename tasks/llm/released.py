@@ -105,22 +105,29 @@ class ReleasedVocabulary:
 
 @dataclass(frozen=True)
 class RecipientExample:
-    """A few-shot example supplied by the data recipient (Appendix C.2.5): a document and its keyphrases.
-    Public by declaration: it comes from the recipient, never from the private corpus."""
+    """A few-shot example supplied by the data recipient (Appendix C.2.5): a document and its keyphrases, and
+    optionally the public topic it was written on. Public by declaration: it comes from the recipient (or the
+    example library), never from the private corpus. With ``--class-names`` the seed's prompt names its class, and
+    an example with a topic is shown the same way (its turn names its topic), so a small model sees a named topic
+    answered by a document that does not write the name out as its subject."""
 
     document: str
     keyphrases: tuple[str, ...]
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         if not self.document.strip():
             raise ConfigError("a few-shot example has an empty document")
         if not self.keyphrases:
             raise ConfigError("a few-shot example needs its keyphrases")
+        if self.topic is not None and not self.topic.strip():
+            raise ConfigError("a few-shot example's topic is empty: give a public topic or leave the field out")
 
 
 def load_few_shot(path: str, storage_options: dict | None = None) -> list[RecipientExample]:
     """Read recipient few-shot examples: JSON list, JSONL or Parquet with columns ``text`` (or ``document``)
-    and ``keyphrases`` (a list of strings, or one comma-separated string)."""
+    and ``keyphrases`` (a list of strings, or one comma-separated string), and optionally ``topic`` (the public
+    topic the example was written on, shown when the prompts name the seeds' classes)."""
     from privseed.tasks import storage
     from privseed.tasks.data.corpus import read_columns
     from privseed.tasks.errors import CorpusError
@@ -149,7 +156,9 @@ def load_few_shot(path: str, storage_options: dict | None = None) -> list[Recipi
             raise ConfigError(f"few-shot file {path}: record {i} needs 'text' (or 'document') and 'keyphrases'")
         if isinstance(kps, str):
             kps = [k.strip() for k in kps.split(",") if k.strip()]
-        examples.append(RecipientExample(str(doc), tuple(str(k) for k in kps)))
+        topic = r.get("topic")
+        examples.append(RecipientExample(str(doc), tuple(str(k) for k in kps),
+                                         None if topic is None else str(topic)))
     return examples
 
 

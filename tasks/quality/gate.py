@@ -121,8 +121,8 @@ def derive_quality_columns(df: pd.DataFrame, rules: DocumentRules | None = None)
     document_rules = rules or DEFAULT_RULES
     logprobs = [float(v) if isinstance(v, (int, float, np.number)) and np.isfinite(v) else None
                 for v in column_or_missing("mean_logprob")]
-    out["q_document_reason"] = [document_rejection(t, k, f if isinstance(f, str) else None, document_rules, lp)
-                                for t, k, f, lp in zip(texts, keyphrases, finish, logprobs)]
+    out["q_document_reason"] = [document_rejection(t, k, f if isinstance(f, str) else None, document_rules, lp, lab)
+                                for t, k, f, lp, lab in zip(texts, keyphrases, finish, logprobs, labels)]
     return out
 
 
@@ -438,11 +438,12 @@ def release_gate(*, labels: Sequence[Any], llm_used: bool, rules: DocumentRules 
 
 
 def document_gate(labels: Sequence[Any], *, llm_used: bool, language: str | None,
-                  document_rules: Mapping[str, Any]) -> ReleaseGate:
+                  document_rules: Mapping[str, Any], class_names: Mapping[str, str] | None = None) -> ReleaseGate:
     """The release gate for the declared ``labels`` with the run's document test (``--language``, ``--document-rule``;
-    tasks/config/options.py DocumentOptions); the adapter from a command's configuration is
-    tasks/stages/release.py ``gate_from_config``."""
-    rules = DocumentRules(language=language).with_settings(dict(document_rules))
+    tasks/config/options.py DocumentOptions; ``class_names``: the public names the prompts named, label -> name);
+    the adapter from a command's configuration is tasks/stages/release.py ``gate_from_config``."""
+    names = tuple((str(label), str(name)) for label, name in (class_names or {}).items())
+    rules = DocumentRules(language=language, class_names=names).with_settings(dict(document_rules))
     return release_gate(labels=labels, llm_used=llm_used, rules=rules)
 
 

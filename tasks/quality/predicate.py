@@ -23,7 +23,8 @@ from privseed.tasks.quality.patterns import chat_frame_markers, meta_talk, templ
 from privseed.tasks.quality.shapes import (WebMarkup, _longest_phrase_run, _longest_token_run, _singular, _tokens,
                                            article_list, doubled_phrase, borrows_example_name, copies_example,
                                            ends_a_sentence, fragment_lines, glossary_headers, is_keyphrase_passthrough,
-                                           longest_seed_run, markdown_labels, quoted_term_glosses, seed_definitions,
+                                           longest_seed_run, markdown_labels, opens_with_name, quoted_term_glosses,
+                                           seed_definitions,
                                            seed_gloss_terms, seed_glosses, seed_label_terms, seed_labels,
                                            seed_line_labels, seed_run_terms, short_item_run, syllable_loop,
                                            term_glosses, web_markup, word_glosses)
@@ -49,6 +50,8 @@ REJECTION_REASONS: tuple[str, ...] = (
                          # lines, words without letters; a list of capitalised words; a word written twice glued
     "fragments",         # most lines one to three words, or "a city, a glassy, a live, ...": a list, not prose
     "copies_example",    # a run of words copied from a few-shot example of the prompt (the example, not a document)
+    "names_class",       # opens with its class's public name as the subject ("Album is a rock band ..."): the
+                         # category written about, not a document of it (only when the prompts named the classes)
     "glossary",          # "Term: definition. Term: definition.", "The X is ... The Y is ...", "### X / ### Y"
     "wrong_language",    # the language identifier gives the declared language less than min_language_prob
     "disfluent",         # the model's own mean token log-probability of the answer under min_mean_logprob
@@ -206,6 +209,11 @@ class DocumentRules:
     # copies the example instead of writing from its seed. Empty: no test.
     examples: tuple[str, ...] = ()
     max_example_run: int = 8
+    # The owner's public class names (label, name) when the prompts named them (``--class-names``; empty: no test):
+    # a text that opens with its own class's name as written, after at most a determiner (``opens_with_name``),
+    # writes about the category ("Album is a rock band from the United States", "The bars are a slow food").
+    # SmolLM2 did in 15-38 % of rows on three corpora (issue 48); real texts of the public corpora, 0-0.06 %.
+    class_names: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_words <= self.max_words:
@@ -269,7 +277,8 @@ DEFAULT_RULES = DocumentRules()
 #: option), the few-shot examples (taken from the prompt) and the word bounds (the release gate's, one source for
 #: both: ``rules_from_bounds``).
 TUNABLE_RULES: tuple[str, ...] = tuple(f.name for f in fields(DocumentRules)
-                                       if f.name not in ("language", "examples", "min_words", "max_words"))
+                                       if f.name not in ("language", "examples", "class_names", "min_words",
+                                                         "max_words"))
 _RULE_TYPES: dict[str, type] = {name: (float if getattr(DEFAULT_RULES, name) is None
                                        else type(getattr(DEFAULT_RULES, name))) for name in TUNABLE_RULES}
 
@@ -339,12 +348,14 @@ def spam_markup(markup: WebMarkup, rules: DocumentRules) -> str | None:
 
 
 def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | None = None,
-                       rules: DocumentRules = DEFAULT_RULES, mean_logprob: float | None = None) -> str | None:
+                       rules: DocumentRules = DEFAULT_RULES, mean_logprob: float | None = None,
+                       label: Any = None) -> str | None:
     """Why ``text`` is not a document (one of REJECTION_REASONS), or None when it is one.
 
     ``keyphrases`` are the released seed terms the text was written from (for the echo tests; empty skips
     them); ``finish_reason`` is the call's ("length" when it stopped at max_tokens; None when unknown);
-    ``mean_logprob`` is the answer's mean token log-probability when the backend reports it (None: unknown).
+    ``mean_logprob`` is the answer's mean token log-probability when the backend reports it (None: unknown);
+    ``label`` is the row's public label, for the class-name test (``rules.class_names``; None skips it).
     """
     if not isinstance(text, str):
         return "not_text"
@@ -378,6 +389,10 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
     if rules.examples and (copies_example(tokens, rules.examples, rules.max_example_run)
                            or borrows_example_name(text, keyphrases, rules.examples)):
         return "copies_example"
+    if label is not None and rules.class_names:
+        name = dict(rules.class_names).get(str(label))
+        if name is not None and opens_with_name(text, name):
+            return "names_class"
     if (glossary_headers(text, keyphrases) >= rules.max_glossary_headers
             or markdown_labels(text, keyphrases) >= rules.max_glossary_headers
             or seed_line_labels(text, keyphrases) >= rules.max_seed_line_labels
@@ -455,9 +470,9 @@ def statistic_over_threshold(text: str, rules: DocumentRules = DEFAULT_RULES) ->
 
 
 def is_document(text: Any, keyphrases: Any = (), finish_reason: str | None = None,
-                rules: DocumentRules = DEFAULT_RULES, mean_logprob: float | None = None) -> bool:
+                rules: DocumentRules = DEFAULT_RULES, mean_logprob: float | None = None, label: Any = None) -> bool:
     """True when ``document_rejection`` finds nothing wrong with the text."""
-    return document_rejection(text, keyphrases, finish_reason, rules, mean_logprob) is None
+    return document_rejection(text, keyphrases, finish_reason, rules, mean_logprob, label) is None
 
 
 def rules_from_bounds(bounds: dict[str, Any], rules: DocumentRules | None = None) -> DocumentRules:

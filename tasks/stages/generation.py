@@ -25,13 +25,13 @@ from privseed.tasks.generation.rounds import build_generation_requests
 from privseed.tasks.llm.cache import CallCache
 from privseed.tasks.llm.cost import CostEstimate, estimate_cost
 from privseed.tasks.llm.prompting import PromptTemplate
-from privseed.tasks.llm.released import PublicClassNames, RecipientExample, load_class_names, load_few_shot
+from privseed.tasks.llm.released import RecipientExample, load_few_shot
 from privseed.tasks.llm.service import LLMSpec, get_backend, kind_of, llm_spec, parse_llm_spec
 from privseed.tasks.quality import ReleaseGate
 from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, asks_for_profile, planned_settings, profile_budget,
                                                  settled)
 from privseed.tasks.stages import NOT_PERSISTED, stage_logger
-from privseed.tasks.stages.release import gate_from_config
+from privseed.tasks.stages.release import class_names_from_config, gate_from_config
 
 log = logging.getLogger("privseed.generation")
 
@@ -158,18 +158,6 @@ def dry_run(cfg: DpKpsConfig, calibrate: bool = True) -> dict:
     result["privacy_plan"] = describe_privacy_plan(spend)
     stage_logger().info("dry run, nothing drawn, charged or sent: %s", result["estimate"])
     return result
-
-
-def class_names_from_config(cfg: ReleaseConfig) -> PublicClassNames | None:
-    """The owner's public class names (``--class-names FILE``), checked against the declared labels when the
-    config declares them (a flow that has none takes the file's labels as the declared set); None when unset."""
-    path = getattr(cfg, "class_names", None)
-    if not path:
-        return None
-    names = load_class_names(path, cfg.storage_options)
-    if cfg.labels is not None:
-        names.check_labels(cfg.labels)
-    return names
 
 
 def params_from_config(cfg: ReleaseConfig) -> GenerationParams:

@@ -9,21 +9,36 @@ import pandas as pd
 from privseed.tasks.config.commands import DpKpsConfig, ReleaseConfig
 from privseed.tasks.data.corpus import StagedRelease
 from privseed.tasks.dp.ledger import PrivacyLedger
+from privseed.tasks.llm.released import PublicClassNames, load_class_names
 from privseed.tasks.stages import public_stage
 
 if TYPE_CHECKING:
     from privseed.tasks.quality import ReleaseGate
 
 
+def class_names_from_config(cfg: ReleaseConfig) -> PublicClassNames | None:
+    """The owner's public class names (``--class-names FILE``), checked against the declared labels when the
+    config declares them (a flow that has none takes the file's labels as the declared set); None when unset."""
+    path = getattr(cfg, "class_names", None)
+    if not path:
+        return None
+    names = load_class_names(path, cfg.storage_options)
+    if cfg.labels is not None:
+        names.check_labels(cfg.labels)
+    return names
+
+
 def gate_from_config(cfg: ReleaseConfig, labels: Sequence[Any]) -> ReleaseGate | None:
     """The release gate a run's configuration asks for (``--no-gate``: None), for the declared ``labels``, with its
-    document test (``--language``, ``--document-rule``)."""
+    document test (``--language``, ``--document-rule``, and the public class names the prompts named, which a
+    document must not open with as its subject: ``--class-names``)."""
     if not cfg.gate:
         return None
     from privseed.tasks.quality import document_gate  # Great Expectations: seconds to import, only when asked
 
+    names = class_names_from_config(cfg) if cfg.llm != "none" else None
     return document_gate(labels, llm_used=cfg.llm != "none", language=cfg.language,
-                         document_rules=cfg.document_rules)
+                         document_rules=cfg.document_rules, class_names=names.to_dict() if names else None)
 
 
 @public_stage("render-without-llm")
