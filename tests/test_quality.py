@@ -532,6 +532,12 @@ def test_a_class_name_later_in_the_text_or_only_in_part_is_no_subject(text, labe
     assert document_rejection(text, (), "stop", DocumentRules(class_names=((label, name),)), label=label) is None
 
 
+def test_a_class_name_of_no_word_names_nothing():
+    rules = DocumentRules(class_names=(("0", "&"), ("1", " - ")))
+    assert document_rejection("A river flows through the old town.", (), "stop", rules, label="0") is None
+    assert document_rejection("A river flows through the old town.", (), "stop", rules, label="1") is None
+
+
 def test_the_class_names_come_from_the_prompts_not_from_a_rule_setting():
     with pytest.raises(ConfigError, match="unknown document rule"):
         DocumentRules().with_settings({"class_names": "x"})

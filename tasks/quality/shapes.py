@@ -541,8 +541,10 @@ _NAME_DETERMINERS = r"(?:(?:the|a|an|this|these|those|our|my|all|many|some)\s+)?
 
 
 @functools.cache
-def _opening_name_pattern(name: str) -> re.Pattern[str]:
+def _opening_name_pattern(name: str) -> re.Pattern[str] | None:
     words = [r"(?:&|and)" if w in ("&", "and") else re.escape(w) for w in re.findall(r"[^\W_]+|&", name.lower())]
+    if not any(w[0].isalnum() for w in words):  # a name of no word ("&", "-") names nothing
+        return None
     return re.compile(r"\A[\W_]*" + _NAME_DETERMINERS + r"[\s\W]+".join(words) + r"(?![\w&])", re.I)
 
 
@@ -553,7 +555,8 @@ def opens_with_name(text: str, name: str) -> bool:
     category instead of a document of it. Real texts name their instance, not the category ("The restaurant is
     very bright", "Great bar", "Russell & Company was ..."): 0-0.06 % of the rows of the public corpora open with
     their class's name as written (docs/generation.md, "The class name as the subject")."""
-    return bool(name.strip()) and _opening_name_pattern(name).match(text) is not None
+    pattern = _opening_name_pattern(name)
+    return pattern is not None and pattern.match(text) is not None
 
 
 def fragment_lines(text: str, min_lines: int = 6) -> float:
