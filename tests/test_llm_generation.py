@@ -485,3 +485,29 @@ def test_generation_params_decode_as_the_command_line_does_by_default():
     params = GenerationParams(doc_type="memo")
     for name in ("steer", "steer_schedule", "steer_end_coverage", "repeat_penalty", "no_repeat_ngram"):
         assert getattr(params, name) == DpKpsConfig.model_fields[name].get_default(), name
+
+
+def test_a_seed_whose_answer_wrote_its_class_name_as_subject_is_asked_again_without_the_name(tmp_path, recording):
+    """Issue 48: SmolLM2 asked for "a topic: Album" wrote "The Album is ..." in most candidates of DBPedia-14's Album
+    seeds, which 8 rounds did not get past. A candidate rejected as names_class makes the seed's next prompts the
+    plain one (its released terms still carry the class); the row says which prompt its document answered."""
+    from privseed.tasks.llm.released import PublicClassNames
+
+    names = PublicClassNames((("0", "Album"), ("1", "Village")), "names.json")
+
+    def answer(req):
+        prompt = req.messages[-1].content
+        if "topic: Album" in prompt:
+            return "The Album is a rock band from the United States that plays at the old church by the river."
+        return "Low Tide is the second record of a folk band from the village by the old church and the river."
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="article", max_tokens=40, class_names=names)
+    rows = generate_shard(seeds(2), "local:recording-test", params, str(tmp_path), progress=False)
+    asked = [r.messages[-1].content for r in recording.requests]
+    # the Album seed, the Village seed, then the Album seed again without its class name
+    assert "topic: Album" in asked[0] and "topic: Village" in asked[1] and "topic" not in asked[2]
+    assert asked[2].endswith("terms: river, village, album.")
+    assert rows["rejections"].tolist()[0] == ["names_class"] and rows["candidates"].tolist() == [2, 1]
+    template = PromptTemplate.load("generic")
+    assert rows["prompt_version"].tolist() == [template.version, template.version_for(True)]

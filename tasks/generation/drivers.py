@@ -99,7 +99,7 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
         bar.close()
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
                        prompt_version=template.version_for(params.class_names is not None), first_round=k,
-                       rules=rules)
+                       rules=rules, unnamed_version=template.version)
     log.info("shard %d: %d documents, %d calls (%d cached), %d input / %d output tokens", shard, len(df),
              sum(len(c) for c in per_seed), bar.cached, bar.tokens_in, bar.tokens_out)
     return df

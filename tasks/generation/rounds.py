@@ -11,7 +11,8 @@ documents, the one with the highest seed-term coverage (``privseed.tasks.quality
 the report shows) is kept, ties to the lowest index.
 
 Regeneration (``max_regenerations``): a seed none of whose candidates is a document gets one more candidate,
-with a new call seed, per round, for at most that many rounds. A seed that still has no document is marked
+with a new call seed, per round, for at most that many rounds (after a candidate that wrote its class's public name
+out as its subject, asked without the name: ``named_its_class``). A seed that still has no document is marked
 (``document_reason``) and ``privseed.tasks.generation.rows.split_documents`` drops it before the release gate.
 
 Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabulary V~), recipient few-shot examples
@@ -61,9 +62,19 @@ def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: Gene
     """Candidate j of ``seed`` (pure): the prompt of ``prompt_seed(seed, earlier, rules)`` with call seed
     ``candidate_seed(seed.seed, j)``. ``earlier``: the seed's candidates 0..j-1 (none for the first round)."""
     terms = prompt_seed(seed, earlier, rules)
+    class_names = None if named_its_class(seed, earlier, rules) else params.class_names
     return build_request(template, terms, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
                          top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
-                         class_names=params.class_names, steering=steering_for(terms, params, backend_kind))
+                         class_names=class_names, steering=steering_for(terms, params, backend_kind))
+
+
+def named_its_class(seed: ReleasedSeed, earlier: Sequence[ChatResult], rules: DocumentRules = DEFAULT_RULES) -> bool:
+    """Whether one of ``seed``'s earlier candidates opened with its class's public name as its subject
+    (``names_class``). Its later candidates are asked without the name, in the paper's plain prompt: SmolLM2 asked
+    for "a topic: Album" writes "The Album is ..." again and again (DBPedia-14's Album seeds, issue 48: 12 of 20
+    dropped after 8 rounds), and the seed's released terms still carry the class. Rows say which prompt their
+    document answered (``assemble_rows``)."""
+    return any(rejection(seed, cleaned(result), rules) == "names_class" for result in earlier)
 
 
 def prompt_seed(seed: ReleasedSeed, earlier: Sequence[ChatResult],

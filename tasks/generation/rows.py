@@ -23,17 +23,23 @@ ROW_COLUMNS = ["text", "label", "keyphrases", "backend", "model", "prompt_versio
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
                   model: str, prompt_version: str, first_round: int | None = None,
-                  rules: DocumentRules = DEFAULT_RULES) -> pd.DataFrame:
+                  rules: DocumentRules = DEFAULT_RULES, unnamed_version: str | None = None) -> pd.DataFrame:
     """One row per seed from its candidates (pure). ``first_round``: candidates per seed before regeneration
     (default: all of them). ``rejections`` lists the reason of every candidate that was not a document;
-    ``document_reason`` is the kept candidate's reason (None: it is a document)."""
+    ``document_reason`` is the kept candidate's reason (None: it is a document). ``prompt_version`` is the
+    prompts'; a kept candidate that was asked without the class name (``named_its_class``) carries
+    ``unnamed_version``, the template's plain version (default: ``prompt_version``)."""
     rows = []
     for s, cands in zip(seeds, candidates):
         cands = [cleaned(c) for c in cands]
         reasons = [rejection(s, c, rules) for c in cands]
         best, cov = select_best(s, cands, rules)
+        # asked after the first round, once an earlier candidate named its class (rounds.named_its_class)
+        unnamed = best >= (first_round or len(cands)) and "names_class" in reasons[:best]
         rows.append({"text": cands[best].text, "label": s.label, "keyphrases": list(s.keyphrases),
-                     "backend": backend, "model": model, "prompt_version": prompt_version, "seed": s.seed,
+                     "backend": backend, "model": model,
+                     "prompt_version": (unnamed_version or prompt_version) if unnamed else prompt_version,
+                     "seed": s.seed,
                      "tokens_in": sum(c.tokens_in for c in cands), "tokens_out": sum(c.tokens_out for c in cands),
                      "coverage": cov, "candidates": len(cands), "finish_reason": cands[best].finish_reason,
                      "regenerations": max(0, len(cands) - (first_round or len(cands))),
