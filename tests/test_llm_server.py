@@ -99,6 +99,10 @@ def test_dpkps_release_through_the_server(llama_server, prefect_harness, tmp_pat
     assert set(synthetic["label"].tolist()) <= {0, 1}
     assert set(synthetic["backend"]) == {"openai-compatible"} and set(synthetic["model"]) == {"smollm2-served"}
     assert (synthetic["tokens_out"] > 0).all() and synthetic["text"].str.len().gt(0).all()
-    assert set(synthetic["prompt_version"]) == {"dpkps-generic-v1+class-name-v2"}
+    # The prompts name the class; a seed whose answer opened with its class's name is asked again without it, and
+    # its row says so (which seeds the model does that to is the model's, as the DP noise is the run's).
+    assert set(synthetic["prompt_version"]) <= {"dpkps-generic-v1+class-name-v2", "dpkps-generic-v1"}
+    unnamed = synthetic["prompt_version"] == "dpkps-generic-v1"
+    assert synthetic.loc[unnamed, "rejections"].map(lambda r: "names_class" in list(r)).all()
     assert manifest["config"]["prompt_class_names"] == {"0": "Sports club", "1": "Landscape"}
     assert manifest["config"]["llm"] == f"openai-compatible:{llama_server}"
