@@ -21,6 +21,8 @@ import argparse
 import dataclasses
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +83,34 @@ HELD_OUT_CORPORA: dict[str, tuple[str, str | None, int | None]] = {
 }
 
 
+#: Sets derived from a public corpus for the check of the rule's second step (class alikeness), chosen before it
+#: was measured on them: another labelling or another cut of the same texts, each part derived from the base's
+#: own private / validation parts. ``dbpedia14-groups``: DBPedia-14's classes pooled into six coarse topics;
+#: ``yelp-polarity``: Yelp reviews of 1-2 stars against 4-5 (3 dropped); ``ohsumed23-titles`` and
+#: ``medabstracts-titles``: an abstract's first sentence (its title) alone, a set of very short clinical texts.
+DBPEDIA14_GROUPS = {0: "organisation", 1: "organisation", 2: "person", 3: "person", 4: "person", 5: "built",
+                    6: "built", 7: "place", 8: "place", 9: "living", 10: "living", 11: "work", 12: "work", 13: "work"}
+
+
+def _first_sentence(text: str) -> str:
+    head, _, _ = text.partition(". ")
+    return head
+
+
+def _polarity(frame: pd.DataFrame) -> pd.DataFrame:
+    stars = frame["label"].str.extract(r"([0-9.]+)")[0].astype(float)
+    kept = frame[stars != 3.0]
+    return pd.DataFrame({"text": kept["text"], "label": np.where(stars[stars != 3.0] < 3, "negative", "positive")})
+
+
+DERIVED_CORPORA: dict[str, tuple[str, Any]] = {
+    "dbpedia14-groups": ("dbpedia14", lambda f: f.assign(label=f["label"].map(DBPEDIA14_GROUPS))),
+    "yelp-polarity": ("yelp-stars", _polarity),
+    "ohsumed23-titles": ("ohsumed23", lambda f: f.assign(text=f["text"].map(_first_sentence))),
+    "medabstracts-titles": ("medabstracts", lambda f: f.assign(text=f["text"].map(_first_sentence))),
+}
+
+
 def posts(frame: pd.DataFrame, per_class: int, low: int, high: int, seed: int,
           pooled: tuple[int, int] | None = None) -> pd.DataFrame:
     """``per_class`` posts per class, each ``low``-``high`` distinct documents of the class joined by spaces; with
@@ -105,6 +135,9 @@ def posts(frame: pd.DataFrame, per_class: int, low: int, high: int, seed: int,
 
 def load_split(name: str, private_posts: int = 500, validation_posts: int = 60) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(private part, validation part) of the corpus's training split (for a long-document set, its posts)."""
+    if name in DERIVED_CORPORA:
+        base, derive = DERIVED_CORPORA[name]
+        return tuple(derive(part).reset_index(drop=True) for part in load_split(base))  # type: ignore[return-value]
     if name in LONG_CORPORA:
         base, low, high, pooled = LONG_CORPORA[name]
         private, validation = load_split(base)
@@ -214,7 +247,10 @@ def real_reference(private: pd.DataFrame, test_ids: list, test_texts: list, test
 
 
 def run_setting(setting: dict, private_ids: list, private_index: list, labels: list, val_ids: list,
-                val_texts: list, val_labels: list, terms: tuple, eps: float, seed: int, per_class: int) -> dict:
+                val_texts: list, val_labels: list, terms: tuple, eps: float, seed: int, per_class: int,
+                after_release: Callable[[np.ndarray, Any], dict] | None = None) -> dict:
+    """One setting's seeds scored on the validation part. ``after_release(noisy, mechanism)``, when given, may
+    change the setting's post-processing (K, L) from the released rows, as the flow's rule does."""
     from dataclasses import replace
 
     method = setting["method"]
@@ -227,6 +263,8 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     counts = contribution_weights(kind, private_ids, private_index, len(labels), len(terms), setting["S"])
     mech = cached_mechanism(setting["mechanism"], setting["S"], *budgets[0], contribution)
     noisy = release_all(counts, mech, insecure_noise(seed, "tune-terms"))
+    settled = after_release(noisy, mech) if after_release is not None else {}
+    setting = {**setting, **settled}
     releases = class_term_releases(noisy, mech, setting["K"], setting["M"], setting["denoise"],
                                    setting.get("background_cap", 1.0))
     if method == "histogram-markov":
@@ -247,7 +285,7 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
     val_terms = [[terms[t] for t in doc] for doc in val_ids]
     result = score([" ".join(s) for s in seqs], seq_labels, [" ".join(t) for t in val_terms], val_texts, val_labels)
     result["coherence"] = pair_coherence(seqs, [str(v) for v in seq_labels], val_terms, [str(v) for v in val_labels])
-    return result
+    return {**result, **settled}
 
 
 def run_adaptive(setting: dict, private_ids: list, private_index: list, labels: list, val_ids: list,
@@ -255,8 +293,9 @@ def run_adaptive(setting: dict, private_ids: list, private_index: list, labels: 
     """``{"adaptive": true}``: the flow's default. The corpus profile (``corpus_profile.class_length_counts`` of the
     private part) released with ``PROFILE_SHARE`` of eps by ``profile_mechanism`` (research noise), the rule's
     settings (``adaptive_settings``), then ``run_setting`` with them and the rest of the budget."""
-    from privseed.tasks.seeds.corpus_profile import (CorpusProfile, adaptive_settings, class_length_counts,
-                                                     profile_budget, profile_mechanism)
+    from privseed.tasks.seeds.corpus_profile import (RELEASE_TOP_K, CorpusProfile, adaptive_settings,
+                                                     class_alikeness, class_length_counts, profile_budget,
+                                                     profile_mechanism, settings_after_release)
 
     delta = GAUSSIAN_DELTA
     (eps_profile, _), (eps_rest, _) = profile_budget(eps, delta)
@@ -265,8 +304,16 @@ def run_adaptive(setting: dict, private_ids: list, private_index: list, labels: 
     derived = adaptive_settings(CorpusProfile(noisy))
     chosen = {**setting, "contribution": derived.contribution, "K": derived.top_k, "L": derived.length,
               "mechanism": "gaussian"}
+
+    def after_release(noisy_terms: np.ndarray, mechanism: Any) -> dict:
+        releases = class_term_releases(noisy_terms, mechanism, RELEASE_TOP_K, chosen["M"], chosen["denoise"],
+                                       chosen.get("background_cap", 1.0))
+        alikeness = class_alikeness(releases)
+        settled = settings_after_release(derived, alikeness)
+        return {"K": settled.top_k, "L": settled.length, "alikeness": alikeness}
+
     result = run_setting(chosen, private_ids, private_index, labels, val_ids, val_texts, val_labels, terms, eps_rest,
-                         seed, per_class)
+                         seed, per_class, after_release if setting.get("adaptive") != "profile-only" else None)
     return {**result, "derived": derived.as_dict(), "median_terms": CorpusProfile(noisy).length_quantile(0.5)}
 
 
@@ -275,7 +322,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="JSON lines, one per (corpus, setting, eps, seed); appended")
     parser.add_argument("--corpora", default=",".join(CORPORA),
                         help=f"comma separated; also the long-document sets {', '.join(LONG_CORPORA)} and the "
-                             f"held-out sets {', '.join(HELD_OUT_CORPORA)}")
+                             f"held-out sets {', '.join([*HELD_OUT_CORPORA, *DERIVED_CORPORA])}")
     parser.add_argument("--eps", default="11,6")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--per-class", type=int, default=500)

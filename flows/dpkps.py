@@ -4,8 +4,8 @@
         -> pass 2 (sketch sums) -> privatize sketches -> sample -> generate -> gate -> [approval] -> publish
 
 The histogram methods (the default): pass 1 (labels, identity, per-class term weights, the corpus profile) ->
-[release the corpus profile, settle the options left "auto"] -> privatize class histograms [-> pass 2 (pairs)
--> privatize pairs] -> sample -> generate -> ...
+[release the corpus profile, settle the options left "auto"] -> privatize class histograms [-> K and L left
+"auto" follow the release] [-> pass 2 (pairs) -> privatize pairs] -> sample -> generate -> ...
 
 The private corpus never comes to this process: it is planned into work units (shard URIs and Parquet row
 groups) and each pass streams every unit on the Dask workers into a partial count or sum, combined in a tree on
@@ -39,7 +39,8 @@ from privseed.tasks.stages.dpkps import (embed_released_vocabulary, exact_sketch
                                          privatize_vocabulary_stage, sample_keyphrase_sequences, term_counting)
 from privseed.tasks.stages.generation import check_local_model, dry_run, generate_release_documents, with_class_names
 from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
-                                             sample_histogram_sequences, settle_histogram_settings)
+                                             sample_histogram_sequences, settle_after_release,
+                                             settle_histogram_settings)
 from privseed.tasks.stages.ledger import log_cumulative_total, open_ledger, state_summary, warn_if_insecure
 from privseed.tasks.stages.release import publish, render_without_llm
 from privseed.tasks.data.units import CorpusPlan
@@ -90,13 +91,15 @@ def privatize_keyphrase_sequences(plan: CorpusPlan, counts: np.ndarray, labels: 
 
 def privatize_histogram_sequences(plan: CorpusPlan, counts: np.ndarray, labels: list, cfg: DpKpsConfig,
                                   ledger: PrivacyLedger) -> tuple[pd.DataFrame, DpKpsConfig]:
-    """[corpus profile -> the settings left auto] -> noise per class (-> pass 2: pair counts among each class's
-    heaviest terms -> noise) -> sample per class. Returns the seeds (their ``corpus_profile`` attribute: the
+    """[corpus profile -> the settings left auto] -> noise per class [-> K and L left auto from how alike the
+    classes' released terms are] (-> pass 2: pair counts among each class's heaviest terms -> noise) -> sample per
+    class. Returns the seeds (their ``corpus_profile`` attribute: the
     released profile, the derived settings and the answer length, when a profile was released) and the
     configuration as the run declares it (the derived settings in place of "auto")."""
     settled = settle_histogram_settings(counts, labels, cfg, ledger)
+    terms = privatize_class_histograms(settled.counts, labels, settled.spending, ledger)
+    settled = settle_after_release(terms, settled.public())
     spending = settled.spending  # the derived settings, and the term stages' share of the budget
-    terms = privatize_class_histograms(settled.counts, labels, spending, ledger)
     pairs = None
     if SEED_METHODS[spending.method].ordered_pairs:
         pair_counts = exact_pair_counts(plan, labels, terms, spending)

@@ -3,6 +3,7 @@ to, its rule, its ledger stage, and its noise in a real flow."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,10 +14,13 @@ import pytest
 from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.seeds.corpus_profile import (LENGTH_EDGES, LONG_MEDIAN_TERMS, LONG_SETTINGS, PROFILE_SHARE,
-                                                 SHORT_SETTINGS, CorpusProfile, adaptive_settings, asks_for_profile,
+from privseed.tasks.seeds.corpus_profile import (ALIKE_CLASSES, LENGTH_EDGES, LONG_MEDIAN_TERMS, LONG_SETTINGS,
+                                                 PROFILE_SHARE, RELEASE_TOP_K, SHORT_SETTINGS, CorpusProfile,
+                                                 adaptive_settings, asks_for_profile, class_alikeness,
                                                  class_length_counts, length_bin, planned_settings, profile_budget,
-                                                 profile_mechanism, resolve_settings, split_profiled_counts)
+                                                 profile_mechanism, resolve_settings, settings_after_release,
+                                                 split_profiled_counts)
+from privseed.tasks.seeds.histogram_seeds import ClassRelease
 
 B = len(LENGTH_EDGES)
 
@@ -90,6 +94,37 @@ def test_an_explicit_option_wins_over_the_rule():
     assert planned_settings(given)["length"] == 12 and planned_settings(given)["hist_top_k"] == LONG_SETTINGS[1]
 
 
+def _release(weights: dict[int, float]) -> ClassRelease:
+    return ClassRelease(np.array(list(weights), dtype=np.int64), np.array(list(weights.values()), dtype=float))
+
+
+def test_alikeness_is_the_mean_cosine_between_classes():
+    same = [_release({1: 3.0, 2: 1.0}), _release({2: 1.0, 1: 3.0})]  # the same weights in another order
+    assert class_alikeness(same) == pytest.approx(1.0)
+    assert class_alikeness([_release({1: 1.0}), _release({2: 1.0})]) == 0.0  # nothing shared
+    # three classes: cosines 1/sqrt(2) (a, b), 0 (a, c), 1/sqrt(2) (b, c)
+    three = [_release({1: 1.0}), _release({1: 1.0, 2: 1.0}), _release({2: 1.0})]
+    assert class_alikeness(three) == pytest.approx(2 / np.sqrt(2) / 3)
+    assert class_alikeness([_release({1: 1.0})]) == 0.0  # one class: nothing to compare
+    assert class_alikeness([_release({1: 0.0}), _release({1: 2.0})]) == 0.0  # a class that released no weight
+
+
+@pytest.mark.parametrize("alikeness", [0.1, ALIKE_CLASSES - 0.01])
+def test_classes_told_apart_keep_the_short_settings(alikeness):
+    derived = adaptive_settings(_profile_at(20))
+    assert settings_after_release(derived, alikeness) == derived
+
+
+def test_alike_classes_of_a_short_corpus_take_the_long_k_and_l():
+    derived = adaptive_settings(_profile_at(20))
+    after = settings_after_release(derived, ALIKE_CLASSES)
+    assert (after.contribution, after.top_k, after.length) == (derived.contribution, *LONG_SETTINGS[1:])
+    assert after.answer_words == derived.answer_words  # the answer follows the documents' length, not the classes
+    long = adaptive_settings(_profile_at(150))
+    assert settings_after_release(long, 0.0) == long  # a long corpus keeps its settings either way
+    assert RELEASE_TOP_K >= max(SHORT_SETTINGS[1], LONG_SETTINGS[1])
+
+
 def test_split_takes_pass_one_apart_and_refuses_another_shape():
     counts = np.arange(3 * (7 + B), dtype=np.float64).reshape(3, 7 + B)
     matrices, profile = split_profiled_counts(counts, 7, "rank-l2", True)
@@ -154,6 +189,51 @@ def test_stage_charges_its_own_stage_and_resume_rereads_the_draw(tmp_path, tiny_
                                          term_counting(fixed)).counts
     none = settle_histogram_settings.fn(exact_fixed, labels, fixed, plain)
     assert none.profile is None and none.spending is fixed and not plain.entries()
+
+
+def _settled_short(tmp_path: Path, **overrides):
+    """The stage's settings for a short corpus (a noiseless profile at 20 terms) as settle_histogram_settings
+    leaves them, with the options in ``overrides`` given."""
+    from privseed.tasks.stages.histogram import SettledSettings
+
+    cfg = _stage_config(tmp_path, **overrides)
+    derived = adaptive_settings(_profile_at(20))
+    after = tuple(name for name in ("hist_top_k", "length") if getattr(cfg, name) == "auto")
+    declared = cfg.model_copy(update=resolve_settings({n: getattr(cfg, n) for n in ("hist_contribution",
+                                                                                  "hist_top_k", "length")},
+                                                      derived))
+    spending = declared.model_copy(update={"hist_top_k": RELEASE_TOP_K} if "hist_top_k" in after else {})
+    profile = {"settled": {"hist_top_k": declared.hist_top_k, "length": declared.length}}
+    return SettledSettings(np.zeros((0, 0)), spending, declared, profile, derived, after)
+
+
+def _terms(rows: np.ndarray) -> list[dict[str, np.ndarray]]:
+    return [{"noisy": row, "term_ids": np.arange(len(row)), "noisy_counts": row} for row in rows]
+
+
+def test_after_release_alike_classes_take_the_long_k_and_l_and_told_apart_keep_theirs(tmp_path):
+    """The rule's second step on released rows: classes with the same heavy terms (alike) take K and L long;
+    classes each with terms of their own keep the short ones; an option given stays as given."""
+    from privseed.tasks.stages.histogram import settle_after_release
+
+    vocab = 20_000
+    alike = np.zeros((4, vocab))
+    alike[:, :50] = 1000.0  # far above the noise: every class weighs the same 50 terms alike
+    apart = np.zeros((4, vocab))
+    for c in range(4):
+        apart[c, c * 50:(c + 1) * 50] = 1000.0
+    after = settle_after_release.fn(_terms(alike), _settled_short(tmp_path))
+    assert (after.declared.hist_top_k, after.declared.length) == LONG_SETTINGS[1:]
+    assert (after.spending.hist_top_k, after.spending.length) == LONG_SETTINGS[1:]
+    assert after.profile["class_alikeness"] == pytest.approx(1.0)
+    assert after.profile["settled"]["length"] == LONG_SETTINGS[2] and not after.after_release
+    kept = settle_after_release.fn(_terms(apart), _settled_short(tmp_path))
+    assert (kept.declared.hist_top_k, kept.declared.length) == SHORT_SETTINGS[1:]
+    assert kept.spending.hist_top_k == SHORT_SETTINGS[1] and kept.profile["class_alikeness"] == pytest.approx(0.0)
+    given = settle_after_release.fn(_terms(alike), _settled_short(tmp_path, length=12))
+    assert (given.declared.hist_top_k, given.declared.length) == (LONG_SETTINGS[1], 12)
+    with pytest.raises(TypeError, match="public"):  # the exact counts never enter a public stage
+        settle_after_release.fn(_terms(alike), dataclasses.replace(_settled_short(tmp_path), counts=np.ones((1, 1))))
 
 
 # ------------------------------------------------------------------ the flow: noise, the stored draw, the manifest

@@ -21,6 +21,11 @@ is private. So the run releases it, once, as its own ledgered stage, and derives
 ``adaptive_settings``
     The rule: settings = rule(noisy profile). Post-processing of the release and of public constants only, so
     the noisy profile and the settings may be published (the manifest states them).
+``class_alikeness`` and ``settings_after_release``
+    The rule's second step, for a short corpus: K and L are post-processing of the term histograms (they choose
+    among released terms and draw sequences from them), so they may follow that release too. Classes whose
+    released histograms are alike (a star rating spread over common words, not a category named by a few
+    topical ones) get the long K and L. No budget of its own: a function of released values only.
 
 Nothing here draws noise itself (the ledger applies ``profile_mechanism``), does I/O or logs.
 """
@@ -36,6 +41,7 @@ import numpy as np
 
 from privseed.tasks.dp.mechanisms import Mechanism, Sensitivity, mechanism_kind
 from privseed.tasks.errors import ConfigError
+from privseed.tasks.seeds.histogram_seeds import ClassRelease
 
 #: Public bin edges of a document's length in distinct terms of V: [0, 4), [4, 8), ..., [384, 512), [512, inf).
 #: Finer where the measured corpora differ (short: 11-30 terms, abstracts: 45-75, posts: 120-260).
@@ -173,6 +179,44 @@ def adaptive_settings(profile: CorpusProfile) -> AdaptiveSettings:
     words = int(round(median * WORDS_PER_DISTINCT_TERM / 10.0)) * 10
     low, high = ANSWER_WORDS_RANGE
     return AdaptiveSettings(contribution, top_k, length, min(high, max(low, words)))
+
+
+#: The rule's second threshold: a short corpus whose classes' released term weights have at least this mean
+#: pairwise cosine is "alike" and gets the long K and L. Between the short sets where the short setting wins
+#: (DBPedia-14 0.10, 40 documents a class 0.21, Yelp's business categories 0.59) and Yelp's star ratings (0.84),
+#: where the long one wins by 3.5 points; docs/dpkps.md, "Defaults that adapt to the corpus".
+ALIKE_CLASSES = 0.7
+
+
+def class_alikeness(releases: Sequence[ClassRelease]) -> float:
+    """The mean cosine, over every pair of classes, between their released term weights (each class's
+    ``ClassRelease.weights`` on its ``term_ids``, 0 elsewhere): near 0 when the classes are told apart by terms
+    of their own, near 1 when they share the same words in about the same proportions. 0 with one class, and for
+    a class that released no weight. Post-processing of released values."""
+    if len(releases) < 2:
+        return 0.0
+    support = np.unique(np.concatenate([np.asarray(r.term_ids, dtype=np.int64) for r in releases]))
+    rows = np.zeros((len(releases), len(support)))
+    for c, release in enumerate(releases):
+        rows[c, np.searchsorted(support, np.asarray(release.term_ids, dtype=np.int64))] = release.weights
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    unit = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    cosine = unit @ unit.T
+    pairs = ~np.eye(len(releases), dtype=bool)
+    return float(cosine[pairs].mean())
+
+
+def settings_after_release(derived: AdaptiveSettings, alikeness: float) -> AdaptiveSettings:
+    """The rule's second step: a short corpus (``SHORT_SETTINGS``) whose classes are alike
+    (``alikeness`` >= ``ALIKE_CLASSES``) keeps its contribution kind and answer length and takes the long K and L;
+    anything else stays as derived. Needs the long K's terms of the release (``RELEASE_TOP_K``)."""
+    if alikeness < ALIKE_CLASSES or (derived.top_k, derived.length) != SHORT_SETTINGS[1:]:
+        return derived
+    return AdaptiveSettings(derived.contribution, LONG_SETTINGS[1], LONG_SETTINGS[2], derived.answer_words)
+
+
+#: The K the term histograms are released with while K is still to follow them: the largest the rule may choose.
+RELEASE_TOP_K = max(SHORT_SETTINGS[1], LONG_SETTINGS[1])
 
 
 def answer_tokens(answer_words: int) -> int:

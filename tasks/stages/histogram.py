@@ -20,10 +20,11 @@ from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.data.units import CorpusPlan, map_reduce_units
 from privseed.tasks.dp.accounting import default_delta
 from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
-from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, adaptive_settings, answer_tokens, asks_for_profile,
-                                                 CorpusProfile, LENGTH_EDGES, profile_budget,
-                                                 PROFILE_SHARE, resolve_settings, settings_arrays, settings_from_arrays,
-                                                 settled, split_profiled_counts)
+from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, adaptive_settings, AdaptiveSettings, AUTO,
+                                                 answer_tokens, asks_for_profile, class_alikeness, CorpusProfile,
+                                                 LENGTH_EDGES, profile_budget, PROFILE_SHARE, RELEASE_TOP_K,
+                                                 resolve_settings, settings_after_release, settings_arrays,
+                                                 settings_from_arrays, settled, split_profiled_counts)
 from privseed.tasks.seeds import corpus_profile, histogram_seeds
 from privseed.tasks.seeds.histogram_seeds import (class_term_releases, ClassRelease, noise_floor, pair_candidates,
                                                   pair_matrix, released_support, sample_class_sequences, stage_budgets,
@@ -57,12 +58,22 @@ class SettledSettings:
     configuration the term stages spend with (the derived settings; ``epsilon`` their share of the budget).
     ``declared``: the configuration as the run declares it (the derived settings, the user's ``epsilon``), for the
     manifest. ``profile``: the released profile and what the rule derived from it (post-processing of a DP
-    release, publishable; None when no profile was released)."""
+    release, publishable; None when no profile was released). ``derived``: the rule's settings from the profile;
+    ``after_release``: the options (``hist_top_k``, ``length``) left auto, which the rule's second step settles
+    from the term histograms' release (``settle_after_release``); until then ``spending`` keeps
+    ``RELEASE_TOP_K`` terms a class."""
 
     counts: np.ndarray = field(repr=False)
     spending: DpKpsConfig
     declared: DpKpsConfig
     profile: dict[str, Any] | None = None
+    derived: AdaptiveSettings | None = None
+    after_release: tuple[str, ...] = ()
+
+    def public(self) -> SettledSettings:
+        """These settings without the exact counts (an empty matrix in their place): what a public stage may be
+        handed."""
+        return replace(self, counts=np.zeros((0, 0)))
 
 
 @private_stage("release-corpus-profile")
@@ -112,8 +123,35 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
                         eps_profile, PROFILE_SHARE, record["median_distinct_terms"],
                         ", ".join(f"{name} {value}" for name, value in resolved.items()), derived.contribution,
                         derived.top_k, derived.length, derived.answer_words, record["answer_tokens"])
-    return SettledSettings(matrices[str(declared.hist_contribution)],
-                           declared.model_copy(update={"epsilon": eps_rest}), declared, record)
+    after_release = tuple(name for name in ("hist_top_k", "length") if given[name] == AUTO)
+    spending = declared.model_copy(update={"epsilon": eps_rest,
+                                           **({"hist_top_k": RELEASE_TOP_K} if "hist_top_k" in after_release else {})})
+    return SettledSettings(matrices[str(declared.hist_contribution)], spending, declared, record, derived,
+                           after_release)
+
+
+@public_stage("settle-after-release")
+def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSettings) -> SettledSettings:
+    """The rule's second step (``privseed.tasks.seeds.corpus_profile.settings_after_release``): K and L left auto
+    follow the term histograms' release, by how alike the classes' released weights are (``class_alikeness``).
+    ``settled`` is ``SettledSettings.public()``: no exact counts in a public stage. Post-processing of released
+    values only, so no budget: re-reading the stored release on resume gives the same settings. Without options
+    left to it, ``settled`` as it is."""
+
+    if settled.counts.size:
+        raise TypeError("settle_after_release is a public stage: hand it settled.public(), not the exact counts")
+    if not settled.after_release or settled.derived is None or settled.profile is None:
+        return settled
+    alikeness = class_alikeness(term_releases(terms, settled.spending))
+    final = settings_after_release(settled.derived, alikeness)
+    chosen = {name: value for name, value in (("hist_top_k", final.top_k), ("length", final.length))
+              if name in settled.after_release}
+    profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "derived": final.as_dict(),
+               "settled": {**settled.profile["settled"], **chosen}}
+    stage_logger().info("classes' released terms alike at %.2f (mean cosine; the long K and L from %g): K %d, L %d",
+                        alikeness, corpus_profile.ALIKE_CLASSES, final.top_k, final.length)
+    return replace(settled, spending=settled.spending.model_copy(update=chosen),
+                   declared=settled.declared.model_copy(update=chosen), profile=profile, after_release=())
 
 
 @private_stage("privatize-class-histograms")
