@@ -148,8 +148,8 @@ def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSet
               if name in settled.after_release}
     profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "derived": final.as_dict(),
                "settled": {**settled.profile["settled"], **chosen}}
-    stage_logger().info("classes' released terms alike at %.2f (mean cosine; the long K and L from %g): K %d, L %d",
-                        alikeness, corpus_profile.ALIKE_CLASSES, final.top_k, final.length)
+    stage_logger().info("classes' released terms alike at %.2f (mean cosine; a short corpus takes the long K and L "
+                        "from %g): K %d, L %d", alikeness, corpus_profile.ALIKE_CLASSES, final.top_k, final.length)
     return replace(settled, spending=settled.spending.model_copy(update=chosen),
                    declared=settled.declared.model_copy(update=chosen), profile=profile, after_release=())
 
