@@ -329,11 +329,17 @@ def test_chat_frame_markers_are_named_and_two_of_them_are_a_chat_frame(text, mar
     ("Below is a short forum post about the tv set:\nMy tv set died last night and I need a new one soon.", True),
     ("Here's a possible reply to the thread. My tv set died last night and I need a new one soon.", True),
     ("I'm glad you're excited about news. I have done this job for a long time and I like it.", True),
+    ("I'm so glad you took the time to speak with me. The staff at the desk were friendly.", True),
+    ("I'm sorry for your trouble. The store has had some problems recently with its furniture.", True),
+    ("I am sorry to hear about your stay. The rooms were clean but the lift was broken.", True),
     ("Welcome to the group. Chatbot or AI designed to help with news and the weather.", True),
     # A review that opens "Here is a review", a colon inside a line, a reply glad about something later on.
     ("Here is a review of the diner on Main Street. The pancakes were great and the coffee hot.", False),
     ("This is my review: the pancakes were great and the coffee was hot, so we will return.", False),
     ("Thanks for the tip on the set. I'm glad you're enjoying the new one, it was a good buy.", False),
+    # A review glad or sorry about its own visit: not the requester answered.
+    ("I'm so glad I found this salon. The stylist listened and the cut has held up for weeks.", False),
+    ("I'm sorry to say the soup was cold, but the staff took it back without a fuss.", False),
 ])
 def test_talk_about_the_post_is_meta_talk_and_a_review_that_says_here_is_stays(text, talks):
     assert (document_rejection(text, [], "stop") == "meta_talk") == talks
