@@ -14,9 +14,9 @@ import pytest
 from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.seeds.corpus_profile import (ALIKE_CLASSES, LENGTH_EDGES, LONG_MEDIAN_TERMS, LONG_SETTINGS,
-                                                 PROFILE_SHARE, RELEASE_TOP_K, SHORT_SETTINGS, CorpusProfile,
-                                                 adaptive_settings, asks_for_profile, class_alikeness,
+from privseed.tasks.seeds.corpus_profile import (AFTER_RELEASE_OPTIONS, ALIKE_CLASSES, LENGTH_EDGES, LONG_MEDIAN_TERMS,
+                                                 LONG_SETTINGS, PROFILE_SHARE, RELEASE_TOP_K, SHORT_SETTINGS,
+                                                 CorpusProfile, adaptive_settings, asks_for_profile, class_alikeness,
                                                  class_length_counts, length_bin, planned_settings, profile_budget,
                                                  profile_mechanism, resolve_settings, settings_after_release,
                                                  split_profiled_counts)
@@ -198,7 +198,7 @@ def _settled_short(tmp_path: Path, **overrides):
 
     cfg = _stage_config(tmp_path, **overrides)
     derived = adaptive_settings(_profile_at(20))
-    after = tuple(name for name in ("hist_top_k", "length") if getattr(cfg, name) == "auto")
+    after = tuple(name for name in AFTER_RELEASE_OPTIONS if getattr(cfg, name) == "auto")
     declared = cfg.model_copy(update=resolve_settings({n: getattr(cfg, n) for n in ("hist_contribution",
                                                                                   "hist_top_k", "length")},
                                                       derived))

@@ -53,6 +53,9 @@ PROFILE_SHARE = 0.05
 PROFILE_SENSITIVITY = Sensitivity.of_counts(1.0)
 #: The options the profile may set, each a DpKpsConfig field whose value "auto" asks for it.
 ADAPTIVE_OPTIONS: tuple[str, ...] = ("hist_contribution", "hist_top_k", "length")
+#: The adaptive options that are post-processing of the term histograms, so may follow their release
+#: (``settings_after_release``).
+AFTER_RELEASE_OPTIONS: tuple[str, ...] = ("hist_top_k", "length")
 #: The value of an adaptive option that asks the profile for it.
 AUTO = "auto"
 #: Words per distinct term of V in a document (median over the seven public validation sets, 2.4-3.0): turns the

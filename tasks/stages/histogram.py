@@ -20,8 +20,9 @@ from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.data.units import CorpusPlan, map_reduce_units
 from privseed.tasks.dp.accounting import default_delta
 from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
-from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, adaptive_settings, AdaptiveSettings, AUTO,
-                                                 answer_tokens, asks_for_profile, class_alikeness, CorpusProfile,
+from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, AFTER_RELEASE_OPTIONS, adaptive_settings,
+                                                 AdaptiveSettings, AUTO, answer_tokens, asks_for_profile,
+                                                 class_alikeness, CorpusProfile,
                                                  LENGTH_EDGES, profile_budget, PROFILE_SHARE, RELEASE_TOP_K,
                                                  resolve_settings, settings_after_release, settings_arrays,
                                                  settings_from_arrays, settled, split_profiled_counts)
@@ -123,7 +124,7 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
                         eps_profile, PROFILE_SHARE, record["median_distinct_terms"],
                         ", ".join(f"{name} {value}" for name, value in resolved.items()), derived.contribution,
                         derived.top_k, derived.length, derived.answer_words, record["answer_tokens"])
-    after_release = tuple(name for name in ("hist_top_k", "length") if given[name] == AUTO)
+    after_release = tuple(name for name in AFTER_RELEASE_OPTIONS if given[name] == AUTO)
     spending = declared.model_copy(update={"epsilon": eps_rest,
                                            **({"hist_top_k": RELEASE_TOP_K} if "hist_top_k" in after_release else {})})
     return SettledSettings(matrices[str(declared.hist_contribution)], spending, declared, record, derived,
@@ -144,8 +145,8 @@ def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSet
         return settled
     alikeness = class_alikeness(term_releases(terms, settled.spending))
     final = settings_after_release(settled.derived, alikeness)
-    chosen = {name: value for name, value in (("hist_top_k", final.top_k), ("length", final.length))
-              if name in settled.after_release}
+    from_rule = {"hist_top_k": final.top_k, "length": final.length}
+    chosen = {name: from_rule[name] for name in settled.after_release}
     profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "derived": final.as_dict(),
                "settled": {**settled.profile["settled"], **chosen}}
     stage_logger().info("classes' released terms alike at %.2f (mean cosine; a short corpus takes the long K and L "
