@@ -19,7 +19,8 @@ from privseed.tasks.quality import release_gate
 from tests.fakes.recording import RecordingBackend
 
 VOCAB = ReleasedVocabulary(["river", "village", "church", "album", "band", "football club"], "test")
-PARAMS = GenerationParams(doc_type="memo", max_tokens=40, max_regenerations=2)
+# Without class fit: the fixture's two classes share their six terms, and the answers are one text for both
+PARAMS = GenerationParams(doc_type="memo", max_tokens=40, max_regenerations=2, rewrite_off_class=False)
 SPEC = "local:recording-test"
 
 

@@ -253,7 +253,9 @@ def test_shards_run_on_dask_workers_in_order(tmp_path):
     from tests.fakes.anthropic_server import FakeAnthropic
 
     with FakeAnthropic(api_key="", model_ids=("m",)) as fake, dask_client(n_workers=2):
-        params = GenerationParams(doc_type="memo", max_tokens=10)
+        # One call a seed: the fixture's two classes share their six terms, so the fake's answer to seed 1005 reads as
+        # class 0 and would be asked again (class fit has its own tests below).
+        params = GenerationParams(doc_type="memo", max_tokens=10, rewrite_off_class=False)
         df = generate_seeds(seeds(10), f"openai-compatible:{fake.base_url}#m", params, str(tmp_path), shard_size=3,
                             progress=False)
         assert df["seed"].tolist() == [1000 + i for i in range(10)]
@@ -402,7 +404,7 @@ def test_degenerate_answers_are_regenerated_then_dropped_and_counted(tmp_path, r
         return "The old church by the river was rebuilt after the flood, and the village grew around it."
 
     recording.answer = answer
-    params = GenerationParams(doc_type="memo", max_tokens=40, max_regenerations=2)
+    params = GenerationParams(doc_type="memo", max_tokens=40, max_regenerations=2, rewrite_off_class=False)
     rows = generate_shard(seeds(3), "local:recording-test", params, str(tmp_path), progress=False)
     assert rows["candidates"].tolist() == [3, 2, 1] and rows["regenerations"].tolist() == [2, 1, 0]
     assert rows["rejections"].tolist() == [["meta_talk"] * 3, ["repetition_loop"], []]
@@ -502,7 +504,7 @@ def test_a_seed_whose_answer_wrote_its_class_name_as_subject_is_asked_again_with
         return "Low Tide is the second record of a folk band from the village by the old church and the river."
 
     recording.answer = answer
-    params = GenerationParams(doc_type="article", max_tokens=40, class_names=names)
+    params = GenerationParams(doc_type="article", max_tokens=40, class_names=names, rewrite_off_class=False)
     rows = generate_shard(seeds(2), "local:recording-test", params, str(tmp_path), progress=False)
     asked = [r.messages[-1].content for r in recording.requests]
     # the Album seed, the Village seed, then the Album seed again without its class name

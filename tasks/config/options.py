@@ -237,6 +237,10 @@ class GenerationOptions(OptionGroup):
     max_rewrites: int = Field(default=2, ge=0, le=8, description="rounds of one more candidate for a seed whose "
                               "documents are all repetitive (a word crowding the text, a type-token ratio of 0.55 or "
                               "less) or gloss a seed as a label; the lowest-scoring is kept")
+    rewrite_off_class: bool = Field(
+        default=True, description="a document that reads as another class than its seed's (a naive Bayes of the "
+        "released seeds) is worth a rewrite too (--max-rewrites), and documents that read as their class are kept "
+        "first; --no-rewrite-off-class: judge the documents without the classes")
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)")
     steer_schedule: Literal["budget", "flat"] = Field(

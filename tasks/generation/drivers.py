@@ -39,6 +39,7 @@ from privseed.tasks.data.cluster import current_client, map_shards, shard_events
 from privseed.tasks.data.corpus import ReleasePart, StagedRelease, new_release_id, write_part
 from privseed.tasks.dp.ledger import public_rng
 from privseed.tasks.errors import ConfigError
+from privseed.tasks.generation.class_fit import SeedClasses, seed_classes
 from privseed.tasks.generation.params import GenerationParams, document_rules
 from privseed.tasks.generation.rounds import (OnSettled, candidate_request, candidate_rounds, candidate_seed, cleaned,
                                               seeded_rounds)
@@ -61,9 +62,11 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
                    cache_uri: str | None, storage_options: dict | None = None, progress: bool = True,
                    shard: int = 0, cache_index: CacheIndex | None = None,
                    on_call: Callable[[ChatResult], None] | None = None,
-                   on_settled: OnSettled | None = None) -> pd.DataFrame:
+                   on_settled: OnSettled | None = None, classes: SeedClasses | None = None) -> pd.DataFrame:
     """Write one document per seed. Every call goes through the call cache, so re-running a crashed shard
-    sends only the calls that never finished. ``cache_index``: the generation's listing of the cache (then
+    sends only the calls that never finished. ``classes``: the generation's judge of class fit, built by the
+    driver from all its seeds (``seed_classes``); None builds it from this shard's seeds when
+    ``params.rewrite_off_class`` is on. ``cache_index``: the generation's listing of the cache (then
     only its hits are read); None lists the cache here when that is cheaper than probing. ``on_call``: told of
     every finished call, ``on_settled`` of every seed settled (a driver's progress bar, :func:`call_messages`,
     :func:`settle_messages`)."""
@@ -77,6 +80,8 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
     bar = CallProgress(len(seeds), call_prices(spec, n_first), f"generate[{shard}] {spec.kind}", progress, unit="doc")
     k = params.best_of
     rules = document_rules(params)
+    if classes is None:
+        classes = seed_classes(seeds, params.rewrite_off_class)
     per_seed: list[list[ChatResult]] = [[] for _ in seeds]
 
     def on_result(result: ChatResult) -> None:
@@ -94,12 +99,12 @@ def generate_shard(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: G
             per_seed[i].append(result)
 
     try:
-        seeded_rounds(seeds, template, params, spec.kind, send, rules, settled)
+        seeded_rounds(seeds, template, params, spec.kind, send, rules, settled, classes)
     finally:
         bar.close()
     df = assemble_rows(seeds, per_seed, backend=backend.name, model=backend.model,
                        prompt_version=template.version_for(params.class_names is not None), first_round=k,
-                       rules=rules, unnamed_version=template.version)
+                       rules=rules, unnamed_version=template.version, classes=classes)
     log.info("shard %d: %d documents, %d calls (%d cached), %d input / %d output tokens", shard, len(df),
              sum(len(c) for c in per_seed), bar.cached, bar.tokens_in, bar.tokens_out)
     return df
@@ -147,9 +152,11 @@ def _generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params: Genera
     client = current_client()
     shards = shard_seeds(seeds, shard_size)
     index = _listed_cache(cache_uri, storage_options)
+    classes = seed_classes(seeds, params.rewrite_off_class)
     if client is None or len(shards) == 1:
         try:
-            frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i, index)
+            frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i, index,
+                                     classes=classes)
                       for i, sh in enumerate(shards)]
         finally:
             # Generation is over in this process: free a local model now rather than at interpreter
@@ -166,7 +173,7 @@ def _generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params: Genera
     try:
         with _call_topic(calls, progress) as topic:
             frames = map_shards(_numbered_shard, list(enumerate(shards)), spec, params, cache_uri, storage_options,
-                                index, topic, on_done=advance)
+                                index, classes, topic, on_done=advance)
     finally:
         bar.close()
     return pd.concat(frames, ignore_index=True)
@@ -179,10 +186,12 @@ def _call_topic(calls: ShardProgress, progress: bool) -> Any:
 
 def _numbered_shard(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, params: GenerationParams,
                     cache_uri: str | None, storage_options: dict | None,
-                    cache_index: CacheIndex | None, topic: str | None = None) -> pd.DataFrame:
+                    cache_index: CacheIndex | None, classes: SeedClasses | None,
+                    topic: str | None = None) -> pd.DataFrame:
     number, seeds = shard
     return generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index,
-                          on_call=call_messages(topic, number), on_settled=settle_messages(topic, number))
+                          on_call=call_messages(topic, number), on_settled=settle_messages(topic, number),
+                          classes=classes)
 
 
 #: Most rows in one part of a release written by generation shards.
@@ -209,15 +218,18 @@ class GeneratedPart:
 
 def generate_part(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, params: GenerationParams,
                   cache_uri: str | None, storage_options: dict | None, cache_index: CacheIndex | None, out: str,
-                  release_id: str, gate: ReleaseGate | None, topic: str | None = None) -> GeneratedPart:
+                  release_id: str, gate: ReleaseGate | None, classes: SeedClasses | None = None,
+                  topic: str | None = None) -> GeneratedPart:
     """One generation shard, on a Dask worker: its documents (``generate_shard``), the non-documents dropped
     (``split_documents``), the rest written as part ``shard[0]`` of the release and checked by the gate there
     (``privseed.tasks.data.corpus.write_part``). Only the small descriptor leaves the worker; each call is reported on
-    ``topic`` as it finishes (the driver's progress bar)."""
+    ``topic`` as it finishes (the driver's progress bar). ``classes``: the generation's judge of class fit, built
+    from all its seeds (``seed_classes``)."""
     number, seeds = shard
     rows = generate_shard(seeds, spec, params, cache_uri, storage_options, False, number, cache_index,
-                          on_call=call_messages(topic, number), on_settled=settle_messages(topic, number))
-    kept, report = split_documents(rows, params.max_regenerations)
+                          on_call=call_messages(topic, number), on_settled=settle_messages(topic, number),
+                          classes=classes)
+    kept, report = split_documents(rows, params.max_regenerations, classes)
     part = write_part(out, release_id, number, kept, storage_options, gate) if len(kept) else None
     return GeneratedPart(part, report, int(rows["candidates"].sum()), int(rows["tokens_in"].sum()),
                          int(rows["tokens_out"].sum()))
@@ -243,7 +255,8 @@ def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: Gener
         complete(spec, requests, cache, on_result=bar, on_each=on_each, keep=False)
 
     try:
-        seeded_rounds(seeds, template, params, spec.kind, send, document_rules(params), bar.on_settled)
+        seeded_rounds(seeds, template, params, spec.kind, send, document_rules(params), bar.on_settled,
+                      seed_classes(seeds, params.rewrite_off_class))
     finally:
         bar.close()
     log.info("batched calls: %d requests in %d round(s), %d served from the cache", sum(sent), len(sent), bar.cached)
@@ -296,7 +309,8 @@ def _generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params
         try:
             with _call_topic(calls, progress) as topic:
                 generated = map_shards(generate_part, list(enumerate(shards)), spec, params, cache_uri,
-                                       storage_options, index, out, release_id, gate, topic, on_done=advance)
+                                       storage_options, index, out, release_id, gate,
+                                       seed_classes(seeds, params.rewrite_off_class), topic, on_done=advance)
         finally:
             bar.close()
     finally:

@@ -37,6 +37,10 @@ class GenerationParams:
     # penalty (1.15) the demo's first answers rarely are, so the rounds cost almost nothing there
     # (experiments/results/generation.md).
     max_rewrites: int = 2
+    # A document that reads as another class than its seed's (tasks/generation/class_fit.py: the naive Bayes of the
+    # generation's released seeds) is worth a rewrite too, and documents that fit their class are kept first.
+    # SmolLM2 writes a restaurant for about one Yelp seed in four of the other categories (issue 48).
+    rewrite_off_class: bool = True
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
     # Their defaults are the command line's (defaults.py), so every caller -- the only-LLM baseline too -- decodes

@@ -10,6 +10,10 @@ is checked by the document predicate (loops, meta-talk, seed echo, other languag
 documents, the one with the highest seed-term coverage (``privseed.tasks.quality.metrics.term_coverage``, the measure
 the report shows) is kept, ties to the lowest index.
 
+A document that reads as another class (``privseed.tasks.generation.class_fit``: the naive Bayes of the generation's
+released seeds) is worth another candidate, as a repetitive one is (``max_rewrites``), and a seed's documents that
+fit its class are kept before the others.
+
 Regeneration (``max_regenerations``): a seed none of whose candidates is a document gets one more candidate,
 with a new call seed, per round, for at most that many rounds (after a candidate that wrote its class's public name
 out as its subject, asked without the name: ``named_its_class``). A seed that still has no document is marked
@@ -27,6 +31,7 @@ import threading
 from typing import Callable, Sequence
 
 from privseed.tasks.errors import ConfigError
+from privseed.tasks.generation.class_fit import SeedClasses
 from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.llm.base import ChatRequest, ChatResult, OnEach, SeedSteering
 from privseed.tasks.llm.prompting import PromptTemplate, build_request
@@ -117,27 +122,34 @@ def rejection(seed: ReleasedSeed, candidate: ChatResult, rules: DocumentRules) -
                               mean_logprob=candidate.mean_logprob, label=seed.label)
 
 
-def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult],
-                rules: DocumentRules = DEFAULT_RULES) -> tuple[int, float]:
-    """Index and coverage of the best candidate: documents first, plain ones (``rewrite_score`` under 1: not
-    repetitive, no seed glossed as a label) before the others; among plain documents the most seed terms covered
-    (privseed.tasks.quality.metrics.term_coverage), among the others the lowest score; then the lowest index. Candidates
-    are ranked as given (clean them first)."""
+def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult], rules: DocumentRules = DEFAULT_RULES,
+                classes: SeedClasses | None = None) -> tuple[int, float]:
+    """Index and coverage of the best candidate: documents first, then those that read as the seed's class
+    (``classes``; None: every one does), plain ones (``rewrite_score`` under 1: not repetitive, no seed glossed as a
+    label) before the others; among plain documents the most seed terms covered
+    (privseed.tasks.quality.metrics.term_coverage), among the others the lowest score; then the lowest index.
+    Candidates are ranked as given (clean them first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
     ok = [rejection(seed, c, rules) is None for c in candidates]
     best = best_candidate(ok, [rewrite_score(c.text, seed.keyphrases, rules) if ok[i] else 0.0
                                for i, c in enumerate(candidates)],
-                          covs)
+                          covs, [fits_class(seed, c, classes) for c in candidates])
     return best, covs[best]
 
 
-def best_candidate(ok: Sequence[bool], scores: Sequence[float], coverages: Sequence[float]) -> int:
-    """Index of the best candidate (pure): documents (``ok``) first, plain ones (repetition score under 1) before
-    repetitive ones, the highest coverage among plain documents and the lowest score among repetitive ones, then
-    the lowest index."""
+def fits_class(seed: ReleasedSeed, candidate: ChatResult, classes: SeedClasses | None) -> bool:
+    """Whether a (cleaned) candidate reads as ``seed``'s class (``SeedClasses.fits``); always, without ``classes``."""
+    return classes is None or classes.fits(candidate.text, seed.label)
+
+
+def best_candidate(ok: Sequence[bool], scores: Sequence[float], coverages: Sequence[float],
+                   on_class: Sequence[bool] | None = None) -> int:
+    """Index of the best candidate (pure): documents (``ok``) first, those that read as their class (``on_class``;
+    None: all do) next, plain ones (repetition score under 1) before repetitive ones, the highest coverage among
+    plain documents and the lowest score among repetitive ones, then the lowest index."""
     def key(i: int) -> tuple:
         plain = scores[i] < 1.0
-        return ok[i], plain, coverages[i] if plain else -scores[i], -i
+        return ok[i], on_class is None or on_class[i], plain, coverages[i] if plain else -scores[i], -i
     return max(range(len(ok)), key=key)
 
 
@@ -224,15 +236,18 @@ def candidate_rounds(owners: int, first_round: int, max_regenerations: int,
 
 def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, params: GenerationParams,
                   backend_kind: str, send: SendCandidates, rules: DocumentRules,
-                  on_settled: OnSettled | None = None) -> None:
+                  on_settled: OnSettled | None = None, classes: SeedClasses | None = None) -> None:
     """``candidate_rounds`` over released seeds: ``params.best_of`` candidates each (``candidate_request``), then
     up to ``params.max_regenerations`` rounds for the seeds whose cleaned candidates are all rejected and up to
     ``params.max_rewrites`` for those whose documents all score 1 or more (``rewrite_score``: repetitive, or a seed
-    listed, glossed as a label or explained), each asked without the terms its earlier documents misused
-    (``prompt_seed``)."""
+    listed, glossed as a label or explained) or all read as another class (``classes``, built from every seed of the
+    generation, not one shard's), each asked without the terms its earlier documents misused (``prompt_seed``)."""
+    def plain(i: int, result: ChatResult) -> bool:
+        answer = cleaned(result)
+        return rewrite_score(answer.text, seeds[i].keyphrases, rules) < 1.0 and fits_class(seeds[i], answer, classes)
+
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
                      lambda i, j, earlier: candidate_request(template, seeds[i], params, j, backend_kind, earlier,
                                                              rules),
                      lambda i, result: rejection(seeds[i], cleaned(result), rules) is None, send, on_settled,
-                     lambda i, result: rewrite_score(cleaned(result).text, seeds[i].keyphrases, rules) < 1.0,
-                     params.max_rewrites)
+                     plain, params.max_rewrites)

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from privseed.tasks.generation.class_fit import SeedClasses
 from privseed.tasks.generation.rounds import best_candidate, cleaned, rejection, select_best
 from privseed.tasks.llm.base import ChatResult
 from privseed.tasks.llm.released import ReleasedSeed
@@ -23,8 +24,10 @@ ROW_COLUMNS = ["text", "label", "keyphrases", "backend", "model", "prompt_versio
 
 def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[ChatResult]], *, backend: str,
                   model: str, prompt_version: str, first_round: int | None = None,
-                  rules: DocumentRules = DEFAULT_RULES, unnamed_version: str | None = None) -> pd.DataFrame:
-    """One row per seed from its candidates (pure). ``first_round``: candidates per seed before regeneration
+                  rules: DocumentRules = DEFAULT_RULES, unnamed_version: str | None = None,
+                  classes: SeedClasses | None = None) -> pd.DataFrame:
+    """One row per seed from its candidates (pure), the best by ``select_best`` (``classes``: the generation's
+    judge of class fit, ``privseed.tasks.generation.class_fit``). ``first_round``: candidates per seed before regeneration
     (default: all of them). ``rejections`` lists the reason of every candidate that was not a document;
     ``document_reason`` is the kept candidate's reason (None: it is a document). ``prompt_version`` is the
     prompts'; a kept candidate that was asked without the class name (``named_its_class``) carries
@@ -33,7 +36,7 @@ def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[C
     for s, cands in zip(seeds, candidates):
         cands = [cleaned(c) for c in cands]
         reasons = [rejection(s, c, rules) for c in cands]
-        best, cov = select_best(s, cands, rules)
+        best, cov = select_best(s, cands, rules, classes)
         # asked after the first round, once an earlier candidate named its class (rounds.named_its_class)
         unnamed = best >= (first_round or len(cands)) and "names_class" in reasons[:best]
         rows.append({"text": cands[best].text, "label": s.label, "keyphrases": list(s.keyphrases),
@@ -84,13 +87,15 @@ def no_llm_rows(seeds: Sequence[ReleasedSeed]) -> pd.DataFrame:
     return rows
 
 
-def split_documents(rows: pd.DataFrame, max_regenerations: int | None = None) -> tuple[pd.DataFrame, dict]:
+def split_documents(rows: pd.DataFrame, max_regenerations: int | None = None,
+                    classes: SeedClasses | None = None) -> tuple[pd.DataFrame, dict]:
     """Drop the rows whose kept candidate is still not a document; return the kept rows (without the internal
     ``document_reason`` column) and the generation quality report for quality.json (pure).
 
     The report holds counts of synthetic rows and candidates only (post-processing of released values): rows
     generated/kept/dropped, kept per class, drops by reason, rejected candidates by reason, candidates and
-    regeneration calls spent, seeds that needed a regeneration."""
+    regeneration calls spent, seeds that needed a regeneration and, with ``classes``, kept rows that still read as
+    another class (``SeedClasses.fits``)."""
     reasons = rows["document_reason"] if "document_reason" in rows else pd.Series([None] * len(rows))
     bad = reasons.notna().to_numpy()
     kept = rows.loc[~bad].drop(columns=["document_reason"], errors="ignore").reset_index(drop=True)
@@ -113,6 +118,9 @@ def split_documents(rows: pd.DataFrame, max_regenerations: int | None = None) ->
         "regeneration_calls": int(regenerations.sum()),
         "rows_regenerated": int((regenerations > 0).sum()),
     }
+    if classes is not None:
+        report["rows_read_as_another_class"] = int(sum(not classes.fits(str(t), label)
+                                                       for t, label in zip(kept["text"], kept["label"])))
     return kept, report
 
 

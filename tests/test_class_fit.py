@@ -1,0 +1,103 @@
+"""Class fit (tasks/generation/class_fit.py): a document that reads as another class than its seed's, by the naive
+Bayes of the generation's released seeds, is asked again and passed over, never dropped."""
+import pytest
+
+from privseed.tasks.generation.class_fit import SeedClasses, seed_classes
+from privseed.tasks.generation.drivers import generate_seeds, generate_shard
+from privseed.tasks.generation.params import GenerationParams
+from privseed.tasks.generation.rounds import candidate_seed, select_best
+from privseed.tasks.generation.rows import split_documents
+from privseed.tasks.llm import ReleasedVocabulary, register_backend
+from privseed.tasks.llm.base import ChatResult
+from tests.fakes.recording import RecordingBackend
+
+SPEC = "local:class-fit-test"
+# Two classes with their own words: a doctor's office and a restaurant.
+VOCAB = ReleasedVocabulary(["doctor", "nurse", "clinic", "appointment", "pasta", "waiter", "dessert", "menu"],
+                           "test")
+CLINIC, FOOD = [0, 1, 2, 3], [4, 5, 6, 7]
+ON_CLASS = "The doctor and the nurse at this clinic saw me on time for my appointment, and the doctor was kind."
+OFF_CLASS = "The waiter brought the pasta and a dessert from the menu; the pasta was the best on the menu."
+
+
+def seeds():
+    """Two seeds a class, each of three of its class's words."""
+    return [VOCAB.seed(CLINIC[:3], label="health", seed=1000), VOCAB.seed(CLINIC[1:], label="health", seed=1001),
+            VOCAB.seed(FOOD[:3], label="food", seed=1002), VOCAB.seed(FOOD[1:], label="food", seed=1003)]
+
+
+@pytest.fixture
+def recording():
+    backend = RecordingBackend()
+    register_backend(SPEC, backend)
+    yield backend
+    register_backend(SPEC, None)
+
+
+def test_the_seeds_naive_bayes_reads_a_text_as_the_class_its_seed_words_belong_to():
+    classes = SeedClasses.from_seeds(seeds())
+    assert classes.labels == ("health", "food")
+    assert classes.reads_as(ON_CLASS) == "health" and classes.reads_as(OFF_CLASS) == "food"
+    assert classes.fits(ON_CLASS, "health") and not classes.fits(OFF_CLASS, "health") and classes.fits(OFF_CLASS, "food")
+    # No seed word: no evidence, it fits every class; a label no seed has fits too
+    assert classes.reads_as("A quiet afternoon.") is None and classes.fits("A quiet afternoon.", "health")
+    assert classes.fits(OFF_CLASS, "a label with no seed")
+    # A tie fits both classes: one word of each
+    assert classes.fits("the doctor ordered the pasta", "health") and classes.fits("the doctor ordered the pasta", "food")
+    # Words of a multi-word seed term count one by one; case does not matter
+    multi = ReleasedVocabulary(["heart surgery", "wine list"], "t")
+    two = SeedClasses.from_seeds([multi.seed([0], label="a", seed=1), multi.seed([1], label="b", seed=2)])
+    assert two.reads_as("Before the SURGERY ...") == "a" and two.reads_as("The list of wines") == "b"
+
+
+def test_one_class_or_the_option_off_gives_no_judge():
+    assert SeedClasses.from_seeds(seeds()[:2]) is None
+    assert seed_classes(seeds(), enabled=False) is None and seed_classes(seeds()) is not None
+
+
+def test_select_best_keeps_the_document_that_reads_as_its_class_first():
+    """Before coverage: the off-class candidate writes all three seed terms, the on-class one only one."""
+    classes = SeedClasses.from_seeds(seeds())
+    seed = seeds()[0]  # doctor, nurse, clinic
+    off = ChatResult("At dinner the doctor, a nurse and a clinic friend had pasta; the waiter brought dessert, more "
+                     "pasta and the menu, then the waiter's own dessert.", 1, 1)
+    on = ChatResult("The doctor was kind, and she listened to every question before she answered it.", 1, 1)
+    assert classes.reads_as(off.text) == "food"
+    assert select_best(seed, [off, on], classes=classes) == (1, pytest.approx(1 / 3))
+    assert select_best(seed, [off, on]) == (0, 1.0)  # without the judge: the most seed terms
+
+
+def test_an_off_class_document_is_asked_again_and_passed_over_but_never_dropped(tmp_path, recording):
+    """The health seeds' first answers are about a restaurant; their second one about the clinic (seed 1000) or
+    about the restaurant again (seed 1001: every answer off its class, the row kept all the same)."""
+    def answer(req):
+        if req.seed == candidate_seed(1000, 0) or req.seed in [candidate_seed(1001, j) for j in range(5)]:
+            return OFF_CLASS
+        if req.seed in (1002, 1003):
+            return OFF_CLASS  # the food seeds: on their class
+        return ON_CLASS
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="review", max_tokens=40, max_rewrites=2)
+    rows = generate_shard(seeds(), SPEC, params, str(tmp_path / "a"), progress=False)
+    assert rows["candidates"].tolist() == [2, 3, 1, 1]  # 1000: one rewrite; 1001: both rewrites; food: none
+    assert rows["text"].tolist() == [ON_CLASS, OFF_CLASS, OFF_CLASS, OFF_CLASS]
+    assert rows["document_reason"].isna().all() and rows["rejections"].map(len).tolist() == [0, 0, 0, 0]
+    kept, report = split_documents(rows, params.max_regenerations, SeedClasses.from_seeds(seeds()))
+    assert len(kept) == 4 and report["rows_read_as_another_class"] == 1  # seed 1001's row
+    assert "rows_read_as_another_class" not in split_documents(rows, params.max_regenerations)[1]
+
+    # --no-rewrite-off-class: one call a seed, the first answers kept
+    recording.requests.clear()
+    off = generate_shard(seeds(), SPEC, GenerationParams(doc_type="review", max_tokens=40, rewrite_off_class=False),
+                         str(tmp_path / "b"), progress=False)
+    assert off["candidates"].tolist() == [1, 1, 1, 1] and off["text"].tolist()[0] == OFF_CLASS
+
+
+def test_the_judge_is_built_from_every_seed_of_the_generation_not_one_shard(tmp_path, recording):
+    """One seed a shard: a shard alone holds one class and could judge nothing; the driver's judge sees both."""
+    recording.answer = lambda req: OFF_CLASS if req.seed == candidate_seed(1000, 0) else (
+        OFF_CLASS if req.seed in (1002, 1003) else ON_CLASS)
+    rows = generate_seeds(seeds(), SPEC, GenerationParams(doc_type="review", max_tokens=40), str(tmp_path),
+                          shard_size=1, progress=False)
+    assert rows["candidates"].tolist() == [2, 1, 1, 1] and rows["text"].iloc[0] == ON_CLASS
