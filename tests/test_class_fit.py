@@ -38,12 +38,14 @@ def test_the_seeds_naive_bayes_reads_a_text_as_the_class_its_seed_words_belong_t
     classes = SeedClasses.from_seeds(seeds())
     assert classes.labels == ("health", "food")
     assert classes.reads_as(ON_CLASS) == "health" and classes.reads_as(OFF_CLASS) == "food"
-    assert classes.fits(ON_CLASS, "health") and not classes.fits(OFF_CLASS, "health") and classes.fits(OFF_CLASS, "food")
+    assert classes.fits(ON_CLASS, "health") and classes.fits(OFF_CLASS, "food")
+    assert not classes.fits(OFF_CLASS, "health")
     # No seed word: no evidence, it fits every class; a label no seed has fits too
     assert classes.reads_as("A quiet afternoon.") is None and classes.fits("A quiet afternoon.", "health")
     assert classes.fits(OFF_CLASS, "a label with no seed")
     # A tie fits both classes: one word of each
-    assert classes.fits("the doctor ordered the pasta", "health") and classes.fits("the doctor ordered the pasta", "food")
+    tie = "the doctor ordered the pasta"
+    assert classes.fits(tie, "health") and classes.fits(tie, "food")
     # Words of a multi-word seed term count one by one; case does not matter
     multi = ReleasedVocabulary(["heart surgery", "wine list"], "t")
     two = SeedClasses.from_seeds([multi.seed([0], label="a", seed=1), multi.seed([1], label="b", seed=2)])

@@ -50,7 +50,7 @@ class SeedClasses:
         labels = tuple(dict.fromkeys(s.label for s in seeds))
         if len(labels) < 2:
             return None
-        counts = [Counter() for _ in labels]
+        counts: list[Counter[str]] = [Counter() for _ in labels]
         index = {label: c for c, label in enumerate(labels)}
         for s in seeds:
             counts[index[s.label]].update(w for phrase in s.keyphrases for w in tokenize(str(phrase)))

@@ -27,8 +27,8 @@ def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[C
                   rules: DocumentRules = DEFAULT_RULES, unnamed_version: str | None = None,
                   classes: SeedClasses | None = None) -> pd.DataFrame:
     """One row per seed from its candidates (pure), the best by ``select_best`` (``classes``: the generation's
-    judge of class fit, ``privseed.tasks.generation.class_fit``). ``first_round``: candidates per seed before regeneration
-    (default: all of them). ``rejections`` lists the reason of every candidate that was not a document;
+    judge of class fit, ``privseed.tasks.generation.class_fit``). ``first_round``: candidates per seed before
+    regeneration (default: all of them). ``rejections`` lists the reason of every candidate that was not a document;
     ``document_reason`` is the kept candidate's reason (None: it is a document). ``prompt_version`` is the
     prompts'; a kept candidate that was asked without the class name (``named_its_class``) carries
     ``unnamed_version``, the template's plain version (default: ``prompt_version``)."""
