@@ -340,6 +340,11 @@ def test_chat_frame_markers_are_named_and_two_of_them_are_a_chat_frame(text, mar
     # A review glad or sorry about its own visit: not the requester answered.
     ("I'm so glad I found this salon. The stylist listened and the cut has held up for weeks.", False),
     ("I'm sorry to say the soup was cold, but the staff took it back without a fuss.", False),
+    # The assistant's apology for what it cannot do, at the start; a reviewer who does not get the place is a review.
+    ("I'm sorry, I don't have any additional information about the restaurant. The food was good.", True),
+    ("I'm so sorry, I can't do that for you. Loved my last day at the shop all the same.", True),
+    ("I'm sorry, but I don't get this place at all! It's way too expensive for what it is.", False),
+    ("I'm sorry to say I was not able to finish the soup; it was far too salty for me.", False),
 ])
 def test_talk_about_the_post_is_meta_talk_and_a_review_that_says_here_is_stays(text, talks):
     assert (document_rejection(text, [], "stop") == "meta_talk") == talks
