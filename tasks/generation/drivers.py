@@ -236,11 +236,13 @@ def generate_part(shard: tuple[int, Sequence[ReleasedSeed]], spec: LLMSpec, para
 
 
 def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams, cache_uri: str,
-               storage_options: dict | None, cache_index: CacheIndex | None, progress: bool = False) -> CacheIndex:
+               storage_options: dict | None, cache_index: CacheIndex | None, progress: bool = False,
+               classes: SeedClasses | None = None) -> CacheIndex:
     """Every call of a batching run, sent at once (the backend submits all Message Batches together) with the
     regeneration rounds of ``seeded_rounds``; answers go to the call cache only (and are judged as they
     arrive), so the shards that write the parts afterwards find every call there. Returns the cache index with
-    the new entries (the shards read it instead of listing the cache again)."""
+    the new entries (the shards read it instead of listing the cache again). ``classes``: the judge of class fit
+    the shards will use (None: built here from ``seeds``, as ``generate_shard`` does)."""
     spec = as_spec(spec)
     template = PromptTemplate.load(params.template)
     cache = CallCache(cache_uri, storage_options, index=cache_index)
@@ -256,7 +258,7 @@ def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: Gener
 
     try:
         seeded_rounds(seeds, template, params, spec.kind, send, document_rules(params), bar.on_settled,
-                      seed_classes(seeds, params.rewrite_off_class))
+                      classes or seed_classes(seeds, params.rewrite_off_class))
     finally:
         bar.close()
     log.info("batched calls: %d requests in %d round(s), %d served from the cache", sum(sent), len(sent), bar.cached)
@@ -292,14 +294,15 @@ def _generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params
     threads = sum(client.nthreads().values()) if client is not None else 1
     shards = shard_seeds(seeds, shard_size or part_size(len(seeds), threads))
     index = _listed_cache(cache_uri, storage_options)
+    classes = seed_classes(seeds, params.rewrite_off_class)  # one judge for the batches and every shard
     n_calls = len(seeds) * params.best_of
     try:
         if cache_uri and _batched(spec, n_calls):
             if client is None:
-                index = fill_cache(seeds, spec, params, cache_uri, storage_options, index, progress)
+                index = fill_cache(seeds, spec, params, cache_uri, storage_options, index, progress, classes)
             else:
                 index = client.submit(fill_cache, list(seeds), spec, params, cache_uri, storage_options, index,
-                                      pure=False).result()
+                                      False, classes, pure=False).result()
         bar = CallProgress(len(seeds), call_prices(spec, n_calls), f"generate {spec.kind}", progress, unit="doc")
         calls = ShardProgress(bar, [len(shard) for shard in shards])
 
@@ -309,8 +312,8 @@ def _generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params
         try:
             with _call_topic(calls, progress) as topic:
                 generated = map_shards(generate_part, list(enumerate(shards)), spec, params, cache_uri,
-                                       storage_options, index, out, release_id, gate,
-                                       seed_classes(seeds, params.rewrite_off_class), topic, on_done=advance)
+                                       storage_options, index, out, release_id, gate, classes, topic,
+                                       on_done=advance)
         finally:
             bar.close()
     finally:
