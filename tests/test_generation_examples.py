@@ -108,11 +108,34 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
     review = envelope_warning("local", None, "restaurant review")
     assert review is not None and "33.9 %" in review and "38.7 %" in review  # 20 a class, three runs (2026-11-29)
     assert "never measured" in (envelope_warning("local-server", "smollm2", "customer support email") or "")
+    assert "writing an email" in (envelope_warning("local", None, "email") or "")
     assert "never measured" in (envelope_warning("local", None, "document") or "")
     assert envelope_warning("local", None, "Wikipedia article") is None  # 90.9 vs 91.3 %: inside the envelope
-    assert envelope_warning("local", "qwen2.5-coder-0.5b", "Usenet newsgroup post") is None  # not what was measured
+    assert envelope_warning("local", "qwen2.5-coder-0.5b", "Usenet newsgroup post") is None  # 16.1 vs 9.0 %
+    assert envelope_warning("local", "qwen2.5-coder-0.5b", "abstract") is None  # never measured: no claim either way
+    assert envelope_warning("local", "/models/mine.gguf", "restaurant review") is None
     assert envelope_warning("anthropic", "claude-haiku-4-5", "Usenet newsgroup post") is None
     measured = {k.name: k.embedded for k in example_library() if k.embedded is not None}
     assert {"encyclopedia_article", "abstract", "review", "forum_post"} <= set(measured)
     outside = {name for name, m in measured.items() if m.seeds - m.documents > ENVELOPE_MARGIN}
     assert outside == {"forum_post", "review"}
+
+
+def test_the_envelope_suggests_no_local_model_measured_worse_for_the_kind():
+    """The opt-in Qwen2.5-Coder-0.5B wrote Yelp reviews worse than the embedded model on the same seeds (24.8 against
+    28.8 %, seeds 37.7 %): a review run is not sent there, and is told why; a Qwen run on reviews is warned itself.
+    On forum posts Qwen beat its seeds (16.1 against 9.0 %), so it stays the first suggestion there."""
+    from privseed.tasks.generation.examples import envelope_warning, example_library
+
+    review = envelope_warning("local", None, "Yelp review") or ""
+    advice = review.split("for better documents use ", 1)[1]
+    assert "--llm local:qwen" not in advice and "openai-compatible:URL" in advice and "anthropic:MODEL" in advice
+    assert "the opt-in Qwen2.5-Coder-0.5B measured 24.8 % against 37.7 % here" in advice
+    qwen = envelope_warning("local-server", "qwen2.5-coder-0.5b", "Yelp review") or ""
+    assert qwen.startswith("the opt-in Qwen2.5-Coder-0.5B writes reviews poorly: its documents scored 24.8 %")
+    assert "local:qwen" not in qwen and "anthropic:MODEL" in qwen
+    forum = envelope_warning("local", None, "forum post") or ""
+    assert forum.split("for better documents use ", 1)[1].startswith("--llm local:qwen2.5-coder-0.5b")
+    review_kind = next(k for k in example_library() if k.name == "review")
+    assert set(review_kind.measured) == {"smollm2", "qwen2.5-coder-0.5b"}
+    assert "(" not in review_kind.measured["qwen2.5-coder-0.5b"].where  # the report's line nests no brackets

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
+from typing import Mapping
 
 from privseed.tasks.llm.released import RecipientExample, load_few_shot
 
@@ -23,35 +24,60 @@ LIBRARY_INDEX = "example_library.toml"
 #: The embedded model's documents may trail their own seeds by this many points before a run is told it works
 #: outside the envelope measured for its kind (issue 48's bar).
 ENVELOPE_MARGIN = 3.0
-#: The model the library's ``embedded`` figures were measured with: ``--llm local`` and ``local-server`` without a
+#: The embedded model's name in the library's ``measured`` tables: ``--llm local`` and ``local-server`` without a
 #: model name, or naming it.
 EMBEDDED_MODEL = "smollm2"
-#: Where a run that the embedded model cannot serve well can go (docs/generation.md).
-STRONGER_BACKENDS = ("--llm local:qwen2.5-coder-0.5b (make setup-models), openai-compatible:URL for a served model, "
-                     "or anthropic:MODEL")
+#: The models' names as the owner reads them in a warning.
+MODEL_TITLES = {EMBEDDED_MODEL: "the embedded model (SmolLM2-135M)",
+                "qwen2.5-coder-0.5b": "the opt-in Qwen2.5-Coder-0.5B"}
+
+
+@dataclass(frozen=True)
+class StrongerBackend:
+    """A backend a run outside its model's envelope can go to: the ``--llm`` it takes, and the library's name of
+    its local model (None for a remote one, which the library never measured)."""
+
+    how: str
+    model: str | None = None
+
+
+#: Where a run that its local model cannot serve well can go (docs/generation.md), in the order suggested.
+STRONGER_BACKENDS = (StrongerBackend("--llm local:qwen2.5-coder-0.5b (make setup-models)", "qwen2.5-coder-0.5b"),
+                     StrongerBackend("openai-compatible:URL for a served model"),
+                     StrongerBackend("anthropic:MODEL"))
 #: what the manifest's ``prompt_examples`` says when the owner's --few-shot file gave the examples
 OWNER_EXAMPLES = "owner --few-shot"
 
 
 @dataclass(frozen=True)
-class EmbeddedMeasure:
-    """What the embedded model measured on a public corpus of one kind: TF-IDF + LR accuracy (percent) on real test
+class ModelMeasure:
+    """What a local model measured on a public corpus of one kind: TF-IDF + LR accuracy (percent) on real test
     documents, trained on its documents and on their own seeds, and where."""
 
     documents: float
     seeds: float
     where: str
 
+    @property
+    def inside_envelope(self) -> bool:
+        """Whether the documents trailed their seeds by no more than ``ENVELOPE_MARGIN`` points."""
+        return self.seeds - self.documents <= ENVELOPE_MARGIN
+
 
 @dataclass(frozen=True)
 class ExampleKind:
     """One kind of document in the library: its name, the words of a doc type that select it, its examples' file
-    (in ``tasks/demo_data/``, the ``--few-shot`` format), and the embedded model's measurement on it, if any."""
+    (in ``tasks/demo_data/``, the ``--few-shot`` format), and the local models' measurements on it, by model."""
 
     name: str
     words: frozenset[str]
     file: str
-    embedded: EmbeddedMeasure | None = None
+    measured: Mapping[str, ModelMeasure] = field(default_factory=dict)
+
+    @property
+    def embedded(self) -> ModelMeasure | None:
+        """The embedded model's measurement (None: never measured)."""
+        return self.measured.get(EMBEDDED_MODEL)
 
 
 def _library_folder() -> str:
@@ -63,7 +89,7 @@ def example_library() -> tuple[ExampleKind, ...]:
     """The library's kinds in the order of its index."""
     index = tomllib.loads((resources.files("privseed.tasks") / "demo_data" / LIBRARY_INDEX).read_text("utf-8"))
     return tuple(ExampleKind(name, frozenset(entry["words"]), entry["file"],
-                             EmbeddedMeasure(**entry["embedded"]) if "embedded" in entry else None)
+                             {model: ModelMeasure(**m) for model, m in entry.get("measured", {}).items()})
                  for name, entry in index.items())
 
 
@@ -114,21 +140,41 @@ def prompt_examples(few_shot: str | None, examples: str, local_weights: bool, do
 
 
 def envelope_warning(backend_kind: str, model: str | None, doc_type: str) -> str | None:
-    """One line for the owner before generation starts when the embedded model (SmolLM2-135M) is asked for a kind
-    of document where it was measured to trail its own seeds by more than ``ENVELOPE_MARGIN`` points, or that was
-    never measured; None for other backends and for kinds inside the measured envelope. Public: it depends on the
+    """One line for the owner before generation starts when a local model is asked for a kind of document where it
+    was measured to trail its own seeds by more than ``ENVELOPE_MARGIN`` points, or the embedded model (SmolLM2-135M)
+    for a kind it was never measured on; None for remote backends, for kinds inside the measured envelope and for
+    other local models never measured on the kind. The backends it suggests leave out the model itself and a local
+    model measured outside the envelope for the kind (named, with its figure). Public: it depends on the
     configuration and the library's published figures only."""
-    if backend_kind not in ("local", "local-server") or (model or EMBEDDED_MODEL) != EMBEDDED_MODEL:
+    if backend_kind not in ("local", "local-server"):
         return None
-    name = example_kind_for(doc_type)
-    kind = next((k for k in example_library() if k.name == name), None)
-    if kind is None or kind.embedded is None:
-        what = f"a {name.replace('_', ' ')}" if name else f"--doc-type {doc_type!r}"
-        return (f"the embedded model (SmolLM2-135M) was never measured writing {what}: compare the report's "
-                f"documents with its 'seeds alone' line, and for better documents use {STRONGER_BACKENDS}")
-    measured = kind.embedded
-    if measured.seeds - measured.documents <= ENVELOPE_MARGIN:
+    name = model or EMBEDDED_MODEL
+    kind_name = example_kind_for(doc_type)
+    kind = next((k for k in example_library() if k.name == kind_name), None)
+    measures: Mapping[str, ModelMeasure] = kind.measured if kind is not None else {}
+    measured = measures.get(name)
+    if measured is None and name != EMBEDDED_MODEL:
         return None
-    return (f"the embedded model (SmolLM2-135M) writes {kind.name.replace('_', ' ')}s poorly: its documents scored "
-            f"{measured.documents:g} % against {measured.seeds:g} % for their own seeds ({measured.where}); for better "
-            f"documents use {STRONGER_BACKENDS}")
+    stronger, worse = [], []
+    for backend in STRONGER_BACKENDS:
+        if backend.model == name:
+            continue
+        theirs = measures.get(backend.model) if backend.model is not None else None
+        if backend.model is None or theirs is None or theirs.inside_envelope:
+            stronger.append(backend.how)
+        else:
+            worse.append(f" ({MODEL_TITLES[backend.model]} measured {theirs.documents:g} % against {theirs.seeds:g} % "
+                         "here)")
+    advice = "for better documents use " + " or ".join([", ".join(stronger[:-1]), stronger[-1]] if len(stronger) > 1
+                                                       else stronger) + "".join(worse)
+    title = MODEL_TITLES.get(name, name)
+    if kind_name is None or measured is None:
+        kind_words = (kind_name or "").replace("_", " ")
+        what = (f"{'an' if kind_words[:1] in 'aeiou' else 'a'} {kind_words}" if kind_name
+                else f"--doc-type {doc_type!r}")
+        return f"{title} was never measured writing {what}: compare the report's documents with its 'seeds alone' " \
+               f"line, and {advice}"
+    if measured.inside_envelope:
+        return None
+    return (f"{title} writes {kind_name.replace('_', ' ')}s poorly: its documents scored {measured.documents:g} % "
+            f"against {measured.seeds:g} % for their own seeds ({measured.where}); {advice}")
