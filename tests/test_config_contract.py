@@ -541,9 +541,12 @@ def field_reads(prefect_harness, tmp_path_factory) -> dict[str, set[str]]:
             assert main([*grid, "--no-report-only"]) == 0 and main([*grid, "--report-only"]) == 0
             cells = pd.read_csv(tmp / "grid" / "contract" / "cells.csv")  # the flags replaced the file's settings
             assert set(cells["method"]) == {"real"} and set(cells["seed"]) == {0} and set(cells["n_train"]) == {6}
-            # the audit of one mechanism with the fewest trials (10 per side cannot bound epsilon above 1: exit 0)
+            # the audit of one mechanism with the fewest trials, exit 0: at the default 95 % a correct mechanism's
+            # calibration check said VIOLATED (bound 1.002 for a claimed 1) in one fresh-clone run; at 1 - 1e-5, as
+            # the quick audit's own test asks, neither check can bound epsilon above the claim by chance
             assert main(["audit", "--profile", "quick", "--mechanisms", "vocabulary", "--trials", "10",
-                         "--no-insecure-reproducible-noise", "--out", str(tmp / "audit"), "--no-progress"]) == 0
+                         "--confidence", "0.99999", "--no-insecure-reproducible-noise", "--out", str(tmp / "audit"),
+                         "--no-progress"]) == 0
             assert (tmp / "audit" / "audit.json").exists()
             # the demo without an LLM, its bundled corpus (7,000 documents: minutes) swapped for the small one
             demo_files = {"dbpedia14_demo_train.parquet": corpus, "dbpedia14_demo_test.parquet": corpus,
