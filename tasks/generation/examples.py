@@ -165,16 +165,16 @@ def envelope_warning(backend_kind: str, model: str | None, doc_type: str) -> str
         else:
             worse.append(f" ({MODEL_TITLES[backend.model]} measured {theirs.documents:g} % against {theirs.seeds:g} % "
                          "here)")
-    advice = "for better documents use " + " or ".join([", ".join(stronger[:-1]), stronger[-1]] if len(stronger) > 1
-                                                       else stronger) + "".join(worse)
+    listed = ", ".join(stronger[:-1]) + " or " + stronger[-1] if len(stronger) > 1 else stronger[0]
+    advice = "for better documents use " + listed + "".join(worse)
     title = MODEL_TITLES.get(name, name)
-    if kind_name is None or measured is None:
-        kind_words = (kind_name or "").replace("_", " ")
+    kind_words = (kind_name or "").replace("_", " ")
+    if measured is None:
         what = (f"{'an' if kind_words[:1] in 'aeiou' else 'a'} {kind_words}" if kind_name
                 else f"--doc-type {doc_type!r}")
         return f"{title} was never measured writing {what}: compare the report's documents with its 'seeds alone' " \
                f"line, and {advice}"
     if measured.inside_envelope:
         return None
-    return (f"{title} writes {kind_name.replace('_', ' ')}s poorly: its documents scored {measured.documents:g} % "
+    return (f"{title} writes {kind_words}s poorly: its documents scored {measured.documents:g} % "
             f"against {measured.seeds:g} % for their own seeds ({measured.where}); {advice}")
