@@ -13,10 +13,10 @@ reject. Prints the rate per
 corpus and per reason (and, for the statistics, which one), a few rejected texts per reason to read, then the catch
 rate on tests/fixtures/degenerate_documents.json (rows quoted from releases, each labelled with its reason).
 Beside the rejects, each corpus's share of the documents generation would ask to rewrite (``rewrite_score`` >= 1:
-repetitive, or a seed glossed as a label; a soft test that rejects nothing: GenerationParams.max_rewrites), and the
-share the document-preamble family matches on its own (patterns.json ``document_preamble``: "The Yelp review is:
-...", whatever reason the predicate reports first; a rejection it alone makes is counted as
-``meta_talk:document_preamble``).
+repetitive, a seed glossed as a label, a two-word class name opening it; a soft test that rejects nothing:
+GenerationParams.max_rewrites), and the share the document-preamble family matches on its own (patterns.json
+``document_preamble``: "The Yelp review is: ...", whatever reason the predicate reports first; a rejection it
+alone makes is counted as ``meta_talk:document_preamble``).
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def false_rejects(path: Path, label_column: str, class_names: str, vocab: set[st
     repetitive = preambles = 0
     for text, label in zip(texts, labels):
         seed = first_terms(text, vocab)
-        repetitive += rewrite_score(text, seed) >= 1.0
+        repetitive += rewrite_score(text, seed, rules, label) >= 1.0
         # The preamble family on its own, whatever reason comes first (patterns.json document_preamble).
         preamble = document_preamble(text)
         if preamble is not None:

@@ -513,3 +513,33 @@ def test_a_seed_whose_answer_wrote_its_class_name_as_subject_is_asked_again_with
     assert rows["rejections"].tolist()[0] == ["names_class"] and rows["candidates"].tolist() == [2, 1]
     template = PromptTemplate.load("generic")
     assert rows["prompt_version"].tolist() == [template.version, template.version_for(True)]
+
+
+def test_a_seed_whose_answer_wrote_its_two_word_class_name_loosely_is_asked_again_with_the_name(tmp_path, recording):
+    """Issue 48: SmolLM2 opened 5.5-7 % of Yelp's rows with a two-word category in lower case ("The beauty and spas
+    don't do it justice"). Rejected and asked without the name, Yelp's thin seeds lost their class (1.7 points), so
+    such a document is kept and one more candidate is asked with the name still in the prompt; a plain answer wins,
+    and without one the first document stays (nothing is dropped)."""
+    from privseed.tasks.llm.released import PublicClassNames
+
+    names = PublicClassNames((("0", "Beauty & Spas"), ("1", "Home & Garden")), "names.json")
+    loose = "The beauty and spas don't do it justice, they're big and the river church is old."
+    plain = "My nails took an hour at the old church salon by the river, and the massage was worth it."
+
+    def answer(req):
+        prompt = req.messages[-1].content
+        if "topic: Beauty & Spas" in prompt:
+            return plain if sum("topic: Beauty & Spas" in r.messages[-1].content for r in recording.requests) > 1 \
+                else loose
+        return "The home and garden was fine, the church and the river view were old but kind to us."
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="review", max_tokens=40, class_names=names, rewrite_off_class=False,
+                              max_rewrites=1)
+    rows = generate_shard(seeds(2), "local:recording-test", params, str(tmp_path), progress=False)
+    asked = [r.messages[-1].content for r in recording.requests]
+    # both seeds again, each with its class's name: the first seed's rewrite is plain, the second's is not
+    assert len(asked) == 4 and all("topic: " in a for a in asked)
+    assert rows["text"].tolist() == [plain, "The home and garden was fine, the church and the river view were old "
+                                            "but kind to us."]
+    assert rows["candidates"].tolist() == [2, 2] and rows["rejections"].tolist() == [[], []]

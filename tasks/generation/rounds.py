@@ -131,7 +131,7 @@ def select_best(seed: ReleasedSeed, candidates: Sequence[ChatResult], rules: Doc
     Candidates are ranked as given (clean them first)."""
     covs = [term_coverage(c.text, seed.keyphrases) for c in candidates]
     ok = [rejection(seed, c, rules) is None for c in candidates]
-    best = best_candidate(ok, [rewrite_score(c.text, seed.keyphrases, rules) if ok[i] else 0.0
+    best = best_candidate(ok, [rewrite_score(c.text, seed.keyphrases, rules, seed.label) if ok[i] else 0.0
                                for i, c in enumerate(candidates)],
                           covs, [fits_class(seed, c, classes) for c in candidates])
     return best, covs[best]
@@ -244,7 +244,8 @@ def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, param
     generation, not one shard's), each asked without the terms its earlier documents misused (``prompt_seed``)."""
     def plain(i: int, result: ChatResult) -> bool:
         answer = cleaned(result)
-        return rewrite_score(answer.text, seeds[i].keyphrases, rules) < 1.0 and fits_class(seeds[i], answer, classes)
+        return (rewrite_score(answer.text, seeds[i].keyphrases, rules, seeds[i].label) < 1.0
+                and fits_class(seeds[i], answer, classes))
 
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
                      lambda i, j, earlier: candidate_request(template, seeds[i], params, j, backend_kind, earlier,

@@ -23,7 +23,8 @@ from privseed.tasks.quality.patterns import chat_frame_markers, meta_talk, templ
 from privseed.tasks.quality.shapes import (WebMarkup, _longest_phrase_run, _longest_token_run, _singular, _tokens,
                                            article_list, doubled_phrase, borrows_example_name, copies_example,
                                            ends_a_sentence, fragment_lines, glossary_headers, is_keyphrase_passthrough,
-                                           longest_seed_run, markdown_labels, opens_with_name, quoted_term_glosses,
+                                           longest_seed_run, markdown_labels, opens_with_name, opens_with_name_loosely,
+                                           quoted_term_glosses,
                                            seed_definitions,
                                            seed_gloss_terms, seed_glosses, seed_label_terms, seed_labels,
                                            seed_line_labels, seed_run_terms, short_item_run, syllable_loop,
@@ -426,14 +427,16 @@ def repetition_score(text: Any, rules: DocumentRules = DEFAULT_RULES) -> float:
     return float(score)
 
 
-def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAULT_RULES) -> float:
+def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAULT_RULES, label: Any = None) -> float:
     """Whether a document is worth another candidate: the largest of ``repetition_score``, the seed terms glossed
     as labels inside the text (``seed_labels``) over ``rewrite_seed_labels``, the longest run of seed terms
     (``longest_seed_run``) over ``rewrite_seed_run``, the words explained as words (``term_glosses``) over
     ``rewrite_term_glosses``, the seed terms explained as words (``seed_glosses``) over ``rewrite_seed_glosses``, and
-    the links, tags and chat-frame markers over ``rewrite_links``, ``rewrite_tags``, ``rewrite_chat_markers``.
-    1 or more: generation asks again (``GenerationParams.max_rewrites``) and keeps the lower score. Not a
-    rejection."""
+    the links, tags and chat-frame markers over ``rewrite_links``, ``rewrite_tags``, ``rewrite_chat_markers``; 1
+    for a text that opens with its class's public name of two or more words in any case and number
+    (``opens_with_name_loosely``; ``label`` is the row's public label, None skips it, as ``rules.class_names``
+    empty does). 1 or more: generation asks again (``GenerationParams.max_rewrites``) and keeps the lower score.
+    Not a rejection."""
     score = repetition_score(text, rules)
     if isinstance(text, str) and text.strip():
         score = max(score, seed_labels(text, keyphrases) / rules.rewrite_seed_labels,
@@ -443,6 +446,9 @@ def rewrite_score(text: Any, keyphrases: Any = (), rules: DocumentRules = DEFAUL
         markup = web_markup(text)
         score = max(score, markup.links / rules.rewrite_links, markup.tags / rules.rewrite_tags,
                     len(chat_frame_markers(text)) / rules.rewrite_chat_markers)
+        name = dict(rules.class_names).get(str(label)) if label is not None else None
+        if name is not None and opens_with_name_loosely(text, name):
+            score = max(score, 1.0)
     return float(score)
 
 
