@@ -15,6 +15,7 @@ from privseed.tasks.generation.examples import (OWNER_EXAMPLES, example_kind_for
                                                 examples_for_doc_type, prompt_examples)
 from privseed.tasks.llm.released import load_few_shot
 from privseed.tasks.quality.predicate import document_rejection
+from privseed.tasks.quality.shapes import example_coinages
 
 DEMO_DATA = Path(__file__).resolve().parent.parent / "tasks" / "demo_data"
 
@@ -70,6 +71,21 @@ def test_the_copy_test_does_not_reject_other_documents():
         for text in others + (real if name == "encyclopedia_article" else []):
             assert document_rejection(text, (), rules=rules) not in ("copies_example", "borrows_example_name"), text
         assert document_rejection(examples[0].document, (), rules=rules) == "copies_example", name
+
+
+def test_the_made_up_names_of_the_library_are_its_coinages_and_real_places_are_not():
+    """The encyclopedia examples' made-up names are what the copy test looks for on another subject ("The Saltmarsh
+    Lake", 15 of 280 rows of a DBPedia-14 release); the real region and country they name are the model's to use."""
+    examples = load_few_shot(str(DEMO_DATA / "few_shot_wikipedia.jsonl"))
+    assert [example_coinages(e.document) for e in examples] == [{"saltmarsh", "kellby"}, {"ruskapiirakka"}]
+    rules = document_rules(GenerationParams(few_shot=tuple(examples)))
+    village = "Korvus is a village in the Karelia region of Russia, with a population of about 300 people."
+    assert document_rejection(village, ("village", "population"), rules=rules) is None
+    lake = "The Saltmarsh Lake is a volcano in the southern part of the region, and it holds ice for 12 years."
+    assert document_rejection(lake, ("lake", "volcano", "ice"), rules=rules) == "copies_example"
+    other_kinds = [load_few_shot(str(DEMO_DATA / k.file)) for k in example_library()
+                   if k.file != "few_shot_wikipedia.jsonl"]
+    assert all(not example_coinages(e.document) for es in other_kinds for e in es)
 
 
 def test_the_library_is_shown_to_local_models_only_and_the_owners_few_shot_wins(tmp_path):

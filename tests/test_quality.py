@@ -495,6 +495,31 @@ def test_a_text_that_takes_the_examples_names_is_rejected_unless_a_seed_term_is_
     assert document_rejection(borrowed, seed, "stop") is None  # the release gate has no examples
 
 
+SALTMARSH_EXAMPLE = ("The Saltmarsh Lantern Festival is an annual autumn festival held in the harbour town of Kellby, "
+                     "Norway. Crackles of fireworks close the first night.")
+
+
+@pytest.mark.parametrize("text, seed, borrowed", [
+    # rows of a DBPedia-14 release (2026-11-29): the example's made-up word on another subject
+    ("The Saltmarsh Lake is a tributary of the Black Forest, a range that stretches across Europe.",
+     ["range", "lake", "tributary"], True),
+    ("The Saltmarsh Lantern Film is a thriller set in the Indian Ocean and released in India.",
+     ["thriller", "film", "released"], True),
+    ("The river rises in the hills above kellby and runs south to the sea past two villages.",
+     ["river", "hills", "villages"], True),
+    # the seed's own word, a common word the example capitalized, a clinical word opening its line
+    ("The Saltmarsh reserve lies on the estuary and is home to many birds in the winter.",
+     ["saltmarsh", "estuary", "birds"], False),
+    ("The festival is held every autumn in Norway and draws visitors from the harbour towns.",
+     ["festival", "autumn", "visitors"], False),
+    ("Crackles were heard at both lung bases, and the patient was given oxygen overnight.",
+     ["lung", "patient", "oxygen"], False),
+])
+def test_a_made_up_name_of_an_example_on_another_subject_is_a_copy(text, seed, borrowed):
+    rules = DocumentRules(examples=(SALTMARSH_EXAMPLE,))
+    assert (document_rejection(text, seed, "stop", rules) == "copies_example") == borrowed
+
+
 # Rows of the owner's command of 2026-11-28 (issue 48: --llm local --doc-type T --class-names F), each opening with
 # its own class's public name as the subject, and real openings that name their class later or in another role.
 NAMES_CLASS_ROWS = [

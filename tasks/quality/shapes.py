@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from wordfreq import zipf_frequency
 
 from privseed.tasks.quality.patterns import LINK_PATTERN, TAG_PATTERN
 from privseed.tasks.quality.text_stats import function_words
@@ -520,9 +521,38 @@ def example_names(example: str) -> frozenset[str]:
     return frozenset(names)
 
 
+#: A capitalized word of an example rarer than this in wordfreq's English (Zipf scale: 1 is once per 100 million
+#: words) is one the example made up or chose for its rarity, where a sentence does not start ("the harbour town
+#: of Kellby", "The Saltmarsh Lantern Festival": Zipf 0 and 1.96). "Karelia" (2.15), a real region, is left to the
+#: model: at 2.5 a village seed of "estonia ... administrative village district" was dropped after 8 rounds that
+#: all set it in Karelia, and 2 of DBPedia-14's 9,100 real articles name it. "Crackles", a clinical word opening a
+#: line of the clinical note (2.31), is the kind's vocabulary, not a name.
+COINAGE_ZIPF = 2.0
+_CAPITALIZED = re.compile(r"(?<![\w'-])[A-Z][a-z'-]{4,}(?![\w'-])")
+_SENTENCE_START = re.compile(r"(?:\A|[.!?:;]\s+|\n)\W*\Z")
+
+
+@functools.lru_cache(maxsize=64)
+def example_coinages(example: str) -> frozenset[str]:
+    """The made-up or rare single names of a few-shot example, lower case: its capitalized words of five letters
+    or more that wordfreq does not know (Zipf 0: "Ruskapiirakka", "Kellby"), or ranks under ``COINAGE_ZIPF`` and the
+    example capitalizes where no sentence starts ("Saltmarsh"). SmolLM2 put the example's "Saltmarsh"
+    on 15 of the 280 rows of a DBPedia-14 release ("The Saltmarsh Lake is a tributary of the Black Forest", "The
+    Saltmarsh Lantern Film is a thriller"), none of which held the example's whole name."""
+    coined = set()
+    for match in _CAPITALIZED.finditer(example):
+        word = match.group().lower()
+        zipf = zipf_frequency(word, "en")
+        mid_sentence = not _SENTENCE_START.search(example[:match.start()])
+        if zipf == 0.0 or (zipf < COINAGE_ZIPF and mid_sentence):
+            coined.add(word)
+    return frozenset(coined)
+
+
 def borrows_example_name(text: str, keyphrases: Any, examples: Sequence[str]) -> bool:
-    """Whether the text names an entity of a few-shot example ("The Harbour Lamps", "Ewan Moir") that none of
-    its seed terms is part of: the example's subject under another title ("Northern Lights is the second member
+    """Whether the text names an entity of a few-shot example ("The Harbour Lamps", "Ewan Moir") or takes one of
+    its made-up names (``example_coinages``: "The Saltmarsh Lake" after "The Saltmarsh Lantern Festival") that none
+    of its seed terms is part of: the example's subject under another title ("Northern Lights is the second member
     of the band The Harbour Lamps"), which shares too few words in a row for ``copies_example``. A name that
     holds a seed term is the seed's, not the example's ("Kemi River" for a seed with "river")."""
     seed_words = ({w for k in keyphrases for w in _words(str(k))}
@@ -532,6 +562,9 @@ def borrows_example_name(text: str, keyphrases: Any, examples: Sequence[str]) ->
             if seed_words & set(_words(name)):
                 continue
             if re.search(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", text):
+                return True
+        for word in example_coinages(example) - seed_words:
+            if re.search(r"(?<![\w'-])" + re.escape(word) + r"(?![\w'-])", text, re.IGNORECASE):
                 return True
     return False
 
