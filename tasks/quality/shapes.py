@@ -528,8 +528,8 @@ def example_names(example: str) -> frozenset[str]:
 #: all set it in Karelia, and 2 of DBPedia-14's 9,100 real articles name it. "Crackles", a clinical word opening a
 #: line of the clinical note (2.31), is the kind's vocabulary, not a name.
 COINAGE_ZIPF = 2.0
-_CAPITALIZED = re.compile(r"(?<![\w'-])[A-Z][a-z'-]{4,}(?![\w'-])")
-_SENTENCE_START = re.compile(r"(?:\A|[.!?:;]\s+|\n)\W*\Z")
+_COINAGE_WORD = re.compile(r"(?<![\w'-])[A-Z][a-z'-]{4,}(?![\w'-])")
+_BEFORE_A_SENTENCE = re.compile(r"(?:\A|[.!?:;]\s+|\n)\W*\Z")
 
 
 @functools.lru_cache(maxsize=64)
@@ -540,10 +540,10 @@ def example_coinages(example: str) -> frozenset[str]:
     on 15 of the 280 rows of a DBPedia-14 release ("The Saltmarsh Lake is a tributary of the Black Forest", "The
     Saltmarsh Lantern Film is a thriller"), none of which held the example's whole name."""
     coined = set()
-    for match in _CAPITALIZED.finditer(example):
+    for match in _COINAGE_WORD.finditer(example):
         word = match.group().lower()
         zipf = zipf_frequency(word, "en")
-        mid_sentence = not _SENTENCE_START.search(example[:match.start()])
+        mid_sentence = not _BEFORE_A_SENTENCE.search(example[:match.start()])
         if zipf == 0.0 or (zipf < COINAGE_ZIPF and mid_sentence):
             coined.add(word)
     return frozenset(coined)
