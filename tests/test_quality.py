@@ -343,6 +343,9 @@ NEAR_MISSES = [
      ["mediterranean", "sea", "latin"]),
     ("Paris, a city on the Seine, is the capital of France. Its museums draw millions of visitors each year.",
      ["paris", "city", "seine", "france"]),
+    # An abstract that says what it presents, and where it was published: not its provenance talked about.
+    ("This article presents a trial in 40 patients; this article was published in 1994 by the two authors.",
+     ["trial", "patients", "authors"]),
     ("His novels have been translated into English and German, and this text is written in two columns per page.",
      ["novels", "english", "german"]),
     ("I have made several visits to this diner and the pancakes were great every time. Friendly staff too.",
