@@ -543,3 +543,30 @@ def test_a_seed_whose_answer_wrote_its_two_word_class_name_loosely_is_asked_agai
     assert rows["text"].tolist() == [plain, "The home and garden was fine, the church and the river view were old "
                                             "but kind to us."]
     assert rows["candidates"].tolist() == [2, 2] and rows["rejections"].tolist() == [[], []]
+
+
+def test_a_seed_whose_two_answers_wrote_its_two_word_class_name_loosely_is_asked_once_without_it(tmp_path,
+                                                                                                  recording):
+    """Two candidates in a row that open with the two-word name ("The event planning and services were great"):
+    the next is asked in the plain prompt, as after a names_class rejection, and the row says so (17 of 600 Yelp
+    rows had named it in all three candidates, 12 of them Event Planning & Services)."""
+    from privseed.tasks.llm.released import PublicClassNames
+
+    names = PublicClassNames((("0", "Event Planning & Services"), ("1", "Home & Garden")), "names.json")
+    plain = "We booked the hall for a wedding by the old church and the river, and the staff were kind and quick."
+
+    def answer(req):
+        if "topic: " in req.messages[-1].content:
+            return "The event planning and services were great by the old church and the river for our wedding."
+        return plain
+
+    recording.answer = answer
+    params = GenerationParams(doc_type="review", max_tokens=40, class_names=names, rewrite_off_class=False,
+                              max_rewrites=2)
+    rows = generate_shard(seeds(1), "local:recording-test", params, str(tmp_path), progress=False)
+    asked = [r.messages[-1].content for r in recording.requests]
+    assert len(asked) == 3 and "topic: Event Planning & Services" in asked[0] and "topic: " in asked[1]
+    assert "topic" not in asked[2]
+    assert rows["text"].tolist() == [plain] and rows["rejections"].tolist() == [[]]
+    template = PromptTemplate.load("generic")
+    assert rows["prompt_version"].tolist() == [template.version]  # the plain prompt answered it

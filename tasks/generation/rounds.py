@@ -16,8 +16,9 @@ fit its class are kept before the others.
 
 Regeneration (``max_regenerations``): a seed none of whose candidates is a document gets one more candidate,
 with a new call seed, per round, for at most that many rounds (after a candidate that wrote its class's public name
-out as its subject, asked without the name: ``named_its_class``). A seed that still has no document is marked
-(``document_reason``) and ``privseed.tasks.generation.rows.split_documents`` drops it before the release gate.
+out as its subject, or two that opened with it in another case, asked without the name: ``named_its_class``). A
+seed that still has no document is marked (``document_reason``) and
+``privseed.tasks.generation.rows.split_documents`` drops it before the release gate.
 
 Privacy: the inputs are ``ReleasedSeed`` objects (terms of the released vocabulary V~), recipient few-shot examples
 and public configuration; everything here reads only released seeds and synthetic text, so it costs no privacy.
@@ -39,6 +40,7 @@ from privseed.tasks.llm.released import ReleasedSeed
 from privseed.tasks.llm.service import KINDS
 from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, document_rejection, misused_seed_terms, rewrite_score
 from privseed.tasks.quality.cleaning import clean_text
+from privseed.tasks.quality.shapes import opens_with_name_loosely
 from privseed.tasks.quality.metrics import term_coverage
 
 
@@ -75,11 +77,20 @@ def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: Gene
 
 def named_its_class(seed: ReleasedSeed, earlier: Sequence[ChatResult], rules: DocumentRules = DEFAULT_RULES) -> bool:
     """Whether one of ``seed``'s earlier candidates opened with its class's public name as its subject
-    (``names_class``). Its later candidates are asked without the name, in the paper's plain prompt: SmolLM2 asked
-    for "a topic: Album" writes "The Album is ..." again and again (DBPedia-14's Album seeds, issue 48: 12 of 20
-    dropped after 8 rounds), and the seed's released terms still carry the class. Rows say which prompt their
-    document answered (``assemble_rows``)."""
-    return any(rejection(seed, cleaned(result), rules) == "names_class" for result in earlier)
+    (``names_class``), or two in a row opened with a name of two or more words in another case or number
+    (``opens_with_name_loosely``: "The event planning and services were great"). Its later candidates are asked
+    without the name, in the paper's plain prompt: SmolLM2 asked for "a topic: Album" writes "The Album is ..." again
+    and again (DBPedia-14's Album seeds, issue 48: 12 of 20 dropped after 8 rounds), and the seed's released terms
+    still carry the class. The loose form is asked once more with the name first (a rewrite, ``rewrite_score``):
+    on Yelp's thin seeds the name is what carries the class, and rejected at once such rows lost 1.7 points; 17 of
+    600 rows named it in all three candidates. Rows say which prompt their document answered (``assemble_rows``)."""
+    if any(rejection(seed, cleaned(result), rules) == "names_class" for result in earlier):
+        return True
+    name = dict(rules.class_names).get(str(seed.label))
+    if name is None:
+        return False
+    loose = [opens_with_name_loosely(cleaned(result).text, name) for result in earlier]
+    return any(a and b for a, b in zip(loose, loose[1:]))
 
 
 def prompt_seed(seed: ReleasedSeed, earlier: Sequence[ChatResult],

@@ -11,7 +11,7 @@ from typing import Sequence
 import pandas as pd
 
 from privseed.tasks.generation.class_fit import SeedClasses
-from privseed.tasks.generation.rounds import best_candidate, cleaned, rejection, select_best
+from privseed.tasks.generation.rounds import best_candidate, cleaned, named_its_class, rejection, select_best
 from privseed.tasks.llm.base import ChatResult
 from privseed.tasks.llm.released import ReleasedSeed
 from privseed.tasks.quality import DEFAULT_RULES, DocumentRules, document_rejection, rewrite_score
@@ -37,8 +37,8 @@ def assemble_rows(seeds: Sequence[ReleasedSeed], candidates: Sequence[Sequence[C
         cands = [cleaned(c) for c in cands]
         reasons = [rejection(s, c, rules) for c in cands]
         best, cov = select_best(s, cands, rules, classes)
-        # asked after the first round, once an earlier candidate named its class (rounds.named_its_class)
-        unnamed = best >= (first_round or len(cands)) and "names_class" in reasons[:best]
+        # asked after the first round, once earlier candidates named its class (rounds.named_its_class)
+        unnamed = best >= (first_round or len(cands)) and named_its_class(s, cands[:best], rules)
         rows.append({"text": cands[best].text, "label": s.label, "keyphrases": list(s.keyphrases),
                      "backend": backend, "model": model,
                      "prompt_version": (unnamed_version or prompt_version) if unnamed else prompt_version,
