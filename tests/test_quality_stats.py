@@ -319,6 +319,10 @@ def test_a_text_that_opens_with_a_link_or_is_mostly_links_is_web_markup():
     ("I'm sorry, just. I was asked to give 3 stars. " + REVIEW, ("apology opening",)),
     ("I\u2019m so sorry to say, but today was not a good day for me. " + REVIEW, ("apology opening",)),
     ("Sorry, but " + REVIEW + "\nCheers,\nMike", ("apology opening", "sign-off")),
+    # An assistant's cheer opening the text (9 % of a yelp-stars release; 3 of 10,000 real reviews): a rewrite.
+    ("I'm so glad to say that I've had the pleasure of visiting a place called the Palace. " + REVIEW,
+     ("glad opening",)),
+    ("I am thrilled to announce my new favourite brunch. " + REVIEW + "\nCheers,\nMike", ("glad opening", "sign-off")),
     # The review judged instead of written (9-10 % of two yelp-stars releases): a rewrite.
     ("The review was glowing, but I thought it could be even better. " + REVIEW, ("the review judged",)),
     ("I'm sorry. The review is quite good, but the first two sentences made a difference.", ("apology opening",)),
@@ -329,6 +333,7 @@ def test_a_text_that_opens_with_a_link_or_is_mostly_links_is_web_markup():
     ("The waiter said he was sorry, but the kitchen had closed. We are sorry we came so late.", ()),
     # A review that says what it covers, or another review read before the visit, is a review.
     ("This review is for the burgers only. We came on a Sunday and the fries were hot and salty.", ()),
+    ("I'm glad we went early: the brunch line was short and the eggs were hot.", ()),
     ("My review is based on the service alone: the host was rude and the table was not ready.", ()),
     ("I read one review before we went. The review was right about the cold fries and the noise.", ()),
 ])
