@@ -97,6 +97,10 @@ def _first_sentence(text: str) -> str:
     return head
 
 
+def _first_sentences(n: int) -> Callable[[str], str]:
+    return lambda text: ". ".join(text.split(". ")[:n])
+
+
 def _polarity(frame: pd.DataFrame) -> pd.DataFrame:
     stars = frame["label"].str.extract(r"([0-9.]+)")[0].astype(float)
     kept = frame[stars != 3.0]
@@ -108,6 +112,23 @@ DERIVED_CORPORA: dict[str, tuple[str, Any]] = {
     "yelp-polarity": ("yelp-stars", _polarity),
     "ohsumed23-titles": ("ohsumed23", lambda f: f.assign(text=f["text"].map(_first_sentence))),
     "medabstracts-titles": ("medabstracts", lambda f: f.assign(text=f["text"].map(_first_sentence))),
+    # The check of the short rule's decay (issue 48, 2026-11-29), chosen before they were run: another text's
+    # first sentence alone, a review's opening by its business category or by its stars and an article's first
+    # sentence by its topic.
+    "yelp-first": ("yelp", lambda f: f.assign(text=f["text"].map(_first_sentence))),
+    "yelp-stars-first": ("yelp-stars", lambda f: f.assign(text=f["text"].map(_first_sentence))),
+    "dbpedia14-first": ("dbpedia14", lambda f: f.assign(text=f["text"].map(_first_sentence))),
+    # The check of the second step's length bound, chosen after yelp-stars-first showed it and before these ran:
+    # polarity from a review's first sentence, and the stars from its first two.
+    "yelp-polarity-first": ("yelp-polarity", lambda f: f.assign(text=f["text"].map(_first_sentence))),
+    "yelp-stars-two": ("yelp-stars", lambda f: f.assign(text=f["text"].map(_first_sentences(2)))),
+    # The check of the three-tier rule (a few terms: unit-l2; short: slow-rank-l2; long: rank-l2), chosen before
+    # these ran: a review's first two sentences by category, two clinical sets' first two sentences (a title and
+    # the abstract's first sentence) and DBPedia-14's coarse topics from an article's first sentence.
+    "yelp-two": ("yelp", lambda f: f.assign(text=f["text"].map(_first_sentences(2)))),
+    "medabstracts-two": ("medabstracts", lambda f: f.assign(text=f["text"].map(_first_sentences(2)))),
+    "ohsumed23-two": ("ohsumed23", lambda f: f.assign(text=f["text"].map(_first_sentences(2)))),
+    "dbpedia14-groups-first": ("dbpedia14-groups", lambda f: f.assign(text=f["text"].map(_first_sentence))),
 }
 
 

@@ -116,7 +116,8 @@ def _audit(tmp_path, *flags):
 SUITE_PROFILE = (10, 10)
 SUITE_ALPHA = 1e-5
 MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-              "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold", "corpus-profile")
+              "histogram-rank-l2", "histogram-slow-rank-l2", "histogram-rank-rare-l2", "histogram-threshold",
+              "corpus-profile")
 
 
 def _suite_audit(mechanisms, fault=None):

@@ -14,12 +14,13 @@ import pytest
 from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.seeds.corpus_profile import (AFTER_RELEASE_OPTIONS, ALIKE_CLASSES, LENGTH_EDGES, LONG_MEDIAN_TERMS,
-                                                 LONG_SETTINGS, PROFILE_SHARE, RELEASE_TOP_K, SHORT_SETTINGS,
-                                                 CorpusProfile, adaptive_settings, asks_for_profile, class_alikeness,
-                                                 class_length_counts, length_bin, planned_settings, profile_budget,
+from privseed.tasks.seeds.corpus_profile import (AFTER_RELEASE_OPTIONS, ALIKE_CLASSES, FEW_MEDIAN_TERMS, FEW_SETTINGS,
+                                                 LENGTH_EDGES, LONG_MEDIAN_TERMS, LONG_SETTINGS, PROFILE_SHARE,
+                                                 RELEASE_TOP_K, SHORT_SETTINGS, CorpusProfile, adaptive_settings,
+                                                 asks_for_profile, class_alikeness, class_length_counts,
+                                                 counted_contributions, length_bin, planned_settings, profile_budget,
                                                  profile_mechanism, resolve_settings, settings_after_release,
-                                                 split_profiled_counts)
+                                                 settings_arrays, settings_from_arrays, split_profiled_counts)
 from privseed.tasks.seeds.histogram_seeds import ClassRelease
 
 B = len(LENGTH_EDGES)
@@ -71,7 +72,8 @@ def test_median_read_off_the_histogram():
     assert negative.length_quantile(0.5) == 0.0 and negative.class_sizes.tolist() == [0.0, 0.0]
 
 
-@pytest.mark.parametrize("median, expected", [(19, SHORT_SETTINGS), (29, SHORT_SETTINGS),
+@pytest.mark.parametrize("median, expected", [(6, FEW_SETTINGS), (11, FEW_SETTINGS), (19, SHORT_SETTINGS),
+                                              (29, SHORT_SETTINGS),
                                               (LONG_MEDIAN_TERMS + 10, LONG_SETTINGS), (150, LONG_SETTINGS)])
 def test_the_rule_follows_the_released_length(median, expected):
     derived = adaptive_settings(_profile_at(median))
@@ -123,6 +125,35 @@ def test_alike_classes_of_a_short_corpus_take_the_long_k_and_l():
     long = adaptive_settings(_profile_at(150))
     assert settings_after_release(long, 0.0) == long  # a long corpus keeps its settings either way
     assert RELEASE_TOP_K >= max(SHORT_SETTINGS[1], LONG_SETTINGS[1])
+
+
+def test_the_shorter_the_documents_the_slower_their_weights_decay():
+    """Issue 48 (2026-11-29): documents of a few terms count each alike (unit-l2), short ones take slow-rank-l2
+    (i^-0.25), long ones rank-l2 (i^-0.5); pass 1 counts the three when the kind is left to the rule."""
+    assert adaptive_settings(_profile_at(8)).contribution == "unit-l2"
+    assert adaptive_settings(_profile_at(20)).contribution == "slow-rank-l2"
+    assert adaptive_settings(_profile_at(150)).contribution == "rank-l2"
+    assert set(counted_contributions("auto")) == {"unit-l2", "slow-rank-l2", "rank-l2"}
+    assert counted_contributions("unit-l2") == ("unit-l2",)
+
+
+def test_alike_classes_of_documents_of_a_few_terms_keep_the_short_k_and_l():
+    """A review's first sentence by its stars (median 6 terms, alikeness 0.79) lost 2.2 points with the long L: a
+    corpus whose median is under FEW_MEDIAN_TERMS keeps K 300 and L 10 however alike its classes are."""
+    few = adaptive_settings(_profile_at(8))
+    assert FEW_MEDIAN_TERMS > 8 and not few.alike_takes_long
+    assert settings_after_release(few, 0.99) == few
+    enough = adaptive_settings(_profile_at(20))
+    assert enough.alike_takes_long and settings_after_release(enough, 0.99).length == LONG_SETTINGS[2]
+
+
+def test_settings_stored_before_the_length_bound_resume_as_drawn():
+    """A run stored before the bound has no ``alike_takes_long``: it resumes without the bound, as it was drawn."""
+    derived = adaptive_settings(_profile_at(8))
+    arrays = settings_arrays(derived)
+    assert settings_from_arrays(arrays) == derived
+    old = {k: v for k, v in arrays.items() if k != "alike_takes_long"}
+    assert settings_from_arrays(old).alike_takes_long
 
 
 def test_split_takes_pass_one_apart_and_refuses_another_shape():

@@ -500,7 +500,7 @@ def test_every_contribution_is_one_registry_entry_the_cli_offers():
 
     offered = typing.get_args(DpKpsConfig.model_fields["hist_contribution"].annotation)
     assert set(offered) == set(CONTRIBUTIONS) | {"auto"}  # auto: the corpus profile's choice
-    assert [c.whole_document for c in CONTRIBUTIONS.values()] == [False, True, True, True]
+    assert [c.whole_document for c in CONTRIBUTIONS.values()] == [False, True, True, True, True]
     assert contribution_sensitivity(contribution_kind("first-terms"), 10).l1 == 10
     with pytest.raises(ConfigError, match="unknown contribution"):
         contribution_kind("half-l2")

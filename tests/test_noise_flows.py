@@ -337,10 +337,11 @@ def test_histogram_markov_noise_is_discrete_laplace_of_each_stages_sensitivity(p
     assert ledger["total"]["epsilon"] == pytest.approx(epsilon)
 
 
-def _rank_weights(ids: list[int], common_rank: int | None = None, power: float = 0.0) -> list[float]:
-    """The i-th of a document's n distinct terms i^-0.5, times min(1, (r + 1) / R)^a for a term at position r of V
-    when R is given, scaled to L2 norm 1."""
-    raw = [i ** -0.5 * (1.0 if common_rank is None else min(1.0, (r + 1) / common_rank) ** power)
+def _rank_weights(ids: list[int], common_rank: int | None = None, power: float = 0.0,
+                  decay: float = 0.5) -> list[float]:
+    """The i-th of a document's n distinct terms i^-decay, times min(1, (r + 1) / R)^a for a term at position r of
+    V when R is given, scaled to L2 norm 1."""
+    raw = [i ** -decay * (1.0 if common_rank is None else min(1.0, (r + 1) / common_rank) ** power)
            for i, r in enumerate(ids, start=1)]
     norm = math.sqrt(sum(w * w for w in raw))
     return [w / norm for w in raw]
@@ -348,56 +349,62 @@ def _rank_weights(ids: list[int], common_rank: int | None = None, power: float =
 
 #: A document's weights on its distinct terms (their positions in V, in reading order), written out here from
 #: docs/dpkps.md (not taken from the code under test): unit-l2 1/sqrt(n) each; rank-l2 the i-th 1/sqrt(i), over
-#: sqrt(1 + 1/2 + ... + 1/n); rank-rare-l2 rank-l2's times min(1, (r + 1) / 2000)^2 for the term at position r,
-#: scaled to norm 1. Each is told apart from the next kind's weights in the list (the last from the first).
+#: sqrt(1 + 1/2 + ... + 1/n); slow-rank-l2 the i-th i^-0.25, scaled to norm 1; rank-rare-l2 rank-l2's times
+#: min(1, (r + 1) / 2000)^2 for the term at position r, scaled to norm 1. Each is told apart from the next kind's
+#: weights in the list (the last from the first).
 WHOLE_DOCUMENT_WEIGHTS = {
     "unit-l2": lambda ids: [1.0 / math.sqrt(len(ids))] * len(ids),
     "rank-l2": _rank_weights,
+    "slow-rank-l2": lambda ids: _rank_weights(ids, decay=0.25),
     "rank-rare-l2": lambda ids: _rank_weights(ids, 2000, 2.0),
 }
 
 
 @pytest.mark.parametrize("contribution", sorted(WHOLE_DOCUMENT_WEIGHTS))
 def test_histogram_whole_document_noise_is_gaussian_of_sensitivity_one(prefect_harness, tmp_path, contribution):
-    """The real flow with --method histogram --hist-contribution unit-l2, rank-l2 or rank-rare-l2: each document
-    adds its weights to each of its n distinct terms (all of them, although S = 2 here), and the released rows minus
-    those weights, recomputed here, are Gaussian of sigma = z(eps, delta) * 1 on every term of V of every class; the
-    ledger says L2 sensitivity 1. Half or twice sigma is refuted, and so is a count of the first S terms only (its
-    residuals on the counted terms would be far from 0) and another contribution's weights (at epsilon 50 sigma
-    is 0.16, under the weights' differences, so residuals from the wrong weights are too wide)."""
+    """The real flow with --method histogram --hist-contribution unit-l2, rank-l2, slow-rank-l2 or rank-rare-l2: each
+    document adds its weights to each of its n distinct terms (all of them, although S = 2 here), and the released rows
+    minus those weights, recomputed here, are Gaussian of sigma = z(eps, delta) * 1 on every term of V of every class;
+    the ledger says L2 sensitivity 1. Half or twice sigma is refuted, and so is a count of the first S terms only (its
+    residuals on the counted terms would be far from 0) and every other contribution's weights (at epsilon 200 sigma is
+    0.063, under the weights' differences, so residuals from the wrong weights are too wide)."""
     from privseed.flows.dpkps import dpkps_flow
     from privseed.tasks.dp.mechanisms import gaussian_noise_multiplier
     from privseed.tasks.seeds.vocabulary import english_vocabulary
 
     data, frame = _corpus(tmp_path)
     out = tmp_path / contribution
-    epsilon, delta = 50.0, 1e-6
+    epsilon, delta = 200.0, 1e-6
     dpkps_flow(_dpkps_config(data, out, method="histogram", epsilon=epsilon, delta=delta, mechanism="gaussian",
                              hist_contribution=contribution, first_terms=2, hist_top_k=60))
     sigma = gaussian_noise_multiplier(epsilon, delta)
     terms = english_vocabulary(VOCAB_TOP).terms
     index = {t: i for i, t in enumerate(terms)}
-    kinds = list(WHOLE_DOCUMENT_WEIGHTS)
-    other = kinds[(kinds.index(contribution) + 1) % len(kinds)]
-    noise, on_terms, other_on_terms = [], [], []
+    others = [kind for kind in WHOLE_DOCUMENT_WEIGHTS if kind != contribution]
+    noise, on_terms = [], []
+    other_on_terms: dict[str, list[np.ndarray]] = {kind: [] for kind in others}
     for c, label in enumerate(sorted(TOPICS)):
-        exact, exact_other = np.zeros(len(terms)), np.zeros(len(terms))
+        exact = np.zeros(len(terms))
+        exact_other = {kind: np.zeros(len(terms)) for kind in others}
         for text in frame.loc[frame["label"] == label, "text"]:
             distinct = _first_distinct(text, index, len(terms))
             assert len(distinct) > 2  # every document has more terms than S: the rest must count too
             ids = [index[t] for t in distinct]
             exact[ids] += WHOLE_DOCUMENT_WEIGHTS[contribution](ids)
-            exact_other[ids] += WHOLE_DOCUMENT_WEIGHTS[other](ids)
+            for kind in others:
+                exact_other[kind][ids] += WHOLE_DOCUMENT_WEIGHTS[kind](ids)
         released = _stored(out, f"histogram-class{c}")["noisy"]
         residual = released - exact
         noise.append(residual)
         on_terms.append(residual[exact > 0])
-        other_on_terms.append((released - exact_other)[exact > 0])
+        for kind in others:
+            other_on_terms[kind].append((released - exact_other[kind])[exact > 0])
     assert_noise_is(np.concatenate(noise), "gaussian", sigma)
     on_terms_ = np.concatenate(on_terms)
     assert abs(on_terms_.mean()) < 5 * sigma / math.sqrt(on_terms_.size)  # the recomputed weights are the flow's
     assert scale_pvalue(on_terms_, "gaussian", sigma) > FALSE_ALARM
-    assert scale_pvalue(np.concatenate(other_on_terms), "gaussian", sigma) < FALSE_ALARM
+    for kind in others:  # every other kind's weights are refuted, the nearest (decays 0.5 and 0.25) included
+        assert scale_pvalue(np.concatenate(other_on_terms[kind]), "gaussian", sigma) < FALSE_ALARM, kind
     ledger = json.loads((out / "ledger.json").read_text())
     stage = [e for e in ledger["entries"] if e["name"].startswith("histogram-class")]
     assert len(stage) == 3 and all(e["sensitivity"] == 1.0 and e["scale"] == pytest.approx(sigma) for e in stage)

@@ -58,13 +58,14 @@ SENSITIVITY_FACTORIES: dict[str, tuple[str, str]] = {
     # the variants of stage 1 are built by the same factory as histogram's, for their own kind and contribution
     "histogram-unit-l2": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
     "histogram-rank-l2": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
+    "histogram-slow-rank-l2": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
     "histogram-rank-rare-l2": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
     "histogram-threshold": ("privseed.tasks.seeds.histogram_seeds", "build_mechanism"),
     "corpus-profile": ("privseed.tasks.seeds.corpus_profile", "profile_mechanism"),
 }
 #: The pass-1 faults and the mechanisms each breaks (their audits run pass 1: ``scan_private_corpus``). markov's
 #: audit measures its pair stage (pass 2); its term stage is the ``histogram`` row's code.
-_L2_HISTOGRAMS = ("histogram-unit-l2", "histogram-rank-l2", "histogram-rank-rare-l2")
+_L2_HISTOGRAMS = ("histogram-unit-l2", "histogram-rank-l2", "histogram-slow-rank-l2", "histogram-rank-rare-l2")
 SHAPE_FAULTS: dict[str, tuple[str, ...]] = {
     "class-1-twice": ("vocabulary", "histogram", *_L2_HISTOGRAMS, "histogram-threshold"),
     "repeated-terms": (*_L2_HISTOGRAMS, "histogram-threshold"),

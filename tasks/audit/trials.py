@@ -58,6 +58,8 @@ faults of tasks/audit/faults.py; the power table is in docs/privacy.md).
                 for histogram, through the same passes.
     histogram-rank-l2  The same stage with --hist-contribution rank-l2 (Gaussian, L2 sensitivity 1, delta 1e-5).
                 Canary: the same document, its i-th term i^-0.5 scaled to L2 norm 1 (the whole sensitivity).
+    histogram-slow-rank-l2  The same stage with --hist-contribution slow-rank-l2 (the corpus profile's kind for short
+                documents): the canary's i-th term i^-0.25, scaled to L2 norm 1 (the whole sensitivity).
     histogram-rank-rare-l2  The same stage with --hist-contribution rank-rare-l2: the canary's rank-l2 weights
                 times the public common-word factors, scaled to L2 norm 1 (the whole sensitivity).
     histogram-threshold  The same stage with --mechanism laplace-threshold, epsilon 4 and delta 1e-2 (scale 1,
@@ -829,6 +831,15 @@ class HistogramRankL2Audit(HistogramAudit):
     variant = {"mechanism": "gaussian", "delta": 1e-5, "hist_contribution": "rank-l2"}
 
 
+class HistogramSlowRankL2Audit(HistogramAudit):
+    """The histogram methods' stage 1 with ``--hist-contribution slow-rank-l2`` (Gaussian, L2 sensitivity 1), the
+    corpus profile's kind for short documents: the i-th of a document's n distinct terms weighs i^-0.25, scaled to
+    L2 norm 1, computed by the flows' own pass 1."""
+
+    name = "histogram-slow-rank-l2"
+    variant = {"mechanism": "gaussian", "delta": 1e-5, "hist_contribution": "slow-rank-l2"}
+
+
 class HistogramRankRareL2Audit(HistogramAudit):
     """The histogram methods' stage 1 with ``--hist-contribution rank-rare-l2`` (Gaussian, L2 sensitivity 1): the
     rank-l2 weights times public factors that lower the most common English words, scaled to L2 norm 1, computed
@@ -976,6 +987,7 @@ AUDITS: dict[str, type[_Mechanism]] = {"vocabulary": VocabularyAudit, "kde": Kde
                                        "markov": MarkovPairsAudit, "augpe": AugPeAudit, "secpe": SecPeAudit,
                                        "histogram-unit-l2": HistogramUnitL2Audit,
                                        "histogram-rank-l2": HistogramRankL2Audit,
+                                       "histogram-slow-rank-l2": HistogramSlowRankL2Audit,
                                        "histogram-rank-rare-l2": HistogramRankRareL2Audit,
                                        "histogram-threshold": HistogramThresholdAudit,
                                        "corpus-profile": CorpusProfileAudit}

@@ -579,8 +579,9 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
         description="histogram methods: how a document enters its class's term histogram. "
                     + "; ".join(f"{kind.name}: {kind.help_text}" for kind in CONTRIBUTIONS.values())
                     + f" (a whole-document kind, {', '.join(n for n, k in CONTRIBUTIONS.items() if k.whole_document)}, "
-                    "needs --mechanism gaussian and a delta); auto: the kind the corpus profile's rule picks (rank-l2 "
-                    "for every corpus measured so far)",
+                    "needs --mechanism gaussian and a delta); auto: the kind the corpus profile's rule picks from the "
+                    "released median length (unit-l2 for a few terms, slow-rank-l2 for short documents, rank-l2 "
+                    "for long ones: docs/dpkps.md)",
         json_schema_extra=cli(metavar="HOW", default_note="first-terms with --mechanism laplace or laplace-threshold"))
     hist_candidates: int = Field(
         default=500, ge=1, le=10_000_000,
@@ -997,7 +998,8 @@ EXPERIMENT_METHODS: tuple[str, ...] = (*get_args(DpKpsConfig.model_fields["metho
 EXPERIMENT_OUT = "experiments/results"
 #: The mechanisms `privseed audit` can audit (tasks/audit/trials.py)
 AUDIT_MECHANISMS = ("vocabulary", "kde", "histogram", "markov", "augpe", "secpe", "histogram-unit-l2",
-                    "histogram-rank-l2", "histogram-rank-rare-l2", "histogram-threshold", "corpus-profile")
+                    "histogram-rank-l2", "histogram-slow-rank-l2", "histogram-rank-rare-l2", "histogram-threshold",
+                    "corpus-profile")
 #: Trials per corpus of each audit profile, (calibration, evaluation): quick runs in the test suite; full makes the
 #: figures of experiments/results/privacy-audit.md (500 evaluation trials per side bound epsilon by about 4.9)
 AUDIT_PROFILES: dict[str, tuple[int, int]] = {"quick": (40, 100), "full": (250, 500)}

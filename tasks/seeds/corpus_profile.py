@@ -154,6 +154,10 @@ class AdaptiveSettings:
     top_k: int
     length: int
     answer_words: int
+    #: Whether the second step may give this corpus the long K and L when its classes are alike: not when its
+    #: documents are a few terms (``FEW_MEDIAN_TERMS``): sequences of the long L (30) drawn for them lose to the short
+    #: L (a review's first sentence by its stars, median 6 terms: 2.2 points).
+    alike_takes_long: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,8 +167,16 @@ class AdaptiveSettings:
 #: Between the short sets (DBPedia-14 19, Yelp 29, news wires) and the abstracts and posts (57-194); chosen on
 #: the validation sets of docs/dpkps.md, "Defaults that adapt to the corpus".
 LONG_MEDIAN_TERMS = 40.0
-#: (contribution, K, L) of a short and of a long corpus.
-SHORT_SETTINGS = ("rank-l2", 300, 10)
+#: Under this released median a corpus's documents are "a few terms" (a title, a first sentence: 6-12 on the
+#: measured sets; the short ones 19-30).
+FEW_MEDIAN_TERMS = 15.0
+#: (contribution, K, L) of a corpus of a few terms, of a short and of a long one. The shorter the documents, the
+#: more their later terms carry the class as well as their first ones, and the slower the weights decay: a few
+#: terms count alike (``unit-l2``), a short document's i-th weighs i^-0.25 (``slow-rank-l2``), a long one's i^-0.5
+#: (``rank-l2``; a slower decay loses 2.0-2.2 points on long reviews). Measured on seventeen sets, nine seeds each:
+#: docs/dpkps.md, "Defaults that adapt to the corpus".
+FEW_SETTINGS = ("unit-l2", 300, 10)
+SHORT_SETTINGS = ("slow-rank-l2", 300, 10)
 LONG_SETTINGS = ("rank-l2", 1000, 30)
 #: Answer lengths (words) the rule keeps to: a one-line answer is no document, and the local model's context
 #: bounds the long end.
@@ -174,14 +186,16 @@ ANSWER_WORDS_RANGE = (40, 400)
 def adaptive_settings(profile: CorpusProfile) -> AdaptiveSettings:
     """The rule (docs/dpkps.md, "Defaults that adapt to the corpus"): m = the released median length in distinct
     terms of V. m >= ``LONG_MEDIAN_TERMS``: ``LONG_SETTINGS`` (more terms per class, longer sequences: a long
-    document's class lives in many terms, each weak); else ``SHORT_SETTINGS`` (the fixed defaults, best where the
-    first terms carry the class). The answer length is m words-per-term words, rounded to 10, within
-    ``ANSWER_WORDS_RANGE``. A function of the noisy profile and public constants only."""
+    document's class lives in many terms, each weak); m < ``FEW_MEDIAN_TERMS``: ``FEW_SETTINGS`` (a title, a first
+    sentence: every term counts alike); else ``SHORT_SETTINGS``. The answer length is m words-per-term words,
+    rounded to 10, within ``ANSWER_WORDS_RANGE``. A function of the noisy profile and public constants only."""
     median = profile.length_quantile(0.5)
-    contribution, top_k, length = LONG_SETTINGS if median >= LONG_MEDIAN_TERMS else SHORT_SETTINGS
+    few = bool(median < FEW_MEDIAN_TERMS)
+    contribution, top_k, length = (LONG_SETTINGS if median >= LONG_MEDIAN_TERMS
+                                   else FEW_SETTINGS if few else SHORT_SETTINGS)
     words = int(round(median * WORDS_PER_DISTINCT_TERM / 10.0)) * 10
     low, high = ANSWER_WORDS_RANGE
-    return AdaptiveSettings(contribution, top_k, length, min(high, max(low, words)))
+    return AdaptiveSettings(contribution, top_k, length, min(high, max(low, words)), alike_takes_long=not few)
 
 
 #: The rule's second threshold: a short corpus whose classes' released term weights have at least this mean
@@ -210,16 +224,19 @@ def class_alikeness(releases: Sequence[ClassRelease]) -> float:
 
 
 def settings_after_release(derived: AdaptiveSettings, alikeness: float) -> AdaptiveSettings:
-    """The rule's second step: a short corpus (``SHORT_SETTINGS``) whose classes are alike
-    (``alikeness`` >= ``ALIKE_CLASSES``) keeps its contribution kind and answer length and takes the long K and L;
-    anything else stays as derived. Needs the long K's terms of the release (``RELEASE_TOP_K``)."""
-    if alikeness < ALIKE_CLASSES or (derived.top_k, derived.length) != SHORT_SETTINGS[1:]:
+    """The rule's second step: a short corpus (``SHORT_SETTINGS``; not one of a few terms, ``alike_takes_long``)
+    whose classes are alike (``alikeness`` >= ``ALIKE_CLASSES``) keeps its contribution kind and answer length and
+    takes the long K and L; anything else stays as derived. Needs the long K's terms of the release
+    (``RELEASE_TOP_K``)."""
+    if (alikeness < ALIKE_CLASSES or not derived.alike_takes_long
+            or (derived.top_k, derived.length) != SHORT_SETTINGS[1:]):
         return derived
-    return AdaptiveSettings(derived.contribution, LONG_SETTINGS[1], LONG_SETTINGS[2], derived.answer_words)
+    return AdaptiveSettings(derived.contribution, LONG_SETTINGS[1], LONG_SETTINGS[2], derived.answer_words,
+                            derived.alike_takes_long)
 
 
 #: The K the term histograms are released with while K is still to follow them: the largest the rule may choose.
-RELEASE_TOP_K = max(SHORT_SETTINGS[1], LONG_SETTINGS[1])
+RELEASE_TOP_K = max(FEW_SETTINGS[1], SHORT_SETTINGS[1], LONG_SETTINGS[1])
 
 
 def answer_tokens(answer_words: int) -> int:
@@ -230,7 +247,8 @@ def answer_tokens(answer_words: int) -> int:
 
 #: The contribution kinds the rule may choose, in a fixed order: pass 1 counts each of them when the contribution
 #: is "auto" (``counted_contributions``), side by side, so the release needs no second pass.
-RULE_CONTRIBUTIONS: tuple[str, ...] = tuple(dict.fromkeys((SHORT_SETTINGS[0], LONG_SETTINGS[0])))
+RULE_CONTRIBUTIONS: tuple[str, ...] = tuple(dict.fromkeys(kind for kind, _, _ in (FEW_SETTINGS, SHORT_SETTINGS,
+                                                                                LONG_SETTINGS)))
 
 
 def counted_contributions(contribution: str) -> tuple[str, ...]:
@@ -286,10 +304,12 @@ def planned_settings(given: Mapping[str, Any]) -> dict[str, Any]:
 def settings_arrays(derived: AdaptiveSettings) -> dict[str, np.ndarray]:
     """The derived settings as arrays, stored beside the noisy profile in the ledger's value (re-read on resume)."""
     return {"contribution": np.asarray(derived.contribution), "top_k": np.asarray(derived.top_k),
-            "length": np.asarray(derived.length), "answer_words": np.asarray(derived.answer_words)}
+            "length": np.asarray(derived.length), "answer_words": np.asarray(derived.answer_words),
+            "alike_takes_long": np.asarray(derived.alike_takes_long)}
 
 
 def settings_from_arrays(arrays: Mapping[str, np.ndarray]) -> AdaptiveSettings:
-    """``settings_arrays`` read back."""
+    """``settings_arrays`` read back. A run stored before the second step's length bound (no
+    ``alike_takes_long``) resumes as it was drawn: without the bound."""
     return AdaptiveSettings(str(arrays["contribution"]), int(arrays["top_k"]), int(arrays["length"]),
-                            int(arrays["answer_words"]))
+                            int(arrays["answer_words"]), bool(arrays.get("alike_takes_long", True)))

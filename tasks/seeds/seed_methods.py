@@ -116,6 +116,10 @@ def method_options(method: str, values: Mapping[str, Any]) -> dict[str, Any]:
 
 #: ``rank-l2``'s decay (public, chosen on validation splits: experiments/results/dpkps.md).
 RANK_DECAY = 0.5
+#: ``slow-rank-l2``'s decay, the corpus profile's for short documents (public; chosen on eight short validation sets,
+#: nine seeds each, and checked on more: experiments/results/dpkps.md, "The shorter the documents, the slower the
+#: decay").
+SLOW_RANK_DECAY = 0.25
 #: ``rank-rare-l2``: the R = COMMON_RANK most common words of V weigh ((rank + 1) / R)^COMMON_POWER of their rank-l2
 #: weight (public; chosen on OHSUMED-23's validation split among R 500-10,000 and powers 0.5-3:
 #: experiments/results/dpkps.md, "rank-rare-l2").
@@ -163,6 +167,10 @@ CONTRIBUTIONS: dict[str, Contribution] = {c.name: c for c in (
     Contribution("rank-l2", RANK_DECAY,
                  f"the i-th of the document's n distinct terms i^-{RANK_DECAY:g}, scaled to L2 norm 1",
                  f"every distinct term too, the i-th in reading order weighted i^-{RANK_DECAY:g}, scaled to L2 norm 1"),
+    Contribution("slow-rank-l2", SLOW_RANK_DECAY,
+                 f"the i-th of the document's n distinct terms i^-{SLOW_RANK_DECAY:g}, scaled to L2 norm 1",
+                 f"rank-l2 with a slower decay (the i-th term i^-{SLOW_RANK_DECAY:g}), the rule's kind for short "
+                 "documents, whose later terms carry the class too (docs/dpkps.md)"),
     Contribution("rank-rare-l2", RANK_DECAY,
                  f"the i-th of the document's n distinct terms i^-{RANK_DECAY:g}, times min(1, (r + 1) / "
                  f"{COMMON_RANK})^{COMMON_POWER:g} for a term at public frequency rank r, scaled to L2 norm 1",
