@@ -355,6 +355,21 @@ def test_clean_text_drops_preambles_only():
     assert clean_text("  The Ouse is a river.  ") == "The Ouse is a river."
 
 
+def test_clean_text_drops_an_opening_that_judges_the_review_when_a_review_follows():
+    """Issue 48: "The review was really great, and I appreciate the kind words." opened 3 of 100 rows of a
+    yelp-stars release after their rewrites; it goes like a preamble when the rest is at least half the answer."""
+    from privseed.tasks.quality.cleaning import clean_text
+
+    rest = "Shopping wasn't bad either: the service was good, but the wait was long and parking was awful."
+    assert clean_text(f"The review was really great, and I appreciate all the kind words. {rest}") == rest
+    assert clean_text(f"The reviews were so terrible!\n\n{rest}") == rest
+    alone = "The review was glowing, but I thought it could be even better."
+    assert clean_text(alone) == alone  # nothing follows: the predicate's chat frame asks for a rewrite
+    assert clean_text("The review was glowing. Short rest.") == "The review was glowing. Short rest."
+    real = "This review is for the burgers only. They were great, cheap, and the fries were fine too."
+    assert clean_text(real) == real  # how real reviews open on their review stays
+
+
 def test_clean_text_drops_report_scaffolding_and_keeps_other_headings():
     from privseed.tasks.quality.cleaning import clean_text
 

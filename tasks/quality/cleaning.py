@@ -1,6 +1,7 @@
 """What generation removes from an LLM answer before the document predicate judges it: a preamble line ("Here's a
-summary of ...:"), report scaffolding (a title's label, "### Introduction", "---"), quotes around the whole answer,
-and, for an answer cut off at the token limit, its unfinished last sentence. The patterns are data
+summary of ...:"), an opening sentence that judges the review instead of being it, report scaffolding (a title's
+label, "### Introduction", "---"), quotes around the whole answer, and, for an answer cut off at the token limit,
+its unfinished last sentence. The patterns are data
 (``patterns.json`` ``cleaning``, each with why it is there); this module only applies them. Pure: it reads a
 synthetic text and the call's public finish reason."""
 
@@ -11,6 +12,7 @@ from privseed.tasks.quality.patterns import CLEANING_PATTERNS
 from privseed.tasks.quality.shapes import ends_a_sentence
 
 _PREAMBLE = CLEANING_PATTERNS["preamble"]
+_JUDGED_OPENING = CLEANING_PATTERNS["judged_opening"]
 _LAST_SENTENCE_END = CLEANING_PATTERNS["last_sentence_end"]
 _TITLE_LINE = CLEANING_PATTERNS["title_line"]
 _TITLE_LABEL = CLEANING_PATTERNS["title_label"]
@@ -33,7 +35,9 @@ def strip_scaffolding(text: str) -> str:
 
 def clean_text(text: str, finish_reason: str | None = None) -> str:
     """Drop what small models put before the document ("Here's a summary of ...:", "A Wikipedia-style
-    article:" lines, repeated), report scaffolding around it (``strip_scaffolding``: a title line, "###
+    article:" lines, repeated), an opening sentence that judges the review instead of being it ("The review was
+    great, and I appreciate the kind words.") when the rest keeps at least half of the answer, report scaffolding
+    around it (``strip_scaffolding``: a title line, "###
     Introduction", "---") and quotes wrapped around the whole answer. An answer cut off at the token limit
     ("length") is trimmed back to its last full sentence when that keeps at least half of it (otherwise the
     document predicate calls it truncated). Touches nothing else."""
@@ -43,6 +47,9 @@ def clean_text(text: str, finish_reason: str | None = None) -> str:
         if not m:
             break
         out = out[m.end():].lstrip()
+    judged = _JUDGED_OPENING.match(out)
+    if judged and len(out[judged.end():].split()) * 2 >= len(out.split()):
+        out = out[judged.end():]
     out = strip_scaffolding(out)
     if len(out) >= 2 and out[0] == out[-1] and out[0] in "\"'":
         out = out[1:-1].strip()
