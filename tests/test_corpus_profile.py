@@ -327,6 +327,9 @@ def test_flow_profile_noise_is_laplace_of_its_share_and_differs_across_runs(tmp_
         assert manifests[-1]["privacy"]["epsilon"] == pytest.approx(20.0)
         config = json.loads((out / "manifest.json").read_text())["config"]
         assert config["length"] == int(stored["length"]) and config["hist_top_k"] == int(stored["top_k"])
+        # the released kind is the rule's reading of the noisy profile: post-processing, never of the exact counts
+        derived = adaptive_settings(CorpusProfile(stored["noisy"]))
+        assert config["hist_contribution"] == str(stored["contribution"]) == derived.contribution
         assert config["epsilon"] == 20.0
     assert not np.array_equal(residuals[0], residuals[1])
     moved = np.concatenate([r.ravel() for r in residuals])

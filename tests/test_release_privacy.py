@@ -163,6 +163,14 @@ def test_no_release_value_is_a_deterministic_function_of_the_data(prefect_harnes
         # noise behind the votes is tested where it is drawn (test_secpe_flow_releases_the_stated_gaussian); every
         # other value (ledger, manifest, evolution.json: sigma, epsilon, counts) is checked here.
         data_dependent = [k for k in data_dependent if not k.startswith("synthetic.class[")]
+    if method in ("histogram", "histogram-markov"):
+        # The contribution kind the corpus profile's rule picks has three outcomes, read off the noisy median of a
+        # profile charged 5 % of epsilon 2 (a Laplace scale of 10 documents a cell on these 12): two runs agree on it
+        # and the third differs by chance (both parameters, 1 fresh-clone run in 2). It is post-processing of that
+        # noisy release (tests/test_corpus_profile.py::test_flow_profile_noise_is_laplace_of_its_share_and_differs_
+        # across_runs recomputes it from the stored noisy profile); every other value is checked here.
+        data_dependent = [k for k in data_dependent
+                          if not k.endswith(("params.contribution", "config.hist_contribution"))]
     assert data_dependent == [], f"equal across runs yet changed by removing one document: {data_dependent[:10]}"
     # the private state (identity key, drawn values) is beside each release, never inside it
     for name in "ABC":
