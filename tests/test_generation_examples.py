@@ -122,7 +122,7 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
     forum = envelope_warning("local", None, "Usenet newsgroup post")
     assert forum is not None and "14.7 %" in forum and "20.2 %" in forum and "qwen2.5-coder-0.5b" in forum
     review = envelope_warning("local", None, "restaurant review")
-    assert review is not None and "33.1 %" in review and "38.7 %" in review  # 20 a class, three runs (2026-11-29)
+    assert review is not None and "31.7 %" in review and "39.0 %" in review  # 20 a class, four runs (2026-11-29)
     assert "never measured" in (envelope_warning("local-server", "smollm2", "customer support email") or "")
     assert "writing an email" in (envelope_warning("local", None, "email") or "")
     assert "never measured" in (envelope_warning("local", None, "document") or "")

@@ -163,8 +163,8 @@ def envelope_warning(backend_kind: str, model: str | None, doc_type: str) -> str
         if backend.model is None or theirs is None or theirs.inside_envelope:
             stronger.append(backend.how)
         else:
-            worse.append(f" ({MODEL_TITLES[backend.model]} measured {theirs.documents:g} % against {theirs.seeds:g} % "
-                         "here)")
+            worse.append(f" ({MODEL_TITLES[backend.model]} measured {theirs.documents:.1f} % against "
+                         f"{theirs.seeds:.1f} % here)")
     listed = ", ".join(stronger[:-1]) + " or " + stronger[-1] if len(stronger) > 1 else stronger[0]
     advice = "for better documents use " + listed + "".join(worse)
     title = MODEL_TITLES.get(name, name)
@@ -176,5 +176,5 @@ def envelope_warning(backend_kind: str, model: str | None, doc_type: str) -> str
                f"line, and {advice}"
     if measured.inside_envelope:
         return None
-    return (f"{title} writes {kind_words}s poorly: its documents scored {measured.documents:g} % "
-            f"against {measured.seeds:g} % for their own seeds ({measured.where}); {advice}")
+    return (f"{title} writes {kind_words}s poorly: its documents scored {measured.documents:.1f} % "
+            f"against {measured.seeds:.1f} % for their own seeds ({measured.where}); {advice}")
