@@ -642,10 +642,10 @@ class DpKpsConfig(GenerationOptions, EmbeddingOptions, VocabularyOptions, Releas
     @classmethod
     def _histogram_defaults(cls, values: Any) -> Any:
         """The histogram methods' defaults, chosen once on validation splits of the public corpora and of a
-        long-document set (docs/dpkps.md, "Defaults of the histogram methods"): every document counts whole
-        (``rank-l2``: each of its n distinct terms, the i-th in reading order weighted 1/sqrt(i), scaled to L2 norm
-        1, so L2 sensitivity 1 under add/remove of one document) under the Gaussian mechanism, calibrated by
-        dp-accounting's PLD to (epsilon, delta). Only values the user did not give are filled in; an explicit
+        long-document set (docs/dpkps.md, "Defaults of the histogram methods"): every document counts whole (its
+        distinct terms weighted by reading order and scaled to L2 norm 1, so L2 sensitivity 1 under add/remove of one
+        document; the corpus profile picks how fast the weights fall, "Defaults that adapt to the corpus") under the
+        Gaussian mechanism, calibrated by dp-accounting's PLD to (epsilon, delta). Only values the user did not give are filled in; an explicit
         ``--mechanism laplace`` keeps the first-S histogram (pure DP).
         delta defaults to Aug-PE's 1/(n ln n) with n the public bound ``--n-upper-bound`` (never the corpus size;
         7.2e-8 at 10^6); the ledger, the manifest and the report state it with the epsilon."""
