@@ -19,6 +19,15 @@ def test_defaults_are_the_documented_ones():
     assert (cfg.hist_contribution, cfg.hist_top_k, cfg.length) == ("auto", "auto", "auto")
 
 
+def test_per_class_default_follows_whether_an_llm_writes():
+    # --llm none releases the seed sequences, and more of them are free (post-processing): 500 a class; with an
+    # LLM the default is the documents written, 100 a class; a value given wins either way
+    assert validate_config(DpKpsConfig, base()).per_class == 500
+    assert validate_config(DpKpsConfig, base(llm="local")).per_class == 100
+    assert validate_config(DpKpsConfig, base(per_class=7)).per_class == 7
+    assert validate_config(DpKpsConfig, base(llm="local", per_class=700)).per_class == 700
+
+
 @pytest.mark.parametrize("field", ["eps_voc", "eps_kde"])
 @pytest.mark.parametrize("value", [0, -1.0, float("inf")])
 def test_epsilon_must_be_positive_and_finite(field, value):
