@@ -323,6 +323,9 @@ def test_a_text_that_opens_with_a_link_or_is_mostly_links_is_web_markup():
     ("I'm so glad to say that I've had the pleasure of visiting a place called the Palace. " + REVIEW,
      ("glad opening",)),
     ("I am thrilled to announce my new favourite brunch. " + REVIEW + "\nCheers,\nMike", ("glad opening", "sign-off")),
+    # The reply's own voice (2 of 100 rows of two yelp-stars releases; no real text opens so): a rewrite.
+    ("I'm glad to hear that the meal was upscale, but the service was slow. " + REVIEW, ("glad opening",)),
+    ("I'm glad I could help you, bartender. " + REVIEW, ("glad opening",)),
     # The review judged instead of written (9-10 % of two yelp-stars releases): a rewrite.
     ("The review was glowing, but I thought it could be even better. " + REVIEW, ("the review judged",)),
     ("I'm sorry. The review is quite good, but the first two sentences made a difference.", ("apology opening",)),
@@ -334,6 +337,7 @@ def test_a_text_that_opens_with_a_link_or_is_mostly_links_is_web_markup():
     # A review that says what it covers, or another review read before the visit, is a review.
     ("This review is for the burgers only. We came on a Sunday and the fries were hot and salty.", ()),
     ("I'm glad we went early: the brunch line was short and the eggs were hot.", ()),
+    ("I'm glad I stayed despite the reviews. The bed was comfortable and the pool was clean.", ()),
     ("My review is based on the service alone: the host was rude and the table was not ready.", ()),
     ("I read one review before we went. The review was right about the cold fries and the noise.", ()),
 ])
