@@ -152,11 +152,14 @@ def rng() -> np.random.Generator:
 
 
 #: The test files that take longest, longest first (a serial run on 2 cores, 2026-11-28: test_audit 238 s ...
-#: test_budget_control 31 s). `make test` hands whole files to its workers (--dist loadfile) in collection order, so
-#: these go first and the short files fill the gaps at the end (longest-processing-time-first scheduling).
-LONGEST_FILES = ("test_audit", "test_evolution_flow", "test_evaluate_flow", "test_release_privacy", "test_noise_flows",
-                 "test_config_contract", "test_api", "test_pe_units", "test_dpkps_flow", "test_approval",
-                 "test_deployments", "test_llm_privacy", "test_quality", "test_fault_tolerance",
+#: test_budget_control 31 s; four files added from `make test --durations` on 2026-11-29: test_external_cluster 91 s,
+#: test_corpus_profile 53 s, test_llm_generation 47 s, test_generation_parts 43 s had been left to the end).
+#: `make test` hands whole files to its workers (--dist loadfile) in collection order, so these go first and the
+#: short files fill the gaps at the end (longest-processing-time-first scheduling).
+LONGEST_FILES = ("test_audit", "test_evolution_flow", "test_evaluate_flow", "test_external_cluster",
+                 "test_release_privacy", "test_noise_flows", "test_config_contract", "test_api", "test_pe_units",
+                 "test_dpkps_flow", "test_corpus_profile", "test_approval", "test_deployments", "test_llm_privacy",
+                 "test_quality", "test_fault_tolerance", "test_llm_generation", "test_generation_parts",
                  "test_histogram_seeds", "test_budget_control")
 
 
