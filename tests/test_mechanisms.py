@@ -47,6 +47,39 @@ def test_gaussian_noise_has_sigma_and_reports_rho():
     assert described["secure"] is True and described["noise_source"] == "opendp"
 
 
+def test_a_calibrated_gaussian_draws_on_a_lattice_whose_opendp_map_is_the_rho_it_records():
+    """A calibrated Gaussian samples on OpenDP's lattice 2^k (3.5x faster than its default) and raises sigma by the
+    sensitivity share the lattice's rounding may add: OpenDP's own map of the measurement it draws with, at the
+    stated sensitivity, is never above the rho it records, which is what its sigma was calibrated for."""
+    import opendp.prelude as dp
+
+    from privseed.tasks.dp.mechanisms import GAUSSIAN, GAUSSIAN_LATTICE_SLACK, Sensitivity, gaussian_noise_multiplier
+
+    dp.enable_features("contrib")
+    for l2 in (1e-3, 1.0, 30.0):
+        mech = GAUSSIAN.calibrated(Sensitivity(l2=l2, l1=l2), 4.0, 1e-6)
+        assert mech.lattice_slack == GAUSSIAN_LATTICE_SLACK
+        assert mech.rho == pytest.approx(1.0 / (2.0 * gaussian_noise_multiplier(4.0, 1e-6) ** 2), rel=1e-12)
+        for size in (1, 1_000, 700_000, 10**8):
+            k = mech.lattice(size)
+            assert k is not None and 2.0 ** k * size ** 0.5 <= GAUSSIAN_LATTICE_SLACK * l2
+            opendp = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size),
+                                        dp.l2_distance(T=float), scale=mech.sigma, k=k)
+            assert opendp.map(l2) <= mech.rho, (l2, size, k)
+    # one uncalibrated (Aug-PE's noise multiplier): OpenDP's default lattice, exact
+    assert GaussianMechanism(sensitivity=1.0, sigma=3.0, epsilon=1.0, delta=1e-5).lattice(1000) is None
+
+
+def test_the_lattice_gaussian_has_sigma_and_not_half_of_it():
+    from privseed.tasks.dp.mechanisms import GAUSSIAN, Sensitivity
+
+    mech = GAUSSIAN.calibrated(Sensitivity(l2=2.0, l1=4.0), 1.0, 1e-5)
+    exact = np.linspace(-3.0, 7.0, N)
+    noise = mech.release(exact) - exact
+    assert _ks_pvalue(noise, mech.noise_distribution()) > FALSE_ALARM
+    assert_noise_is(noise, "gaussian", mech.sigma)
+
+
 def test_secure_noise_never_repeats_and_insecure_noise_always_does():
     exact = np.zeros(100)
     mech = LaplaceMechanism(sensitivity=1.0, epsilon=1.0)

@@ -127,8 +127,8 @@ def half_noise() -> Iterator[None]:
     originals = {name: getattr(SecureNoise, name) for name in ("laplace", "discrete_laplace", "gaussian")}
 
     def at_half(draw: Callable[..., Any]) -> Callable[..., Any]:
-        def drawn(self: SecureNoise, exact: Any, scale: float) -> Any:
-            return draw(self, exact, scale / 2)
+        def drawn(self: SecureNoise, exact: Any, scale: float, *rest: Any) -> Any:
+            return draw(self, exact, scale / 2, *rest)
 
         return drawn
 
