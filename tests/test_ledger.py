@@ -109,6 +109,26 @@ def test_same_name_other_parameters_is_refused(tmp_path):
                          exact=counted([]))
 
 
+def test_a_release_drawn_before_the_gaussian_lattice_is_reread_and_another_sigma_is_refused(tmp_path):
+    """A calibrated Gaussian's sigma rose by 2^-30 of itself with OpenDP's coarser lattice (GAUSSIAN_LATTICE_SLACK):
+    a run drawn at the old sigma resumes on its draws; a sigma that differs by more is another configuration."""
+    from privseed.tasks.dp.mechanisms import GAUSSIAN_LATTICE_SLACK
+
+    calls = []
+    before = GaussianMechanism(sensitivity=1.0, sigma=0.56, epsilon=10.0, delta=1e-7)
+    drawn = PrivacyLedger(str(tmp_path), "fp", "r1").draw_once(
+        "histogram-class0", mechanism=before, noise=SECURE, params={}, exact=counted(calls))
+    now = GaussianMechanism(sensitivity=1.0, sigma=0.56 * (1 + GAUSSIAN_LATTICE_SLACK), epsilon=10.0, delta=1e-7,
+                            lattice_slack=GAUSSIAN_LATTICE_SLACK)
+    again = PrivacyLedger(str(tmp_path), "fp", "r1").draw_once(
+        "histogram-class0", mechanism=now, noise=SECURE, params={}, exact=counted(calls))
+    assert len(calls) == 1 and np.array_equal(drawn["noisy"], again["noisy"])
+    with pytest.raises(LedgerMismatchError, match="scale"):
+        PrivacyLedger(str(tmp_path), "fp", "r1").draw_once(
+            "histogram-class0", mechanism=GaussianMechanism(1.0, 0.56 * (1 + 1e-6), 10.0, 1e-7), noise=SECURE,
+            params={}, exact=counted(calls))
+
+
 def test_another_corpus_cannot_use_the_run(tmp_path):
     PrivacyLedger(str(tmp_path), "id-a", "r1").draw_once("c", mechanism=LAPLACE, noise=SECURE, params={},
                                                           exact=counted([]))

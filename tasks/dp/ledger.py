@@ -502,6 +502,8 @@ class PrivacyLedger:
     def _check_same(self, existing: Mapping[str, Any], record: Mapping[str, Any]) -> None:
         for key in ("mechanism", "params_canonical", "epsilon", "delta", "partition", "stage", "sensitivity", "scale",
                     "secure", "noise_source", "accounted_in", "releases"):
+            if key == "scale" and _same_scale(existing.get(key), record.get(key)):
+                continue
             if existing.get(key) != record.get(key):
                 raise LedgerMismatchError(
                     f"release {existing['name']!r} of run {self.run_id!r} was made with another "
@@ -692,6 +694,20 @@ def _overlap_groups(runs: list[dict[str, Any]]) -> list[list[int]]:
     for i in range(len(runs)):
         groups[find(i)].append(i)
     return list(groups.values())
+
+
+#: How far a re-read's noise scale may lie from the stored release's and still be the same calibration: a calibrated
+#: Gaussian's sigma rose by 2^-30 of itself when it moved to OpenDP's coarser lattice (5c05971,
+#: ``GAUSSIAN_LATTICE_SLACK``), so a run drawn before resumes on its draws; any change of the configuration moves a
+#: scale by far more.
+SCALE_REL_TOLERANCE = 2.0 ** -28
+
+
+def _same_scale(stored: Any, now: Any) -> bool:
+    """Whether two recorded noise scales are the same calibration (``SCALE_REL_TOLERANCE``)."""
+    if not isinstance(stored, (int, float)) or not isinstance(now, (int, float)):
+        return stored == now
+    return math.isclose(float(stored), float(now), rel_tol=SCALE_REL_TOLERANCE, abs_tol=0.0)
 
 
 def _short(value: Any) -> str:
