@@ -11,8 +11,9 @@ import pytest
 from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.generation.params import GenerationParams, document_rules
 from privseed.tasks.stages.generation import params_from_config
-from privseed.tasks.generation.examples import (OWNER_EXAMPLES, example_kind_for, example_library,
-                                                examples_for_doc_type, prompt_examples)
+from privseed.tasks.errors import ConfigError
+from privseed.tasks.generation.examples import (OWNER_EXAMPLES, ExampleKind, answer_openings, example_kind_for,
+                                                example_library, examples_for_doc_type, prompt_examples)
 from privseed.tasks.llm.released import load_few_shot
 from privseed.tasks.quality.predicate import document_rejection
 from privseed.tasks.quality.shapes import example_coinages
@@ -112,6 +113,29 @@ def test_the_manifest_records_which_examples_the_prompts_showed():
     assert prompt_examples(None, "none", True, "Yelp review") is None
     assert prompt_examples(None, "library", False, "Yelp review") is None
     assert prompt_examples(None, "library", True, "document") is None
+
+
+def test_answers_open_with_the_library_kinds_openings_where_the_library_shows_its_examples(tmp_path):
+    """The openings follow the library's examples (not the owner's --few-shot, nor --examples none) and reach only
+    backends that continue a given opening; a kind with no openings (encyclopedia articles open with their subject)
+    leaves the answer to the model. The library's openings are words with no space around them."""
+    review = next(k for k in example_library() if k.name == "review").openings
+    assert review and all(o == o.strip() and o for o in review)
+    assert answer_openings(None, "library", True, "Yelp review") == review
+    assert answer_openings("mine.jsonl", "library", True, "Yelp review") == ()
+    assert answer_openings(None, "none", True, "Yelp review") == ()
+    assert answer_openings(None, "library", False, "Yelp review") == ()
+    assert answer_openings(None, "library", True, "Wikipedia article") == ()
+    assert answer_openings(None, "library", True, "document") == ()
+
+    def params(**kw) -> GenerationParams:
+        return params_from_config(DpKpsConfig(data="d.parquet", out=str(tmp_path / "out"), labels=["0", "1"],
+                                              **{"llm": "local", "doc_type": "Yelp review", **kw}))
+
+    assert params().openings == review and params(examples="none").openings == ()
+    assert params(llm="anthropic:claude-haiku-4-5").openings == ()
+    with pytest.raises(ConfigError, match="opening"):
+        ExampleKind("review", frozenset({"review"}), "few_shot_review.jsonl", openings=("I ",))
 
 
 def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured():

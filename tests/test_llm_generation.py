@@ -476,6 +476,36 @@ def test_steering_is_sent_to_local_backends_only():
         GenerationParams(doc_type="memo", steer_schedule="steep")
 
 
+def test_answers_open_with_the_kinds_public_openings_on_backends_that_continue_one(tmp_path, recording):
+    """A kind's openings (the example library's, for reviews) are drawn per candidate from the public call seed: every
+    opening is used, the same seed draws the same one, a later candidate may draw another, and only kinds that
+    continue a given opening (``BackendKind.prefill``: local models) get one; the rows start with it."""
+    from privseed.tasks.generation.rounds import opening_for
+
+    template = PromptTemplate.load("generic")
+    openings = ("I", "We", "My", "This place")
+    params = GenerationParams(doc_type="review", openings=openings, max_regenerations=0, max_rewrites=0,
+                              rewrite_off_class=False)
+    many = [VOCAB.seed(["river", "church"], 0, seed) for seed in range(200)]
+    drawn = [opening_for(s, params, 0, "local") for s in many]
+    assert set(drawn) == set(openings) and drawn == [opening_for(s, params, 0, "local") for s in many]
+    assert [opening_for(s, params, 1, "local") for s in many] != drawn
+    for kind in ("anthropic", "openai-compatible", "local-server"):
+        assert opening_for(many[0], params, 0, kind) == ""
+        assert build_generation_requests(many[:1], template, params, kind)[0][0].answer_prefix == ""
+    assert opening_for(many[0], GenerationParams(doc_type="review"), 0, "local") == ""
+    request = build_generation_requests(many[:1], template, params, "local")[0][0]
+    assert request.answer_prefix == drawn[0] and request.params()["answer_prefix"] == drawn[0]
+    plain = build_generation_requests(many[:1], template, GenerationParams(doc_type="review"), "local")[0][0]
+    assert "answer_prefix" not in plain.params()  # requests without one keep the cache keys they had
+    assert plain.cache_key("local", "m") != request.cache_key("local", "m")
+    rows = generate_seeds(many[:6], LLMSpec("local", "recording-test"), params, str(tmp_path / "cache"))
+    assert [r.answer_prefix for r in recording.requests] == drawn[:6]
+    assert all(text.startswith(f"{opening} ") for text, opening in zip(rows["text"], drawn[:6]))
+    with pytest.raises(ValueError, match="whitespace"):
+        dataclasses.replace(request, answer_prefix="I ")
+
+
 def test_a_cut_off_answer_is_trimmed_to_its_last_sentence():
     from privseed.tasks.quality.cleaning import clean_text
 

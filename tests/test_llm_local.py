@@ -1,5 +1,6 @@
 """Local backends: locating the packaged GGUF, model resolution, and the Hugging Face folder backend
 (on a tiny randomly initialised model, so the test needs no download)."""
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def test_hf_folder_backend_uses_the_tokenizer_template_and_seeds(tiny_hf_model, 
     out = b.complete(reqs)
     assert all(0 < r.tokens_out <= 8 for r in out) and all(r.tokens_in > 10 for r in out)
     assert out[0].text == out[1].text  # same seed, same text
+    opened = b.complete([dataclasses.replace(reqs[0], answer_prefix="Memo")])[0]
+    assert opened.text.startswith("Memo") and 0 < opened.tokens_out <= 8
     no_template = tmp_path / "no-template"
     shutil.copytree(tiny_hf_model, no_template)
     cfg = no_template / "tokenizer_config.json"
@@ -99,3 +102,26 @@ def test_steering_sees_the_models_own_text_and_every_end_token():
     for token in ids:  # a piece continues a word exactly when its text begins with a letter or digit
         assert flags[token] == llm.detokenize([token]).decode("utf-8", errors="ignore")[:1].isalnum()
     assert not flags[llm.tokenize(b" river", add_bos=False, special=False)[0]] and not flags[eog].any()
+
+
+@pytest.mark.slow
+def test_an_opened_answer_continues_the_chat_completions_own_prompt():
+    """The llama.cpp path for an answer whose first words are given renders the chat as create_chat_completion does
+    (the same prompt, stops and samplers: with nothing given it writes the very same text), and its answer is the
+    given words and what the model wrote after them, the same for the same seed."""
+    from privseed.tasks.llm.local import LlamaCppBackend
+
+    backend = LlamaCppBackend(n_threads=1)
+    t = PromptTemplate.load("generic")
+    request = build_request(t, VOCAB.seed(["river", "church"], 0, 1), "review", max_tokens=24, temperature=0.7,
+                            call_seed=3)
+    llm = backend.llama
+    llm.reset()
+    chat = llm.create_chat_completion(messages=request.messages_dicts(), max_tokens=24, temperature=0.7, top_p=1.0,
+                                      seed=3)
+    llm.reset()
+    assert backend._continued(llm, request)["choices"][0]["text"] == chat["choices"][0]["message"]["content"]
+    opened = dataclasses.replace(request, answer_prefix="We")
+    first, again = backend.complete([opened, opened])
+    assert first.text.startswith("We") and first.text == again.text and 0 < first.tokens_out <= 24
+    assert first.text != backend.complete([request])[0].text

@@ -124,6 +124,17 @@ def test_run_report_lists_the_prompts_class_names_in_label_order():
     assert "0: class 0, 1: class 1, 2: class 2, " in html_text and "9: class 9, 10: class 10, 11: class 11" in html_text
 
 
+def test_run_report_says_the_answers_opened_with_the_kinds_public_words():
+    manifest = {"privacy": {"secure": True}, "config": {"answer_openings": ["I went", "I went", "We", "My"]}}
+    html_text = report.render_run_report({"title": "t", "scores": {}}, figures={}, ledger=None, manifest=manifest,
+                                         examples=[])
+    assert "Answers opened with public words" in html_text and "I went, We, My." in html_text
+    plain = report.render_run_report({"title": "t", "scores": {}}, figures={}, ledger=None,
+                                     manifest={"privacy": {"secure": True}, "config": {"answer_openings": []}},
+                                     examples=[])
+    assert "Answers opened" not in plain
+
+
 def _kps_ledger(classes: int = 14) -> dict:
     entries = [{"name": "vocabulary", "stage": "vocabulary", "mechanism": "laplace", "epsilon": 1.0, "delta": 0.0,
                 "noise_source": "opendp", "secure": True, "charged": True, "params": {"S": 10}}]

@@ -526,6 +526,11 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
                     f"(--class-names), and each prompt carried its seed's: {_esc(listed)}.</p>")
     elif manifest and "prompt_class_names" in (manifest.get("config") or {}):
         summary += "<p>Prompts named no class (only the document type and the released keyphrases).</p>"
+    openings = ((manifest or {}).get("config") or {}).get("answer_openings")
+    if openings:
+        summary += ("<p><b>Answers opened with public words</b>: each one started from an opening of its document "
+                    "kind in the example library, drawn from the run's public seed: "
+                    f"{_esc(', '.join(dict.fromkeys(openings)))}.</p>")
     if result.get("client"):
         summary += (f"<p>Deep CORAL used {_esc(result.get('n_client', '?'))} unlabelled client documents "
                     f"(<code>{_esc(result['client'])}</code>), disjoint from the test set.</p>")

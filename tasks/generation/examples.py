@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Mapping
 
+from privseed.tasks.errors import ConfigError
 from privseed.tasks.llm.released import RecipientExample, load_few_shot
 
 LIBRARY_INDEX = "example_library.toml"
@@ -73,6 +74,16 @@ class ExampleKind:
     words: frozenset[str]
     file: str
     measured: Mapping[str, ModelMeasure] = field(default_factory=dict)
+    #: The first words a document of the kind may open with, each as likely as its repeats make it, written for
+    #: privseed like the examples; a model that can continue an answer starts from one of them
+    #: (``privseed.tasks.generation.rounds.opening_for``). Empty: the model opens as it likes.
+    openings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [o for o in self.openings if not o or o != o.strip()]
+        if bad:
+            raise ConfigError(f"example library kind {self.name!r}: an opening must be words without leading or "
+                              f"trailing spaces, got {bad!r}")
 
     @property
     def embedded(self) -> ModelMeasure | None:
@@ -89,7 +100,8 @@ def example_library() -> tuple[ExampleKind, ...]:
     """The library's kinds in the order of its index."""
     index = tomllib.loads((resources.files("privseed.tasks") / "demo_data" / LIBRARY_INDEX).read_text("utf-8"))
     return tuple(ExampleKind(name, frozenset(entry["words"]), entry["file"],
-                             {model: ModelMeasure(**m) for model, m in entry.get("measured", {}).items()})
+                             {model: ModelMeasure(**m) for model, m in entry.get("measured", {}).items()},
+                             tuple(entry.get("openings", ())))
                  for name, entry in index.items())
 
 
@@ -126,6 +138,17 @@ def examples_for_doc_type(doc_type: str) -> tuple[RecipientExample, ...]:
     if name is None:
         return ()
     return _kind_examples(next(k.file for k in example_library() if k.name == name))
+
+
+def answer_openings(few_shot: str | None, examples: str, prefill: bool, doc_type: str) -> tuple[str, ...]:
+    """The openings a generation's answers start from, as the manifest records them (public: configuration only):
+    the library kind's ``openings`` when the prompts show that kind's examples and the backend continues a given
+    opening (``BackendKind.prefill``); none with the owner's ``--few-shot`` (their examples show how their kind
+    opens), with ``--examples none``, or when the doc type names no kind."""
+    if few_shot or examples != "library" or not prefill:
+        return ()
+    name = example_kind_for(doc_type)
+    return next((k.openings for k in example_library() if k.name == name), ())
 
 
 def prompt_examples(few_shot: str | None, examples: str, local_weights: bool, doc_type: str) -> str | None:

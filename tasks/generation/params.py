@@ -57,6 +57,9 @@ class GenerationParams:
     class_names: PublicClassNames | None = None
     # Thresholds of the document predicate set by name (--document-rule), as sorted (name, value) pairs.
     document_rules: tuple[tuple[str, Any], ...] = ()
+    # The public words a document of the kind may open with (the example library's ``openings`` for --doc-type);
+    # each candidate of a backend that continues a given opening starts with one (rounds.opening_for).
+    openings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_regenerations < 0:

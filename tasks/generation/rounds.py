@@ -63,6 +63,18 @@ def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str
                         int(params.no_repeat_ngram), params.steer_schedule, float(params.steer_end_coverage))
 
 
+def opening_for(seed: ReleasedSeed, params: GenerationParams, j: int, backend_kind: str) -> str:
+    """The words candidate j of ``seed`` opens with: one of the document kind's public openings
+    (``GenerationParams.openings``), drawn by a hash of the public call seed and j (``--seed`` drives it), for kinds
+    that continue a given opening (``BackendKind.prefill``); "" for the others and without openings. SmolLM2 opens
+    83 % of its reviews with "The" and the seed's first term (real Yelp reviews: 5.6 %; issue 48)."""
+    kind = KINDS.get(backend_kind)
+    if not params.openings or kind is None or not kind.prefill:
+        return ""
+    draw = hashlib.sha256(f"opening:{int(seed.seed)}:{j}".encode()).digest()[:4]
+    return params.openings[int.from_bytes(draw, "big") % len(params.openings)]
+
+
 def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
                       backend_kind: str = "local", earlier: Sequence[ChatResult] = (),
                       rules: DocumentRules = DEFAULT_RULES) -> ChatRequest:
@@ -72,7 +84,8 @@ def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: Gene
     class_names = None if named_its_class(seed, earlier, rules) else params.class_names
     return build_request(template, terms, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
                          top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
-                         class_names=class_names, steering=steering_for(terms, params, backend_kind))
+                         class_names=class_names, steering=steering_for(terms, params, backend_kind),
+                         answer_prefix=opening_for(seed, params, j, backend_kind))
 
 
 def named_its_class(seed: ReleasedSeed, earlier: Sequence[ChatResult], rules: DocumentRules = DEFAULT_RULES) -> bool:

@@ -65,12 +65,23 @@ class ChatRequest:
     seed: int
     top_p: float = 1.0
     steering: SeedSteering | None = None
+    #: The words the answer starts with, already written (a public opening of the document kind: the example
+    #: library's ``openings``, drawn by privseed.tasks.generation.rounds.opening_for); only kinds that continue an
+    #: answer get one (``BackendKind.prefill``), and their result's text starts with it. "": the model writes it all.
+    answer_prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.answer_prefix != self.answer_prefix.strip():
+            # a trailing space is a token boundary the model never saw in training: it then writes odd words
+            raise ValueError(f"answer_prefix may not start or end with whitespace: {self.answer_prefix!r}")
 
     def params(self) -> dict:
         params: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
                   "top_p": self.top_p}
         if self.steering is not None:  # only then: unsteered requests keep the cache keys they always had
             params["steering"] = self.steering.params()
+        if self.answer_prefix:  # likewise
+            params["answer_prefix"] = self.answer_prefix
         return params
 
     def messages_dicts(self) -> list[dict[str, str]]:

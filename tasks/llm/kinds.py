@@ -151,7 +151,9 @@ class BackendKind:
     ``form``: how --llm names it. ``parse(value, rest)``: the spec of ``KIND:rest``. ``build(spec)``: its backend
     (None: it makes no calls). ``steering``: one of STEERING_MODES. ``run_options``: the run-wide settings it takes
     from the flow's configuration (``llm_spec``). ``local_weights``: its weights are resolved on this machine
-    before any private data is read, and its tokenizer counts prompts for the dry run. ``shared_server``: it runs
+    before any private data is read, and its tokenizer counts prompts for the dry run. ``prefill``: it continues an
+    answer whose first words are given (``ChatRequest.answer_prefix``: a document kind's public openings, which only
+    such kinds get). ``shared_server``: it runs
     one server for the machine (``serving``). ``price(spec, n_calls)``: USD per million (input, output) tokens for
     a run of n calls (None: unknown). ``batches(spec, n_calls)``: whether such a run goes through a batch API."""
 
@@ -163,6 +165,7 @@ class BackendKind:
     steering: str = "none"
     run_options: tuple[str, ...] = ()
     local_weights: bool = False
+    prefill: bool = False
     shared_server: bool = False
     price: Callable[[LLMSpec, int], tuple[float, float] | None] = _declared_price
     batches: Callable[[LLMSpec, int], bool] = _never
@@ -183,7 +186,7 @@ KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
     BackendKind("none", "none", "no LLM, the keyphrase sequence is the document", _parse_none, None, price=_free),
     BackendKind("local", "local[:MODEL_OR_PATH]", "llama-cpp-python in each process, one call at a time",
                 _parse_model("local", False, "local:qwen2.5-coder-0.5b"), _build_local, steering="logits-processor",
-                local_weights=True, price=_free, preflight=_local_weights_present),
+                local_weights=True, prefill=True, price=_free, preflight=_local_weights_present),
     BackendKind("local-server", "local-server[:MODEL_OR_PATH]",
                 "one llama.cpp server per machine (xllamacpp): continuous batching, prompt cache",
                 _parse_model("local-server", False, "local-server:qwen2.5-coder-0.5b"), _build_local_server,

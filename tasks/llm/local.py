@@ -168,6 +168,18 @@ def detokenizer(llm) -> Callable[[Sequence[int]], str]:
     return detokenize
 
 
+def chat_formatter(llm):
+    """The chat formatter ``create_chat_completion`` uses for a GGUF with a chat template (``Llama.__init__``
+    registers it as "chat_template.default"): the template with the model's own end and start tokens."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    def text(token: int) -> str:
+        return "" if token == -1 else llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
+
+    return Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"], eos_token=text(llm.token_eos()),
+                               bos_token=text(llm.token_bos()), stop_token_ids=[llm.token_eos()])
+
+
 class LlamaCppBackend(LLMBackend):
     """llama.cpp on CPU. ``seed`` per call makes each answer reproducible."""
 
@@ -245,6 +257,19 @@ class LlamaCppBackend(LLMBackend):
             kwargs["logits_processor"] = LogitsProcessorList([processor])
         return kwargs
 
+    @classmethod
+    def _continued(cls, llm, req: ChatRequest) -> dict:
+        """``create_chat_completion``'s own path for a GGUF's chat template (llama_cpp.llama_chat_format's
+        Jinja2ChatFormatter and its handler: the same prompt tokens, stops and samplers), with the assistant's turn
+        already opened by ``req.answer_prefix``: the completion continues it (a raw completion response)."""
+        turn = chat_formatter(llm)(messages=req.messages_dicts())
+        prompt = llm.tokenize((turn.prompt + req.answer_prefix).encode("utf-8"), add_bos=not turn.added_special,
+                              special=True)
+        stop = [] if turn.stop is None else [turn.stop] if isinstance(turn.stop, str) else list(turn.stop)
+        return llm.create_completion(prompt=prompt, max_tokens=req.max_tokens, temperature=req.temperature,
+                                     top_p=req.top_p, seed=req.seed, stop=stop,
+                                     stopping_criteria=turn.stopping_criteria, **cls._decoding(llm, req))
+
     def complete(self, requests: Sequence[ChatRequest], on_each: OnEach | None = None) -> list[ChatResult]:
         out = []
         for i, req in enumerate(requests):
@@ -254,11 +279,16 @@ class LlamaCppBackend(LLMBackend):
                 # previous call's common prefix, and the answer to a seed then depends on which call ran before
                 # it (measured: the same request gave two different texts), which breaks "same seed, same text".
                 llm.reset()
-                r = llm.create_chat_completion(
-                    messages=req.messages_dicts(), max_tokens=req.max_tokens, temperature=req.temperature,
-                    top_p=req.top_p, seed=req.seed, **self._decoding(llm, req))
+                if req.answer_prefix:
+                    r = self._continued(llm, req)
+                    answer = req.answer_prefix + (r["choices"][0]["text"] or "")
+                else:
+                    r = llm.create_chat_completion(
+                        messages=req.messages_dicts(), max_tokens=req.max_tokens, temperature=req.temperature,
+                        top_p=req.top_p, seed=req.seed, **self._decoding(llm, req))
+                    answer = r["choices"][0]["message"]["content"] or ""
             finish = r["choices"][0].get("finish_reason")
-            res = ChatResult(text=(r["choices"][0]["message"]["content"] or "").strip(),
+            res = ChatResult(text=answer.strip(),
                              tokens_in=int(r["usage"]["prompt_tokens"]),
                              tokens_out=int(r["usage"]["completion_tokens"]),
                              finish_reason=str(finish) if finish else None)
@@ -310,8 +340,12 @@ class HFLocalBackend(LLMBackend):
         tok, mdl = self._load()
         out = []
         for i, req in enumerate(requests):
-            ids = tok.apply_chat_template(req.messages_dicts(), add_generation_prompt=True, return_tensors="pt",
-                                          return_dict=True)
+            if req.answer_prefix:  # the assistant's turn opened by the prefix, which the answer continues
+                prompt = tok.apply_chat_template(req.messages_dicts(), add_generation_prompt=True, tokenize=False)
+                ids = tok(prompt + req.answer_prefix, add_special_tokens=False, return_tensors="pt")
+            else:
+                ids = tok.apply_chat_template(req.messages_dicts(), add_generation_prompt=True, return_tensors="pt",
+                                              return_dict=True)
             input_ids = ids["input_ids"]
             torch.manual_seed(req.seed)  # generate() samples from the global generator
             with torch.no_grad():
@@ -322,12 +356,23 @@ class HFLocalBackend(LLMBackend):
                     kw.update(do_sample=False)
                 seq = mdl.generate(**ids, **kw)
             new = seq[0, input_ids.shape[1]:]
-            res = ChatResult(text=tok.decode(new, skip_special_tokens=True).strip(),
+            res = ChatResult(text=_hf_answer(tok, seq[0], input_ids.shape[1], req.answer_prefix),
                              tokens_in=int(input_ids.shape[1]), tokens_out=int(new.shape[0]))
             out.append(res)
             if on_each:
                 on_each(i, res)
         return out
+
+
+def _hf_answer(tok, sequence, n_prompt: int, prefix: str) -> str:
+    """The answer a transformers generation wrote after ``n_prompt`` tokens, opened by ``prefix`` when the prompt
+    ended with it: decoded together with the prefix's tokens, since a SentencePiece tokenizer drops the space that
+    opens a decoded piece ("I" + "went")."""
+    if not prefix:
+        return tok.decode(sequence[n_prompt:], skip_special_tokens=True).strip()
+    own = len(tok(prefix, add_special_tokens=False)["input_ids"])
+    text = tok.decode(sequence[n_prompt - own:], skip_special_tokens=True).strip()
+    return text if text.startswith(prefix) else prefix + tok.decode(sequence[n_prompt:], skip_special_tokens=True)
 
 
 def local_backend(model: str | None = None, **kwargs) -> LLMBackend:

@@ -159,8 +159,9 @@ def build_messages(template: PromptTemplate, seed: ReleasedSeed, doc_type: str,
 def build_request(template: PromptTemplate, seed: ReleasedSeed, doc_type: str, *, max_tokens: int,
                   temperature: float, call_seed: int, few_shot: Sequence[RecipientExample] = (),
                   top_p: float = 1.0, class_names: PublicClassNames | None = None,
-                  steering: SeedSteering | None = None) -> ChatRequest:
-    """One request for ``seed``. ``steering`` (local backends) must steer towards this seed's own terms."""
+                  steering: SeedSteering | None = None, answer_prefix: str = "") -> ChatRequest:
+    """One request for ``seed``. ``steering`` (local backends) must steer towards this seed's own terms;
+    ``answer_prefix``: the public words its answer opens with (backends that continue one)."""
     if steering is not None and tuple(steering.terms) != tuple(seed.keyphrases):
         raise UnreleasedValueError("steering terms must be the seed's own released keyphrases")
     if max_tokens <= 0:
@@ -168,7 +169,7 @@ def build_request(template: PromptTemplate, seed: ReleasedSeed, doc_type: str, *
     if temperature < 0:
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
     return ChatRequest(build_messages(template, seed, doc_type, few_shot, class_names), int(max_tokens),
-                       float(temperature), int(call_seed), float(top_p), steering)
+                       float(temperature), int(call_seed), float(top_p), steering, answer_prefix)
 
 
 def build_unseeded_request(template: PromptTemplate, label: object, doc_type: str, *, max_tokens: int,

@@ -19,7 +19,8 @@ from privseed.tasks.errors import retry_if_transient
 from privseed.tasks.dp.mechanisms import mechanism_kind
 from privseed.tasks.generation.drivers import (calibrate_local_speed, generate_release_parts, generate_seeds,
                                                refuse_remote_llm_for_reproducible_noise, seeds_from_sequences)
-from privseed.tasks.generation.examples import envelope_warning, examples_for_doc_type, prompt_examples
+from privseed.tasks.generation.examples import (answer_openings, envelope_warning, examples_for_doc_type,
+                                                prompt_examples)
 from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.generation.rounds import build_generation_requests
 from privseed.tasks.llm.cache import CallCache
@@ -188,7 +189,8 @@ def params_from_config(cfg: ReleaseConfig) -> GenerationParams:
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template
-    return GenerationParams(doc_type=cfg.doc_type, few_shot=examples, class_names=class_names, **kw)
+    openings = answer_openings(few, library, kind_of(spec_from_config(cfg)).prefill, cfg.doc_type)
+    return GenerationParams(doc_type=cfg.doc_type, few_shot=examples, class_names=class_names, openings=openings, **kw)
 
 
 def estimate_generation(sequences: pd.DataFrame, cfg: ReleaseConfig, vocabulary: Sequence[str] | None = None,

@@ -58,7 +58,7 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     the generation shards wrote. ``generation_report`` (counts of synthetic rows and candidates from
     privseed.tasks.generation.rows.split_documents) goes into quality.json beside the gate's result."""
     from privseed.tasks.data.corpus import publish_release
-    from privseed.tasks.generation.examples import prompt_examples
+    from privseed.tasks.generation.examples import answer_openings, prompt_examples
     from privseed.tasks.llm import kind_of
     config = cfg.public_dict()
     # The manifest says whether prompts named the classes, and with which public names.
@@ -66,6 +66,9 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     # ... and which examples they showed: the owner's --few-shot, the example library's kind, or none.
     config["prompt_examples"] = prompt_examples(cfg.few_shot, cfg.examples, kind_of(cfg.llm).local_weights,
                                                 cfg.doc_type) if kind_of(cfg.llm).writes_text else None
+    # ... and the public words their answers opened with (the library kind's openings), if any.
+    config["answer_openings"] = list(answer_openings(cfg.few_shot, cfg.examples, kind_of(cfg.llm).prefill,
+                                                     cfg.doc_type))
     return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate_from_config(cfg, labels),
                            quality_extra={"generation": generation_report} if generation_report else None,
                            storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release,

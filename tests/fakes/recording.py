@@ -38,6 +38,8 @@ class RecordingBackend(LLMBackend):
                     raise RuntimeError("simulated crash")
                 self.requests.append(req)
             text = self.answer(req)
+            if req.answer_prefix:  # the answer continues the words it was given, as a model's does
+                text = f"{req.answer_prefix} {text}"
             res = ChatResult(text, sum(len(m.content.split()) for m in req.messages), len(text.split()))
             out.append(res)
             if on_each:
