@@ -372,7 +372,9 @@ def _hf_answer(tok, sequence, n_prompt: int, prefix: str) -> str:
         return tok.decode(sequence[n_prompt:], skip_special_tokens=True).strip()
     own = len(tok(prefix, add_special_tokens=False)["input_ids"])
     text = tok.decode(sequence[n_prompt - own:], skip_special_tokens=True).strip()
-    return text if text.startswith(prefix) else prefix + tok.decode(sequence[n_prompt:], skip_special_tokens=True)
+    if text.startswith(prefix):
+        return text
+    return (prefix + tok.decode(sequence[n_prompt:], skip_special_tokens=True)).strip()
 
 
 def local_backend(model: str | None = None, **kwargs) -> LLMBackend:
