@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-_HOME = tempfile.mkdtemp(prefix="privseed-tests-")
-# Registered first, so it runs last at exit, after Prefect's own handlers stopped the test servers that wrote there:
-# each test process would otherwise leave its Prefect database behind (6 MB, four a `make test`).
-atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
-os.environ.setdefault("PREFECT_HOME", os.path.join(_HOME, "prefect"))
+if "PREFECT_HOME" not in os.environ:
+    # Made by the first process only: pytest-xdist's workers and the processes tests start inherit it, and one made
+    # in each of them stayed behind empty (they end without running atexit). Registered first, so it runs last at
+    # exit, after Prefect's own handlers stopped the test servers that wrote there (a 6 MB database otherwise left).
+    _HOME = tempfile.mkdtemp(prefix="privseed-tests-")
+    atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+    os.environ["PREFECT_HOME"] = os.path.join(_HOME, "prefect")
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
