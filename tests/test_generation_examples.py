@@ -145,8 +145,10 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
 
     forum = envelope_warning("local", None, "Usenet newsgroup post")
     assert forum is not None and "14.7 %" in forum and "20.2 %" in forum and "qwen2.5-coder-0.5b" in forum
-    # reviews: inside with the openings (30.0 vs 32.0 %, three runs), outside where the backend cannot continue them
-    assert envelope_warning("local", None, "restaurant review") is None
+    # reviews: star ratings trail their seeds even with the openings (36.4 vs 42.5 %, two runs); where the backend
+    # cannot continue an opening, the figure measured without them (business categories, 31.7 vs 39.0 %, four runs)
+    review = envelope_warning("local", None, "restaurant review")
+    assert review is not None and "36.4 %" in review and "42.5 %" in review and "within 2.0 points" in review
     review = envelope_warning("local-server", None, "restaurant review")
     assert review is not None and "31.7 %" in review and "39.0 %" in review  # 20 a class, four runs (2026-11-29)
     assert "never measured" in (envelope_warning("local-server", "smollm2", "customer support email") or "")
@@ -160,7 +162,7 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
     measured = {k.name: k.embedded for k in example_library() if k.embedded is not None}
     assert {"encyclopedia_article", "abstract", "review", "forum_post"} <= set(measured)
     outside = {name for name, m in measured.items() if m.seeds - m.documents > ENVELOPE_MARGIN}
-    assert outside == {"forum_post"}
+    assert outside == {"forum_post", "review"}
     without = {name for name, m in measured.items() if not m.as_run(prefill=False).inside_envelope}
     assert without == {"forum_post", "review"}
 
@@ -171,7 +173,7 @@ def test_the_envelope_suggests_no_local_model_measured_worse_for_the_kind():
     On forum posts Qwen beat its seeds (16.1 against 9.0 %), so it stays the first suggestion there."""
     from privseed.tasks.generation.examples import envelope_warning, example_library
 
-    review = envelope_warning("local-server", None, "Yelp review") or ""  # no openings there: outside
+    review = envelope_warning("local", None, "Yelp review") or ""
     advice = review.split("for better documents use ", 1)[1]
     assert "--llm local:qwen" not in advice and "openai-compatible:URL" in advice and "anthropic:MODEL" in advice
     assert "the opt-in Qwen2.5-Coder-0.5B measured 24.8 % against 37.7 % here" in advice
