@@ -145,12 +145,11 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
 
     forum = envelope_warning("local", None, "Usenet newsgroup post")
     assert forum is not None and "14.7 %" in forum and "20.2 %" in forum and "qwen2.5-coder-0.5b" in forum
-    # reviews: star ratings trail their seeds even with the openings (36.4 vs 42.5 %, two runs); where the backend
-    # cannot continue an opening, the figure measured without them (business categories, 31.7 vs 39.0 %, four runs)
-    review = envelope_warning("local", None, "restaurant review")
-    assert review is not None and "36.4 %" in review and "42.5 %" in review and "within 2.0 points" in review
-    review = envelope_warning("local-server", None, "restaurant review")
-    assert review is not None and "31.7 %" in review and "39.0 %" in review  # 20 a class, four runs (2026-11-29)
+    # reviews: star ratings trail their seeds even with the openings (36.4 vs 42.5 %, two runs), which both local
+    # kinds continue
+    for kind in ("local", "local-server"):
+        review = envelope_warning(kind, None, "restaurant review")
+        assert review is not None and "36.4 %" in review and "42.5 %" in review and "within 2.0 points" in review
     assert "never measured" in (envelope_warning("local-server", "smollm2", "customer support email") or "")
     assert "writing an email" in (envelope_warning("local", None, "email") or "")
     assert "never measured" in (envelope_warning("local", None, "document") or "")
@@ -162,9 +161,7 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
     measured = {k.name: k.embedded for k in example_library() if k.embedded is not None}
     assert {"encyclopedia_article", "abstract", "review", "forum_post"} <= set(measured)
     outside = {name for name, m in measured.items() if m.seeds - m.documents > ENVELOPE_MARGIN}
-    assert outside == {"forum_post", "review"}
-    without = {name for name, m in measured.items() if not m.as_run(prefill=False).inside_envelope}
-    assert without == {"forum_post", "review"}
+    assert outside == {"forum_post", "review"} == {name for name, m in measured.items() if not m.inside_envelope}
 
 
 def test_the_envelope_suggests_no_local_model_measured_worse_for_the_kind():

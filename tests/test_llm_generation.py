@@ -479,7 +479,8 @@ def test_steering_is_sent_to_local_backends_only():
 def test_answers_open_with_the_kinds_public_openings_on_backends_that_continue_one(tmp_path, recording):
     """A kind's openings (the example library's, for reviews) are drawn per candidate from the public call seed: every
     opening is used, the same seed draws the same one, a later candidate may draw another, and only kinds that
-    continue a given opening (``BackendKind.prefill``: local models) get one; the rows start with it."""
+    continue a given opening (``BackendKind.prefill``: the local models, in process or served) get one; the rows
+    start with it."""
     from privseed.tasks.generation.rounds import opening_for
 
     template = PromptTemplate.load("generic")
@@ -490,7 +491,8 @@ def test_answers_open_with_the_kinds_public_openings_on_backends_that_continue_o
     drawn = [opening_for(s, params, 0, "local") for s in many]
     assert set(drawn) == set(openings) and drawn == [opening_for(s, params, 0, "local") for s in many]
     assert [opening_for(s, params, 1, "local") for s in many] != drawn
-    for kind in ("anthropic", "openai-compatible", "local-server"):
+    assert [opening_for(s, params, 0, "local-server") for s in many] == drawn
+    for kind in ("anthropic", "openai-compatible"):
         assert opening_for(many[0], params, 0, kind) == ""
         assert build_generation_requests(many[:1], template, params, kind)[0][0].answer_prefix == ""
     assert opening_for(many[0], GenerationParams(doc_type="review"), 0, "local") == ""

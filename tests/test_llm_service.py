@@ -1,5 +1,6 @@
 """The LLM service: one registry of backend kinds that describe themselves, one complete(), the shared local
 server (xllamacpp) behind the same OpenAI-compatible client a GPU server gets."""
+import dataclasses
 import re
 import socket
 from pathlib import Path
@@ -12,8 +13,9 @@ from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.generation.rounds import steering_for
 from privseed.tasks.llm import (KINDS, LLM_GRAMMAR, CallCache, ChatResult, ReleasedVocabulary, complete, kind_of,
                                 parse_llm_spec, register_backend, serving)
-from privseed.tasks.llm.base import SeedSteering
-from privseed.tasks.llm.openai_compat import STATIC_BIAS_PER_STEER, mean_logprob, steering_body
+from privseed.tasks.llm.base import ChatMessage, ChatRequest, SeedSteering
+from privseed.tasks.llm.openai_compat import (STATIC_BIAS_PER_STEER, OpenAICompatibleBackend, continued_answer,
+                                             mean_logprob, steering_body)
 from privseed.tasks.llm.service import call_prices, llm_spec
 from tests.fakes.recording import RecordingBackend
 
@@ -68,6 +70,20 @@ def test_static_steering_for_a_llama_cpp_server():
     assert body["presence_penalty"] > 0 and body["repeat_penalty"] == 1.1
     assert body["dry_multiplier"] > 0 and body["dry_allowed_length"] == 3
     assert steering_body(None) == {} and steering_body(SeedSteering(("river",))) == {}
+
+
+def test_an_opening_goes_only_to_a_server_that_continues_it():
+    """llama.cpp's server continues a last assistant turn and answers with the whole turn; a build that answers with
+    the continuation alone gets the opening put back. Another OpenAI-compatible server is not sent one."""
+    assert continued_answer("I went", "I went to the bakery. ") == "I went to the bakery."
+    assert continued_answer("I went", " to the bakery.") == "I went to the bakery."
+    request = ChatRequest((ChatMessage("user", "Write a review."),), 32, 0.5, 1, answer_prefix="I went")
+    other = OpenAICompatibleBackend("http://127.0.0.1:9/v1", "m")
+    with pytest.raises(ConfigError, match="continue a given opening"):
+        other._messages(request)
+    assert other._messages(dataclasses.replace(request, answer_prefix="")) == request.messages_dicts()
+    server = OpenAICompatibleBackend("http://127.0.0.1:9/v1", "m", llama_cpp=True)
+    assert server._messages(request)[-1] == {"role": "assistant", "content": "I went"}
 
 
 def test_mean_logprob_of_an_answer():
@@ -140,9 +156,17 @@ def test_local_server_generates_documents_and_stops(tmp_path):
         body = backend.request_body(request)
         assert body["cache_prompt"] is True and all(k.isdigit() for k in body["logit_bias"])  # first-token ids
         answer = backend.complete([request])[0]
+        # an opening: the server continues the last assistant turn, and the answer starts with it
+        opened = dataclasses.replace(request, answer_prefix="The church")
+        sent = backend._messages(opened)
+        assert sent[:-1] == request.messages_dicts() and sent[-1] == {"role": "assistant", "content": "The church"}
+        continued = backend.complete([opened])[0]
         backend.close()
     assert len(rows) == 2 and rows["backend"].eq("local-server").all() and rows["model"].str.contains("@").all()
     assert rows["text"].str.len().gt(0).all()
     assert answer.mean_logprob is not None and answer.mean_logprob < 0 and answer.finish_reason in ("stop", "length")
     assert not answer.text.lstrip().startswith(("#", "-", "*"))
+    assert continued.text.startswith("The church")  # "The churchyard ...": the model may go on with the word
+    assert not continued.text.replace(" ", "").startswith("ThechurchThechurch")  # the opening is not doubled
+    assert continued.tokens_in > answer.tokens_in  # the opening is prompt, not answer
     assert not _listening(url)  # stopped with the block

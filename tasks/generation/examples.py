@@ -20,7 +20,6 @@ from typing import Mapping
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.llm.released import RecipientExample, load_few_shot
-from privseed.tasks.llm.service import KINDS
 
 LIBRARY_INDEX = "example_library.toml"
 #: The embedded model's documents may trail their own seeds by this many points before a run is told it works
@@ -59,9 +58,6 @@ class ModelMeasure:
     documents: float
     seeds: float
     where: str
-    #: For a kind with openings: what the model measured when its answers opened as it liked, which is what a backend
-    #: that cannot continue a given opening gets (``BackendKind.prefill``: the shared server, for one).
-    without_openings: ModelMeasure | None = None
 
     @property
     def inside_envelope(self) -> bool:
@@ -71,14 +67,8 @@ class ModelMeasure:
 
     @classmethod
     def from_table(cls, table: Mapping) -> ModelMeasure:
-        """A measure from the library's TOML table (``without_openings`` a table of the same fields)."""
-        inner = table.get("without_openings")
-        return cls(float(table["documents"]), float(table["seeds"]), str(table["where"]),
-                   None if inner is None else cls.from_table(inner))
-
-    def as_run(self, prefill: bool) -> ModelMeasure:
-        """The measure a run gets: without the openings when its backend cannot continue them."""
-        return self if prefill or self.without_openings is None else self.without_openings
+        """A measure from the library's TOML table."""
+        return cls(float(table["documents"]), float(table["seeds"]), str(table["where"]))
 
 
 @dataclass(frozen=True)
@@ -192,8 +182,6 @@ def envelope_warning(backend_kind: str, model: str | None, doc_type: str) -> str
     kind = next((k for k in example_library() if k.name == kind_name), None)
     measures: Mapping[str, ModelMeasure] = kind.measured if kind is not None else {}
     measured = measures.get(name)
-    if measured is not None:
-        measured = measured.as_run(KINDS[backend_kind].prefill)
     if measured is None and name != EMBEDDED_MODEL:
         return None
     stronger, worse = [], []

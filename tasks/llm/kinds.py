@@ -190,7 +190,7 @@ KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
     BackendKind("local-server", "local-server[:MODEL_OR_PATH]",
                 "one llama.cpp server per machine (xllamacpp): continuous batching, prompt cache",
                 _parse_model("local-server", False, "local-server:qwen2.5-coder-0.5b"), _build_local_server,
-                steering="logit-bias", local_weights=True, shared_server=True, price=_free),
+                steering="logit-bias", local_weights=True, prefill=True, shared_server=True, price=_free),
     BackendKind("anthropic", "anthropic:MODEL", "Messages API; Message Batches for large runs",
                 _parse_model("anthropic", True, "anthropic:claude-haiku-4-5"), _build_anthropic,
                 run_options=("batch_state", "storage_options", "max_concurrency", "secret_block"),

@@ -8,7 +8,9 @@ server wants one, comes from OPENAI_API_KEY (or a Prefect Secret block) and is s
 ``llama_cpp=True`` (the shared local server, tasks/llm/local_server.py) adds what llama.cpp's server takes per
 request beyond the OpenAI schema: ``cache_prompt`` (a slot keeps the KV cache of the shared prompt prefix), seed
 steering as a static ``logit_bias`` on the seed terms (``steering_body``), ``repeat_penalty``, the DRY sampler
-against loops, and a GBNF ``grammar``. ``logprobs=True`` asks for token log-probabilities and returns their mean
+against loops, and a GBNF ``grammar``; and it continues an answer's given opening (``ChatRequest.answer_prefix``): the
+request ends with an assistant turn holding the opening, which llama.cpp's server continues (``prefill_assistant``,
+on by default) as the in-process backend does. ``logprobs=True`` asks for token log-probabilities and returns their mean
 as ``ChatResult.mean_logprob``.
 """
 from __future__ import annotations
@@ -62,6 +64,13 @@ def mean_logprob(choice: Any) -> float | None:
     content = getattr(logprobs, "content", None) if logprobs is not None else None
     values = [float(t.logprob) for t in content or [] if getattr(t, "logprob", None) is not None]
     return sum(values) / len(values) if values else None
+
+
+def continued_answer(opening: str, content: str) -> str:
+    """The answer's text when it continued ``opening``: llama.cpp's server (the build xllamacpp ships) answers with
+    the whole turn, opening included; a build that answers with the continuation alone gets the opening put back."""
+    text = content if content.startswith(opening) else opening + content
+    return text.strip()
 
 
 class OpenAICompatibleBackend(LLMBackend):
@@ -130,8 +139,18 @@ class OpenAICompatibleBackend(LLMBackend):
                 extra["grammar"] = self.grammar
         return extra
 
+    def _messages(self, req: ChatRequest) -> list[dict[str, str]]:
+        """The chat sent for ``req``: with an opening, a last assistant turn that llama.cpp's server continues."""
+        messages = req.messages_dicts()
+        if req.answer_prefix:
+            if not self.llama_cpp:
+                raise ConfigError(f"{self.base} is not known to continue a given opening (only llama.cpp's server "
+                                  "does here); a kind whose backend cannot leaves BackendKind.prefill false")
+            messages.append({"role": "assistant", "content": req.answer_prefix})
+        return messages
+
     def _one(self, req: ChatRequest) -> ChatResult:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": req.messages_dicts(), "max_tokens": req.max_tokens,
+        kwargs: dict[str, Any] = {"model": self.model, "messages": self._messages(req), "max_tokens": req.max_tokens,
                                   "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed}
         if self.logprobs:
             kwargs["logprobs"] = True
@@ -143,7 +162,7 @@ class OpenAICompatibleBackend(LLMBackend):
             raise PrivseedError(f"{self.base}/chat/completions answered without choices[0].message")
         choice = d.choices[0]
         usage = d.usage
-        return ChatResult(text=(choice.message.content or "").strip(),
+        return ChatResult(text=continued_answer(req.answer_prefix, choice.message.content or ""),
                           tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
                           tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
                           finish_reason=str(choice.finish_reason) if choice.finish_reason else None,
