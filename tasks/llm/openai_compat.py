@@ -27,7 +27,6 @@ from privseed.tasks.llm.steering import surface_forms
 #: Static logit bias per unit of --steer: the token-by-token processor pushes only the terms still missing and
 #: only between terms; a bias that is on for the whole answer at full strength makes the model list the seeds.
 STATIC_BIAS_PER_STEER = 0.75
-PRESENCE_PER_BIAS = 1.0
 
 
 def _base_v1(url: str) -> str:
@@ -40,17 +39,18 @@ def _base_v1(url: str) -> str:
 def steering_body(steering: SeedSteering | None) -> dict[str, Any]:
     """llama.cpp server fields for a request's SeedSteering (pure): every surface form of every seed term gets a
     static logit bias of ``strength * STATIC_BIAS_PER_STEER`` (the server tokenizes the strings and biases their
-    tokens), ``repeat_penalty`` as given, and ``no_repeat_ngram`` n > 0 becomes llama.cpp's DRY sampler (which
-    penalises extending a repeated sequence of more than n - 1 tokens) instead of a hard n-gram ban."""
+    tokens), ``repeat_penalty`` as given (it keeps a written term from being pushed into a loop), and
+    ``no_repeat_ngram`` n > 0 becomes llama.cpp's DRY sampler (which penalises extending a repeated sequence of more
+    than n - 1 tokens) instead of a hard n-gram ban."""
     if steering is None:
         return {}
     body: dict[str, Any] = {}
     bias = steering.strength * STATIC_BIAS_PER_STEER
     if bias > 0:
+        # No presence penalty: llama.cpp charges it on every token already written (the full stop too), not on the
+        # seed terms alone, and at the bias's size it ran sentences on (a median 45 words a sentence on DBPedia-14,
+        # the first candidates of two in three OHSUMED-23 seeds rejected as repetitive; issue 48, 2026-11-29)
         body["logit_bias"] = [[form, bias] for term in steering.terms for form in surface_forms(term)]
-        # A term once written should not be pushed again (the processor takes s off its first token): a presence
-        # penalty of the same size cancels the bias on every token the answer already holds.
-        body["presence_penalty"] = bias * PRESENCE_PER_BIAS
     if steering.repeat_penalty != 1.0:
         body["repeat_penalty"] = steering.repeat_penalty
     if steering.no_repeat_ngram > 0:
