@@ -65,11 +65,6 @@ class ModelMeasure:
         library's figures have one decimal)."""
         return round(self.seeds - self.documents, 2) <= ENVELOPE_MARGIN
 
-    @classmethod
-    def from_table(cls, table: Mapping) -> ModelMeasure:
-        """A measure from the library's TOML table."""
-        return cls(float(table["documents"]), float(table["seeds"]), str(table["where"]))
-
 
 @dataclass(frozen=True)
 class ExampleKind:
@@ -106,7 +101,7 @@ def example_library() -> tuple[ExampleKind, ...]:
     """The library's kinds in the order of its index."""
     index = tomllib.loads((resources.files("privseed.tasks") / "demo_data" / LIBRARY_INDEX).read_text("utf-8"))
     return tuple(ExampleKind(name, frozenset(entry["words"]), entry["file"],
-                             {model: ModelMeasure.from_table(m) for model, m in entry.get("measured", {}).items()},
+                             {model: ModelMeasure(**m) for model, m in entry.get("measured", {}).items()},
                              tuple(entry.get("openings", ())))
                  for name, entry in index.items())
 
