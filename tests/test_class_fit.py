@@ -5,7 +5,7 @@ import pytest
 from privseed.tasks.generation.class_fit import SeedClasses, seed_classes
 from privseed.tasks.generation.drivers import generate_seeds, generate_shard
 from privseed.tasks.generation.params import GenerationParams
-from privseed.tasks.generation.rounds import candidate_seed, select_best
+from privseed.tasks.generation.rounds import candidate_seed, select_best, steering_for
 from privseed.tasks.generation.rows import split_documents
 from privseed.tasks.llm import ReleasedVocabulary, register_backend
 from privseed.tasks.llm.base import ChatResult
@@ -103,3 +103,31 @@ def test_the_judge_is_built_from_every_seed_of_the_generation_not_one_shard(tmp_
     rows = generate_seeds(seeds(), SPEC, GenerationParams(doc_type="review", max_tokens=40), str(tmp_path),
                           shard_size=1, progress=False)
     assert rows["candidates"].tolist() == [2, 1, 1, 1] and rows["text"].iloc[0] == ON_CLASS
+
+
+def test_a_class_avoids_the_words_other_classes_seeds_hold_often_and_it_rarely():
+    """The food seeds hold "waiter" and "dessert" twice, "pasta" and "menu" once; the health seeds none of them."""
+    classes = SeedClasses.from_seeds(seeds())
+    assert classes.foreign_words("health", min_count=2) == ("dessert", "waiter")  # ties: alphabetical
+    assert classes.foreign_words("health", min_count=2, limit=1) == ("dessert",)
+    assert classes.foreign_words("health") == ()  # at the default, three uses: none yet
+    assert classes.foreign_words("food", min_count=2) == ("clinic", "nurse")
+    assert classes.foreign_words("health", min_count=2, min_ratio=10.0) == ()  # 3 times as often, not 10
+    assert classes.foreign_words("a label with no seed") == ()
+
+
+def test_local_decoding_avoids_the_other_classes_words_by_default_and_not_when_turned_off(tmp_path, recording):
+    recording.answer = lambda req: ON_CLASS if req.seed in (1000, 1001) else OFF_CLASS
+    more = seeds() + [VOCAB.seed(FOOD[1:], label="food", seed=1004)]  # "waiter" and "dessert" three times
+    params = GenerationParams(doc_type="review", max_tokens=40)
+    generate_shard(more, SPEC, params, str(tmp_path / "on"), progress=False)
+    avoid = {req.seed: req.steering.avoid for req in recording.requests}
+    assert avoid[1000] == avoid[1001] == ("dessert", "waiter")
+    assert avoid[1002] == ()  # the health seeds hold no word three times
+    # the shared server's static bias cannot take a word down without its first tokens: it gets none
+    assert steering_for(more[0], params, "local-server", ("dessert",)).avoid == ()
+    recording.requests.clear()
+    generate_shard(more, SPEC, GenerationParams(doc_type="review", max_tokens=40, avoid_other_classes=False),
+                   str(tmp_path / "off"), progress=False)
+    assert all(req.steering.avoid == () for req in recording.requests)
+    assert all("avoid" not in req.steering.params() for req in recording.requests)  # cache keys as before

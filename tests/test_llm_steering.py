@@ -36,10 +36,10 @@ CONTINUES_WORD = np.array([p[:1].isalnum() for p in PIECES])
 
 
 def processor(strength=2.0, terms=("river", "burrowing", "village"), ngram=0, gap=0, schedule="flat",
-              max_tokens=None, min_gap=2, continues_word=None, end_coverage=1.0) -> SeedSteeringProcessor:
+              max_tokens=None, min_gap=2, continues_word=None, end_coverage=1.0, avoid=()) -> SeedSteeringProcessor:
     return SeedSteeringProcessor(terms, strength, tokenize, detokenize, eos_ids=[0], no_repeat_ngram=ngram, gap=gap,
                                  schedule=schedule, max_tokens=max_tokens, min_gap=min_gap,
-                                 continues_word=continues_word, end_coverage=end_coverage)
+                                 continues_word=continues_word, end_coverage=end_coverage, avoid=avoid)
 
 
 def test_surface_forms():
@@ -98,6 +98,22 @@ def test_no_repeat_ngram_bans_the_token_that_would_repeat_a_phrase():
     doubled = [INDEX[" the"], INDEX[" The"]]  # "the the": the last word again
     assert (delta[doubled] == -np.inf).all()
     assert np.isfinite(np.delete(delta, [INDEX[" arm"], *doubled])).all()
+
+
+def test_words_of_another_class_are_taken_down_whole_words_at_once_longer_ones_at_their_last_token():
+    """" flows" and " Flows" are one token each: down by s at every step. "burrowing" is " burr" + "owing": " burr"
+    begins other words too, so only "owing" right after it goes down. A word that is one of the seed's own terms
+    ("village") is never avoided."""
+    p = processor(terms=("river",), avoid=("flows", "burrowing", "Village"))
+    delta = p.bonus(ids(" the"), len(PIECES))
+    assert delta[INDEX[" flows"]] == -2.0 and delta[INDEX[" Flows"]] == -2.0
+    assert delta[INDEX[" burr"]] == 0.0 and delta[INDEX["owing"]] == 0.0
+    assert delta[INDEX[" Village"]] == -2.0 and delta[INDEX[" village"]] == 0.0  # the word as given, and capitalised
+    after = p.bonus(ids(" the", " burr"), len(PIECES))
+    assert after[INDEX["owing"]] == -2.0 and after[INDEX[" flows"]] == -2.0
+    own = processor(terms=("river", "village"), avoid=("village", "flows")).bonus(ids(" the"), len(PIECES))
+    assert own[INDEX[" village"]] == 2.0 and own[INDEX[" flows"]] == -2.0  # a seed term is pushed, not avoided
+    assert (processor(strength=0.0, avoid=("flows",)).bonus(ids(" the"), len(PIECES)) == 0).all()  # off with s
 
 
 def test_bad_parameters_are_refused():

@@ -241,6 +241,10 @@ class GenerationOptions(OptionGroup):
         default=True, description="a document that reads as another class than its seed's (a naive Bayes of the "
         "released seeds) is worth a rewrite too (--max-rewrites), and documents that read as their class are kept "
         "first; --no-rewrite-off-class: judge the documents without the classes")
+    avoid_other_classes: bool = Field(
+        default=True, description="local models: decoding takes down the words that read as another class than the "
+        "seed's (words another class's released seeds hold at least 3 times and 3 times as often; needs "
+        "--rewrite-off-class's classes); --no-avoid-other-classes: off")
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)")
     steer_schedule: Literal["budget", "flat"] = Field(

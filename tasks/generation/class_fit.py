@@ -14,6 +14,12 @@ worth another candidate (``GenerationParams.max_rewrites`` rounds; no new worst 
 one that fits its class is kept first. It never drops a row: a seed whose documents all read as another class keeps
 the best of them.
 
+The same counts say which words to keep out of a seed's document while it is written (``foreign_words``): the
+words that another class's seeds hold at least 3 times and at least 3 times as often as the seed's class does
+(smoothed), at most 30 a class, strongest first (that class's count times the log of the ratio). A local model's
+decoding takes them down (``privseed.tasks.llm.steering``, ``GenerationParams.avoid_other_classes``): "food",
+"restaurant" and "pizza" for a Yelp Shopping seed, "great", "amazing" and "recommend" for a one-star review's.
+
 The document's own seed is part of its class's counts, so a document that writes its seed's words fits: what the
 test catches is a document whose other words belong to another class. Left out, the other seeds alone are too thin
 at 20 a class to judge (the rows of six releases of issue 48 that fit: 14-89 % with the own seed left out, 78-99 %
@@ -35,6 +41,13 @@ from privseed.tasks.llm.released import ReleasedSeed
 from privseed.tasks.quality.metrics import tokenize
 
 
+#: ``SeedClasses.foreign_words``: at most this many words a class, each held at least ``FOREIGN_MIN_COUNT`` times by
+#: another class's seeds and ``FOREIGN_MIN_RATIO`` times as often as by the class's own.
+FOREIGN_LIMIT = 30
+FOREIGN_MIN_RATIO = 3.0
+FOREIGN_MIN_COUNT = 3
+
+
 @dataclass(frozen=True, eq=False)
 class SeedClasses:
     """Per-class log word probabilities of the seeds (``from_seeds``). ``labels[c]`` is class c,
@@ -43,6 +56,7 @@ class SeedClasses:
     labels: tuple[Any, ...]
     words: dict[str, int]
     log_probs: np.ndarray
+    counts: np.ndarray  # counts[c, w]: how often class c's seeds hold word words[w]
 
     @classmethod
     def from_seeds(cls, seeds: Sequence[ReleasedSeed]) -> SeedClasses | None:
@@ -55,11 +69,12 @@ class SeedClasses:
         for s in seeds:
             counts[index[s.label]].update(w for phrase in s.keyphrases for w in tokenize(str(phrase)))
         words = {w: i for i, w in enumerate(sorted(set().union(*counts)))}
-        table = np.ones((len(labels), len(words)))  # add-one smoothing
+        table = np.zeros((len(labels), len(words)))
         for c, counter in enumerate(counts):
             for w, n in counter.items():
                 table[c, words[w]] += n
-        return cls(labels, words, np.log(table / table.sum(axis=1, keepdims=True)))
+        smoothed = table + 1.0  # add-one smoothing
+        return cls(labels, words, np.log(smoothed / smoothed.sum(axis=1, keepdims=True)), table)
 
     def scores(self, text: str) -> np.ndarray | None:
         """Log likelihood of ``text``'s seed words under each class (None: it has no seed word)."""
@@ -81,6 +96,25 @@ class SeedClasses:
         if scores is None or label not in self.labels:
             return True
         return bool(scores[self.labels.index(label)] >= scores.max())
+
+
+    def foreign_words(self, label: Any, limit: int = FOREIGN_LIMIT, min_ratio: float = FOREIGN_MIN_RATIO,
+                      min_count: int = FOREIGN_MIN_COUNT) -> tuple[str, ...]:
+        """Words that read as another class than ``label``, strongest first: words some other class's seeds hold
+        at least ``min_count`` times, at least ``min_ratio`` times as often (smoothed) as ``label``'s seeds do, ranked
+        by that class's count times the log of the ratio; at most ``limit``. () for a label no seed has."""
+        if label not in self.labels:
+            return ()
+        c = self.labels.index(label)
+        others = np.delete(np.arange(len(self.labels)), c)
+        log_ratio = self.log_probs[others] - self.log_probs[c]
+        strongest = log_ratio.argmax(axis=0)
+        ratio = log_ratio[strongest, np.arange(len(self.words))]
+        count = self.counts[others][strongest, np.arange(len(self.words))]
+        chosen = np.flatnonzero((ratio >= np.log(min_ratio)) & (count >= min_count))
+        vocabulary = np.array(list(self.words))
+        order = sorted(chosen.tolist(), key=lambda w: (-count[w] * ratio[w], vocabulary[w]))
+        return tuple(str(vocabulary[w]) for w in order[:limit])
 
 
 def seed_classes(seeds: Sequence[ReleasedSeed], enabled: bool = True) -> SeedClasses | None:

@@ -41,6 +41,9 @@ class GenerationParams:
     # generation's released seeds) is worth a rewrite too, and documents that fit their class are kept first.
     # SmolLM2 writes a restaurant for about one Yelp seed in four of the other categories (issue 48).
     rewrite_off_class: bool = True
+    # Local decoding takes down the words that read as another class than the seed's (tasks/generation/class_fit.py
+    # ``SeedClasses.foreign_words``; needs ``rewrite_off_class``'s seed classes; issue 48).
+    avoid_other_classes: bool = True
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
     # Their defaults are the command line's (defaults.py), so every caller -- the only-LLM baseline too -- decodes

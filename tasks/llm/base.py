@@ -36,7 +36,9 @@ class SeedSteering:
     term's first tokens); 0 turns steering off. ``repeat_penalty`` is llama.cpp's; ``no_repeat_ngram`` bans a
     token that would repeat a word n-gram of the answer (0: off). ``schedule``: "budget" (the push grows as the
     token budget runs out, and the answer cannot end while more than a ``1 - end_coverage`` share of the terms is
-    missing) or "flat" (the first version). Remote APIs cannot apply these and get none.
+    missing) or "flat" (the first version). ``avoid``: words that read as another class than the seed's
+    (``privseed.tasks.generation.class_fit.SeedClasses.foreign_words``; public, from released seeds), taken down by
+    ``strength`` wherever the answer would write them. Remote APIs cannot apply these and get none.
     """
 
     terms: tuple[str, ...]
@@ -45,12 +47,15 @@ class SeedSteering:
     no_repeat_ngram: int = 0
     schedule: str = "budget"
     end_coverage: float = 1.0
+    avoid: tuple[str, ...] = ()
 
     def params(self) -> dict:
         params = {"terms": list(self.terms), "strength": self.strength, "repeat_penalty": self.repeat_penalty,
                   "no_repeat_ngram": self.no_repeat_ngram, "schedule": self.schedule}
         if self.end_coverage != 1.0:  # only then: requests that hold the end for every term keep their cache keys
             params["end_coverage"] = self.end_coverage
+        if self.avoid:  # likewise: requests without words to avoid keep their cache keys
+            params["avoid"] = list(self.avoid)
         return params
 
 

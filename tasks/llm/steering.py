@@ -7,6 +7,8 @@ it once per generated token with every token id so far (prompt first) and the lo
 
 At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``) and the push p (below):
 
+- a word of ``avoid`` (words that read as another class than the seed's, ``SeedSteering.avoid``) gets -s: its
+  token where the word is one token, its last token after the others where it is longer;
 - a token that **begins** a seed term not yet in the answer (its first token in any of the surface forms
   " term", " Term", "term", "Term"; the forms without a space only where a word begins without one, at the
   start of the answer, after white space or an opening bracket or quote, or the push glues the term onto what
@@ -41,7 +43,8 @@ Two schedules (``schedule``):
   "dmitrii" (no longer the term) and then get pushed again ("dmitrii, dmitrias, dmitres, ...").
   Measured on DP seeds from the public test split (experiments/results/generation.md, "Seed steering").
 
-Privacy: the terms are the released seed (already in the prompt); nothing else is read. Costs no privacy.
+Privacy: the terms are the released seed (already in the prompt), the words to avoid other released seeds' words;
+nothing else is read. Costs no privacy.
 """
 from __future__ import annotations
 
@@ -82,7 +85,7 @@ class SeedSteeringProcessor:
                  detokenize: Callable[[Sequence[int]], str], eos_ids: Sequence[int] = (), no_repeat_ngram: int = 0,
                  gap: int = 6, max_tokens: int | None = None, schedule: str = "budget", min_gap: int = 2,
                  tail: float = 0.1, min_tail: int = 8, continues_word: np.ndarray | None = None,
-                 end_coverage: float = 1.0):
+                 end_coverage: float = 1.0, avoid: Sequence[str] = ()):
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
         if no_repeat_ngram < 0:
@@ -125,6 +128,21 @@ class SeedSteeringProcessor:
                 (spaced if form.startswith(" ") else bare).add(tuple(int(i) for i in tokenize(form)))
             self.forms[term] = sorted(s for s in spaced | bare if s)
             self.bare |= {s for s in bare - spaced if s}
+        # Words to keep out (``avoid``, the seed's own terms excepted): the token sequences of " word" and " Word".
+        # A one-token word is taken down wherever it could come; a longer one where the answer has written all of
+        # it but its last token (its first tokens begin other words too: " del" of " delicious" and " deli").
+        own = {t.lower() for t in self.terms}
+        self.avoided: set[int] = set()
+        self.avoided_ends: list[tuple[int, ...]] = []
+        for word in dict.fromkeys(str(w) for w in avoid):
+            if not word.strip() or word.lower() in own:
+                continue
+            for form in dict.fromkeys((" " + word, " " + word[:1].upper() + word[1:])):
+                seq = tuple(int(i) for i in tokenize(form))
+                if len(seq) == 1:
+                    self.avoided.add(seq[0])
+                elif seq:
+                    self.avoided_ends.append(seq)
         self.prompt_len: int | None = None
         # Memo of the answer seen so far: its tokens and, for each prefix length k, its text and the terms written.
         self._seen: list[int] = []
@@ -203,6 +221,13 @@ class SeedSteeringProcessor:
         delta: dict[int, float] = {}
         s = self.strength
         generated = [int(t) for t in generated]
+        if s > 0:
+            for token in self.avoided:
+                delta[token] = -s
+            for seq in self.avoided_ends:
+                k = len(seq) - 1
+                if len(generated) >= k and tuple(generated[-k:]) == seq[:-1]:
+                    delta[seq[-1]] = -s
         if s > 0 and self.terms:
             done = self.written(generated)
             missing = [t for t in self.terms if t not in done]
