@@ -9,7 +9,7 @@ documents beside the output (``OUT/<arm>.parquet``), and prints for each arm: TF
 words; the rows the document predicate rejects; the rows of the non-food categories that name food.
 
     python benchmarks/review_openings.py RELEASE --test test.parquet --class-names names.json --out OUT
-        [--doc-type review] [--per-class 20] [--offset 0] [--openings "I went|We|..."]
+        [--doc-type review] [--per-class 20] [--offset 0] [--openings "I went|We|..."] [--avoid-other-classes]
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from benchmarks.llm_local_utility import utility  # noqa: E402
 from privseed.tasks.data.corpus import read_release  # noqa: E402
 from privseed.tasks.generation.examples import answer_openings, examples_for_doc_type  # noqa: E402
 from privseed.tasks.generation.params import GenerationParams  # noqa: E402
-from privseed.tasks.generation.rounds import candidate_request, cleaned  # noqa: E402
+from privseed.tasks.generation.class_fit import SeedClasses  # noqa: E402
+from privseed.tasks.generation.rounds import candidate_request, cleaned, foreign_words  # noqa: E402
 from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary  # noqa: E402
+from privseed.tasks.llm.released import ReleasedSeed  # noqa: E402
 from privseed.tasks.llm.local import LlamaCppBackend  # noqa: E402
 from privseed.tasks.llm.released import load_class_names  # noqa: E402
 from privseed.tasks.quality import document_rejection  # noqa: E402
@@ -45,14 +47,24 @@ FOOD = re.compile(r"\b(?:food|restaurant|dinner|lunch|breakfast|menu|pizza|chick
 FOOD_CLASSES = re.compile(r"Restaurants|Bars|Food", re.I)
 
 
-def arm_documents(rows: pd.DataFrame, params: GenerationParams, backend: LlamaCppBackend) -> pd.DataFrame:
-    """Each row's first candidate under ``params``: the pipeline's own request (``candidate_request``) and cleaning."""
+def released_seeds(rows: pd.DataFrame) -> list[ReleasedSeed]:
+    """The rows' released seeds (keyphrases, label, call seed; a release without call seeds numbers its rows)."""
     vocabulary = ReleasedVocabulary(sorted({t for k in rows["keyphrases"] for t in k}), "the release's keyphrases")
+    call_seeds = rows["seed"] if "seed" in rows else range(len(rows))
+    return [vocabulary.seed(list(k), label, int(s))
+            for k, label, s in zip(rows["keyphrases"], rows["label"], call_seeds)]
+
+
+def arm_documents(rows: pd.DataFrame, params: GenerationParams, backend: LlamaCppBackend,
+                  avoid: dict | None = None) -> pd.DataFrame:
+    """Each row's first candidate under ``params``: the pipeline's own request (``candidate_request``) and cleaning;
+    ``avoid``: each class's words to keep out (``foreign_words``; None: none)."""
     template = PromptTemplate.load(params.template)
     out = []
-    for keyphrases, label, seed in zip(rows["keyphrases"], rows["label"], rows["seed"]):
-        released = vocabulary.seed(list(keyphrases), label, int(seed))
-        answer = cleaned(backend.complete([candidate_request(template, released, params, 0, "local")])[0])
+    for released, keyphrases, label in zip(released_seeds(rows), rows["keyphrases"], rows["label"]):
+        words = (avoid or {}).get(label, ())
+        answer = cleaned(backend.complete([candidate_request(template, released, params, 0, "local",
+                                                             avoid=words)])[0])
         out.append({"text": answer.text, "label": label, "keyphrases": list(keyphrases),
                     "rejected": document_rejection(answer.text, tuple(keyphrases), answer.finish_reason) or ""})
     return pd.DataFrame(out)
@@ -86,6 +98,9 @@ def main() -> None:
     ap.add_argument("--openings", default=None, help="'|'-separated openings (default: the library's for the kind)")
     ap.add_argument("--max-tokens", type=int, default=None, help="default: the release's own")
     ap.add_argument("--n-threads", type=int, default=1)
+    ap.add_argument("--avoid-other-classes", action="store_true",
+                    help="a third arm: the openings, and each class's words of the other classes kept out "
+                    "(SeedClasses.foreign_words over the rows' seeds, as --avoid-other-classes does)")
     args = ap.parse_args()
     manifest, rows = read_release(args.release)
     rank = rows.groupby("label").cumcount()
@@ -102,11 +117,16 @@ def main() -> None:
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPU core(s), {args.n_threads} thread(s), Python "
           f"{platform.python_version()}; model {backend.model}; {len(rows)} seeds of {args.release}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    for name, arm in (("model's own opening", params),
-                      ("public openings", dataclasses.replace(params, openings=openings))):
+    with_openings = dataclasses.replace(params, openings=openings)
+    arms: list[tuple[str, str, GenerationParams, dict | None]] = [
+        ("own", "model's own opening", params, None), ("openings", "public openings", with_openings, None)]
+    if args.avoid_other_classes:
+        avoid = foreign_words(released_seeds(rows), SeedClasses.from_seeds(released_seeds(rows)), with_openings)
+        arms.append(("avoid", "public openings, other classes' words kept out", with_openings, avoid))
+    for file, name, arm, words in arms:
         start = time.perf_counter()
-        docs = arm_documents(rows, arm, backend)
-        docs.to_parquet(Path(args.out) / f"{'openings' if arm.openings else 'own'}.parquet", index=False)
+        docs = arm_documents(rows, arm, backend, words)
+        docs.to_parquet(Path(args.out) / f"{file}.parquet", index=False)
         print(describe(name, docs, test) + f"; {time.perf_counter() - start:.0f} s", flush=True)
 
 
