@@ -89,11 +89,14 @@ def test_dpkps_release_through_the_server(llama_server, prefect_harness, tmp_pat
     assert main(["dpkps", str(corpus), "--out", str(out), "--method", "independent", "--vocab-top", "20000",
                  "--vocab-size", "40",
                  "--features", "64", "--per-class", "2", "--length", "4", "--workers", "1", "--no-gate",
-                 "--llm", f"openai-compatible:{llama_server}", "--max-tokens", "32", "--temperature", "0",
+                 "--llm", f"openai-compatible:{llama_server}", "--max-tokens", "48", "--temperature", "0.8",
+                 "--document-rule", "reject_truncated=false",
                  "--class-names", str(names), "--doc-type", "short encyclopedia entry"]) == 0
     manifest, synthetic = read_release(str(out))
-    # Every seed is accounted for: written, or dropped after its regenerations (the 135M model at 32 tokens may
-    # stop mid-sentence on every try; which seeds it gets is random, as the DP noise is).
+    # Every seed is accounted for: written, or dropped after its regenerations. Which seeds the run gets is random,
+    # as the DP noise is: at temperature 0 and 32 tokens the 135M model stopped mid-sentence on every try of all
+    # four seeds of one draw (a fresh-clone CI run, 2026-11-30), so the regenerations sample (temperature 0.8) and
+    # an answer cut at the token limit counts as a document here: this test is about the server's wiring.
     generation = json.loads((out / "quality.json").read_text())["generation"]
     assert generation["rows_kept"] == len(synthetic) >= 1 and generation["rows_kept"] + generation["rows_dropped"] == 4
     assert set(synthetic["label"].tolist()) <= {0, 1}
@@ -102,7 +105,9 @@ def test_dpkps_release_through_the_server(llama_server, prefect_harness, tmp_pat
     # The prompts name the class; a seed whose answer opened with its class's name is asked again without it, and
     # its row says so (which seeds the model does that to is the model's, as the DP noise is the run's).
     assert set(synthetic["prompt_version"]) <= {"dpkps-generic-v1+class-name-v2", "dpkps-generic-v1"}
-    unnamed = synthetic["prompt_version"] == "dpkps-generic-v1"
-    assert synthetic.loc[unnamed, "rejections"].map(lambda r: "names_class" in list(r)).all()
+    # Asked without it after one candidate was rejected for it, or after two kept ones opened with it loosely
+    # (rounds.named_its_class: a rewrite, not a rejection, so the row's third candidate at the earliest).
+    unnamed = synthetic[synthetic["prompt_version"] == "dpkps-generic-v1"]
+    assert all("names_class" in list(r) or n >= 3 for r, n in zip(unnamed["rejections"], unnamed["candidates"]))
     assert manifest["config"]["prompt_class_names"] == {"0": "Sports club", "1": "Landscape"}
     assert manifest["config"]["llm"] == f"openai-compatible:{llama_server}"
