@@ -121,7 +121,8 @@ def main() -> None:
     arms: list[tuple[str, str, GenerationParams, dict | None]] = [
         ("own", "model's own opening", params, None), ("openings", "public openings", with_openings, None)]
     if args.avoid_other_classes:
-        avoid = foreign_words(released_seeds(rows), SeedClasses.from_seeds(released_seeds(rows)), with_openings)
+        seeds = released_seeds(rows)
+        avoid = foreign_words(seeds, SeedClasses.from_seeds(seeds), with_openings)
         arms.append(("avoid", "public openings, other classes' words kept out", with_openings, avoid))
     for file, name, arm, words in arms:
         start = time.perf_counter()

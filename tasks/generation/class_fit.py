@@ -97,7 +97,6 @@ class SeedClasses:
             return True
         return bool(scores[self.labels.index(label)] >= scores.max())
 
-
     def foreign_words(self, label: Any, limit: int = FOREIGN_LIMIT, min_ratio: float = FOREIGN_MIN_RATIO,
                       min_count: int = FOREIGN_MIN_COUNT) -> tuple[str, ...]:
         """Words that read as another class than ``label``, strongest first: words some other class's seeds hold
