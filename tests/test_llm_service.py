@@ -152,9 +152,17 @@ def test_local_server_generates_documents_and_stops(tmp_path):
         assert url.startswith("http://127.0.0.1:") and _listening(url)
         rows = generate_seeds(seeds, served, params, str(tmp_path / "cache"), progress=False)
         backend = LocalServerBackend(None, url=url, slots=2, grammar="prose")
-        assert backend.grammar == PROSE_GRAMMAR and backend.first_token(" river") is not None
+        assert backend.grammar == PROSE_GRAMMAR and len(backend.tokens(" river")) == 1
         body = backend.request_body(request)
         assert body["cache_prompt"] is True and all(k.isdigit() for k in body["logit_bias"])  # first-token ids
+        assert all(v > 0 for v in body["logit_bias"].values())
+        # the other classes' words: down by the strength where one token, a longer word and a seed term left alone
+        avoiding = dataclasses.replace(request, steering=dataclasses.replace(
+            request.steering, avoid=("river", "village", "burrowingly")))
+        avoided = backend.request_body(avoiding)["logit_bias"]
+        assert avoided[str(backend.tokens(" river")[0])] == -4.0 and avoided[str(backend.tokens(" River")[0])] == -4.0
+        assert len(backend.tokens(" burrowingly")) > 1 and str(backend.tokens(" burrowingly")[0]) not in avoided
+        assert avoided[str(backend.tokens(" village")[0])] > 0  # the seed's own term keeps its push
         answer = backend.complete([request])[0]
         # an opening: the server continues the last assistant turn, and the answer starts with it
         opened = dataclasses.replace(request, answer_prefix="The church")

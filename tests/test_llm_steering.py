@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from privseed.tasks.llm.steering import SeedSteeringProcessor, surface_forms
+from privseed.tasks.llm.steering import SeedSteeringProcessor, avoided_forms, surface_forms
 
 # A toy vocabulary: whole words with and without a leading space, plus two pieces of "burrowing".
 PIECES = ["<eos>", " the", " a", " river", " River", "river", "River", " burr", " Burr", "burr", "Burr", "owing",
@@ -114,6 +114,7 @@ def test_words_of_another_class_are_taken_down_whole_words_at_once_longer_ones_a
     own = processor(terms=("river", "village"), avoid=("village", "flows")).bonus(ids(" the"), len(PIECES))
     assert own[INDEX[" village"]] == 2.0 and own[INDEX[" flows"]] == -2.0  # a seed term is pushed, not avoided
     assert (processor(strength=0.0, avoid=("flows",)).bonus(ids(" the"), len(PIECES)) == 0).all()  # off with s
+    assert avoided_forms(("flows", "Village", " ", "flows"), ("village",)) == [" flows", " Flows"]
 
 
 def test_bad_parameters_are_refused():

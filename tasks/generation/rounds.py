@@ -56,16 +56,15 @@ def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str
                  avoid: Sequence[str] = ()) -> SeedSteering | None:
     """The decoding controls of ``seed``'s calls: only for kinds that apply them (``BackendKind.steering``: local
     models; remote APIs cannot), and only when one of them is on, so requests without them keep their cache keys.
-    ``avoid``: words that read as another class (``SeedClasses.foreign_words``), kept out by a kind that steers
-    token by token (``"logits-processor"``). A shared server's static logit bias leaves them: it biases every token
-    of a string, and the first tokens of a longer word begin other words too (" del" of " delicious")."""
+    ``avoid``: words that read as another class (``SeedClasses.foreign_words``), kept out by every kind that steers
+    (the processor takes each down; the shared server, with a static bias, those that are one token)."""
     kind = KINDS.get(backend_kind)
     if kind is None or kind.steering == "none" or (
             params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
         return None
     return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
                         int(params.no_repeat_ngram), params.steer_schedule, float(params.steer_end_coverage),
-                        tuple(avoid) if kind.steering == "logits-processor" else ())
+                        tuple(avoid))
 
 
 def opening_for(seed: ReleasedSeed, params: GenerationParams, j: int, backend_kind: str) -> str:

@@ -29,6 +29,7 @@ from privseed.tasks.errors import ConfigError
 from privseed.tasks.llm.base import ChatRequest
 from privseed.tasks.llm.openai_compat import OpenAICompatibleBackend
 from privseed.tasks.llm.retry import RetryPolicy
+from privseed.tasks.llm.steering import avoided_forms
 
 log = logging.getLogger("privseed.llm")
 
@@ -159,7 +160,7 @@ class LocalServerBackend(OpenAICompatibleBackend):
         self._url = url
         self.path = path
         self._model_id = model_id(path)
-        self._first_tokens: dict[str, int | None] = {}
+        self._tokens: dict[str, tuple[int, ...]] = {}
         self._tokens_lock = threading.Lock()
         super().__init__(url or "http://127.0.0.1:0/v1", self._model_id,
                          max_concurrency=int(max_concurrency or slots), retry=retry, llama_cpp=True, logprobs=True,
@@ -171,32 +172,39 @@ class LocalServerBackend(OpenAICompatibleBackend):
             self.base = shared_server(self.settings).url
         return super().client
 
-    def first_token(self, text: str) -> int | None:
-        """The first token id of ``text`` in the served model's vocabulary (the server's /tokenize, cached)."""
+    def tokens(self, text: str) -> tuple[int, ...]:
+        """The token ids of ``text`` in the served model's vocabulary (the server's /tokenize, cached)."""
         with self._tokens_lock:
-            if text not in self._first_tokens:
+            if text not in self._tokens:
                 self.client  # noqa: B018 - the server runs before it is asked
                 import httpx
 
                 r = httpx.post(self.base.removesuffix("/v1") + "/tokenize",
                                json={"content": text, "add_special": False}, timeout=30)
                 r.raise_for_status()
-                tokens = r.json().get("tokens") or []
-                self._first_tokens[text] = int(tokens[0]) if tokens else None
-            return self._first_tokens[text]
+                self._tokens[text] = tuple(int(t) for t in r.json().get("tokens") or ())
+            return self._tokens[text]
 
     def request_body(self, req: ChatRequest) -> dict[str, Any]:
         """As the OpenAI-compatible client's, with the seed terms' logit bias on the FIRST token of each surface
         form (as the token-by-token processor pushes), not on every token of it: a bias on word pieces ("ing")
-        pushed them into every word."""
+        pushed them into every word. The words to avoid (``SeedSteering.avoid``) get -strength where " word" or
+        " Word" is one token, as the processor gives them; a longer one is left to the class-fit rounds, since a
+        static bias on its first token would take down the other words that begin with it (" del" of " deli")."""
         body = super().request_body(req)
         forms = body.pop("logit_bias", None)
-        if forms:
-            bias: dict[str, float] = {}
-            for form, value in forms:
-                token = self.first_token(form)
-                if token is not None:
-                    bias[str(token)] = max(bias.get(str(token), float("-inf")), float(value))
+        bias: dict[str, float] = {}
+        for form, value in forms or ():
+            token = self.tokens(form)[:1]
+            if token:
+                bias[str(token[0])] = max(bias.get(str(token[0]), float("-inf")), float(value))
+        steering = req.steering
+        if steering is not None and steering.strength > 0:
+            for form in avoided_forms(steering.avoid, steering.terms):
+                token = self.tokens(form)
+                if len(token) == 1:
+                    bias.setdefault(str(token[0]), -float(steering.strength))  # a seed term's first token wins
+        if bias:
             body["logit_bias"] = bias
         return body
 

@@ -71,6 +71,17 @@ def surface_forms(term: str) -> list[str]:
     return forms
 
 
+def avoided_forms(avoid: Sequence[str], terms: Sequence[str]) -> list[str]:
+    """The surface forms of the words to keep out (pure): " word" and " Word" of each, in order, without the seed's
+    own terms (a word of the seed is never avoided) and blanks."""
+    own = {str(t).lower() for t in terms}
+    forms: dict[str, None] = {}
+    for word in (str(w) for w in avoid):
+        if word.strip() and word.lower() not in own:
+            forms.update(dict.fromkeys((" " + word, " " + word[:1].upper() + word[1:])))
+    return list(forms)
+
+
 class SeedSteeringProcessor:
     """``processor(input_ids, scores) -> scores`` for one generation call (it keeps that call's state).
 
@@ -131,18 +142,14 @@ class SeedSteeringProcessor:
         # Words to keep out (``avoid``, the seed's own terms excepted): the token sequences of " word" and " Word".
         # A one-token word is taken down wherever it could come; a longer one where the answer has written all of
         # it but its last token (its first tokens begin other words too: " del" of " delicious" and " deli").
-        own = {t.lower() for t in self.terms}
         self.avoided: set[int] = set()
         self.avoided_ends: list[tuple[int, ...]] = []
-        for word in dict.fromkeys(str(w) for w in avoid):
-            if not word.strip() or word.lower() in own:
-                continue
-            for form in dict.fromkeys((" " + word, " " + word[:1].upper() + word[1:])):
-                seq = tuple(int(i) for i in tokenize(form))
-                if len(seq) == 1:
-                    self.avoided.add(seq[0])
-                elif seq:
-                    self.avoided_ends.append(seq)
+        for form in avoided_forms(avoid, self.terms):
+            seq = tuple(int(i) for i in tokenize(form))
+            if len(seq) == 1:
+                self.avoided.add(seq[0])
+            elif seq:
+                self.avoided_ends.append(seq)
         self.prompt_len: int | None = None
         # Memo of the answer seen so far: its tokens and, for each prefix length k, its text and the terms written.
         self._seen: list[int] = []
