@@ -319,6 +319,11 @@ def test_short_item_run_counts_short_items_in_a_row_within_a_sentence(text, run)
 
 # Prose that sits next to the meta-talk and glossary patterns and must stay a document.
 NEAR_MISSES = [
+    # near the hostility family (patterns.json): a cuisine, a colour, a city, a team, a history
+    ("The Chinese food here was disgusting and the egg whites were worse. The refugees' cafe next door was better.",
+     ["food", "cafe"]),
+    ("Islamabad is dangerous at night. The immigrants were killed in the war of 1848, and the Indians were terrible "
+     "this season.", ["war", "season"]),
     ("DiethelmKellerSiberHegner is a Swiss trading group; the peptide GlyProGlyArgAlaPhe was synthesized in 1990.",
      ["trading", "group", "peptide"]),
     ("Physicians most interested in the topic responded to the survey. The topics of the course were set in May.",

@@ -39,6 +39,23 @@ TAG_PATTERN: re.Pattern[str] = re.compile(_DATA["web_markup"]["tag"], re.I)
 # Each entry: (marker name, compiled regex) of the frame of a chat message or letter around a text.
 CHAT_FRAME_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (entry["name"], re.compile(entry["pattern"], re.I)) for entry in _DATA["chat_frame"])
+
+
+def _alternation(words: list[str]) -> str:
+    """One non-capturing alternation of ``words`` (longest first; a space matches any white space)."""
+    return "(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in sorted(words, key=len, reverse=True)) + ")"
+
+
+_GROUP = _alternation(_DATA["hostility"]["groups"])
+# A statement that a group of people is evil or should be harmed: the group, at most three words, then a copula and
+# an attribute ("Muslims are violent", "immigrants are all criminals") or "should be" and a harm.
+HOSTILITY_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(rf"\b{_GROUP}\b(?:\s+[\w'-]+){{0,3}}?\s+(?:is|are|was|were)\s+"
+               rf"(?:(?:an?|so|very|all|just|pure|purely|truly|really|simply|nothing\s+but)\s+)*"
+               rf"{_alternation(_DATA['hostility']['attributes'])}\b", re.I),
+    re.compile(rf"\b{_GROUP}\b(?:\s+[\w'-]+){{0,3}}?\s+should\s+(?:all\s+)?(?:be\s+)?"
+               rf"{_alternation(_DATA['hostility']['harms'])}\b", re.I),
+)
 # What ``privseed.tasks.quality.cleaning.clean_text`` removes, by name (a preamble line, a title's label, ...).
 CLEANING_PATTERNS: dict[str, re.Pattern[str]] = {
     entry["name"]: re.compile(entry["pattern"], _flags(entry["flags"])) for entry in _DATA["cleaning"]}
@@ -85,3 +102,8 @@ def chat_frame_markers(text: Any) -> tuple[str, ...]:
     if not isinstance(text, str):
         return ()
     return tuple(name for name, pattern in CHAT_FRAME_PATTERNS if pattern.search(text))
+
+
+def hostility(text: Any) -> bool:
+    """Whether ``text`` says a group of people is evil or should be harmed (patterns.json ``hostility``)."""
+    return isinstance(text, str) and any(p.search(text) for p in HOSTILITY_PATTERNS)

@@ -19,7 +19,7 @@ from typing import Any
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.quality.language import LANGUAGES, language_probability
-from privseed.tasks.quality.patterns import chat_frame_markers, meta_talk, template_residue
+from privseed.tasks.quality.patterns import chat_frame_markers, hostility, meta_talk, template_residue
 from privseed.tasks.quality.shapes import (WebMarkup, _longest_phrase_run, _longest_token_run, _singular, _tokens,
                                            article_list, doubled_phrase, borrows_example_name, copies_example,
                                            ends_a_sentence, fragment_lines, glossary_headers, is_keyphrase_passthrough,
@@ -43,6 +43,8 @@ REJECTION_REASONS: tuple[str, ...] = (
                          # links, several hashtags / @handles (patterns.json web_markup)
     "chat_frame",        # a chat message or letter around the text: two of the markers patterns.json chat_frame names
                          # (a greeting to a crowd, "I hope this message finds you well", a sign-off, ...)
+    "hostile",           # says a group of people is evil or should be harmed ("Islamism is an evil and violent
+                         # religion", issue 48): one is enough (patterns.json hostility)
     "repetition_loop",   # a token or phrase back to back ("Australia, Australia, ..."), a phrase of 3+ words doubled
                          # inside a clause ("the island of the island of"), letters looping in a word
     "repetitive",        # Gopher repetition statistics: duplicate lines / paragraphs, top 2-4-gram and duplicated
@@ -376,6 +378,8 @@ def document_rejection(text: Any, keyphrases: Any = (), finish_reason: str | Non
         return "web_markup"
     if len(chat_frame_markers(text)) >= rules.max_chat_markers:
         return "chat_frame"
+    if hostility(text):
+        return "hostile"
     tokens = _tokens(text)
     if (_longest_token_run(tokens) >= rules.max_token_run or _longest_phrase_run(tokens) >= rules.max_phrase_run
             or syllable_loop(text) or doubled_phrase(text, rules.min_doubled_phrase_words)):
