@@ -1,8 +1,8 @@
 """The regular expressions that remain in the document predicate, loaded once from ``patterns.json`` beside this
 module: what an answer *says* (a chat template's tokens, the assistant talking about itself or the task, a preamble
-naming the kind of document), which no statistic of its shape can see, and what generation's cleaning removes
-before the predicate judges an answer (``privseed.tasks.quality.cleaning``). The file gives each group of patterns
-the reason it was added."""
+naming the kind of document, a group of people called evil), which no statistic of its shape can see, and what
+generation's cleaning removes before the predicate judges an answer (``privseed.tasks.quality.cleaning``). The file
+gives each group of patterns the reason it was added."""
 
 from __future__ import annotations
 
