@@ -32,13 +32,12 @@ from benchmarks.bench_noise import cpu_model  # noqa: E402
 from benchmarks.llm_local_utility import utility  # noqa: E402
 from privseed.tasks.data.corpus import read_release  # noqa: E402
 from privseed.tasks.generation.examples import answer_openings, examples_for_doc_type  # noqa: E402
-from privseed.tasks.generation.params import GenerationParams  # noqa: E402
 from privseed.tasks.generation.class_fit import SeedClasses  # noqa: E402
+from privseed.tasks.generation.params import GenerationParams  # noqa: E402
 from privseed.tasks.generation.rounds import candidate_request, cleaned, foreign_words  # noqa: E402
 from privseed.tasks.llm import PromptTemplate, ReleasedVocabulary  # noqa: E402
-from privseed.tasks.llm.released import ReleasedSeed  # noqa: E402
 from privseed.tasks.llm.local import LlamaCppBackend  # noqa: E402
-from privseed.tasks.llm.released import load_class_names  # noqa: E402
+from privseed.tasks.llm.released import ReleasedSeed, load_class_names  # noqa: E402
 from privseed.tasks.quality import document_rejection  # noqa: E402
 
 #: Words that place a review at a meal (the restaurant pull measured in issue 48).
