@@ -116,6 +116,33 @@ def test_a_class_avoids_the_words_other_classes_seeds_hold_often_and_it_rarely()
     assert classes.foreign_words("a label with no seed") == ()
 
 
+def test_a_class_prefers_the_words_its_seeds_hold_often_and_the_others_rarely():
+    """The health seeds hold "clinic" and "nurse" twice, the food seeds never: three times as likely (smoothed)."""
+    classes = SeedClasses.from_seeds(seeds())
+    assert classes.own_words("health", min_count=2) == ("clinic", "nurse")  # ties: alphabetical
+    assert classes.own_words("health", min_count=2, limit=1) == ("clinic",)
+    assert classes.own_words("health") == ()  # at the default, three uses: none yet
+    assert classes.own_words("food", min_count=2) == ("dessert", "waiter")
+    assert classes.own_words("health", min_count=2, min_ratio=4.0) == ()  # 3 times as likely, not 4
+    assert classes.own_words("a label with no seed") == ()
+
+
+def test_local_decoding_prefers_the_own_classes_words_by_default_and_not_when_turned_off(tmp_path, recording):
+    recording.answer = lambda req: ON_CLASS if req.seed in (1000, 1001) else OFF_CLASS
+    more = seeds() + [VOCAB.seed(FOOD[1:], label="food", seed=1004)]  # "waiter" and "dessert" three times
+    generate_shard(more, SPEC, GenerationParams(doc_type="review", max_tokens=40), str(tmp_path / "on"),
+                   progress=False)
+    prefer = {req.seed: req.steering.prefer for req in recording.requests}
+    assert prefer[1002] == prefer[1004] == ("dessert", "waiter") and prefer[1000] == ()
+    assert all(req.steering.params().get("prefer", list(req.steering.prefer)) == list(req.steering.prefer)
+               for req in recording.requests)
+    recording.requests.clear()
+    generate_shard(more, SPEC, GenerationParams(doc_type="review", max_tokens=40, prefer_own_class=False),
+                   str(tmp_path / "off"), progress=False)
+    assert all(req.steering.prefer == () for req in recording.requests)
+    assert all("prefer" not in req.steering.params() for req in recording.requests)  # cache keys as before
+
+
 def test_local_decoding_avoids_the_other_classes_words_by_default_and_not_when_turned_off(tmp_path, recording):
     recording.answer = lambda req: ON_CLASS if req.seed in (1000, 1001) else OFF_CLASS
     more = seeds() + [VOCAB.seed(FOOD[1:], label="food", seed=1004)]  # "waiter" and "dessert" three times

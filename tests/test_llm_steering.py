@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from privseed.tasks.llm.steering import SeedSteeringProcessor, avoided_forms, surface_forms
+from privseed.tasks.llm.steering import (PREFER_SHARE, SeedSteeringProcessor, avoided_forms, preferred_forms,
+                                        surface_forms)
 
 # A toy vocabulary: whole words with and without a leading space, plus two pieces of "burrowing".
 PIECES = ["<eos>", " the", " a", " river", " River", "river", "River", " burr", " Burr", "burr", "Burr", "owing",
@@ -36,10 +37,11 @@ CONTINUES_WORD = np.array([p[:1].isalnum() for p in PIECES])
 
 
 def processor(strength=2.0, terms=("river", "burrowing", "village"), ngram=0, gap=0, schedule="flat",
-              max_tokens=None, min_gap=2, continues_word=None, end_coverage=1.0, avoid=()) -> SeedSteeringProcessor:
+              max_tokens=None, min_gap=2, continues_word=None, end_coverage=1.0, avoid=(),
+              prefer=()) -> SeedSteeringProcessor:
     return SeedSteeringProcessor(terms, strength, tokenize, detokenize, eos_ids=[0], no_repeat_ngram=ngram, gap=gap,
                                  schedule=schedule, max_tokens=max_tokens, min_gap=min_gap,
-                                 continues_word=continues_word, end_coverage=end_coverage, avoid=avoid)
+                                 continues_word=continues_word, end_coverage=end_coverage, avoid=avoid, prefer=prefer)
 
 
 def test_surface_forms():
@@ -115,6 +117,29 @@ def test_words_of_another_class_are_taken_down_whole_words_at_once_longer_ones_a
     assert own[INDEX[" village"]] == 2.0 and own[INDEX[" flows"]] == -2.0  # a seed term is pushed, not avoided
     assert (processor(strength=0.0, avoid=("flows",)).bonus(ids(" the"), len(PIECES)) == 0).all()  # off with s
     assert avoided_forms(("flows", "Village", " ", "flows"), ("village",)) == [" flows", " Flows"]
+
+
+def test_words_of_the_own_class_are_pushed_by_half_the_strength_after_the_first_sentence_until_written():
+    """" north" and " North" are one token each: up by s/2 from the end of the answer's first sentence until "north"
+    is written, then left alone. "burrowing" is two tokens and is not pushed (its " burr" begins other words); a seed
+    term ("village") keeps the term's push."""
+    assert PREFER_SHARE == 0.5
+    p = processor(terms=("river",), prefer=("north", "burrowing", "village"))
+    first = p.bonus(ids(" the"), len(PIECES))
+    assert first[INDEX[" north"]] == 0.0 and first[INDEX[" village"]] == 0.0  # the first sentence is the model's
+    delta = p.bonus(ids(" the", " river", ".", " the"), len(PIECES))
+    assert delta[INDEX[" north"]] == 1.0 and delta[INDEX[" North"]] == 1.0
+    assert delta[INDEX[" burr"]] == 0.0 and delta[INDEX["owing"]] == 0.0
+    assert delta[INDEX[" village"]] == 1.0  # not a term of this seed: preferred
+    written = p.bonus(ids(" the", ".", " North", " of", " the"), len(PIECES))
+    assert written[INDEX[" north"]] == 0.0 and written[INDEX[" North"]] == 0.0  # written once: no more push
+    sentence = ids(" the", ".", " the")
+    own = processor(terms=("river", "village"), prefer=("village", "north")).bonus(sentence, len(PIECES))
+    assert own[INDEX[" village"]] == 2.0 and own[INDEX[" north"]] == 1.0  # the term's push, not the preferred one
+    after = processor(terms=("river",), avoid=("north",), prefer=("north",)).bonus(sentence, len(PIECES))
+    assert after[INDEX[" north"]] == -2.0  # a word to avoid stays avoided
+    assert (processor(strength=0.0, prefer=("north",)).bonus(sentence, len(PIECES)) == 0).all()  # off with s
+    assert preferred_forms(("north", "Village", " ", "north"), ("village",)) == {" north": "north", " North": "north"}
 
 
 def test_bad_parameters_are_refused():

@@ -18,7 +18,10 @@ The same counts say which words to keep out of a seed's document while it is wri
 words that another class's seeds hold at least 3 times and at least 3 times as often as the seed's class does
 (smoothed), at most 30 a class, strongest first (that class's count times the log of the ratio). A local model's
 decoding takes them down (``privseed.tasks.llm.steering``, ``GenerationParams.avoid_other_classes``): "food",
-"restaurant" and "pizza" for a Yelp Shopping seed, "great", "amazing" and "recommend" for a one-star review's.
+"restaurant" and "pizza" for a Yelp Shopping seed, "great", "amazing" and "recommend" for a one-star review's. And
+which words to push (``own_words``): the words the seed's own class's seeds hold at least 3 times and at least twice
+as often as any other class's, at most 30 ("rude", "horrible", "waiting" for a one-star review;
+``GenerationParams.prefer_own_class``), so the words a small model adds to its seed's terms say its class too.
 
 The document's own seed is part of its class's counts, so a document that writes its seed's words fits: what the
 test catches is a document whose other words belong to another class. Left out, the other seeds alone are too thin
@@ -46,6 +49,13 @@ from privseed.tasks.quality.metrics import tokenize
 FOREIGN_LIMIT = 30
 FOREIGN_MIN_RATIO = 3.0
 FOREIGN_MIN_COUNT = 3
+#: ``SeedClasses.own_words``: at most this many words a class, each held at least ``OWN_MIN_COUNT`` times by the
+#: class's seeds and ``OWN_MIN_RATIO`` times as often as by any other class's. Twice, not three times: neighbouring
+#: star ratings share most words, and at three times the classes of three `yelp-stars` releases held 0-6 words each
+#: (a middle rating none), at twice 5-17 ("rude", "horrible", "waiting" for one star; issue 48).
+OWN_LIMIT = 30
+OWN_MIN_RATIO = 2.0
+OWN_MIN_COUNT = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,11 +118,29 @@ class SeedClasses:
         others = np.delete(np.arange(len(self.labels)), c)
         log_ratio = self.log_probs[others] - self.log_probs[c]
         strongest = log_ratio.argmax(axis=0)
-        ratio = log_ratio[strongest, np.arange(len(self.words))]
-        count = self.counts[others][strongest, np.arange(len(self.words))]
-        chosen = np.flatnonzero((ratio >= np.log(min_ratio)) & (count >= min_count))
+        columns = np.arange(len(self.words))
+        return self._ranked(log_ratio[strongest, columns], self.counts[others][strongest, columns], limit,
+                            min_ratio, min_count)
+
+    def own_words(self, label: Any, limit: int = OWN_LIMIT, min_ratio: float = OWN_MIN_RATIO,
+                  min_count: int = OWN_MIN_COUNT) -> tuple[str, ...]:
+        """Words that read as ``label``, strongest first: words its seeds hold at least ``min_count`` times and at
+        least ``min_ratio`` times as often (smoothed) as every other class's seeds do, ranked by the count times the
+        log of the ratio over the closest other class; at most ``limit``. () for a label no seed has."""
+        if label not in self.labels:
+            return ()
+        c = self.labels.index(label)
+        others = np.delete(np.arange(len(self.labels)), c)
+        log_ratio = self.log_probs[c] - self.log_probs[others].max(axis=0)
+        return self._ranked(log_ratio, self.counts[c], limit, min_ratio, min_count)
+
+    def _ranked(self, log_ratio: np.ndarray, count: np.ndarray, limit: int, min_ratio: float,
+                min_count: int) -> tuple[str, ...]:
+        """The words whose ``log_ratio`` is at least log(``min_ratio``) and ``count`` at least ``min_count``, by
+        count times log ratio (ties by the word), at most ``limit``."""
+        chosen = np.flatnonzero((log_ratio >= np.log(min_ratio)) & (count >= min_count))
         vocabulary = np.array(list(self.words))
-        order = sorted(chosen.tolist(), key=lambda w: (-count[w] * ratio[w], vocabulary[w]))
+        order = sorted(chosen.tolist(), key=lambda w: (-count[w] * log_ratio[w], vocabulary[w]))
         return tuple(str(vocabulary[w]) for w in order[:limit])
 
 

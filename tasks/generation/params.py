@@ -44,6 +44,9 @@ class GenerationParams:
     # Local decoding takes down the words that read as another class than the seed's (tasks/generation/class_fit.py
     # ``SeedClasses.foreign_words``; needs ``rewrite_off_class``'s seed classes; issue 48).
     avoid_other_classes: bool = True
+    # Local in-process decoding pushes the words that read as the seed's own class (``SeedClasses.own_words``), so
+    # the words a small model adds to its seed's say its class too (issue 48).
+    prefer_own_class: bool = True
     # Local llama.cpp decoding (tasks/llm/steering.py): seed-steering strength (0: off), llama.cpp's repeat
     # penalty (1: off) and a token no-repeat n-gram size (0: off). Remote backends ignore them.
     # Their defaults are the command line's (defaults.py), so every caller -- the only-LLM baseline too -- decodes

@@ -53,18 +53,21 @@ def candidate_seed(seed: int, j: int) -> int:
 
 
 def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str,
-                 avoid: Sequence[str] = ()) -> SeedSteering | None:
+                 avoid: Sequence[str] = (), prefer: Sequence[str] = ()) -> SeedSteering | None:
     """The decoding controls of ``seed``'s calls: only for kinds that apply them (``BackendKind.steering``: local
     models; remote APIs cannot), and only when one of them is on, so requests without them keep their cache keys.
     ``avoid``: words that read as another class (``SeedClasses.foreign_words``), kept out by every kind that steers
-    (the processor takes each down; the shared server, with a static bias, those that are one token)."""
+    (the processor takes each down; the shared server, with a static bias, those that are one token); ``prefer``:
+    words that read as the seed's own class (``SeedClasses.own_words``), pushed by the in-process processor while
+    the answer does not hold them (a static bias on the shared server could not stop once a word is written, and
+    the server leaves them out)."""
     kind = KINDS.get(backend_kind)
     if kind is None or kind.steering == "none" or (
             params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
         return None
     return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
                         int(params.no_repeat_ngram), params.steer_schedule, float(params.steer_end_coverage),
-                        tuple(avoid))
+                        tuple(avoid), tuple(prefer))
 
 
 def opening_for(seed: ReleasedSeed, params: GenerationParams, j: int, backend_kind: str) -> str:
@@ -81,15 +84,16 @@ def opening_for(seed: ReleasedSeed, params: GenerationParams, j: int, backend_ki
 
 def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: GenerationParams, j: int,
                       backend_kind: str = "local", earlier: Sequence[ChatResult] = (),
-                      rules: DocumentRules = DEFAULT_RULES, avoid: Sequence[str] = ()) -> ChatRequest:
+                      rules: DocumentRules = DEFAULT_RULES, avoid: Sequence[str] = (),
+                      prefer: Sequence[str] = ()) -> ChatRequest:
     """Candidate j of ``seed`` (pure): the prompt of ``prompt_seed(seed, earlier, rules)`` with call seed
     ``candidate_seed(seed.seed, j)``. ``earlier``: the seed's candidates 0..j-1 (none for the first round);
-    ``avoid``: words its decoding keeps out (``steering_for``)."""
+    ``avoid`` and ``prefer``: words its decoding keeps out and pushes (``steering_for``)."""
     terms = prompt_seed(seed, earlier, rules)
     class_names = None if named_its_class(seed, earlier, rules) else params.class_names
     return build_request(template, terms, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
                          top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
-                         class_names=class_names, steering=steering_for(terms, params, backend_kind, avoid),
+                         class_names=class_names, steering=steering_for(terms, params, backend_kind, avoid, prefer),
                          answer_prefix=opening_for(seed, params, j, backend_kind))
 
 
@@ -277,9 +281,11 @@ def seeded_rounds(seeds: Sequence[ReleasedSeed], template: PromptTemplate, param
                 and fits_class(seeds[i], answer, classes))
 
     avoid = foreign_words(seeds, classes, params)
+    prefer = own_words(seeds, classes, params)
     candidate_rounds(len(seeds), params.best_of, params.max_regenerations,
                      lambda i, j, earlier: candidate_request(template, seeds[i], params, j, backend_kind, earlier,
-                                                             rules, avoid.get(seeds[i].label, ())),
+                                                             rules, avoid.get(seeds[i].label, ()),
+                                                             prefer.get(seeds[i].label, ())),
                      lambda i, result: rejection(seeds[i], cleaned(result), rules) is None, send, on_settled,
                      plain, params.max_rewrites)
 
@@ -291,3 +297,12 @@ def foreign_words(seeds: Sequence[ReleasedSeed], classes: SeedClasses | None,
     if classes is None or not params.avoid_other_classes:
         return {}
     return {label: classes.foreign_words(label) for label in dict.fromkeys(s.label for s in seeds)}
+
+
+def own_words(seeds: Sequence[ReleasedSeed], classes: SeedClasses | None,
+              params: GenerationParams) -> dict[object, tuple[str, ...]]:
+    """Each class's words to prefer (``SeedClasses.own_words``) when ``params.prefer_own_class`` is on and there are
+    classes to tell apart; {} otherwise."""
+    if classes is None or not params.prefer_own_class:
+        return {}
+    return {label: classes.own_words(label) for label in dict.fromkeys(s.label for s in seeds)}

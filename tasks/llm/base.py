@@ -38,7 +38,9 @@ class SeedSteering:
     token budget runs out, and the answer cannot end while more than a ``1 - end_coverage`` share of the terms is
     missing) or "flat" (the first version). ``avoid``: words that read as another class than the seed's
     (``privseed.tasks.generation.class_fit.SeedClasses.foreign_words``; public, from released seeds), taken down by
-    ``strength`` wherever the answer would write them. Remote APIs cannot apply these and get none.
+    ``strength`` wherever the answer would write them. ``prefer``: words that read as the seed's own class
+    (``SeedClasses.own_words``), pushed by half the strength while the answer does not hold them (the in-process
+    processor only). Remote APIs cannot apply these and get none.
     """
 
     terms: tuple[str, ...]
@@ -48,6 +50,7 @@ class SeedSteering:
     schedule: str = "budget"
     end_coverage: float = 1.0
     avoid: tuple[str, ...] = ()
+    prefer: tuple[str, ...] = ()
 
     def params(self) -> dict:
         params = {"terms": list(self.terms), "strength": self.strength, "repeat_penalty": self.repeat_penalty,
@@ -56,6 +59,8 @@ class SeedSteering:
             params["end_coverage"] = self.end_coverage
         if self.avoid:  # likewise: requests without words to avoid keep their cache keys
             params["avoid"] = list(self.avoid)
+        if self.prefer:  # likewise
+            params["prefer"] = list(self.prefer)
         return params
 
 

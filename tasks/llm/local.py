@@ -253,7 +253,8 @@ class LlamaCppBackend(LLMBackend):
                 detokenize=detokenizer(llm),
                 eos_ids=end_of_generation_ids(llm), no_repeat_ngram=steering.no_repeat_ngram,
                 max_tokens=req.max_tokens, schedule=steering.schedule, continues_word=word_continuations(llm),
-                end_coverage=steering.end_coverage, avoid=steering.avoid)
+                end_coverage=steering.end_coverage, avoid=steering.avoid,
+                prefer=steering.prefer)
             kwargs["logits_processor"] = LogitsProcessorList([processor])
         return kwargs
 

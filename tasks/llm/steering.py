@@ -9,6 +9,11 @@ At each step, with ``strength`` s (``SeedSteering.strength``, ``--steer``) and t
 
 - a word of ``avoid`` (words that read as another class than the seed's, ``SeedSteering.avoid``) gets -s: its
   token where the word is one token, its last token after the others where it is longer;
+- a word of ``prefer`` (words that read as the seed's own class, ``SeedSteering.prefer``) that is one token and not
+  yet in the answer gets +s * ``PREFER_SHARE`` once the answer's first sentence has ended, so the words a document
+  adds to its seed's say its class too (a longer word is left alone: its first token begins other words, and a push
+  on it would write them; pushed from the first word, "favorite" followed the opening "My" in 5-6 % of the star
+  ratings' rows, real reviews 0.2 %);
 - a token that **begins** a seed term not yet in the answer (its first token in any of the surface forms
   " term", " Term", "term", "Term"; the forms without a space only where a word begins without one, at the
   start of the answer, after white space or an opening bracket or quote, or the push glues the term onto what
@@ -43,8 +48,8 @@ Two schedules (``schedule``):
   "dmitrii" (no longer the term) and then get pushed again ("dmitrii, dmitrias, dmitres, ...").
   Measured on DP seeds from the public test split (experiments/results/generation.md, "Seed steering").
 
-Privacy: the terms are the released seed (already in the prompt), the words to avoid other released seeds' words;
-nothing else is read. Costs no privacy.
+Privacy: the terms are the released seed (already in the prompt), the words to avoid and to prefer other released
+seeds' words; nothing else is read. Costs no privacy.
 """
 from __future__ import annotations
 
@@ -54,13 +59,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from privseed.tasks.quality.metrics import terms_present
+from privseed.tasks.quality.metrics import terms_present, tokenize as tokenize_words
 
 SCHEDULES = ("flat", "budget")
 #: Characters a word may follow without a space.
 WORD_OPENERS = frozenset("([{\"'\u201c\u2018")
 #: The answer's last word, alone or followed by a comma (the next word must not repeat it).
 LAST_WORD = re.compile(r"([^\W\d_][\w'\u2019-]*),?$")
+#: The end of a sentence in the answer: the preferred words are pushed after the first one.
+SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+#: A preferred word's push, as a share of the steering strength: half, so a missing seed term (pushed by the whole
+#: strength, more when behind pace) still comes first. On `yelp-stars`' first candidates at 1/2 of 4 the documents
+#: scored 37.3 % against 35.2 % without (issue 48).
+PREFER_SHARE = 0.5
 
 
 def surface_forms(term: str) -> list[str]:
@@ -68,6 +79,18 @@ def surface_forms(term: str) -> list[str]:
     forms = []
     for word in dict.fromkeys((term, term[:1].upper() + term[1:])):
         forms += [" " + word, word]
+    return forms
+
+
+def preferred_forms(prefer: Sequence[str], terms: Sequence[str]) -> dict[str, str]:
+    """The surface forms of the words to prefer (pure): " word" and " Word" of each, mapped to the word in lower
+    case, without the seed's own terms (they are pushed as terms) and blanks."""
+    own = {str(t).lower() for t in terms}
+    forms: dict[str, str] = {}
+    for word in (str(w) for w in prefer):
+        if word.strip() and word.lower() not in own:
+            for form in (" " + word, " " + word[:1].upper() + word[1:]):
+                forms.setdefault(form, word.lower())
     return forms
 
 
@@ -96,7 +119,7 @@ class SeedSteeringProcessor:
                  detokenize: Callable[[Sequence[int]], str], eos_ids: Sequence[int] = (), no_repeat_ngram: int = 0,
                  gap: int = 6, max_tokens: int | None = None, schedule: str = "budget", min_gap: int = 2,
                  tail: float = 0.1, min_tail: int = 8, continues_word: np.ndarray | None = None,
-                 end_coverage: float = 1.0, avoid: Sequence[str] = ()):
+                 end_coverage: float = 1.0, avoid: Sequence[str] = (), prefer: Sequence[str] = ()):
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
         if no_repeat_ngram < 0:
@@ -150,6 +173,13 @@ class SeedSteeringProcessor:
                 self.avoided.add(seq[0])
             elif seq:
                 self.avoided_ends.append(seq)
+        # Words to prefer (``prefer``, the seed's own terms excepted): the token of " word" and " Word" where it is
+        # one token, with the word it writes (pushed while the answer does not hold it).
+        self.preferred: dict[int, str] = {}
+        for form, word in preferred_forms(prefer, self.terms).items():
+            seq = tuple(int(i) for i in tokenize(form))
+            if len(seq) == 1:
+                self.preferred.setdefault(seq[0], word)
         self.prompt_len: int | None = None
         # Memo of the answer seen so far: its tokens and, for each prefix length k, its text and the terms written.
         self._seen: list[int] = []
@@ -235,6 +265,13 @@ class SeedSteeringProcessor:
                 k = len(seq) - 1
                 if len(generated) >= k and tuple(generated[-k:]) == seq[:-1]:
                     delta[seq[-1]] = -s
+        if s > 0 and self.preferred:
+            self._advance(generated)
+            answer = self._text_at[len(generated)]
+            held = set(tokenize_words(answer)) if SENTENCE_END.search(answer) else set(self.preferred.values())
+            for token, word in self.preferred.items():
+                if word not in held and token not in delta:
+                    delta[token] = s * PREFER_SHARE
         if s > 0 and self.terms:
             done = self.written(generated)
             missing = [t for t in self.terms if t not in done]

@@ -179,8 +179,8 @@ def params_from_config(cfg: ReleaseConfig) -> GenerationParams:
         log.info("no example documents: --doc-type %r names no kind of the example library", cfg.doc_type)
     class_names = class_names_from_config(cfg)
     kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "max_rewrites",
-                                       "rewrite_off_class", "avoid_other_classes", "steer", "steer_schedule",
-                                       "steer_end_coverage", "repeat_penalty", "no_repeat_ngram")
+                                       "rewrite_off_class", "avoid_other_classes", "prefer_own_class", "steer",
+                                       "steer_schedule", "steer_end_coverage", "repeat_penalty", "no_repeat_ngram")
           if getattr(cfg, k, None) is not None}
     if hasattr(cfg, "language"):
         kw["language"] = cfg.language
