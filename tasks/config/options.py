@@ -246,10 +246,10 @@ class GenerationOptions(OptionGroup):
         "seed's (words another class's released seeds hold at least 3 times and 3 times as often; needs "
         "--rewrite-off-class's classes); --no-avoid-other-classes: off")
     prefer_own_class: bool = Field(
-        default=True, description="local in-process models: decoding pushes, by half of --steer while the answer "
-        "lacks them, the one-token words that read as the seed's own class (words its released seeds hold at least "
-        "3 times and twice as often as any other class's; needs --rewrite-off-class's classes); "
-        "--no-prefer-own-class: off")
+        default=True, description="local in-process models: decoding pushes, by half of --steer from the end of the "
+        "answer's first sentence while the answer lacks them, the one-token words that read as the seed's own class "
+        "(words its released seeds hold at least 3 times and twice as often as any other class's; needs "
+        "--rewrite-off-class's classes); --no-prefer-own-class: off")
     steer: float = Field(default=STEER_DEFAULT, ge=0.0, le=50.0,
                          description="seed steering strength for local llama.cpp models (0: off)")
     steer_schedule: Literal["budget", "flat"] = Field(
