@@ -32,6 +32,7 @@ from privseed.tasks.seeds.histogram_seeds import (build_mechanism, class_pair_co
                                                   contribution_weights, class_term_releases, noise_floor,
                                                   pair_candidates, pair_coherence, pair_matrix, pair_mechanism,
                                                   release_all, sample_class_sequences, stage_budgets)
+from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.evaluation.experiment import data_root
 from privseed.tasks.dp.mechanisms import insecure_noise
 from privseed.tasks.seeds.sampling import SelectionRule
@@ -51,7 +52,9 @@ BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 
 # {"contribution": "rank-l2", "mechanism": "gaussian", "decay": 0.5} (experiments/results/dpkps.md).
 # denoise / M: class_term_releases; share, T (pair floor: expected pure-noise pairs per class), P (pair candidates
 # per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov.
-# "background_cap" (not in BASE, so the keys of the runs before it stay valid; 1 when absent): --hist-background-cap
+# "background_cap" (not in BASE, so the keys of the runs before it stay valid; 1 when absent): --hist-background-cap.
+# {"adaptive": true} takes the flow's default cap and names it in its key (adaptive keys without one are cap 1).
+DEFAULT_BACKGROUND_CAP = DpKpsConfig.model_fields["hist_background_cap"].default
 #: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of
 #: privseed.tasks.dp.accounting.default_delta
 GAUSSIAN_DELTA = 7.238241365054197e-08
@@ -378,6 +381,8 @@ def main() -> None:
         for variation in variations:
             setting = {**BASE, **variation}
             setting.setdefault("T", 0.0)
+            if setting.get("adaptive"):  # the flow's default cap, named in the key
+                setting.setdefault("background_cap", DEFAULT_BACKGROUND_CAP)
             if setting["top"] not in matched:
                 vocabulary = load_vocabulary("english", setting["top"])
                 matcher = phrase_matcher(vocabulary)
