@@ -6,7 +6,7 @@ import pytest
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.seeds.vocabulary import (PhraseMatcher, Vocabulary, english_vocabulary, file_vocabulary,
                                              first_terms_histogram, privatize_vocabulary, tokenize, top_terms,
-                                             vocabulary_mechanism)
+                                             vocabulary_mechanism, withheld_terms)
 from privseed.tasks.dp.mechanisms import secure_noise
 from tests.noise_checks import assert_noise_is
 
@@ -62,6 +62,22 @@ def test_english_vocabulary_is_filtered_cut_and_cached():
     assert not set(v.terms) & set(ENGLISH_STOP_WORDS)
     assert "school" in v.terms and "the" not in v.terms
     assert len(english_vocabulary(20000)) > len(v)
+
+
+def test_english_vocabulary_withholds_slurs_and_keeps_words_with_an_everyday_sense():
+    """Noise lifts words no document holds into the seeds, so V itself must not hold a slur: the withheld list
+    reaches into wordfreq's cut (the filter is not vacuous), and none of it is left in V at any cut."""
+    import wordfreq
+
+    withheld = withheld_terms()
+    top = set(wordfreq.top_n_list("en", 50_000, wordlist="large"))
+    assert len(withheld & top) >= 50
+    assert all(w == w.strip().lower() and w.isalpha() for w in withheld)
+    for cut in (5000, 50_000, 100_000):
+        assert not withheld & set(english_vocabulary(cut).terms)
+    # words with an everyday other sense stay, and so does what medical and encyclopedia corpora hold
+    kept = {"cock", "pussy", "bitch", "dyke", "retard", "sex", "nude", "porn", "gay", "breast", "vagina", "penis"}
+    assert kept <= set(english_vocabulary(50_000).terms)
 
 
 def test_file_vocabulary_multiword(tmp_path):

@@ -30,6 +30,8 @@ _TOKEN_CHAR_RE = re.compile(r"[^\W_]")
 _FIRST_CHUNK_CHARS = 256
 
 DEFAULT_ENGLISH_TOP_N = 50_000
+#: The slurs, explicit words and strong profanity the English vocabulary withholds (the file says why and which).
+WITHHELD_TERMS_FILE = Path(__file__).with_name("withheld_terms.txt")
 
 
 def tokenize(text: str) -> list[str]:
@@ -80,10 +82,19 @@ def _english_stop_words() -> frozenset[str]:
     return frozenset(ENGLISH_STOP_WORDS)
 
 
+@functools.lru_cache(maxsize=1)
+def withheld_terms() -> frozenset[str]:
+    """The words ``english_vocabulary`` withholds: a public, fixed list (tasks/seeds/withheld_terms.txt), so that
+    the noise of a term histogram never lifts a slur into a released seed. A ``--vocab FILE`` is used as given."""
+    with WITHHELD_TERMS_FILE.open(encoding="utf-8") as fh:
+        return frozenset(ln.strip() for ln in fh if ln.strip() and not ln.startswith("#"))
+
+
 @functools.lru_cache(maxsize=8)
 def english_vocabulary(top_n: int = DEFAULT_ENGLISH_TOP_N, min_length: int = 2) -> Vocabulary:
     """The ``top_n`` most frequent English words of wordfreq's 'large' list (shipped in the wheel,
-    no download), alphabetic only, sklearn's English stop words removed.
+    no download), alphabetic only, sklearn's English stop words and privseed's withheld words (``withheld_terms``)
+    removed.
 
     ``top_n`` is a *public* frequency cut: it costs no privacy, and it keeps Laplace noise over
     hundreds of thousands of rare words from pushing junk into V~ when the private corpus is small.
@@ -93,9 +104,9 @@ def english_vocabulary(top_n: int = DEFAULT_ENGLISH_TOP_N, min_length: int = 2) 
         raise ConfigError(f"english vocabulary top_n must be >= 1, got {top_n}")
     import wordfreq
 
-    stop = _english_stop_words()
+    dropped = _english_stop_words() | withheld_terms()
     words = wordfreq.top_n_list("en", top_n, wordlist="large")
-    keep = (w for w in words if w.isalpha() and len(w) >= min_length and w not in stop)
+    keep = (w for w in words if w.isalpha() and len(w) >= min_length and w not in dropped)
     return Vocabulary.from_terms(f"english-top{top_n}", keep)
 
 
