@@ -172,7 +172,7 @@ def test_the_envelope_suggests_no_local_model_measured_worse_for_the_kind():
 
     review = envelope_warning("local", None, "Yelp review") or ""
     advice = review.split("for better documents use ", 1)[1]
-    assert "--llm local:qwen" not in advice and "openai-compatible:URL" in advice and "anthropic:MODEL" in advice
+    assert "--llm local:qwen" not in advice and "vllm:URL" in advice and "anthropic:MODEL" in advice
     assert "the opt-in Qwen2.5-Coder-0.5B measured 24.8 % against 37.7 % here" in advice
     qwen = envelope_warning("local-server", "qwen2.5-coder-0.5b", "Yelp review") or ""
     assert qwen.startswith("the opt-in Qwen2.5-Coder-0.5B writes reviews poorly: its documents scored 24.8 %")

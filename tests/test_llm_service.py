@@ -25,12 +25,15 @@ VOCAB = ReleasedVocabulary(["river", "village", "church"], "test")
 
 def test_every_kind_parses_its_own_form_and_the_grammar_lists_them_all():
     examples = {"none": "none", "local": "local:smollm2", "local-server": "local-server:smollm2",
-                "anthropic": "anthropic:claude-haiku-4-5", "openai-compatible": "openai-compatible:http://h:8000/v1#m"}
+                "anthropic": "anthropic:claude-haiku-4-5", "openai-compatible": "openai-compatible:http://h:8000/v1#m",
+                "vllm": "vllm:http://h:8000/v1#Qwen/Qwen2.5-7B-Instruct"}
     assert set(examples) == set(KINDS)
     for name, value in examples.items():
         assert parse_llm_spec(value).kind == name and KINDS[name].form in LLM_GRAMMAR
-    with pytest.raises(ConfigError, match="local-server"):
-        parse_llm_spec("vllm:x")  # the error lists every kind the registry knows
+    with pytest.raises(ConfigError, match="local-server.*vllm"):
+        parse_llm_spec("tgi:x")  # the error lists every kind the registry knows
+    with pytest.raises(ConfigError, match=r"vllm needs a URL, vllm:http://HOST:PORT/v1\[#MODEL\]"):
+        parse_llm_spec("vllm:")
 
 
 def test_each_kind_takes_the_run_options_it_declares():
@@ -40,6 +43,7 @@ def test_each_kind_takes_the_run_options_it_declares():
                          "secret_block": "block"}
     assert dict(llm_spec("openai-compatible:http://h/v1", **offered).options) == {"max_concurrency": 8,
                                                                                    "secret_block": "block"}
+    assert dict(llm_spec("vllm:http://h/v1", **offered).options) == {"max_concurrency": 8, "secret_block": "block"}
     assert llm_spec("local", **offered).options == () and llm_spec("local-server", **offered).options == ()
 
 
@@ -57,6 +61,7 @@ def test_steering_goes_to_the_kinds_that_apply_it():
     seed = VOCAB.seed(["river", "church"], 0, 1)
     params = GenerationParams(steer=4.0, no_repeat_ngram=4)
     assert steering_for(seed, params, "local") is not None and steering_for(seed, params, "local-server") is not None
+    assert steering_for(seed, params, "vllm") is not None
     assert steering_for(seed, params, "anthropic") is None and steering_for(seed, params, "openai-compatible") is None
     off = GenerationParams(steer=0.0, no_repeat_ngram=0, repeat_penalty=1.0)
     assert steering_for(seed, off, "local-server") is None  # all off: the old cache keys

@@ -251,7 +251,7 @@ def test_run_report_names_the_embedded_model_s_envelope_with_both_figures():
     assert "Read this before the scores" in forum and "writes forum posts poorly" in forum
     assert "14.7 % against 20.2 % for their own seeds" in forum  # the library's measured figure
     assert "This release: its documents 16.1 % against 20.2 % for their seeds alone" in forum and "trail" in forum
-    assert "local:qwen2.5-coder-0.5b" in forum and "openai-compatible:URL" in forum and "anthropic:MODEL" in forum
+    assert "local:qwen2.5-coder-0.5b" in forum and "vllm:URL" in forum and "anthropic:MODEL" in forum
     assert "never measured writing a support ticket" in rendered("local-server", "support ticket")
     for inside in (rendered("local", "Wikipedia article"), rendered("anthropic:claude-haiku-4-5", "Usenet post"),
                    rendered("local:qwen2.5-coder-0.5b", "Usenet post"), rendered("none", "Usenet post"),

@@ -412,10 +412,10 @@ def seeds_from_sequences(sequences: pd.DataFrame, vocabulary: Sequence[str] | No
 
 def refuse_remote_llm_for_reproducible_noise(llm: LLMSpec | str, reproducible_noise: bool) -> None:
     """A run drawn from reproducible noise (``--insecure-reproducible-noise``, research grids only) is refused with an
-    LLM whose calls leave this machine (``anthropic:``, ``openai-compatible:``). Its seeds are a deterministic
-    function of the private corpus (anyone who reads --seed can subtract the noise), and the provider would
-    receive them before the release gate refuses the run; docs/privacy.md lets a provider see released DP seeds
-    only. Local weights (``local``, ``local-server``) and ``none`` are allowed."""
+    LLM whose calls may leave this machine (``anthropic:``, ``vllm:``, ``openai-compatible:``). Its seeds are a
+    deterministic function of the private corpus (anyone who reads --seed can subtract the noise), and the provider
+    would receive them before the release gate refuses the run; docs/privacy.md lets a provider see released DP
+    seeds only. Local weights (``local``, ``local-server``) and ``none`` are allowed."""
     kind = kind_of(llm)
     if reproducible_noise and kind.writes_text and not kind.local_weights:
         raise ConfigError(f"--insecure-reproducible-noise with --llm {as_spec(llm)}: the seeds of such a run are not "

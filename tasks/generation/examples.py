@@ -44,7 +44,7 @@ class StrongerBackend:
 
 #: Where a run that its local model cannot serve well can go (docs/generation.md), in the order suggested.
 STRONGER_BACKENDS = (StrongerBackend("--llm local:qwen2.5-coder-0.5b (make setup-models)", "qwen2.5-coder-0.5b"),
-                     StrongerBackend("openai-compatible:URL for a served model"),
+                     StrongerBackend("vllm:URL for a served model"),
                      StrongerBackend("anthropic:MODEL"))
 #: what the manifest's ``prompt_examples`` says when the owner's --few-shot file gave the examples
 OWNER_EXAMPLES = "owner --few-shot"

@@ -4,7 +4,8 @@ versioned prompt templates, a prompt builder that only takes released values, an
 ``--llm`` values: ``local`` (packaged SmolLM2-135M-Instruct), ``local:PATH`` (a .gguf or model folder),
 ``local:qwen2.5-coder-0.5b`` / ``local:qwen2.5-coder-1.5b`` (opt-in, assembled from PyPI parts: tasks/llm/models.py),
 ``local-server[:MODEL]`` (one shared llama.cpp server per machine, tasks/llm/local_server.py),
-``anthropic:MODEL``, ``openai-compatible:URL[#MODEL]``, ``none`` (no LLM: the keyphrase sequence is the text).
+``anthropic:MODEL``, ``vllm:URL[#MODEL]`` (a vLLM server, tasks/llm/vllm_backend.py), ``openai-compatible:URL[#MODEL]``,
+``none`` (no LLM: the keyphrase sequence is the text).
 Every kind describes itself in one registry (tasks/llm/kinds.py) and every call goes through one ``complete()``
 (tasks/llm/service.py).
 """

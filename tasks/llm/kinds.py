@@ -96,6 +96,12 @@ def _build_openai(spec: LLMSpec) -> LLMBackend:
     return OpenAICompatibleBackend(spec.url, spec.model, **dict(spec.options))  # type: ignore[arg-type]
 
 
+def _build_vllm(spec: LLMSpec) -> LLMBackend:
+    from privseed.tasks.llm.vllm_backend import VLLMBackend
+
+    return VLLMBackend(spec.url, spec.model, **dict(spec.options))  # type: ignore[arg-type]
+
+
 def _no_preflight(spec: LLMSpec, secret: str | None, sends: bool) -> None:
     return None
 
@@ -131,16 +137,17 @@ def _parse_none(value: str, rest: str) -> LLMSpec:
     return LLMSpec("none")
 
 
-def _parse_url(value: str, rest: str) -> LLMSpec:
-    url, _, model = rest.partition("#")
-    if not url:
-        raise ConfigError(f"--llm {value!r}: openai-compatible needs a URL, openai-compatible:http://HOST:PORT/v1"
-                          "[#MODEL]")
-    return LLMSpec("openai-compatible", model or None, url)
+def _parse_url(kind: str) -> Callable[[str, str], LLMSpec]:
+    def parse(value: str, rest: str) -> LLMSpec:
+        url, _, model = rest.partition("#")
+        if not url:
+            raise ConfigError(f"--llm {value!r}: {kind} needs a URL, {kind}:http://HOST:PORT/v1[#MODEL]")
+        return LLMSpec(kind, model or None, url)
+    return parse
 
 
 #: The decoding controls a kind applies: token by token in this process (the seed-steering logits processor),
-#: per request as a static logit bias and samplers on a llama.cpp server, or none (remote APIs).
+#: per request as a static logit bias and samplers on a server (llama.cpp's, vLLM), or none (remote APIs).
 STEERING_MODES = ("logits-processor", "logit-bias", "none")
 
 
@@ -196,9 +203,14 @@ KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
                 run_options=("batch_state", "storage_options", "max_concurrency", "secret_block"),
                 price=_anthropic_price, batches=_anthropic_batches,
                 preflight=_api_key_present("ANTHROPIC_API_KEY")),
+    BackendKind("vllm", "vllm:URL[#MODEL]",
+                "a vLLM server: openings continued, seed steering as a logit bias from its own tokenizer",
+                _parse_url("vllm"), _build_vllm, steering="logit-bias", prefill=True,
+                run_options=("max_concurrency", "secret_block")),
     BackendKind("openai-compatible", "openai-compatible:URL[#MODEL]",
-                "any OpenAI-compatible server (vLLM, llama.cpp's server) through the openai SDK", _parse_url,
-                _build_openai, run_options=("max_concurrency", "secret_block")),
+                "any OpenAI-compatible server (TGI, llama.cpp's server, ...) through the openai SDK, "
+                "with no openings or steering", _parse_url("openai-compatible"), _build_openai,
+                run_options=("max_concurrency", "secret_block")),
 )}
 
 #: The --llm grammar, as errors and --help state it.

@@ -27,9 +27,8 @@ from typing import Any
 
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.llm.base import ChatRequest
-from privseed.tasks.llm.openai_compat import OpenAICompatibleBackend
+from privseed.tasks.llm.openai_compat import OpenAICompatibleBackend, token_logit_bias
 from privseed.tasks.llm.retry import RetryPolicy
-from privseed.tasks.llm.steering import avoided_forms
 
 log = logging.getLogger("privseed.llm")
 
@@ -160,8 +159,6 @@ class LocalServerBackend(OpenAICompatibleBackend):
         self._url = url
         self.path = path
         self._model_id = model_id(path)
-        self._tokens: dict[str, tuple[int, ...]] = {}
-        self._tokens_lock = threading.Lock()
         super().__init__(url or "http://127.0.0.1:0/v1", self._model_id,
                          max_concurrency=int(max_concurrency or slots), retry=retry, llama_cpp=True, logprobs=True,
                          grammar=PROSE_GRAMMAR if grammar == "prose" else None)
@@ -172,38 +169,16 @@ class LocalServerBackend(OpenAICompatibleBackend):
             self.base = shared_server(self.settings).url
         return super().client
 
-    def tokens(self, text: str) -> tuple[int, ...]:
-        """The token ids of ``text`` in the served model's vocabulary (the server's /tokenize, cached)."""
-        with self._tokens_lock:
-            if text not in self._tokens:
-                self.client  # noqa: B018 - the server runs before it is asked
-                import httpx
-
-                r = httpx.post(self.base.removesuffix("/v1") + "/tokenize",
-                               json={"content": text, "add_special": False}, timeout=30)
-                r.raise_for_status()
-                self._tokens[text] = tuple(int(t) for t in r.json().get("tokens") or ())
-            return self._tokens[text]
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        return {"content": text, "add_special": False}
 
     def request_body(self, req: ChatRequest) -> dict[str, Any]:
-        """As the OpenAI-compatible client's, with the seed terms' logit bias on the FIRST token of each surface
-        form (as the token-by-token processor pushes), not on every token of it: a bias on word pieces ("ing")
-        pushed them into every word. The words to avoid (``SeedSteering.avoid``) get -strength where " word" or
-        " Word" is one token, as the processor gives them; a longer one is left to the class-fit rounds, since a
-        static bias on its first token would take down the other words that begin with it (" del" of " deli")."""
+        """As the OpenAI-compatible client's, with the seed steering as token ids (``token_logit_bias``: a seed
+        term's first token pushed, a one-token word to avoid taken down) instead of llama.cpp's string form, which
+        biases every token of a form."""
         body = super().request_body(req)
-        forms = body.pop("logit_bias", None)
-        bias: dict[str, float] = {}
-        for form, value in forms or ():
-            token = self.tokens(form)[:1]
-            if token:
-                bias[str(token[0])] = max(bias.get(str(token[0]), float("-inf")), float(value))
-        steering = req.steering
-        if steering is not None and steering.strength > 0:
-            for form in avoided_forms(steering.avoid, steering.terms):
-                token = self.tokens(form)
-                if len(token) == 1:
-                    bias.setdefault(str(token[0]), -float(steering.strength))  # a seed term's first token wins
+        body.pop("logit_bias", None)
+        bias = token_logit_bias(req.steering, self.tokens)
         if bias:
             body["logit_bias"] = bias
         return body

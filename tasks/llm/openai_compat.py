@@ -11,18 +11,22 @@ steering as a static ``logit_bias`` on the seed terms (``steering_body``), ``rep
 against loops, and a GBNF ``grammar``; and it continues an answer's given opening (``ChatRequest.answer_prefix``): the
 request ends with an assistant turn holding the opening, which llama.cpp's server continues (``prefill_assistant``,
 on by default) as the in-process backend does. ``logprobs=True`` asks for token log-probabilities and returns their mean
-as ``ChatResult.mean_logprob``.
+as ``ChatResult.mean_logprob``. A subclass for another server (tasks/llm/vllm_backend.py) says what it continues
+(``continues_openings``), how its ``/tokenize`` is asked (``tokenize_body``) and what it adds (``request_body``);
+``token_logit_bias`` turns a request's steering into the token-id bias both servers take.
 """
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import httpx
 
 from privseed.tasks.errors import ConfigError, PrivseedError
 from privseed.tasks.llm.base import ChatRequest, ChatResult, LLMBackend, OnEach, SeedSteering
 from privseed.tasks.llm.retry import RetryPolicy, run_concurrently
-from privseed.tasks.llm.steering import surface_forms
+from privseed.tasks.llm.steering import avoided_forms, surface_forms
 
 #: Static logit bias per unit of --steer: the token-by-token processor pushes only the terms still missing and
 #: only between terms; a bias that is on for the whole answer at full strength makes the model list the seeds.
@@ -58,6 +62,30 @@ def steering_body(steering: SeedSteering | None) -> dict[str, Any]:
     return body
 
 
+def token_logit_bias(steering: SeedSteering | None, tokens: Callable[[str], Sequence[int]]) -> dict[str, float]:
+    """A server's per-request ``logit_bias`` (token id -> bias) for a request's SeedSteering (pure, given the served
+    model's tokenizer ``tokens``): the FIRST token of each seed term's surface forms gets ``strength *
+    STATIC_BIAS_PER_STEER``, as the token-by-token processor pushes where a term begins, not every token of it (a
+    bias on word pieces such as "ing" pushed them into every word); the words to avoid (``SeedSteering.avoid``) get
+    -strength where " word" or " Word" is one token, as the processor gives them; a longer one is left to the
+    class-fit rounds, since a static bias on its first token would take down the other words that begin with it
+    (" del" of " deli"). A seed term's first token wins over a word to avoid."""
+    if steering is None or steering.strength <= 0:
+        return {}
+    bias: dict[str, float] = {}
+    push = steering.strength * STATIC_BIAS_PER_STEER
+    for term in steering.terms:
+        for form in surface_forms(term):
+            first = tuple(tokens(form))[:1]
+            if first:
+                bias[str(first[0])] = max(bias.get(str(first[0]), float("-inf")), push)
+    for form in avoided_forms(steering.avoid, steering.terms):
+        token = tuple(tokens(form))
+        if len(token) == 1:
+            bias.setdefault(str(token[0]), -float(steering.strength))
+    return bias
+
+
 def mean_logprob(choice: Any) -> float | None:
     """The mean token log-probability of an answer from the choice's ``logprobs.content`` (None without)."""
     logprobs = getattr(choice, "logprobs", None)
@@ -75,6 +103,9 @@ def continued_answer(opening: str, content: str) -> str:
 
 class OpenAICompatibleBackend(LLMBackend):
     name = "openai-compatible"
+    #: whether the server continues a last assistant turn (``ChatRequest.answer_prefix``); llama.cpp's does
+    #: (``llama_cpp``), and a subclass for another server says so (``BackendKind.prefill`` is the kind's word on it)
+    continues_openings = False
 
     def __init__(self, url: str, model: str | None = None, *, api_key_env: str = "OPENAI_API_KEY",
                  secret_block: str | None = None, max_concurrency: int = 4, retry: RetryPolicy = RetryPolicy(),
@@ -98,6 +129,9 @@ class OpenAICompatibleBackend(LLMBackend):
         self.__api_key = key or "none"  # the SDK wants a key; a server without auth ignores the header
         self._client: Any = None
         self._client_lock = threading.Lock()
+        self._tokens: dict[str, tuple[int, ...]] = {}
+        self._tokens_lock = threading.Lock()
+        self.continues_openings = self.continues_openings or self.llama_cpp
         self.model = model or self._first_model()
         self.price_in_per_mtok = price_in_per_mtok
         self.price_out_per_mtok = price_out_per_mtok
@@ -129,6 +163,32 @@ class OpenAICompatibleBackend(LLMBackend):
             raise ConfigError(f"{self.base}/models lists no model; name one with openai-compatible:URL#MODEL")
         return str(models[0].id)
 
+    def tokenize_body(self, text: str) -> dict[str, Any] | None:
+        """The JSON the server's ``/tokenize`` takes for ``text`` without special tokens (None: this client knows
+        no tokenizer endpoint of the server)."""
+        return None
+
+    def tokens(self, text: str) -> tuple[int, ...]:
+        """The token ids of ``text`` in the served model's vocabulary (the server's ``/tokenize``, next to ``/v1``;
+        cached per text)."""
+        with self._tokens_lock:
+            if text not in self._tokens:
+                body = self.tokenize_body(text)
+                if body is None:
+                    raise ConfigError(f"{self.base}: no tokenizer endpoint known for this server")
+                self.client  # noqa: B018 - a server started on first use runs before it is asked
+                headers = {"authorization": f"Bearer {self.__api_key}"} if self.__api_key != "none" else {}
+                url = self.base.removesuffix("/v1") + "/tokenize"
+                try:
+                    r = httpx.post(url, json=body, headers=headers, timeout=30)
+                    r.raise_for_status()
+                except httpx.HTTPStatusError as e:
+                    raise PrivseedError(f"{url} refused tokenize: HTTP {e.response.status_code}") from e
+                except httpx.HTTPError as e:
+                    raise PrivseedError(f"{url}: tokenize failed: {type(e).__name__}") from e
+                self._tokens[text] = tuple(int(t) for t in r.json().get("tokens") or ())
+            return self._tokens[text]
+
     def request_body(self, req: ChatRequest) -> dict[str, Any]:
         """Fields beyond the OpenAI schema for ``req`` (sent as the SDK's ``extra_body``)."""
         extra: dict[str, Any] = {}
@@ -140,12 +200,13 @@ class OpenAICompatibleBackend(LLMBackend):
         return extra
 
     def _messages(self, req: ChatRequest) -> list[dict[str, str]]:
-        """The chat sent for ``req``: with an opening, a last assistant turn that llama.cpp's server continues."""
+        """The chat sent for ``req``: with an opening, a last assistant turn that the server continues."""
         messages = req.messages_dicts()
         if req.answer_prefix:
-            if not self.llama_cpp:
-                raise ConfigError(f"{self.base} is not known to continue a given opening (only llama.cpp's server "
-                                  "does here); a kind whose backend cannot leaves BackendKind.prefill false")
+            if not self.continues_openings:
+                raise ConfigError(f"{self.base} is not known to continue a given opening (llama.cpp's server and "
+                                  "vLLM do, as --llm local-server and vllm:URL); a kind whose backend cannot leaves "
+                                  "BackendKind.prefill false")
             messages.append({"role": "assistant", "content": req.answer_prefix})
         return messages
 

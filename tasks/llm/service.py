@@ -11,8 +11,9 @@ Kinds (``--llm``; ``KINDS`` below is the list):
   at a time); seed steering token by token (tasks/llm/steering.py).
 - ``local-server[:MODEL]``: one llama.cpp server per machine (xllamacpp, tasks/llm/local_server.py): continuous
   batching over parallel slots, the shared prompt prefix cached; steering as a static logit bias per request.
-- ``anthropic:MODEL``: Messages API, Message Batches for large runs. ``openai-compatible:URL[#MODEL]``: any
-  OpenAI-compatible server (vLLM, llama.cpp's server) through the openai SDK. ``none``: no LLM.
+- ``anthropic:MODEL``: Messages API, Message Batches for large runs. ``vllm:URL[#MODEL]``: a vLLM server through
+  the openai SDK, openings continued and steering as a static logit bias (tasks/llm/vllm_backend.py).
+  ``openai-compatible:URL[#MODEL]``: any other OpenAI-compatible server through the openai SDK. ``none``: no LLM.
 """
 from __future__ import annotations
 
