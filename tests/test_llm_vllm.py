@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from privseed.tasks.errors import PrivseedError
+from privseed.tasks.errors import ConfigError, PrivseedError
 from privseed.tasks.generation.drivers import generate_seeds
 from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.generation.rounds import candidate_request
@@ -91,8 +91,14 @@ def test_the_fake_refuses_what_vllm_refuses(vllm):
     original = backend.request_body
     backend.request_body = lambda req: {k: v for k, v in original(req).items()  # type: ignore[method-assign]
                                         if k != "add_generation_prompt"}
-    with pytest.raises(PrivseedError, match="HTTP 400"):
-        backend.complete([broken])
+    with pytest.raises(PrivseedError, match="HTTP 400: Cannot set both `continue_final_message` and "
+                                            "`add_generation_prompt` to True"):
+        backend.complete([broken])  # the owner reads what the server said
+
+
+def test_a_bad_url_is_named_for_its_kind():
+    with pytest.raises(ConfigError, match="vllm needs an http"):
+        make_backend("vllm:gpu-box:8000")
 
 
 def test_a_plain_openai_compatible_server_gets_no_opening_or_steering(vllm):

@@ -94,6 +94,17 @@ def mean_logprob(choice: Any) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def server_says(body: object) -> str:
+    """A refusal's own words, as ``: ...`` for the error line (at most 200 characters; "" when the body holds none).
+    A request carries released seeds and public settings only, so what the server says about it is public too."""
+    message = body
+    if isinstance(body, dict):
+        error = body.get("error")
+        message = body.get("message") or (error.get("message") if isinstance(error, dict) else error)
+    text = " ".join(str(message or "").split())
+    return f": {text[:200]}" if text else ""
+
+
 def continued_answer(opening: str, content: str) -> str:
     """The answer's text when it continued ``opening``: llama.cpp's server (the build xllamacpp ships) answers with
     the whole turn, opening included; a build that answers with the continuation alone gets the opening put back."""
@@ -113,7 +124,7 @@ class OpenAICompatibleBackend(LLMBackend):
                  price_out_per_mtok: float | None = None, llama_cpp: bool = False, logprobs: bool = False,
                  grammar: str | None = None):
         if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"openai-compatible needs an http(s) URL, got {url!r}")
+            raise ConfigError(f"{self.name} needs an http(s) URL, got {url!r}")
         self.base = _base_v1(url)
         self.max_concurrency = int(max_concurrency)
         self.retry = retry
@@ -152,7 +163,7 @@ class OpenAICompatibleBackend(LLMBackend):
         try:
             return fn()
         except openai.APIStatusError as e:
-            raise PrivseedError(f"{self.base} refused {what}: HTTP {e.status_code}") from e
+            raise PrivseedError(f"{self.base} refused {what}: HTTP {e.status_code}{server_says(e.body)}") from e
         except openai.APIConnectionError as e:
             raise PrivseedError(f"{self.base}: {what} still failing after {self.retry.max_retries} retries: "
                                 f"{type(e).__name__}") from e
