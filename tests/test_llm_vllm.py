@@ -6,6 +6,7 @@ import pytest
 
 from privseed.tasks.errors import ConfigError, PrivseedError
 from privseed.tasks.generation.drivers import generate_seeds
+from privseed.tasks.generation.examples import prompt_examples
 from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.generation.rounds import candidate_request
 from privseed.tasks.llm import KINDS, PromptTemplate, ReleasedVocabulary, make_backend
@@ -34,6 +35,9 @@ def test_the_kind_describes_itself():
     kind = KINDS["vllm"]
     assert kind.prefill and kind.steering == "logit-bias" and not kind.local_weights and not kind.shared_server
     assert "openings" in kind.summary and kind.writes_text
+    # the prompts a local-server run sends, example library included: a served SmolLM2 gets the measured recipe
+    assert kind.shows_examples and prompt_examples(None, "library", kind.shows_examples, "Yelp review") == "review"
+    assert [name for name, k in KINDS.items() if k.shows_examples] == ["local", "local-server", "vllm"]
 
 
 def test_an_opening_is_continued_and_the_answer_keeps_it(vllm):

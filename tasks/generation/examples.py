@@ -152,13 +152,13 @@ def answer_openings(few_shot: str | None, examples: str, prefill: bool, doc_type
     return next((k.openings for k in example_library() if k.name == name), ())
 
 
-def prompt_examples(few_shot: str | None, examples: str, local_weights: bool, doc_type: str) -> str | None:
+def prompt_examples(few_shot: str | None, examples: str, shows_examples: bool, doc_type: str) -> str | None:
     """Which examples the prompts show, as the manifest records it (public: it depends on configuration only):
     ``OWNER_EXAMPLES`` when the owner gave ``--few-shot`` (it always wins), the library kind when the library is on
-    (``examples == "library"``) and the backend runs local weights, else None (no examples)."""
+    (``examples == "library"``) and the backend's kind shows it (``BackendKind.shows_examples``), else None."""
     if few_shot:
         return OWNER_EXAMPLES
-    if examples != "library" or not local_weights:
+    if examples != "library" or not shows_examples:
         return None
     return example_kind_for(doc_type)
 

@@ -160,8 +160,9 @@ class BackendKind:
     from the flow's configuration (``llm_spec``). ``local_weights``: its weights are resolved on this machine
     before any private data is read, and its tokenizer counts prompts for the dry run. ``prefill``: it continues an
     answer whose first words are given (``ChatRequest.answer_prefix``: a document kind's public openings, which only
-    such kinds get). ``shared_server``: it runs
-    one server for the machine (``serving``). ``price(spec, n_calls)``: USD per million (input, output) tokens for
+    such kinds get). ``shows_examples``: its prompts show the example library's documents of the doc type's kind when
+    the owner gives no ``--few-shot`` (kinds not paid per input token: local weights and a self-hosted vLLM; a remote
+    API would pay for them on every call). ``shared_server``: it runs one server for the machine (``serving``). ``price(spec, n_calls)``: USD per million (input, output) tokens for
     a run of n calls (None: unknown). ``batches(spec, n_calls)``: whether such a run goes through a batch API."""
 
     name: str
@@ -173,6 +174,7 @@ class BackendKind:
     run_options: tuple[str, ...] = ()
     local_weights: bool = False
     prefill: bool = False
+    shows_examples: bool = False
     shared_server: bool = False
     price: Callable[[LLMSpec, int], tuple[float, float] | None] = _declared_price
     batches: Callable[[LLMSpec, int], bool] = _never
@@ -193,19 +195,21 @@ KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
     BackendKind("none", "none", "no LLM, the keyphrase sequence is the document", _parse_none, None, price=_free),
     BackendKind("local", "local[:MODEL_OR_PATH]", "llama-cpp-python in each process, one call at a time",
                 _parse_model("local", False, "local:qwen2.5-coder-0.5b"), _build_local, steering="logits-processor",
-                local_weights=True, prefill=True, price=_free, preflight=_local_weights_present),
+                local_weights=True, prefill=True, shows_examples=True, price=_free,
+                preflight=_local_weights_present),
     BackendKind("local-server", "local-server[:MODEL_OR_PATH]",
                 "one llama.cpp server per machine (xllamacpp): continuous batching, prompt cache",
                 _parse_model("local-server", False, "local-server:qwen2.5-coder-0.5b"), _build_local_server,
-                steering="logit-bias", local_weights=True, prefill=True, shared_server=True, price=_free),
+                steering="logit-bias", local_weights=True, prefill=True, shows_examples=True, shared_server=True,
+                price=_free),
     BackendKind("anthropic", "anthropic:MODEL", "Messages API; Message Batches for large runs",
                 _parse_model("anthropic", True, "anthropic:claude-haiku-4-5"), _build_anthropic,
                 run_options=("batch_state", "storage_options", "max_concurrency", "secret_block"),
                 price=_anthropic_price, batches=_anthropic_batches,
                 preflight=_api_key_present("ANTHROPIC_API_KEY")),
     BackendKind("vllm", "vllm:URL[#MODEL]",
-                "a vLLM server: openings continued, seed steering as a logit bias from its own tokenizer",
-                _parse_url("vllm"), _build_vllm, steering="logit-bias", prefill=True,
+                "a vLLM server: the example library, openings continued, seed steering as a logit bias",
+                _parse_url("vllm"), _build_vllm, steering="logit-bias", prefill=True, shows_examples=True,
                 run_options=("max_concurrency", "secret_block")),
     BackendKind("openai-compatible", "openai-compatible:URL[#MODEL]",
                 "any OpenAI-compatible server (TGI, llama.cpp's server, ...) through the openai SDK, "

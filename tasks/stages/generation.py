@@ -164,18 +164,19 @@ def dry_run(cfg: DpKpsConfig, calibrate: bool = True) -> dict:
 def params_from_config(cfg: ReleaseConfig) -> GenerationParams:
     """GenerationParams from a flow config (DpKpsConfig or any ReleaseConfig); fields it lacks keep defaults."""
     few = getattr(cfg, "few_shot", None)
-    # The owner's --few-shot wins; else a local model is shown the example library's documents of the doc type's
-    # kind (tasks/generation/examples.py); a config without the option (PE) keeps its prompts without examples.
+    # The owner's --few-shot wins; else a kind that shows them (local models, vLLM) is shown the example library's
+    # documents of the doc type's kind (tasks/generation/examples.py); a config without the option (PE) keeps its
+    # prompts without examples.
     library = getattr(cfg, "examples", "none")
-    local = kind_of(spec_from_config(cfg)).local_weights
-    shown = prompt_examples(few, library, local, cfg.doc_type)
+    shows = kind_of(spec_from_config(cfg)).shows_examples
+    shown = prompt_examples(few, library, shows, cfg.doc_type)
     examples: tuple[RecipientExample, ...] = ()
     if few:
         examples = tuple(load_few_shot(few, cfg.storage_options))
     elif shown is not None:
         examples = examples_for_doc_type(cfg.doc_type)
         log.info("prompts show the example library's %s documents (--doc-type %r)", shown, cfg.doc_type)
-    elif library == "library" and local:
+    elif library == "library" and shows:
         log.info("no example documents: --doc-type %r names no kind of the example library", cfg.doc_type)
     class_names = class_names_from_config(cfg)
     kw = {k: getattr(cfg, k) for k in ("max_tokens", "temperature", "best_of", "max_regenerations", "max_rewrites",

@@ -64,7 +64,7 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     # The manifest says whether prompts named the classes, and with which public names.
     config["prompt_class_names"] = class_names if cfg.llm != "none" else None
     # ... and which examples they showed: the owner's --few-shot, the example library's kind, or none.
-    config["prompt_examples"] = prompt_examples(cfg.few_shot, cfg.examples, kind_of(cfg.llm).local_weights,
+    config["prompt_examples"] = prompt_examples(cfg.few_shot, cfg.examples, kind_of(cfg.llm).shows_examples,
                                                 cfg.doc_type) if kind_of(cfg.llm).writes_text else None
     # ... and the public words their answers opened with (the library kind's openings), if any.
     config["answer_openings"] = list(answer_openings(cfg.few_shot, cfg.examples, kind_of(cfg.llm).prefill,
