@@ -163,7 +163,8 @@ class BackendKind:
     such kinds get). ``shows_examples``: its prompts show the example library's documents of the doc type's kind when
     the owner gives no ``--few-shot`` (kinds not paid per input token: local weights and a self-hosted vLLM; a remote
     API would pay for them on every call). ``shared_server``: it runs one server for the machine (``serving``).
-    ``price(spec, n_calls)``: USD per million (input, output) tokens for a run of n calls (None: unknown). ``batches(spec, n_calls)``: whether such a run goes through a batch API."""
+    ``price(spec, n_calls)``: USD per million (input, output) tokens for a run of n calls (None: unknown).
+    ``batches(spec, n_calls)``: whether such a run goes through a batch API."""
 
     name: str
     form: str
