@@ -16,7 +16,7 @@ from privseed.tasks.generation.examples import (OWNER_EXAMPLES, ExampleKind, ans
                                                 example_library, examples_for_doc_type, prompt_examples)
 from privseed.tasks.llm.released import load_few_shot
 from privseed.tasks.quality.predicate import document_rejection
-from privseed.tasks.quality.shapes import example_coinages
+from privseed.tasks.quality.shapes import example_coinages, example_figures
 
 DEMO_DATA = Path(__file__).resolve().parent.parent / "tasks" / "demo_data"
 
@@ -87,6 +87,22 @@ def test_the_made_up_names_of_the_library_are_its_coinages_and_real_places_are_n
     other_kinds = [load_few_shot(str(DEMO_DATA / k.file)) for k in example_library()
                    if k.file != "few_shot_wikipedia.jsonl"]
     assert all(not example_coinages(e.document) for es in other_kinds for e in es)
+
+
+def test_an_example_figure_repeated_on_another_subject_is_a_copy():
+    """The example abstract's "960 outpatient appointments" on 6 of 460 rows of three medical releases: a figure of
+    three or more digits that is neither a year nor round is the example's; a year, a round figure, a longer number
+    that holds it and a decimal are not."""
+    abstracts = load_few_shot(str(DEMO_DATA / "few_shot_medical_abstract.jsonl"))
+    assert [sorted(example_figures(e.document)) for e in abstracts] == [["412"], ["960"]]
+    assert example_figures("Released in 1962, it sold 20,000 copies and 500 more.") == frozenset()
+    rules = document_rules(GenerationParams(few_shot=tuple(abstracts)))
+    copied = ("The clinical study of 960 outpatient appointments was developed by a team at the hospital, and the "
+              "report found significant improvements in outcomes for hypertension in these patients.")
+    assert document_rejection(copied, ("study", "hospital", "patients"), rules=rules) == "copies_example"
+    for figure in ("1960", "9,600", "960.5", "3,960"):
+        other = copied.replace("960", figure, 1)
+        assert document_rejection(other, ("study", "hospital", "patients"), rules=rules) is None, figure
 
 
 def test_the_library_is_shown_to_local_models_only_and_the_owners_few_shot_wins(tmp_path):

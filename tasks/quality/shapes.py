@@ -549,10 +549,26 @@ def example_coinages(example: str) -> frozenset[str]:
     return frozenset(coined)
 
 
+# A figure of three or more digits ("412 patients", "order 20931", "20,000 copies"); a year (1000-2099) is the
+# subject's, not the example's.
+_FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w]|[.,]\d)|(?<![\w.,])\d{3,}(?![\w]|[.,]\d)")
+
+
+@functools.lru_cache(maxsize=64)
+def example_figures(example: str) -> frozenset[str]:
+    """The figures of a few-shot example that no document of another subject would repeat, digits only: its numbers
+    of three or more digits that are neither years nor round ("412", "960", "20931"; not "1962" or "20,000", which
+    any article may hold). SmolLM2 wrote the
+    example abstract's "960 outpatient appointments" into 6 of the 460 rows of three medical releases ("Studies
+    included 960 prospective outpatient visits", "The clinical study of 960 outpatient appointments")."""
+    figures = {m.group().replace(",", "") for m in _FIGURE.finditer(example)}
+    return frozenset(f for f in figures if not (len(f) == 4 and 1000 <= int(f) <= 2099) and int(f) % 100)
+
+
 def borrows_example_name(text: str, keyphrases: Any, examples: Sequence[str]) -> bool:
-    """Whether the text names an entity of a few-shot example ("The Harbour Lamps", "Ewan Moir") or takes one of
+    """Whether the text names an entity of a few-shot example ("The Harbour Lamps", "Ewan Moir"), takes one of
     its made-up names (``example_coinages``: "The Saltmarsh Lake" after "The Saltmarsh Lantern Festival") that none
-    of its seed terms is part of: the example's subject under another title ("Northern Lights is the second member
+    of its seed terms is part of, or repeats one of its figures (``example_figures``: "960 outpatient visits"): the example's subject under another title ("Northern Lights is the second member
     of the band The Harbour Lamps"), which shares too few words in a row for ``copies_example``. A name that
     holds a seed term is the seed's, not the example's ("Kemi River" for a seed with "river")."""
     seed_words = ({w for k in keyphrases for w in _words(str(k))}
@@ -566,6 +582,9 @@ def borrows_example_name(text: str, keyphrases: Any, examples: Sequence[str]) ->
         for word in example_coinages(example) - seed_words:
             if re.search(r"(?<![\w'-])" + re.escape(word) + r"(?![\w'-])", text, re.IGNORECASE):
                 return True
+        figures = example_figures(example)
+        if figures and any(m.group().replace(",", "") in figures for m in _FIGURE.finditer(text)):
+            return True
     return False
 
 
