@@ -568,9 +568,10 @@ def example_figures(example: str) -> frozenset[str]:
 def borrows_example_name(text: str, keyphrases: Any, examples: Sequence[str]) -> bool:
     """Whether the text names an entity of a few-shot example ("The Harbour Lamps", "Ewan Moir"), takes one of
     its made-up names (``example_coinages``: "The Saltmarsh Lake" after "The Saltmarsh Lantern Festival") that none
-    of its seed terms is part of, or repeats one of its figures (``example_figures``: "960 outpatient visits"): the example's subject under another title ("Northern Lights is the second member
-    of the band The Harbour Lamps"), which shares too few words in a row for ``copies_example``. A name that
-    holds a seed term is the seed's, not the example's ("Kemi River" for a seed with "river")."""
+    of its seed terms is part of, or repeats one of its figures (``example_figures``: "960 outpatient visits"): the
+    example's subject under another title ("Northern Lights is the second member of the band The Harbour Lamps"),
+    which shares too few words in a row for ``copies_example``. A name that holds a seed term is the seed's, not the
+    example's ("Kemi River" for a seed with "river")."""
     seed_words = ({w for k in keyphrases for w in _words(str(k))}
                   if isinstance(keyphrases, (list, tuple, np.ndarray)) else set())
     for example in examples:
