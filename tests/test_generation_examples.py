@@ -162,10 +162,10 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
     forum = envelope_warning("local", None, "Usenet newsgroup post")
     assert forum is not None and "14.7 %" in forum and "20.2 %" in forum and "qwen2.5-coder-0.5b" in forum
     # reviews: star ratings trail their seeds even with the openings, the other classes' words kept out and the own
-    # class's words pushed (37.3 vs 43.4 %, three runs); both local kinds continue the openings
+    # class's words pushed (36.5 vs 43.6 %, six runs); both local kinds continue the openings
     for kind in ("local", "local-server"):
         review = envelope_warning(kind, None, "restaurant review")
-        assert review is not None and "37.3 %" in review and "43.4 %" in review and "within 1.5 points" in review
+        assert review is not None and "36.5 %" in review and "43.6 %" in review and "32.4 vs 35.5" in review
     assert "never measured" in (envelope_warning("local-server", "smollm2", "customer support email") or "")
     assert "writing an email" in (envelope_warning("local", None, "email") or "")
     assert "never measured" in (envelope_warning("local", None, "document") or "")
