@@ -96,13 +96,16 @@ def test_secret_incidence_merged_across_units_is_the_corpus_incidence(tmp_path, 
 
 
 def test_map_reduce_units_combines_in_unit_order_with_and_without_affinity():
+    import dask
     from distributed import Client, LocalCluster
 
+    from privseed.tasks.data.cluster import NO_PROFILER
     from privseed.tasks.data.units import add_parts, map_reduce_units
 
     items = list(range(7))
     assert map_reduce_units(lambda i: [i], items, add_parts) == items  # no client: in this process
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+    with dask.config.set(dict(NO_PROFILER)), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster):
         assert map_reduce_units(lambda i: [i], items, add_parts) == items
         assert map_reduce_units(lambda i: [i], items, add_parts, affinity=True) == items

@@ -122,7 +122,7 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
     from distributed import LocalCluster
 
     import privseed.tasks.seeds.passes
-    from privseed.tasks.data.cluster import NO_SPILL
+    from privseed.tasks.data.cluster import NO_PROFILER, NO_SPILL
     from privseed.flows.dpkps import dpkps_flow
 
     data, frame = corpus
@@ -139,7 +139,7 @@ def test_a_transient_read_failure_of_one_unit_is_retried_and_the_run_completes(p
 
     monkeypatch.setattr(privseed.tasks.seeds.passes, "read_unit", flaky_read)
     # spill off, as the flow requires of any cluster it is given (privseed.tasks.data.cluster.check_cluster)
-    with dask.config.set(dict(NO_SPILL)), \
+    with dask.config.set({**NO_SPILL, **NO_PROFILER}), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         manifest = dpkps_flow(_config(data, tmp_path / "out", method="independent",
                                       dask_address=cluster.scheduler_address))

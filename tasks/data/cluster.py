@@ -40,6 +40,12 @@ DASK_LOG_LEVEL_ENV = "PRIVSEED_DASK_LOG_LEVEL"
 #: disk, where private record batches would outlive the run in a file nobody deletes. The pause (80 %) and
 #: terminate (95 %) thresholds stay: a worker short of memory stops taking work or restarts, it never writes.
 NO_SPILL: Mapping[str, Any] = {"distributed.worker.memory.target": False, "distributed.worker.memory.spill": False}
+#: Worker settings of every LocalCluster privseed starts: no statistical profiler. It calls sys._current_frames()
+#: every 10 ms, and on Python 3.11 before 3.11.9 that call can deadlock a worker whose threads come and go
+#: (CPython gh-106883: the interpreters lock against the GIL under a garbage collection): a fresh-clone CI run,
+#: 2026-11-30, hung in tests/test_generation_parts.py with a batching backend's collector threads on the worker, the
+#: worker's main thread in trigger_profile. The dashboard loses its profile page, nothing else.
+NO_PROFILER: Mapping[str, Any] = {"distributed.worker.profile.enabled": False}
 #: The same settings as environment variables, for `dask worker` processes started outside privseed
 #: (infra/compose.yaml, infra/k8s/daskcluster.yaml, tests/test_external_cluster.py).
 NO_SPILL_ENV: Mapping[str, str] = {"DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "False",
@@ -139,7 +145,7 @@ def dask_client(address: str | None = None, n_workers: int = 2, security: Securi
                 client.close()
             return
         # The nannies hand this configuration to the worker processes they start.
-        with dask.config.set(dict(NO_SPILL)):
+        with dask.config.set({**NO_SPILL, **NO_PROFILER}):
             cluster = LocalCluster(
                 n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                 dashboard_address=":0", silence_logs=logging.WARNING if level is None else level,
