@@ -120,7 +120,8 @@ def cluster_security(cfg: ClusterOptions) -> Security | None:
 @contextlib.contextmanager
 def dask_client(address: str | None = None, n_workers: int = 2, security: Security | None = None) -> Iterator[Client]:
     """A distributed Client: connects to ``address`` (over TLS with ``security``) or starts a LocalCluster with
-    spilling off for the duration. An external cluster is checked first (:func:`check_cluster`).
+    spilling and the workers' profiler off for the duration. An external cluster is checked first
+    (:func:`check_cluster`).
     distributed's own logs are held at :func:`dask_log_level` meanwhile (start-up and shutdown included)."""
     import dask
     from distributed import Client, LocalCluster, Security
