@@ -20,7 +20,8 @@ from privseed.tasks.seeds.corpus_profile import (AFTER_RELEASE_OPTIONS, ALIKE_CL
                                                  asks_for_profile, class_alikeness, class_length_counts,
                                                  counted_contributions, length_bin, planned_settings, profile_budget,
                                                  profile_mechanism, resolve_settings, settings_after_release,
-                                                 settings_arrays, settings_from_arrays, split_profiled_counts)
+                                                 settings_arrays, settings_from_arrays, split_profiled_counts,
+                                                 temperature_after_release, ALIKE_TEMPERATURE)
 from privseed.tasks.seeds.histogram_seeds import ClassRelease
 
 B = len(LENGTH_EDGES)
@@ -265,6 +266,47 @@ def test_after_release_alike_classes_take_the_long_k_and_l_and_told_apart_keep_t
     assert (given.declared.hist_top_k, given.declared.length) == (LONG_SETTINGS[1], 12)
     with pytest.raises(TypeError, match="public"):  # the exact counts never enter a public stage
         settle_after_release.fn(_terms(alike), dataclasses.replace(_settled_short(tmp_path), counts=np.ones((1, 1))))
+
+
+def test_after_release_alike_classes_lower_the_llm_temperature_unless_it_was_given(tmp_path):
+    """Where an LLM writes and --temperature was not given, alike classes write at ALIKE_TEMPERATURE and classes
+    told apart at the option's default; a temperature given is never changed (it is not left to the rule)."""
+    from privseed.tasks.stages.histogram import settle_after_release
+
+    assert temperature_after_release(ALIKE_CLASSES, 0.7) == ALIKE_TEMPERATURE
+    assert temperature_after_release(ALIKE_CLASSES - 0.01, 0.7) == 0.7
+    alike = np.zeros((4, 20_000))
+    alike[:, :50] = 1000.0
+    apart = np.zeros((4, 20_000))
+    for c in range(4):
+        apart[c, c * 50:(c + 1) * 50] = 1000.0
+    left = _settled_short(tmp_path)
+    left = dataclasses.replace(left, after_release=left.after_release + ("temperature",))
+    lowered = settle_after_release.fn(_terms(alike), left)
+    assert lowered.declared.temperature == ALIKE_TEMPERATURE < 0.7
+    assert lowered.profile["settled"]["temperature"] == ALIKE_TEMPERATURE
+    kept = settle_after_release.fn(_terms(apart), left)
+    assert kept.declared.temperature == 0.7 and kept.profile["settled"]["temperature"] == 0.7
+    given = settle_after_release.fn(_terms(alike), _settled_short(tmp_path))  # not left: as declared
+    assert given.declared.temperature == 0.7 and "temperature" not in given.profile["settled"]
+
+
+def test_the_llm_temperature_is_left_to_the_rule_only_when_an_llm_writes_and_it_was_not_given(tmp_path, tiny_corpus):
+    """settle_histogram_settings leaves ``temperature`` to the second step only for a run with an LLM and no
+    --temperature: a seeds-only run, and a run that gave one, keep theirs."""
+    from privseed.tasks.stages.corpus import scan_private_corpus
+    from privseed.tasks.stages.dpkps import term_counting
+    from privseed.tasks.stages.histogram import settle_histogram_settings
+    from tests.conftest import corpus_plan
+
+    labels = [0, 1, 2, 3]
+    for options, left in (({"llm": "local"}, True), ({"llm": "local", "temperature": 0.9}, False), ({}, False)):
+        cfg = _stage_config(tmp_path, **options)
+        ledger = PrivacyLedger(str(tmp_path / f"state-{len(options)}-{left}"), "fingerprint", "run1")
+        exact = scan_private_corpus.fn(corpus_plan(tiny_corpus, tmp_path / f"c-{len(options)}-{left}"), labels, cfg,
+                                       term_counting(cfg)).counts
+        settled_ = settle_histogram_settings.fn(exact, labels, cfg, ledger)
+        assert ("temperature" in settled_.after_release) is left, options
 
 
 # ------------------------------------------------------------------ the flow: noise, the stored draw, the manifest

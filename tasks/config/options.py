@@ -45,7 +45,9 @@ class LLMOptions(OptionGroup):
 
     llm: str = Field(default="none", description="the LLM that writes documents from the seeds: " + llm_help(),
                      json_schema_extra=cli(metavar="SPEC"))
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="LLM sampling temperature")
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="LLM sampling temperature; when not given, "
+                               "a histogram-method run whose corpus profile is released writes at 0.4 where its "
+                               "classes' released terms are alike (docs/dpkps.md)")
     max_tokens: int = Field(default=256, ge=1, le=32_768, description="output tokens per LLM call at most; when not "
                             "given, a histogram-method run whose corpus profile is released writes answers as long "
                             "as the profile's median document (docs/dpkps.md), up to this")

@@ -25,6 +25,7 @@ from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, AFTER_RELEASE
                                                  class_alikeness, CorpusProfile,
                                                  LENGTH_EDGES, profile_budget, PROFILE_SHARE, RELEASE_TOP_K,
                                                  resolve_settings, settings_after_release, settings_arrays,
+                                                 temperature_after_release,
                                                  settings_from_arrays, settled, split_profiled_counts)
 from privseed.tasks.seeds import corpus_profile, histogram_seeds
 from privseed.tasks.seeds.histogram_seeds import (class_term_releases, ClassRelease, noise_floor, pair_candidates,
@@ -60,9 +61,9 @@ class SettledSettings:
     ``declared``: the configuration as the run declares it (the derived settings, the user's ``epsilon``), for the
     manifest. ``profile``: the released profile and what the rule derived from it (post-processing of a DP
     release, publishable; None when no profile was released). ``derived``: the rule's settings from the profile;
-    ``after_release``: the options (``hist_top_k``, ``length``) left auto, which the rule's second step settles
-    from the term histograms' release (``settle_after_release``); until then ``spending`` keeps
-    ``RELEASE_TOP_K`` terms a class."""
+    ``after_release``: the options (``hist_top_k``, ``length``) left auto, and ``temperature`` when an LLM writes
+    and it was not given, which the rule's second step settles from the term histograms' release
+    (``settle_after_release``); until then ``spending`` keeps ``RELEASE_TOP_K`` terms a class."""
 
     counts: np.ndarray = field(repr=False)
     spending: DpKpsConfig
@@ -125,6 +126,8 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
                         ", ".join(f"{name} {value}" for name, value in resolved.items()), derived.contribution,
                         derived.top_k, derived.length, derived.answer_words, record["answer_tokens"])
     after_release = tuple(name for name in AFTER_RELEASE_OPTIONS if given[name] == AUTO)
+    if cfg.llm != "none" and "temperature" not in cfg.model_fields_set:  # the LLM's temperature follows too
+        after_release += ("temperature",)
     spending = declared.model_copy(update={"epsilon": eps_rest,
                                            **({"hist_top_k": RELEASE_TOP_K} if "hist_top_k" in after_release else {})})
     return SettledSettings(matrices[str(declared.hist_contribution)], spending, declared, record, derived,
@@ -133,8 +136,9 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
 
 @public_stage("settle-after-release")
 def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSettings) -> SettledSettings:
-    """The rule's second step (``privseed.tasks.seeds.corpus_profile.settings_after_release``): K and L left auto
-    follow the term histograms' release, by how alike the classes' released weights are (``class_alikeness``).
+    """The rule's second step (``privseed.tasks.seeds.corpus_profile.settings_after_release``,
+    ``temperature_after_release``): K and L left auto, and the LLM's temperature when not given, follow the term
+    histograms' release, by how alike the classes' released weights are (``class_alikeness``).
     ``settled`` is ``SettledSettings.public()``: no exact counts in a public stage. Post-processing of released
     values only, so no budget: re-reading the stored release on resume gives the same settings. Without options
     left to it, ``settled`` as it is."""
@@ -145,12 +149,15 @@ def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSet
         return settled
     alikeness = class_alikeness(term_releases(terms, settled.spending))
     final = settings_after_release(settled.derived, alikeness)
-    from_rule = {"hist_top_k": final.top_k, "length": final.length}
+    from_rule = {"hist_top_k": final.top_k, "length": final.length,
+                 "temperature": temperature_after_release(alikeness, settled.declared.temperature)}
     chosen = {name: from_rule[name] for name in settled.after_release}
     profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "derived": final.as_dict(),
                "settled": {**settled.profile["settled"], **chosen}}
-    stage_logger().info("classes' released terms alike at %.2f (mean cosine; a short corpus takes the long K and L "
-                        "from %g): K %d, L %d", alikeness, corpus_profile.ALIKE_CLASSES, final.top_k, final.length)
+    stage_logger().info("classes' released terms alike at %.2f (mean cosine; from %g a short corpus takes the long K "
+                        "and L, and an LLM writes at temperature %g): K %d, L %d%s", alikeness,
+                        corpus_profile.ALIKE_CLASSES, corpus_profile.ALIKE_TEMPERATURE, final.top_k, final.length,
+                        f", temperature {chosen['temperature']:g}" if "temperature" in chosen else "")
     return replace(settled, spending=settled.spending.model_copy(update=chosen),
                    declared=settled.declared.model_copy(update=chosen), profile=profile, after_release=())
 
