@@ -177,11 +177,11 @@ def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured(
     measured = {k.name: k.embedded for k in example_library() if k.embedded is not None}
     assert {"encyclopedia_article", "abstract", "review", "forum_post"} <= set(measured)
     outside = {name for name, m in measured.items() if m.seeds - m.documents > ENVELOPE_MARGIN}
-    assert outside == {"forum_post", "review", "abstract"} == {
-        name for name, m in measured.items() if not m.inside_envelope}
-    # abstracts: 41.2 vs 44.6 %, three runs of the owner's command on medical abstracts (2026-11-30)
-    abstract = envelope_warning("local", None, "medical abstract") or ""
-    assert "41.2 %" in abstract and "44.6 %" in abstract and "qwen2.5-coder-0.5b" in abstract
+    assert outside == {"forum_post", "review"} == {name for name, m in measured.items() if not m.inside_envelope}
+    # abstracts: 41.3 vs 43.5 %, three runs of the owner's command on medical abstracts at the temperature the rule
+    # gives their alike classes (0.4; 41.2 vs 44.6 % at 0.7, when a run was warned): inside the envelope, no warning
+    assert (measured["abstract"].documents, measured["abstract"].seeds) == (41.3, 43.5)
+    assert envelope_warning("local", None, "medical abstract") is None
 
 
 def test_the_envelope_suggests_no_local_model_measured_worse_for_the_kind():
