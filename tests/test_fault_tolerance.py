@@ -58,10 +58,13 @@ def test_dead_s3_endpoint_fails_cleanly_and_keeps_the_last_release(prefect_harne
     corpus = tmp_path / "corpus.parquet"
     tiny_corpus.to_parquet(corpus, index=False)
     bucket = proxied_s3_bucket
+    # No release gate: it is not what this test is about, and with secure noise twelve sequences of five terms drawn
+    # from forty sometimes repeat past its duplicate bound, which failed the first, healthy run of a fresh-clone CI run
+    # (2026-11-30) instead of the dead endpoint's.
     config = DpKpsConfig(data=str(corpus), out=f"{bucket.url}/release", llm="none", per_class=4, length=5,
                          labels=["0", "1", "2"], run_id="resumable-run",
                          method="independent", vocab_top=20000, vocab_size=40, n_features=64, n_workers=1,
-                         seed=2).model_dump()
+                         seed=2, gate=False).model_dump()
 
     first = dpkps_flow(config)
     before = {key: bucket.get(key) for key in bucket.keys("release/")}
