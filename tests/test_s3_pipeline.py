@@ -132,7 +132,9 @@ def test_endpoint_from_storage_option_flags(prefect_harness, s3_bucket, tiny_cor
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     put_corpus_shards(s3_bucket, tiny_corpus, "in", n_shards=2)
     out = f"{s3_bucket.url}/out"
-    flags = ["--storage-option", f"endpoint_url={s3_bucket.endpoint_url}"]
+    # --no-gate: with secure noise two of the twelve seed rows are now and then equal, one repeat over the gate's 5 %,
+    # and the gate is not what this test is about (the dead-endpoint test of test_fault_tolerance.py failed so once).
+    flags = ["--storage-option", f"endpoint_url={s3_bucket.endpoint_url}", "--no-gate"]
 
     code, _, stderr = run_cli("dpkps", f"{s3_bucket.url}/in/", "--out", out, *SMALL, "--workers", "1", *flags)
     assert code == 0, stderr[-3000:]
