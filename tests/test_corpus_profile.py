@@ -243,17 +243,23 @@ def _terms(rows: np.ndarray) -> list[dict[str, np.ndarray]]:
     return [{"noisy": row, "term_ids": np.arange(len(row)), "noisy_counts": row} for row in rows]
 
 
+def _alike_and_apart(vocab: int = 20_000) -> tuple[np.ndarray, np.ndarray]:
+    """Released rows of four classes far above the noise: all weighing the same 50 terms (alike), and each its own
+    50 (apart)."""
+    alike = np.zeros((4, vocab))
+    alike[:, :50] = 1000.0
+    apart = np.zeros((4, vocab))
+    for c in range(4):
+        apart[c, c * 50:(c + 1) * 50] = 1000.0
+    return alike, apart
+
+
 def test_after_release_alike_classes_take_the_long_k_and_l_and_told_apart_keep_theirs(tmp_path):
     """The rule's second step on released rows: classes with the same heavy terms (alike) take K and L long;
     classes each with terms of their own keep the short ones; an option given stays as given."""
     from privseed.tasks.stages.histogram import settle_after_release
 
-    vocab = 20_000
-    alike = np.zeros((4, vocab))
-    alike[:, :50] = 1000.0  # far above the noise: every class weighs the same 50 terms alike
-    apart = np.zeros((4, vocab))
-    for c in range(4):
-        apart[c, c * 50:(c + 1) * 50] = 1000.0
+    alike, apart = _alike_and_apart()
     after = settle_after_release.fn(_terms(alike), _settled_short(tmp_path))
     assert (after.declared.hist_top_k, after.declared.length) == LONG_SETTINGS[1:]
     assert (after.spending.hist_top_k, after.spending.length) == LONG_SETTINGS[1:]
@@ -275,11 +281,7 @@ def test_after_release_alike_classes_lower_the_llm_temperature_unless_it_was_giv
 
     assert temperature_after_release(ALIKE_CLASSES, 0.7) == ALIKE_TEMPERATURE
     assert temperature_after_release(ALIKE_CLASSES - 0.01, 0.7) == 0.7
-    alike = np.zeros((4, 20_000))
-    alike[:, :50] = 1000.0
-    apart = np.zeros((4, 20_000))
-    for c in range(4):
-        apart[c, c * 50:(c + 1) * 50] = 1000.0
+    alike, apart = _alike_and_apart()
     left = _settled_short(tmp_path)
     left = dataclasses.replace(left, after_release=left.after_release + ("temperature",))
     lowered = settle_after_release.fn(_terms(alike), left)
