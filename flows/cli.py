@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from privseed.tasks._runtime import RunEnded, apply_offline_defaults
+    from privseed.tasks._runtime import apply_offline_defaults, run_ended
     from privseed.tasks.errors import PrivseedError
 
     apply_offline_defaults()  # before Prefect is imported (it reads its settings once)
@@ -265,17 +265,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"privseed {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        # A run that drew values and did not publish is refused by the same command without --run-id, which names it.
-        print(f"privseed: {'ended by ' + str(exc) if isinstance(exc, RunEnded) else 'interrupted'}; the values drawn "
-              "so far and the finished LLM calls are kept in the private state: the same command again names the "
-              "run to resume with --run-id", file=sys.stderr)
-        return exc.exit_status if isinstance(exc, RunEnded) else 130
+        return _interrupted(exc)
     except Exception as exc:  # a bug: one line, the traceback with --verbose
+        if (ended := run_ended()) is not None:  # a signal's RunEnded that a library wrapped in its own error
+            return _interrupted(ended)
         if args.verbose:
             traceback.print_exc()
         print(f"privseed {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} (run with "
               "--verbose for the traceback)", file=sys.stderr)
         return 1
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """What a run stopped by Ctrl-C or an ending signal prints, and its exit status."""
+    from privseed.tasks._runtime import RunEnded
+
+    # A run that drew values and did not publish is refused by the same command without --run-id, which names it.
+    print(f"privseed: {'ended by ' + str(exc) if isinstance(exc, RunEnded) else 'interrupted'}; the values drawn "
+          "so far and the finished LLM calls are kept in the private state: the same command again names the "
+          "run to resume with --run-id", file=sys.stderr)
+    return exc.exit_status if isinstance(exc, RunEnded) else 130
 
 
 def _one_line(exc: BaseException) -> str:

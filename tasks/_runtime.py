@@ -96,6 +96,18 @@ class RunEnded(KeyboardInterrupt):
         return 128 + self.signum
 
 
+#: The :class:`RunEnded` the last ``ended_like_ctrl_c`` block raised, for ``run_ended``.
+_RAISED: list[RunEnded] = []
+
+
+def run_ended() -> RunEnded | None:
+    """The :class:`RunEnded` a signal raised in the last ``ended_like_ctrl_c`` block, if one did. A library that
+    calls Python code from its own native frame may hand it on wrapped in its own error (pydantic-core's serializer
+    raised ``PydanticSerializationError: ... RunEnded: SIGTERM`` when the signal came while it serialized a model),
+    so the command line asks here before it calls an error a bug."""
+    return _RAISED[-1] if _RAISED else None
+
+
 @contextlib.contextmanager
 def ended_like_ctrl_c() -> Iterator[None]:
     """Within the block, a signal of :data:`ENDING_SIGNALS` raises :class:`RunEnded` in the main thread; later ones
@@ -111,8 +123,10 @@ def ended_like_ctrl_c() -> Iterator[None]:
     def end(signum: int, frame: FrameType | None) -> None:
         for ending in ENDING_SIGNALS:
             signal.signal(ending, signal.SIG_IGN)
-        raise RunEnded(signum)
+        _RAISED.append(RunEnded(signum))
+        raise _RAISED[-1]
 
+    _RAISED.clear()  # a record of this block only
     previous = {ending: signal.signal(ending, end) for ending in ENDING_SIGNALS}
     try:
         yield

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -115,7 +116,7 @@ OTHER_VALUES: dict[str, dict[str, object]] = {
     "epsilon": {"epsilon": 5.0}, "hist_denoise": {"hist_denoise": "clip"}, "embedding_model": {"embedding_model": "m"},
     "hist_contribution": {"hist_contribution": "unit-l2", "mechanism": "gaussian", "delta": 1e-6},
     "markov_term_share": {"markov_term_share": 0.5}, "hist_background_cap": {"hist_background_cap": 0.5},
-    "hist_top_k": {"hist_top_k": 500}}  # its default is "auto"
+    "hist_top_k": {"hist_top_k": 500}, "hist_seed_pool": {"hist_seed_pool": 800}}  # their defaults are "auto"
 
 
 def _other_value(name: str) -> dict[str, object]:
@@ -372,3 +373,39 @@ def test_a_killed_dpkps_run_leaves_no_prefect_server_behind(corpus, tmp_path, en
             with contextlib.suppress(psutil.NoSuchProcess):
                 server.kill()
     assert code == (128 + ending if ending != signal.SIGKILL else -signal.SIGKILL), run.stderr.read()
+
+
+def test_a_signal_a_library_wraps_in_its_own_error_still_ends_the_run_with_its_status(monkeypatch, capsys):
+    """A SIGTERM that lands while pydantic-core serializes a model reaches the command as
+    ``PydanticSerializationError: ... RunEnded: SIGTERM`` (a killed-run test on a loaded machine, 2026-11-30): the
+    command ends as for any SIGTERM (143, the resume hint), not as an internal error (1)."""
+    from pydantic import BaseModel, model_serializer
+
+    from privseed.flows import cli
+    from privseed.tasks import _runtime
+
+    class Serialized(BaseModel):
+        x: int = 0
+
+        @model_serializer
+        def _ser_model(self) -> dict:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises RunEnded here, inside pydantic-core's call
+            return {}
+
+    raised: list[str] = []
+
+    def run(args) -> int:
+        with _runtime.ended_like_ctrl_c():
+            try:
+                Serialized().model_dump()
+            except Exception as exc:
+                raised.append(f"{type(exc).__name__}: {exc}")
+                raise
+        return 0
+
+    monkeypatch.setattr(_runtime, "_RAISED", [])
+    monkeypatch.setitem(cli.COMMANDS_BY_NAME, "audit", types.SimpleNamespace(run=run))
+    assert cli.main(["audit"]) == 128 + signal.SIGTERM
+    assert raised and raised[0].startswith("PydanticSerializationError") and "RunEnded: SIGTERM" in raised[0]
+    assert "ended by SIGTERM" in capsys.readouterr().err
