@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 
 from privseed.tasks.seeds.histogram_seeds import (build_mechanism, class_pair_counts, class_positions,
-                                                  contribution_weights, class_term_releases, noise_floor,
-                                                  pair_candidates, pair_coherence, pair_matrix, pair_mechanism,
-                                                  release_all, sample_class_sequences, stage_budgets)
+                                                  contribution_weights, class_term_releases, most_typical,
+                                                  noise_floor, pair_candidates, pair_coherence, pair_matrix,
+                                                  pair_mechanism, release_all, sample_class_sequences, seed_pool,
+                                                  stage_budgets)
 from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.evaluation.experiment import data_root
 from privseed.tasks.dp.mechanisms import insecure_noise
@@ -53,8 +54,10 @@ BASE = {"method": "histogram", "S": 10, "K": 300, "G": 1.0, "top": 50_000, "L": 
 # denoise / M: class_term_releases; share, T (pair floor: expected pure-noise pairs per class), P (pair candidates
 # per class), S2 (terms per document whose pairs count), mu (probability a step follows the pairs): histogram-markov.
 # "background_cap" (not in BASE, so the keys of the runs before it stay valid; 1 when absent): --hist-background-cap.
-# {"adaptive": true} takes the flow's default cap and names it in its key (adaptive keys without one are cap 1).
+# {"adaptive": true} takes the flow's default cap and names it in its key (adaptive keys without one are cap 1), and
+# the flow's default seed pool (adaptive keys without one kept every sequence as drawn).
 DEFAULT_BACKGROUND_CAP = DpKpsConfig.model_fields["hist_background_cap"].default
+DEFAULT_SEED_POOL = DpKpsConfig.model_fields["hist_seed_pool"].default
 #: delta of the Gaussian mechanism: 1 / (n ln n) with the public bound n = 10^6 of
 #: privseed.tasks.dp.accounting.default_delta
 GAUSSIAN_DELTA = 7.238241365054197e-08
@@ -302,8 +305,12 @@ def run_setting(setting: dict, private_ids: list, private_index: list, labels: l
             releases[c] = replace(releases[c], pair_ids=ids,
                                   pair_weights=pair_matrix(noisy_pairs[c, :n * (n - 1) // 2], n, floor))
     rule = SelectionRule.parse(f"power-{setting['G']:g}")
-    ids = sample_class_sequences(method, releases, per_class, setting["L"], rule, np.random.default_rng(seed),
+    # "seed_pool" (absent: every sequence as drawn, the keys of the runs before it stay valid): --hist-seed-pool
+    pool = seed_pool(per_class, setting["seed_pool"]) if "seed_pool" in setting else per_class
+    ids = sample_class_sequences(method, releases, pool, setting["L"], rule, np.random.default_rng(seed),
                                  setting["mu"])
+    if pool > per_class:
+        ids = most_typical(ids, per_class)
     seqs = [[terms[t] for t in seq] for c in range(len(labels)) for seq in ids[c]]
     seq_labels = [labels[c] for c in range(len(labels)) for _ in ids[c]]
     val_terms = [[terms[t] for t in doc] for doc in val_ids]
@@ -381,8 +388,9 @@ def main() -> None:
         for variation in variations:
             setting = {**BASE, **variation}
             setting.setdefault("T", 0.0)
-            if setting.get("adaptive"):  # the flow's default cap, named in the key
+            if setting.get("adaptive"):  # the flow's default cap and seed pool, named in the key
                 setting.setdefault("background_cap", DEFAULT_BACKGROUND_CAP)
+                setting.setdefault("seed_pool", DEFAULT_SEED_POOL)
             if setting["top"] not in matched:
                 vocabulary = load_vocabulary("english", setting["top"])
                 matcher = phrase_matcher(vocabulary)

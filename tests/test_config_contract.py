@@ -89,8 +89,9 @@ VALIDATOR_INVALID: dict[str, list[Any]] = {
     "dask_tls_cert": ["cert.pem"],
     "dask_tls_key": ["key.pem"],
     "eps": ["1", "a+b", "1+5+1", "0+5", "1+inf"],
-    # K and L: a bounded number or "auto" (the corpus profile's); a union the type reader does not bound
+    # K, L and the seed pool: a bounded number or "auto"; a union the type reader does not bound
     "hist_top_k": [0, 1_000_001, "many"],
+    "hist_seed_pool": [0, 1_000_001, "many"],
     "length": [0, 101, "many"],
     "coral": [True],  # evaluate: Deep CORAL needs --client (a bool elsewhere; experiment's is no|yes|both)
 }

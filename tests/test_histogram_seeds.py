@@ -12,8 +12,9 @@ from privseed.tasks.seeds.histogram_seeds import (ClassRelease, background_distr
                                                   class_pair_counts, class_term_counts, class_term_releases,
                                                   first_distinct_terms, l1_sensitivity, l2_sensitivity, noise_tail,
                                                   pair_candidates, pair_columns, pair_coherence, pair_l1_sensitivity,
-                                                  pair_matrix, pair_mechanism, sample_class_sequences,
-                                                  sample_independent, sample_markov, stage_budgets)
+                                                  pair_matrix, pair_mechanism, most_typical, sample_class_sequences,
+                                                  sample_independent, sample_markov, stage_budgets,
+                                                  seed_pool, typicality_margins)
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.seeds.sampling import SelectionRule
 from privseed.tasks.stages.corpus import scan_private_corpus
@@ -529,3 +530,63 @@ def test_a_class_that_released_too_few_terms_draws_the_rest_from_every_class_rel
     assert len({tuple(seq) for seq in sequences[1]}) > 40  # and its 50 seeds no longer repeat
     with pytest.raises(ConfigError, match="no class released any term"):
         sample_class_sequences("histogram", [empty], 5, 5, SelectionRule.parse("power-1"), np.random.default_rng(0))
+
+
+def test_typicality_margin_is_own_class_likelihood_over_the_closest_other():
+    ids = [[[1, 2, 3], [1, 5, 6], [7, 8, 9], [1, 2, 9]], [[7, 8, 9], [7, 8, 1], [4, 4, 4], [2, 8, 9]]]
+    margins = typicality_margins(ids)
+    # terms 1..9, add-one over 9 terms: class 0 holds 12 terms, class 1 holds 12 terms
+    counts = np.ones((2, 9))
+    for c, sequences in enumerate(ids):
+        for seq in sequences:
+            for t in seq:
+                counts[c, t - 1] += 1
+    log_p = np.log(counts / counts.sum(axis=1, keepdims=True))
+    for c, sequences in enumerate(ids):
+        for seq, margin in zip(sequences, margins[c]):
+            own, other = (log_p[k, [t - 1 for t in seq]].sum() for k in (c, 1 - c))
+            assert margin == pytest.approx(own - other)
+    assert margins[0][2] < 0  # a class-0 sequence of class 1's terms reads as class 1
+
+
+def test_most_typical_keeps_the_clearest_sequences_of_each_class_in_drawn_order():
+    ids = [[[1, 2, 3], [1, 5, 6], [7, 8, 9], [1, 2, 9]], [[7, 8, 9], [7, 8, 1], [4, 4, 4], [2, 8, 9]]]
+    assert most_typical(ids, 2) == [[[1, 2, 3], [1, 5, 6]], [[7, 8, 9], [4, 4, 4]]]
+    assert most_typical(ids, 4) == ids and most_typical(ids, 9) == ids  # a class no larger than keep: as drawn
+    assert most_typical([[[1, 1]], [[2, 2], [1, 1], [2, 3]]], 1) == [[[1, 1]], [[2, 2]]]
+
+
+def test_sampled_pool_keeps_per_class_sequences_that_read_most_as_their_class(tmp_path, tiny_corpus):
+    """The stage samples --hist-seed-pool sequences a class and keeps --per-class: the kept ones are the pool's
+    most typical (their margins are the pool's largest), and a pool no larger than --per-class is the old draw."""
+    labels = [0, 1, 2, 3]
+    ledger = PrivacyLedger(str(tmp_path / "state"), "fingerprint", "run1")
+    cfg = _config(tmp_path, hist_seed_pool=60)
+    plan = corpus_plan(tiny_corpus, tmp_path / "corpus")
+    terms = privatize_class_histograms.fn(scan_private_corpus.fn(plan, labels, cfg, term_counting(cfg)).counts,
+                                          labels, cfg, ledger)
+    kept = sample_histogram_sequences.fn(terms, None, labels, cfg)
+    assert kept.groupby("label").size().to_dict() == {0: 6, 1: 6, 2: 6, 3: 6}
+    whole = sample_histogram_sequences.fn(terms, None, labels, _config(tmp_path, hist_seed_pool=60, per_class=60))
+    pool = [[list(k) for k in whole.loc[whole["label"] == c, "keyphrases"]] for c in labels]
+    index = {t: i for i, t in enumerate(sorted({t for c in pool for s in c for t in s}))}
+    margins = typicality_margins([[[index[t] for t in s] for s in c] for c in pool])
+    for c in labels:
+        chosen = [list(k) for k in kept.loc[kept["label"] == c, "keyphrases"]]
+        at = [pool[c].index(s) for s in chosen]
+        assert min(margins[c][at]) >= np.sort(margins[c])[-6]  # the six largest margins of the pool
+    as_drawn = sample_histogram_sequences.fn(terms, None, labels, _config(tmp_path, hist_seed_pool=1))
+    unpooled = sample_histogram_sequences.fn(terms, None, labels, _config(tmp_path, hist_seed_pool=6))
+    assert [list(k) for k in as_drawn["keyphrases"]] == [list(k) for k in unpooled["keyphrases"]]
+    assert [list(k) for k in as_drawn["keyphrases"]] != [list(k) for k in kept["keyphrases"]]
+
+
+def test_most_typical_passes_over_repeats_while_other_sequences_are_left():
+    ids = [[[1, 1], [1, 1], [1, 2], [3, 3]], [[3, 3], [3, 4], [4, 4]]]
+    assert most_typical(ids, 2)[0] == [[1, 1], [1, 2]]  # not [1, 1] twice
+    assert most_typical([[[1, 1], [1, 1], [1, 1]], [[2, 2]]], 2)[0] == [[1, 1], [1, 1]]  # nothing else to keep
+
+
+def test_an_auto_seed_pool_is_500_a_class_or_per_class_when_that_is_more():
+    assert [seed_pool(n, "auto") for n in (1, 20, 100, 500, 10_000)] == [500, 500, 500, 500, 10_000]
+    assert seed_pool(20, 200) == 200 and seed_pool(20, 5) == 20  # a given pool; never under --per-class

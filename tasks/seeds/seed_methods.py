@@ -58,9 +58,10 @@ def _iterative_log_blocks(length: int) -> list[int]:
 #: embeddings.
 SAMPLER_OPTIONS = frozenset({"vocab_size", "n_features", "bandwidth", "embedding_model"})
 #: The options only the histogram methods read: their one budget, the public corpus-size bound behind its default
-#: delta, how a document enters a class's histogram, and how released counts become term weights.
+#: delta, how a document enters a class's histogram, how released counts become term weights, and the pool the
+#: seeds are kept from.
 HISTOGRAM_OPTIONS = frozenset({"epsilon", "n_upper_bound", "hist_top_k", "hist_denoise", "hist_contribution",
-                               "hist_candidates", "hist_background_cap"})
+                               "hist_candidates", "hist_background_cap", "hist_seed_pool"})
 #: The options of the histogram methods' second stage, the co-occurrence pairs that order the terms.
 PAIR_OPTIONS = frozenset({"markov_pair_floor", "markov_term_share", "markov_pair_top", "markov_pair_terms",
                           "markov_pair_weight"})

@@ -28,9 +28,9 @@ from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, AFTER_RELEASE
                                                  temperature_after_release,
                                                  settings_from_arrays, settled, split_profiled_counts)
 from privseed.tasks.seeds import corpus_profile, histogram_seeds
-from privseed.tasks.seeds.histogram_seeds import (class_term_releases, ClassRelease, noise_floor, pair_candidates,
-                                                  pair_matrix, released_support, sample_class_sequences, stage_budgets,
-                                                  top_k)
+from privseed.tasks.seeds.histogram_seeds import (class_term_releases, ClassRelease, most_typical, noise_floor,
+                                                  pair_candidates, pair_matrix, released_support,
+                                                  sample_class_sequences, seed_pool, stage_budgets, top_k)
 from privseed.tasks.seeds.passes import combine_sums, DeclaredLabels, pair_unit, PairSpec
 from privseed.tasks.seeds.sampling import SelectionRule
 from privseed.tasks.seeds.seed_methods import contribution_kind
@@ -297,10 +297,16 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
         stage_logger().warning("%d of %d classes released fewer than L = %d terms (%s); they draw the missing share "
                                "of their seeds from the terms released for every class", len(short), len(labels),
                                length, ", ".join(short[:10]) + (" ..." if len(short) > 10 else ""))
-    ids = sample_class_sequences(cfg.method, releases, cfg.per_class, length, rule, public_rng(cfg.seed, "sample"),
+    pool = seed_pool(cfg.per_class, cfg.hist_seed_pool)
+    ids = sample_class_sequences(cfg.method, releases, pool, length, rule, public_rng(cfg.seed, "sample"),
                                  cfg.markov_pair_weight)
+    if pool > cfg.per_class:
+        ids = most_typical(ids, cfg.per_class)
+        stage_logger().info("sampled %d sequences per class (%s, %s) and kept the %d that read most as their class",
+                            pool, cfg.method, rule, cfg.per_class)
+    else:
+        stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)
     rows = [(label, [vocabulary.terms[t] for t in seq]) for c, label in enumerate(labels) for seq in ids[c]]
-    stage_logger().info("sampled %d sequences per class (%s, %s)", cfg.per_class, cfg.method, rule)
     sequences = pd.DataFrame({"label": [r[0] for r in rows], "keyphrases": [r[1] for r in rows]})
     # The terms sequences can contain (every class's weighted terms) are what generation may mint prompt seeds from.
     released_terms = sorted({vocabulary.terms[int(t)] for r in releases for t in r.term_ids})
