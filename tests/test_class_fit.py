@@ -57,6 +57,23 @@ def test_one_class_or_the_option_off_gives_no_judge():
     assert seed_classes(seeds(), enabled=False) is None and seed_classes(seeds()) is not None
 
 
+def test_a_pool_the_seeds_were_kept_from_judges_in_their_place(tmp_path, recording):
+    """The naive Bayes of a larger pool (the histogram methods' ``--hist-seed-pool``) replaces the kept seeds' own:
+    its word lists steer and its judge decides; the option off still gives no judge."""
+    rows = [CLINIC[:3], CLINIC[1:], [0, 2, 3]] * 2 + [FOOD[:3], FOOD[1:], [4, 6, 7]] * 2
+    pool = SeedClasses.from_phrases(["health"] * 6 + ["food"] * 6, [[VOCAB.terms[t] for t in r] for r in rows])
+    assert pool is not None and pool.counts.sum() == 36
+    assert SeedClasses.from_phrases([s.label for s in seeds()], [s.keyphrases for s in seeds()]).counts.tolist() == \
+        SeedClasses.from_seeds(seeds()).counts.tolist()
+    assert seed_classes(seeds(), True, pool) is pool and seed_classes(seeds(), False, pool) is None
+    assert SeedClasses.from_seeds(seeds()).foreign_words("health") == ()  # two seeds a class: no word three times
+    recording.answer = lambda req: ON_CLASS if req.seed in (1000, 1001) else OFF_CLASS
+    generate_seeds(seeds(), SPEC, GenerationParams(doc_type="review", max_tokens=40), str(tmp_path), pool=pool,
+                   progress=False)
+    avoid = {req.seed: req.steering.avoid for req in recording.requests}
+    assert set(avoid[1000]) == {"dessert", "menu", "pasta", "waiter"} and "clinic" in avoid[1002]
+
+
 def test_select_best_keeps_the_document_that_reads_as_its_class_first():
     """Before coverage: the off-class candidate writes all three seed terms, the on-class one only one."""
     classes = SeedClasses.from_seeds(seeds())
@@ -125,6 +142,19 @@ def test_a_class_prefers_the_words_its_seeds_hold_often_and_the_others_rarely():
     assert classes.own_words("food", min_count=2) == ("dessert", "waiter")
     assert classes.own_words("health", min_count=2, min_ratio=4.0) == ()  # 3 times as likely, not 4
     assert classes.own_words("a label with no seed") == ()
+
+
+def test_a_large_pools_word_lists_keep_words_held_by_one_seed_of_twenty():
+    """In a pool of 100 seeds a class a word needs 5 uses (5 %), not 3: a noise word of one class's released terms
+    is held a few times, alone in its class, and would otherwise lead the list."""
+    health = [["doctor", "clinic"]] * 91 + [["nurse"]] * 5 + [["zeppelin"]] * 4
+    food = [["pasta", "menu"]] * 95 + [["doctor"]] * 1 + [["rocket"]] * 4
+    classes = SeedClasses.from_phrases(["health"] * 100 + ["food"] * 100, health + food)
+    assert classes is not None and classes.rows.tolist() == [100, 100]
+    assert classes.own_words("health") == ("clinic", "doctor", "nurse")  # not "zeppelin", held 4 times
+    assert classes.foreign_words("health") == ("menu", "pasta")  # not "rocket"
+    few = SeedClasses.from_phrases(["health"] * 20 + ["food"] * 20, health[-20:] + food[-20:])
+    assert few is not None and "zeppelin" in few.own_words("health")  # 20 a class: three uses decide, as before
 
 
 def test_local_decoding_prefers_the_own_classes_words_by_default_and_not_when_turned_off(tmp_path, recording):

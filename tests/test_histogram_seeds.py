@@ -8,6 +8,7 @@ from scipy import stats
 
 from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.errors import ConfigError, LedgerMismatchError
+from privseed.tasks.generation.class_fit import SEED_POOL_CLASSES
 from privseed.tasks.seeds.histogram_seeds import (ClassRelease, background_distribution, bh_q_values, build_mechanism,
                                                   class_pair_counts, class_term_counts, class_term_releases,
                                                   first_distinct_terms, l1_sensitivity, l2_sensitivity, noise_tail,
@@ -19,8 +20,8 @@ from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.seeds.sampling import SelectionRule
 from privseed.tasks.stages.corpus import scan_private_corpus
 from privseed.tasks.stages.dpkps import term_counting
-from privseed.tasks.stages.histogram import (exact_pair_counts, privatize_class_histograms, privatize_class_pairs,
-                                             sample_histogram_sequences)
+from privseed.tasks.stages.histogram import (exact_pair_counts, pool_judge, privatize_class_histograms,
+                                             privatize_class_pairs, sample_histogram_sequences)
 from privseed.tasks.seeds.vocabulary import PhraseMatcher, Vocabulary
 from tests.conftest import corpus_plan
 from tests.noise_checks import assert_noise_is
@@ -579,6 +580,21 @@ def test_sampled_pool_keeps_per_class_sequences_that_read_most_as_their_class(tm
     unpooled = sample_histogram_sequences.fn(terms, None, labels, _config(tmp_path, hist_seed_pool=6))
     assert [list(k) for k in as_drawn["keyphrases"]] == [list(k) for k in unpooled["keyphrases"]]
     assert [list(k) for k in as_drawn["keyphrases"]] != [list(k) for k in kept["keyphrases"]]
+    # the pool's naive Bayes goes with the kept seeds, to judge their documents; a release as drawn has none
+    judge = kept.attrs[SEED_POOL_CLASSES]
+    assert judge.labels == tuple(labels) and judge.counts.sum() == sum(len(k) for k in whole["keyphrases"])
+    assert SEED_POOL_CLASSES not in as_drawn.attrs and SEED_POOL_CLASSES not in unpooled.attrs
+
+
+def test_the_pool_judges_the_documents_only_where_the_classes_are_not_alike():
+    """Classes with terms of their own get the pool's naive Bayes (all of its sequences); classes that release the
+    same terms in about the same proportions keep the kept seeds' own (None)."""
+    pool = [[["doctor", "clinic"]] * 30, [["pasta", "menu"]] * 30]
+    apart = [ClassRelease(np.array([1, 2]), np.array([5.0, 4.0])), ClassRelease(np.array([3, 4]), np.array([5.0, 4.0]))]
+    judge = pool_judge(apart, ["health", "food"], pool)
+    assert judge is not None and judge.rows.tolist() == [30, 30] and judge.own_words("food") == ("menu", "pasta")
+    alike = [ClassRelease(np.array([1, 2]), np.array([5.0, 4.0])), ClassRelease(np.array([1, 2]), np.array([4.0, 4.0]))]
+    assert pool_judge(alike, ["health", "food"], pool) is None
 
 
 def test_most_typical_passes_over_repeats_while_other_sequences_are_left():

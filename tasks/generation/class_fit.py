@@ -28,8 +28,15 @@ test catches is a document whose other words belong to another class. Left out, 
 at 20 a class to judge (the rows of six releases of issue 48 that fit: 14-89 % with the own seed left out, 78-99 %
 with it in).
 
-Privacy: built from ``ReleasedSeed`` objects only (terms of released DP vocabularies, sampled from DP releases) and
-applied to synthetic text; post-processing, no budget.
+A histogram release whose seeds were kept from a larger pool (``--hist-seed-pool``) whose classes are not alike
+hands its generation the naive Bayes of the whole pool instead (``SEED_POOL_CLASSES``, built by
+``privseed.tasks.stages.histogram.pool_judge``): 500 sequences a class name a class's words better than the 20 kept,
+which are the pool's most typical and carry its noise words with them. A word of either list is then also held at
+least once for every 20 seeds of its class (``MIN_ROW_SHARE``), which leaves the lists of 20 a class as they were.
+
+Privacy: built from ``ReleasedSeed`` objects only, or from the pool they were kept from (terms of released DP
+vocabularies, sampled from DP releases with the public seed's generator), and applied to synthetic text;
+post-processing, no budget.
 """
 
 from __future__ import annotations
@@ -53,6 +60,14 @@ FOREIGN_MIN_COUNT = 3
 #: class's seeds and ``OWN_MIN_RATIO`` times as often as by any other class's. Twice, not three times: neighbouring
 #: star ratings share most words, and at three times the classes of three `yelp-stars` releases held 0-6 words each
 #: (a middle rating none), at twice 5-17 ("rude", "horrible", "waiting" for one star; issue 48).
+#: The sequences' attribute that carries the naive Bayes of the pool a release's seeds were kept from (histogram
+#: methods, ``--hist-seed-pool``): the generation's judge and word lists come from it (``seed_classes``).
+SEED_POOL_CLASSES = "seed_pool_classes"
+#: A word of ``foreign_words`` or ``own_words`` is also held at least once for every 20 seeds of its class (5 %): at
+#: the 20 a class a release keeps, three uses decide; in a pool of 500 a class (``SEED_POOL_CLASSES``) a noise word
+#: of one class's released terms is held 10-20 times, alone in its class, and would fill a middle star rating's list
+#: ("subordinated", "infiltrate", "primates"), where the class's own words are held 25-180 times.
+MIN_ROW_SHARE = 0.05
 OWN_LIMIT = 30
 OWN_MIN_RATIO = 2.0
 OWN_MIN_COUNT = 3
@@ -67,24 +82,33 @@ class SeedClasses:
     words: dict[str, int]
     log_probs: np.ndarray
     counts: np.ndarray  # counts[c, w]: how often class c's seeds hold word words[w]
+    rows: np.ndarray  # rows[c]: how many seeds (keyphrase rows) class c has
 
     @classmethod
     def from_seeds(cls, seeds: Sequence[ReleasedSeed]) -> SeedClasses | None:
         """The seeds' naive Bayes, or None when they hold fewer than two classes (nothing to tell apart)."""
-        labels = tuple(dict.fromkeys(s.label for s in seeds))
+        return cls.from_phrases([s.label for s in seeds], [s.keyphrases for s in seeds])
+
+    @classmethod
+    def from_phrases(cls, row_labels: Sequence[Any], rows: Sequence[Sequence[str]]) -> SeedClasses | None:
+        """The naive Bayes of keyphrase rows (``rows[i]`` of class ``row_labels[i]``), or None when they hold fewer
+        than two classes."""
+        labels = tuple(dict.fromkeys(row_labels))
         if len(labels) < 2:
             return None
         counts: list[Counter[str]] = [Counter() for _ in labels]
         index = {label: c for c, label in enumerate(labels)}
-        for s in seeds:
-            counts[index[s.label]].update(w for phrase in s.keyphrases for w in tokenize(str(phrase)))
+        n_rows = np.zeros(len(labels), dtype=np.int64)
+        for label, phrases in zip(row_labels, rows):
+            counts[index[label]].update(w for phrase in phrases for w in tokenize(str(phrase)))
+            n_rows[index[label]] += 1
         words = {w: i for i, w in enumerate(sorted(set().union(*counts)))}
         table = np.zeros((len(labels), len(words)))
         for c, counter in enumerate(counts):
             for w, n in counter.items():
                 table[c, words[w]] += n
         smoothed = table + 1.0  # add-one smoothing
-        return cls(labels, words, np.log(smoothed / smoothed.sum(axis=1, keepdims=True)), table)
+        return cls(labels, words, np.log(smoothed / smoothed.sum(axis=1, keepdims=True)), table, n_rows)
 
     def scores(self, text: str) -> np.ndarray | None:
         """Log likelihood of ``text``'s seed words under each class (None: it has no seed word)."""
@@ -119,8 +143,8 @@ class SeedClasses:
         log_ratio = self.log_probs[others] - self.log_probs[c]
         strongest = log_ratio.argmax(axis=0)
         columns = np.arange(len(self.words))
-        return self._ranked(log_ratio[strongest, columns], self.counts[others][strongest, columns], limit,
-                            min_ratio, min_count)
+        return self._ranked(log_ratio[strongest, columns], self.counts[others][strongest, columns],
+                            self.rows[others][strongest], limit, min_ratio, min_count)
 
     def own_words(self, label: Any, limit: int = OWN_LIMIT, min_ratio: float = OWN_MIN_RATIO,
                   min_count: int = OWN_MIN_COUNT) -> tuple[str, ...]:
@@ -132,19 +156,26 @@ class SeedClasses:
         c = self.labels.index(label)
         others = np.delete(np.arange(len(self.labels)), c)
         log_ratio = self.log_probs[c] - self.log_probs[others].max(axis=0)
-        return self._ranked(log_ratio, self.counts[c], limit, min_ratio, min_count)
+        return self._ranked(log_ratio, self.counts[c], np.full(len(self.words), self.rows[c]), limit, min_ratio,
+                            min_count)
 
-    def _ranked(self, log_ratio: np.ndarray, count: np.ndarray, limit: int, min_ratio: float,
+    def _ranked(self, log_ratio: np.ndarray, count: np.ndarray, rows: np.ndarray, limit: int, min_ratio: float,
                 min_count: int) -> tuple[str, ...]:
-        """The words whose ``log_ratio`` is at least log(``min_ratio``) and ``count`` at least ``min_count``, by
-        count times log ratio (ties by the word), at most ``limit``."""
-        chosen = np.flatnonzero((log_ratio >= np.log(min_ratio)) & (count >= min_count))
+        """The words whose ``log_ratio`` is at least log(``min_ratio``) and ``count`` at least ``min_count`` and
+        ``MIN_ROW_SHARE`` of ``rows`` (the seeds of the class that holds them), by count times log ratio (ties by the
+        word), at most ``limit``."""
+        floor = np.maximum(min_count, np.ceil(MIN_ROW_SHARE * rows))
+        chosen = np.flatnonzero((log_ratio >= np.log(min_ratio)) & (count >= floor))
         vocabulary = np.array(list(self.words))
         order = sorted(chosen.tolist(), key=lambda w: (-count[w] * log_ratio[w], vocabulary[w]))
         return tuple(str(vocabulary[w]) for w in order[:limit])
 
 
-def seed_classes(seeds: Sequence[ReleasedSeed], enabled: bool = True) -> SeedClasses | None:
+def seed_classes(seeds: Sequence[ReleasedSeed], enabled: bool = True,
+                 pool: SeedClasses | None = None) -> SeedClasses | None:
     """The judge of class fit for a generation over ``seeds`` (all of them, not one shard's), or None when
-    ``enabled`` is off (``--no-rewrite-off-class``) or the seeds hold one class."""
-    return SeedClasses.from_seeds(seeds) if enabled else None
+    ``enabled`` is off (``--no-rewrite-off-class``) or the seeds hold one class. ``pool``: the naive Bayes of the
+    larger pool the seeds were kept from (``sequences.attrs["seed_pool_classes"]``), which judges in their place."""
+    if not enabled:
+        return None
+    return pool if pool is not None else SeedClasses.from_seeds(seeds)

@@ -127,32 +127,33 @@ def _listed_cache(cache_uri: str | None, storage_options: dict | None) -> CacheI
 
 def generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
                    cache_uri: str | None, storage_options: dict | None = None, shard_size: int = 16,
-                   progress: bool = True) -> pd.DataFrame:
+                   progress: bool = True, pool: SeedClasses | None = None) -> pd.DataFrame:
     """One document per seed, as a frame (callers that keep the documents in memory: evaluation baselines,
     benchmarks; a release is written by :func:`generate_release_parts`). With a Dask client (the flow's),
     shards of ``shard_size`` seeds run on the workers, each worker process keeping its model loaded, and one
     progress bar here over the documents moves as each seed is settled (``ShardProgress``); without one,
     everything runs in this process with the same bar. Rows come back in seed order. The call cache is listed
     once, here, and every shard reads only its hits. A batching Anthropic run is one shard: Message Batches want
-    one big submission."""
+    one big submission. ``pool``: the judge of class fit from the pool the seeds were kept from (``seed_classes``)."""
     spec = as_spec(spec)
     if not kind_of(spec).writes_text:
         return no_llm_rows(seeds)
     if not seeds:
         return pd.DataFrame(columns=ROW_COLUMNS)
     with serving(spec) as served:
-        return _generate_seeds(seeds, served, params, cache_uri, storage_options, shard_size, progress)
+        return _generate_seeds(seeds, served, params, cache_uri, storage_options, shard_size, progress, pool)
 
 
 def _generate_seeds(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params: GenerationParams, cache_uri: str | None,
-                    storage_options: dict | None, shard_size: int, progress: bool) -> pd.DataFrame:
+                    storage_options: dict | None, shard_size: int, progress: bool,
+                    pool: SeedClasses | None) -> pd.DataFrame:
     n_calls = len(seeds) * params.best_of
     if _batched(spec, n_calls):
         shard_size = len(seeds)
     client = current_client()
     shards = shard_seeds(seeds, shard_size)
     index = _listed_cache(cache_uri, storage_options)
-    classes = seed_classes(seeds, params.rewrite_off_class)
+    classes = seed_classes(seeds, params.rewrite_off_class, pool)
     if client is None or len(shards) == 1:
         try:
             frames = [generate_shard(sh, spec, params, cache_uri, storage_options, progress, i, index,
@@ -268,7 +269,7 @@ def fill_cache(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: Gener
 def generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, params: GenerationParams,
                            cache_uri: str | None, storage_options: dict | None, *, out: str,
                            gate: ReleaseGate | None, release_id: str | None = None, shard_size: int | None = None,
-                           progress: bool = True) -> StagedRelease:
+                           progress: bool = True, pool: SeedClasses | None = None) -> StagedRelease:
     """One document per seed, written straight into a release: each generation shard (a Dask task, or a loop
     here without a cluster) writes its documents as one part of release ``release_id`` under ``out`` and checks
     it with ``gate``; this process gathers the parts' descriptors only, never the rows, and hands them to
@@ -276,25 +277,26 @@ def generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec | str, p
     manifest names the parts, so the last good release is untouched whatever happens here.
 
     The call cache is listed once, here; a batching Anthropic run first sends all its calls at once
-    (``fill_cache``, on a worker when there is a cluster), then the shards read their answers from the cache."""
+    (``fill_cache``, on a worker when there is a cluster), then the shards read their answers from the cache.
+    ``pool``: the judge of class fit from the pool the seeds were kept from (``seed_classes``)."""
     spec = as_spec(spec)
     if not kind_of(spec).writes_text:
         raise ConfigError("--llm none writes no documents; its release is the keyphrase sequences themselves")
     with serving(spec) as served:
         return _generate_release_parts(seeds, served, params, cache_uri, storage_options, out=out, gate=gate,
-                                       release_id=release_id, shard_size=shard_size, progress=progress)
+                                       release_id=release_id, shard_size=shard_size, progress=progress, pool=pool)
 
 
 def _generate_release_parts(seeds: Sequence[ReleasedSeed], spec: LLMSpec, params: GenerationParams,
                             cache_uri: str | None, storage_options: dict | None, *, out: str,
                             gate: ReleaseGate | None, release_id: str | None, shard_size: int | None,
-                            progress: bool) -> StagedRelease:
+                            progress: bool, pool: SeedClasses | None) -> StagedRelease:
     release_id = release_id or new_release_id()
     client = current_client()
     threads = sum(client.nthreads().values()) if client is not None else 1
     shards = shard_seeds(seeds, shard_size or part_size(len(seeds), threads))
     index = _listed_cache(cache_uri, storage_options)
-    classes = seed_classes(seeds, params.rewrite_off_class)  # one judge for the batches and every shard
+    classes = seed_classes(seeds, params.rewrite_off_class, pool)  # one judge for the batches and every shard
     n_calls = len(seeds) * params.best_of
     try:
         if cache_uri and _batched(spec, n_calls):

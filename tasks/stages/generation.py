@@ -19,6 +19,7 @@ from privseed.tasks.errors import retry_if_transient
 from privseed.tasks.dp.mechanisms import mechanism_kind
 from privseed.tasks.generation.drivers import (calibrate_local_speed, generate_release_parts, generate_seeds,
                                                refuse_remote_llm_for_reproducible_noise, seeds_from_sequences)
+from privseed.tasks.generation.class_fit import SEED_POOL_CLASSES
 from privseed.tasks.generation.examples import (answer_openings, envelope_warning, examples_for_doc_type,
                                                 prompt_examples)
 from privseed.tasks.generation.params import GenerationParams
@@ -238,7 +239,8 @@ def documents_from_config(sequences: pd.DataFrame, cfg: ReleaseConfig,
     seeds = seeds_from_sequences(sequences, vocabulary, cfg.seed)
     spec, params = spec_from_config(cfg), params_from_config(cfg)
     refuse_remote_llm_for_reproducible_noise(spec, cfg.insecure_reproducible_noise)
-    return generate_seeds(seeds, spec, params, llm_cache_uri(cfg), cfg.storage_options or None)
+    return generate_seeds(seeds, spec, params, llm_cache_uri(cfg), cfg.storage_options or None,
+                          pool=sequences.attrs.get(SEED_POOL_CLASSES))
 
 
 def release_from_config(sequences: pd.DataFrame, cfg: ReleaseConfig, gate: ReleaseGate | None,
@@ -253,7 +255,7 @@ def release_from_config(sequences: pd.DataFrame, cfg: ReleaseConfig, gate: Relea
     release_id = new_release_id()
     folder = candidate_folder(cfg.out, cfg.state_uri, release_id, cfg.insecure_reproducible_noise)
     return generate_release_parts(seeds, spec, params, llm_cache_uri(cfg), cfg.storage_options or None, out=folder,
-                                  gate=gate, release_id=release_id)
+                                  gate=gate, release_id=release_id, pool=sequences.attrs.get(SEED_POOL_CLASSES))
 
 
 #: The generation tasks' retries: the call cache makes them idempotent, so a retry re-sends only the calls that never
