@@ -580,10 +580,13 @@ def test_sampled_pool_keeps_per_class_sequences_that_read_most_as_their_class(tm
     unpooled = sample_histogram_sequences.fn(terms, None, labels, _config(tmp_path, hist_seed_pool=6))
     assert [list(k) for k in as_drawn["keyphrases"]] == [list(k) for k in unpooled["keyphrases"]]
     assert [list(k) for k in as_drawn["keyphrases"]] != [list(k) for k in kept["keyphrases"]]
-    # the pool's naive Bayes goes with the kept seeds, to judge their documents; a release as drawn has none
-    judge = kept.attrs[SEED_POOL_CLASSES]
+    # the pool's naive Bayes goes with the kept seeds when an LLM writes from them, to judge its documents; a
+    # release as drawn, or one without an LLM, has none
+    written = sample_histogram_sequences.fn(terms, None, labels, _config(tmp_path, hist_seed_pool=60, llm="local"))
+    assert [list(k) for k in written["keyphrases"]] == [list(k) for k in kept["keyphrases"]]
+    judge = written.attrs[SEED_POOL_CLASSES]
     assert judge.labels == tuple(labels) and judge.counts.sum() == sum(len(k) for k in whole["keyphrases"])
-    assert SEED_POOL_CLASSES not in as_drawn.attrs and SEED_POOL_CLASSES not in unpooled.attrs
+    assert SEED_POOL_CLASSES not in kept.attrs and SEED_POOL_CLASSES not in as_drawn.attrs
 
 
 def test_the_pool_judges_the_documents_only_where_the_classes_are_not_alike():

@@ -319,7 +319,9 @@ def sample_histogram_sequences(terms: list[dict[str, np.ndarray]], pairs: list[d
                                  cfg.markov_pair_weight)
     pool_classes = None
     if pool > cfg.per_class:
-        pool_classes = pool_judge(releases, labels, [[[vocabulary.terms[t] for t in seq] for seq in c] for c in ids])
+        if cfg.llm != "none":  # a judge for the documents an LLM writes from the kept seeds
+            as_terms = [[[vocabulary.terms[t] for t in seq] for seq in c] for c in ids]
+            pool_classes = pool_judge(releases, labels, as_terms)
         ids = most_typical(ids, cfg.per_class)
         stage_logger().info("sampled %d sequences per class (%s, %s) and kept the %d that read most as their class%s",
                             pool, cfg.method, rule, cfg.per_class,
