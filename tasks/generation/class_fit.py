@@ -56,10 +56,6 @@ from privseed.tasks.quality.metrics import tokenize
 FOREIGN_LIMIT = 30
 FOREIGN_MIN_RATIO = 3.0
 FOREIGN_MIN_COUNT = 3
-#: ``SeedClasses.own_words``: at most this many words a class, each held at least ``OWN_MIN_COUNT`` times by the
-#: class's seeds and ``OWN_MIN_RATIO`` times as often as by any other class's. Twice, not three times: neighbouring
-#: star ratings share most words, and at three times the classes of three `yelp-stars` releases held 0-6 words each
-#: (a middle rating none), at twice 5-17 ("rude", "horrible", "waiting" for one star; issue 48).
 #: The sequences' attribute that carries the naive Bayes of the pool a release's seeds were kept from (histogram
 #: methods, ``--hist-seed-pool``): the generation's judge and word lists come from it (``seed_classes``).
 SEED_POOL_CLASSES = "seed_pool_classes"
@@ -68,6 +64,10 @@ SEED_POOL_CLASSES = "seed_pool_classes"
 #: of one class's released terms is held 10-20 times, alone in its class, and would fill a middle star rating's list
 #: ("subordinated", "infiltrate", "primates"), where the class's own words are held 25-180 times.
 MIN_ROW_SHARE = 0.05
+#: ``SeedClasses.own_words``: at most this many words a class, each held at least ``OWN_MIN_COUNT`` times by the
+#: class's seeds and ``OWN_MIN_RATIO`` times as often as by any other class's. Twice, not three times: neighbouring
+#: star ratings share most words, and at three times the classes of three `yelp-stars` releases held 0-6 words each
+#: (a middle rating none), at twice 5-17 ("rude", "horrible", "waiting" for one star; issue 48).
 OWN_LIMIT = 30
 OWN_MIN_RATIO = 2.0
 OWN_MIN_COUNT = 3
