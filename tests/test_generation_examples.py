@@ -35,6 +35,10 @@ DEMO_DATA = Path(__file__).resolve().parent.parent / "tasks" / "demo_data"
     ("clinical progress note", "clinical_note"),
     ("customer support ticket", "support_ticket"),
     ("bug report", "support_ticket"),
+    ("news article", "news_article"),  # a tie: "news" comes before "article"
+    ("Reuters newswire", "news_article"),
+    ("news wires", "news_article"),
+    ("newspaper stories", "news_article"),
     ("e-mail", "email"),
     ("business emails", "email"),
     ("document", None),
@@ -49,7 +53,7 @@ def test_every_kind_has_one_or_two_examples_that_are_documents_of_the_predicate(
     uses all of them; 60-120 words for the new kinds (the two reused sets are shorter, as the demo's corpus is)."""
     kinds = example_library()
     assert {k.name for k in kinds} == {"encyclopedia_article", "abstract", "review", "forum_post", "clinical_note",
-                                       "support_ticket", "email"}
+                                       "support_ticket", "email", "news_article"}
     for kind in kinds:
         examples = load_few_shot(str(DEMO_DATA / kind.file))
         assert 1 <= len(examples) <= 2, kind.name

@@ -270,8 +270,8 @@ class GenerationOptions(OptionGroup):
     examples: Literal["library", "none"] = Field(
         default="library", description="local models without --few-shot: each prompt shows the package's example "
         "documents of the kind --doc-type names (encyclopedia article, abstract, review, forum post, clinical note, "
-        "support ticket, email; tasks/demo_data/example_library.toml), and answers open with one of the kind's "
-        "public openings where it has some (reviews); none: no examples, no openings")
+        "support ticket, email, news article; tasks/demo_data/example_library.toml), and answers open with one of "
+        "the kind's public openings where it has some (reviews, abstracts); none: no examples, no openings")
     class_names: str | None = Field(
         default=None,
         description="the owner's public class names: a JSON/TOML/CSV file mapping each declared label to a name; "

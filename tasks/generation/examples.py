@@ -106,10 +106,12 @@ def example_library() -> tuple[ExampleKind, ...]:
                  for name, entry in index.items())
 
 
-def doc_type_words(doc_type: str) -> list[str]:
-    """The words of a doc type, lower case, a plural's final s dropped ("Usenet posts" -> usenet, post)."""
+def doc_type_words(doc_type: str) -> list[frozenset[str]]:
+    """The words of a doc type, lower case, each as written and, where it may be a plural, without its final s
+    ("Usenet posts" -> {usenet}, {posts, post}; "news" -> {news, new}: a kind's word matches either form)."""
     words = re.findall(r"[a-z]+", doc_type.lower())
-    return [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words]
+    return [frozenset({w, w[:-1]}) if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else frozenset({w})
+            for w in words]
 
 
 def example_kind_for(doc_type: str, library: tuple[ExampleKind, ...] | None = None) -> str | None:
@@ -119,7 +121,7 @@ def example_kind_for(doc_type: str, library: tuple[ExampleKind, ...] | None = No
     best: tuple[int, int] | None = None
     chosen = None
     for kind in library if library is not None else example_library():
-        positions = [i for i, w in enumerate(words) if w in kind.words]
+        positions = [i for i, forms in enumerate(words) if forms & kind.words]
         if not positions:
             continue
         rank = (len(positions), -positions[0])
