@@ -326,7 +326,7 @@ def run_adaptive(setting: dict, private_ids: list, private_index: list, labels: 
     settings (``adaptive_settings``), then ``run_setting`` with them and the rest of the budget."""
     from privseed.tasks.seeds.corpus_profile import (RELEASE_TOP_K, CorpusProfile, adaptive_settings,
                                                      class_alikeness, class_length_counts, profile_budget,
-                                                     profile_mechanism, settings_after_release)
+                                                     profile_mechanism, release_breadth, settings_after_release)
 
     delta = GAUSSIAN_DELTA
     (eps_profile, _), (eps_rest, _) = profile_budget(eps, delta)
@@ -339,9 +339,9 @@ def run_adaptive(setting: dict, private_ids: list, private_index: list, labels: 
     def after_release(noisy_terms: np.ndarray, mechanism: Any) -> dict:
         releases = class_term_releases(noisy_terms, mechanism, RELEASE_TOP_K, chosen["M"], chosen["denoise"],
                                        chosen.get("background_cap", 1.0))
-        alikeness = class_alikeness(releases)
-        settled = settings_after_release(derived, alikeness)
-        return {"K": settled.top_k, "L": settled.length, "alikeness": alikeness}
+        alikeness, breadth = class_alikeness(releases), release_breadth(releases)
+        settled = settings_after_release(derived, alikeness, breadth)
+        return {"K": settled.top_k, "L": settled.length, "alikeness": alikeness, "breadth": breadth}
 
     result = run_setting(chosen, private_ids, private_index, labels, val_ids, val_texts, val_labels, terms, eps_rest,
                          seed, per_class, after_release if setting.get("adaptive") != "profile-only" else None)

@@ -14,12 +14,14 @@ import pytest
 from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.seeds.corpus_profile import (AFTER_RELEASE_OPTIONS, ALIKE_CLASSES, FEW_MEDIAN_TERMS, FEW_SETTINGS,
+from privseed.tasks.seeds.corpus_profile import (AFTER_RELEASE_OPTIONS, ALIKE_CLASSES, BROAD_RELEASE,
+                                                 FEW_MEDIAN_TERMS, FEW_SETTINGS,
                                                  LENGTH_EDGES, LONG_MEDIAN_TERMS, LONG_SETTINGS, PROFILE_SHARE,
                                                  RELEASE_TOP_K, SHORT_SETTINGS, CorpusProfile, adaptive_settings,
                                                  asks_for_profile, class_alikeness, class_length_counts,
                                                  counted_contributions, length_bin, planned_settings, profile_budget,
-                                                 profile_mechanism, resolve_settings, settings_after_release,
+                                                 profile_mechanism, release_breadth, resolve_settings,
+                                                 settings_after_release,
                                                  settings_arrays, settings_from_arrays, split_profiled_counts,
                                                  temperature_after_release, ALIKE_TEMPERATURE)
 from privseed.tasks.seeds.histogram_seeds import ClassRelease
@@ -126,6 +128,34 @@ def test_alike_classes_of_a_short_corpus_take_the_long_k_and_l():
     long = adaptive_settings(_profile_at(150))
     assert settings_after_release(long, 0.0) == long  # a long corpus keeps its settings either way
     assert RELEASE_TOP_K >= max(SHORT_SETTINGS[1], LONG_SETTINGS[1])
+
+
+def test_breadth_is_the_mean_share_of_a_class_weight_past_the_short_k():
+    """``release_breadth``: per class, the share of its released weight on terms past its ``short_k`` heaviest (in
+    weight order, not term order), averaged over classes; a class that released nothing counts 0."""
+    narrow = _release({i: 1.0 for i in range(3)})  # three terms, all within the first 3
+    broad = _release({10: 1.0, 11: 3.0, 12: 1.0, 13: 1.0, 14: 2.0})  # 3 + 2 + 1 inside, 1 + 1 past: 2/8
+    assert release_breadth([narrow], short_k=3) == 0.0
+    assert release_breadth([broad], short_k=3) == pytest.approx(2 / 8)
+    assert release_breadth([narrow, broad], short_k=3) == pytest.approx(1 / 8)
+    assert release_breadth([_release({1: 0.0})], short_k=3) == 0.0 and release_breadth([]) == 0.0
+    flat = _release({i: 1.0 for i in range(SHORT_SETTINGS[1] * 2)})  # the default short K: half the weight past it
+    assert release_breadth([flat]) == pytest.approx(0.5)
+
+
+def test_broad_classes_of_a_short_corpus_take_the_long_k_and_l():
+    """Issue 48 (2026-12-01): classes told apart (not alike) whose release reaches far past the short K (AG News,
+    0.39: K 1000 L 30 scored 2.0 points over K 300 L 10) take the long K and L; narrower ones keep the short (Yelp's
+    business categories 0.26, where K 1000 lost 5 points). A few-term or long corpus keeps its settings."""
+    derived = adaptive_settings(_profile_at(20))
+    assert settings_after_release(derived, 0.1, BROAD_RELEASE - 0.01) == derived
+    after = settings_after_release(derived, 0.1, BROAD_RELEASE)
+    assert (after.contribution, after.top_k, after.length) == (derived.contribution, *LONG_SETTINGS[1:])
+    assert after.answer_words == derived.answer_words
+    few = adaptive_settings(_profile_at(8))
+    assert settings_after_release(few, 0.1, 0.9) == few
+    long = adaptive_settings(_profile_at(150))
+    assert settings_after_release(long, 0.1, 0.9) == long
 
 
 def test_the_shorter_the_documents_the_slower_their_weights_decay():

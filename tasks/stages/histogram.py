@@ -23,7 +23,7 @@ from privseed.tasks.dp.ledger import PrivacyLedger, public_rng
 from privseed.tasks.generation.class_fit import SEED_POOL_CLASSES, SeedClasses
 from privseed.tasks.seeds.corpus_profile import (ADAPTIVE_OPTIONS, AFTER_RELEASE_OPTIONS, adaptive_settings,
                                                  AdaptiveSettings, AUTO, answer_tokens, asks_for_profile,
-                                                 class_alikeness, CorpusProfile,
+                                                 class_alikeness, CorpusProfile, release_breadth,
                                                  LENGTH_EDGES, profile_budget, PROFILE_SHARE, RELEASE_TOP_K,
                                                  resolve_settings, settings_after_release, settings_arrays,
                                                  temperature_after_release,
@@ -139,7 +139,8 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
 def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSettings) -> SettledSettings:
     """The rule's second step (``privseed.tasks.seeds.corpus_profile.settings_after_release``,
     ``temperature_after_release``): K and L left auto, and the LLM's temperature when not given, follow the term
-    histograms' release, by how alike the classes' released weights are (``class_alikeness``).
+    histograms' release, by how alike the classes' released weights are (``class_alikeness``) and, for K and L, how
+    far past the short K they reach (``release_breadth``).
     ``settled`` is ``SettledSettings.public()``: no exact counts in a public stage. Post-processing of released
     values only, so no budget: re-reading the stored release on resume gives the same settings. Without options
     left to it, ``settled`` as it is."""
@@ -148,16 +149,20 @@ def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSet
         raise TypeError("settle_after_release is a public stage: hand it settled.public(), not the exact counts")
     if not settled.after_release or settled.derived is None or settled.profile is None:
         return settled
-    alikeness = class_alikeness(term_releases(terms, settled.spending))
-    final = settings_after_release(settled.derived, alikeness)
+    releases = term_releases(terms, settled.spending)
+    alikeness, breadth = class_alikeness(releases), release_breadth(releases)
+    final = settings_after_release(settled.derived, alikeness, breadth)
     from_rule = {"hist_top_k": final.top_k, "length": final.length,
                  "temperature": temperature_after_release(alikeness, settled.declared.temperature)}
     chosen = {name: from_rule[name] for name in settled.after_release}
-    profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "derived": final.as_dict(),
+    profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "release_breadth": round(breadth, 3),
+               "derived": final.as_dict(),
                "settled": {**settled.profile["settled"], **chosen}}
     stage_logger().info("classes' released terms alike at %.2f (mean cosine; from %g a short corpus takes the long K "
-                        "and L, and an LLM writes at temperature %g): K %d, L %d%s", alikeness,
-                        corpus_profile.ALIKE_CLASSES, corpus_profile.ALIKE_TEMPERATURE, final.top_k, final.length,
+                        "and L, and an LLM writes at temperature %g), %.2f of their weight past the first %d terms "
+                        "(from %g a short corpus takes the long K and L): K %d, L %d%s", alikeness,
+                        corpus_profile.ALIKE_CLASSES, corpus_profile.ALIKE_TEMPERATURE, breadth,
+                        corpus_profile.SHORT_SETTINGS[1], corpus_profile.BROAD_RELEASE, final.top_k, final.length,
                         f", temperature {chosen['temperature']:g}" if "temperature" in chosen else "")
     return replace(settled, spending=settled.spending.model_copy(update=chosen),
                    declared=settled.declared.model_copy(update=chosen), profile=profile, after_release=())
