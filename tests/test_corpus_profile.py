@@ -15,7 +15,7 @@ from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.dp.ledger import PrivacyLedger
 from privseed.tasks.errors import ConfigError
 from privseed.tasks.seeds.corpus_profile import (AFTER_RELEASE_OPTIONS, ALIKE_CLASSES, BROAD_RELEASE,
-                                                 FEW_MEDIAN_TERMS, FEW_SETTINGS,
+                                                 FEW_MEDIAN_TERMS, FEW_SETTINGS, answer_words_for,
                                                  LENGTH_EDGES, LONG_MEDIAN_TERMS, LONG_SETTINGS, PROFILE_SHARE,
                                                  RELEASE_TOP_K, SHORT_SETTINGS, CorpusProfile, adaptive_settings,
                                                  asks_for_profile, class_alikeness, class_length_counts,
@@ -124,7 +124,11 @@ def test_alike_classes_of_a_short_corpus_take_the_long_k_and_l():
     derived = adaptive_settings(_profile_at(20))
     after = settings_after_release(derived, ALIKE_CLASSES)
     assert (after.contribution, after.top_k, after.length) == (derived.contribution, *LONG_SETTINGS[1:])
-    assert after.answer_words == derived.answer_words  # the answer follows the documents' length, not the classes
+    # the answer holds the long L's terms (30 x 2.7 words), where the documents' median length (20) gave 50
+    assert (derived.answer_words, after.answer_words) == (50, answer_words_for(LONG_SETTINGS[2])) == (50, 80)
+    nearer_long = adaptive_settings(_profile_at(35))  # a median answer longer than the long L needs is kept
+    assert nearer_long.answer_words > 80
+    assert settings_after_release(nearer_long, ALIKE_CLASSES).answer_words == nearer_long.answer_words
     long = adaptive_settings(_profile_at(150))
     assert settings_after_release(long, 0.0) == long  # a long corpus keeps its settings either way
     assert RELEASE_TOP_K >= max(SHORT_SETTINGS[1], LONG_SETTINGS[1])
@@ -151,7 +155,7 @@ def test_broad_classes_of_a_short_corpus_take_the_long_k_and_l():
     assert settings_after_release(derived, 0.1, BROAD_RELEASE - 0.01) == derived
     after = settings_after_release(derived, 0.1, BROAD_RELEASE)
     assert (after.contribution, after.top_k, after.length) == (derived.contribution, *LONG_SETTINGS[1:])
-    assert after.answer_words == derived.answer_words
+    assert after.answer_words == answer_words_for(LONG_SETTINGS[2])
     few = adaptive_settings(_profile_at(8))
     assert settings_after_release(few, 0.1, 0.9) == few
     long = adaptive_settings(_profile_at(150))
@@ -302,6 +306,33 @@ def test_after_release_alike_classes_take_the_long_k_and_l_and_told_apart_keep_t
     assert (given.declared.hist_top_k, given.declared.length) == (LONG_SETTINGS[1], 12)
     with pytest.raises(TypeError, match="public"):  # the exact counts never enter a public stage
         settle_after_release.fn(_terms(alike), dataclasses.replace(_settled_short(tmp_path), counts=np.ones((1, 1))))
+
+
+def test_after_release_broad_classes_take_the_long_l_and_an_answer_that_holds_it(tmp_path):
+    """Classes each told by terms of their own (not alike) whose weight reaches far past the short K (400 terms a
+    class, 100 past the first 300: breadth 0.25; 600 terms: 0.5) take K and L long when the breadth is over
+    ``BROAD_RELEASE``, and a ``max_tokens`` the rule set follows the answer that holds the long L (50 words, 112
+    tokens at the median's 20 terms; 80 words, 144 tokens for 30 terms); a --max-tokens given is not left to it."""
+    from privseed.tasks.stages.histogram import settle_after_release
+
+    def rows(per_class: int) -> np.ndarray:
+        apart = np.zeros((4, 20_000))
+        for c in range(4):
+            apart[c, c * per_class:(c + 1) * per_class] = 1000.0
+        return apart
+
+    left = _settled_short(tmp_path)
+    left = dataclasses.replace(left, after_release=left.after_release + ("max_tokens",),
+                               declared=left.declared.model_copy(update={"max_tokens": 112}))
+    narrow = settle_after_release.fn(_terms(rows(400)), left)
+    assert narrow.profile["release_breadth"] == pytest.approx(0.25) and 0.25 < BROAD_RELEASE
+    assert (narrow.declared.hist_top_k, narrow.declared.length, narrow.declared.max_tokens) == (300, 10, 112)
+    broad = settle_after_release.fn(_terms(rows(600)), left)
+    assert broad.profile["release_breadth"] == pytest.approx(0.5) and broad.profile["class_alikeness"] == 0.0
+    assert (broad.declared.hist_top_k, broad.declared.length) == LONG_SETTINGS[1:]
+    assert broad.declared.max_tokens == broad.profile["settled"]["max_tokens"] == 144
+    kept = settle_after_release.fn(_terms(rows(600)), _settled_short(tmp_path, max_tokens=64))  # given: as given
+    assert kept.declared.length == LONG_SETTINGS[2] and kept.declared.max_tokens == 64
 
 
 def test_after_release_alike_classes_lower_the_llm_temperature_unless_it_was_given(tmp_path):

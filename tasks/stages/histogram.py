@@ -62,7 +62,8 @@ class SettledSettings:
     ``declared``: the configuration as the run declares it (the derived settings, the user's ``epsilon``), for the
     manifest. ``profile``: the released profile and what the rule derived from it (post-processing of a DP
     release, publishable; None when no profile was released). ``derived``: the rule's settings from the profile;
-    ``after_release``: the options (``hist_top_k``, ``length``) left auto, and ``temperature`` when an LLM writes
+    ``after_release``: the options (``hist_top_k``, ``length``) left auto, ``max_tokens`` when the rule set it and
+    L is left auto (an answer holds its seed's L), and ``temperature`` when an LLM writes
     and it was not given, which the rule's second step settles from the term histograms' release
     (``settle_after_release``); until then ``spending`` keeps ``RELEASE_TOP_K`` terms a class."""
 
@@ -127,6 +128,8 @@ def settle_histogram_settings(exact: np.ndarray, labels: list, cfg: DpKpsConfig,
                         ", ".join(f"{name} {value}" for name, value in resolved.items()), derived.contribution,
                         derived.top_k, derived.length, derived.answer_words, record["answer_tokens"])
     after_release = tuple(name for name in AFTER_RELEASE_OPTIONS if given[name] == AUTO)
+    if "max_tokens" in resolved and "length" in after_release:  # the answer holds the seed's L, settled below
+        after_release += ("max_tokens",)
     if cfg.llm != "none" and "temperature" not in cfg.model_fields_set:  # the LLM's temperature follows too
         after_release += ("temperature",)
     spending = declared.model_copy(update={"epsilon": eps_rest,
@@ -153,17 +156,19 @@ def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSet
     alikeness, breadth = class_alikeness(releases), release_breadth(releases)
     final = settings_after_release(settled.derived, alikeness, breadth)
     from_rule = {"hist_top_k": final.top_k, "length": final.length,
-                 "temperature": temperature_after_release(alikeness, settled.declared.temperature)}
+                 "temperature": temperature_after_release(alikeness, settled.declared.temperature),
+                 "max_tokens": min(DpKpsConfig.model_fields["max_tokens"].default, answer_tokens(final.answer_words))}
     chosen = {name: from_rule[name] for name in settled.after_release}
     profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "release_breadth": round(breadth, 3),
-               "derived": final.as_dict(),
+               "derived": final.as_dict(), "answer_tokens": answer_tokens(final.answer_words),
                "settled": {**settled.profile["settled"], **chosen}}
     stage_logger().info("classes' released terms alike at %.2f (mean cosine; from %g a short corpus takes the long K "
                         "and L, and an LLM writes at temperature %g), %.2f of their weight past the first %d terms "
                         "(from %g a short corpus takes the long K and L): K %d, L %d%s", alikeness,
                         corpus_profile.ALIKE_CLASSES, corpus_profile.ALIKE_TEMPERATURE, breadth,
                         corpus_profile.SHORT_SETTINGS[1], corpus_profile.BROAD_RELEASE, final.top_k, final.length,
-                        f", temperature {chosen['temperature']:g}" if "temperature" in chosen else "")
+                        (f", temperature {chosen['temperature']:g}" if "temperature" in chosen else "")
+                        + (f", answers of up to {chosen['max_tokens']} tokens" if "max_tokens" in chosen else ""))
     return replace(settled, spending=settled.spending.model_copy(update=chosen),
                    declared=settled.declared.model_copy(update=chosen), profile=profile, after_release=())
 
