@@ -233,9 +233,9 @@ def class_alikeness(releases: Sequence[ClassRelease]) -> float:
 
 #: The rule's third threshold: a short corpus whose classes keep at least this share of their released weight past
 #: the short K's terms (``release_breadth``) takes the long K and L. Between the short sets where K 300 wins or ties
-#: (`dbpedia14-small` 0.18, DBPedia-14 0.25, Yelp's business categories 0.26-0.27, `dbpedia14-groups` 0.28) and
-#: those where K 1000 wins (AG News 0.39, by 2.0 points; Yelp's star ratings 0.33, `yelp-polarity` 0.33, alike as
-#: well); docs/dpkps.md, "Defaults that adapt to the corpus".
+#: (`dbpedia14-small` 0.18-0.19, DBPedia-14 0.25, Yelp's business categories 0.24-0.27, `dbpedia14-groups` 0.28)
+#: and those where K 1000 wins (AG News 0.39, by 2.2 points; Yelp's star ratings 0.31, `yelp-polarity` 0.33, alike
+#: as well); docs/dpkps.md, "Defaults that adapt to the corpus".
 BROAD_RELEASE = 0.3
 
 

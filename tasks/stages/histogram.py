@@ -155,12 +155,13 @@ def settle_after_release(terms: list[dict[str, np.ndarray]], settled: SettledSet
     releases = term_releases(terms, settled.spending)
     alikeness, breadth = class_alikeness(releases), release_breadth(releases)
     final = settings_after_release(settled.derived, alikeness, breadth)
+    answer_cap = answer_tokens(final.answer_words)  # left to the rule only when --max-tokens was not given
     from_rule = {"hist_top_k": final.top_k, "length": final.length,
                  "temperature": temperature_after_release(alikeness, settled.declared.temperature),
-                 "max_tokens": min(DpKpsConfig.model_fields["max_tokens"].default, answer_tokens(final.answer_words))}
+                 "max_tokens": min(DpKpsConfig.model_fields["max_tokens"].default, answer_cap)}
     chosen = {name: from_rule[name] for name in settled.after_release}
     profile = {**settled.profile, "class_alikeness": round(alikeness, 3), "release_breadth": round(breadth, 3),
-               "derived": final.as_dict(), "answer_tokens": answer_tokens(final.answer_words),
+               "derived": final.as_dict(), "answer_tokens": answer_cap,
                "settled": {**settled.profile["settled"], **chosen}}
     stage_logger().info("classes' released terms alike at %.2f (mean cosine; from %g a short corpus takes the long K "
                         "and L, and an LLM writes at temperature %g), %.2f of their weight past the first %d terms "
