@@ -12,8 +12,9 @@ from privseed.tasks.config.commands import DpKpsConfig
 from privseed.tasks.generation.params import GenerationParams, document_rules
 from privseed.tasks.stages.generation import params_from_config
 from privseed.tasks.errors import ConfigError
-from privseed.tasks.generation.examples import (OWNER_EXAMPLES, ExampleKind, answer_openings, example_kind_for,
-                                                example_library, examples_for_doc_type, prompt_examples)
+from privseed.tasks.generation.examples import (OWNER_EXAMPLES, ExampleKind, answer_openings,
+                                                answers_open_with_subject, example_kind_for, example_library,
+                                                examples_for_doc_type, prompt_examples)
 from privseed.tasks.llm.released import load_few_shot
 from privseed.tasks.quality.predicate import document_rejection
 from privseed.tasks.quality.shapes import example_coinages, example_figures
@@ -161,6 +162,16 @@ def test_answers_open_with_the_library_kinds_openings_where_the_library_shows_it
     assert params(llm="anthropic:claude-haiku-4-5").openings == ()
     with pytest.raises(ConfigError, match="opening"):
         ExampleKind("review", frozenset({"review"}), "few_shot_review.jsonl", openings=("I ",))
+    # a news story opens with its subject, a word of its seed (rounds.subject_opening), not from a list
+    assert answers_open_with_subject(None, "library", True, "news article")
+    assert answer_openings(None, "library", True, "news article") == ()
+    assert not answers_open_with_subject(None, "library", True, "Yelp review")
+    assert not answers_open_with_subject("mine.jsonl", "library", True, "news article")
+    assert not answers_open_with_subject(None, "none", True, "news article")
+    assert not answers_open_with_subject(None, "library", False, "news article")
+    assert params(doc_type="news article").subject_openings and not params().subject_openings
+    with pytest.raises(ConfigError, match="not both"):
+        ExampleKind("news", frozenset({"news"}), "few_shot_news.jsonl", openings=("Oil",), subject_openings=True)
 
 
 def test_the_embedded_model_is_told_where_it_works_poorly_or_was_never_measured():

@@ -9,11 +9,12 @@ from privseed.tasks.errors import ConfigError
 from privseed.tasks.generation.drivers import generate_seeds, generate_shard, seeds_from_sequences
 from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.generation.rounds import (build_generation_requests, candidate_request, candidate_rounds,
-                                              candidate_seed, prompt_seed, select_best)
+                                              candidate_seed, opening_for, prompt_seed, select_best, subject_opening)
 from privseed.tasks.generation.rows import ROW_COLUMNS, no_llm_rows, split_documents
 from privseed.tasks.llm.cost import estimate_cost
 from privseed.tasks.llm import CallCache, LLMSpec, PromptTemplate, ReleasedVocabulary, register_backend
 from privseed.tasks.llm.base import ChatResult
+from privseed.tasks.llm.released import PublicClassNames
 from privseed.tasks.quality import is_document
 from tests.fakes.recording import RecordingBackend
 
@@ -481,8 +482,6 @@ def test_answers_open_with_the_kinds_public_openings_on_backends_that_continue_o
     opening is used, the same seed draws the same one, a later candidate may draw another, and only kinds that
     continue a given opening (``BackendKind.prefill``: the local models, in process or served) get one; the rows
     start with it."""
-    from privseed.tasks.generation.rounds import opening_for
-
     template = PromptTemplate.load("generic")
     openings = ("I", "We", "My", "This place")
     params = GenerationParams(doc_type="review", openings=openings, max_regenerations=0, max_rewrites=0,
@@ -540,7 +539,6 @@ def test_a_seed_whose_answer_wrote_its_class_name_as_subject_is_asked_again_with
     """Issue 48: SmolLM2 asked for "a topic: Album" wrote "The Album is ..." in most candidates of DBPedia-14's Album
     seeds, which 8 rounds did not get past. A candidate rejected as names_class makes the seed's next prompts the
     plain one (its released terms still carry the class); the row says which prompt its document answered."""
-    from privseed.tasks.llm.released import PublicClassNames
 
     names = PublicClassNames((("0", "Album"), ("1", "Village")), "names.json")
 
@@ -567,7 +565,6 @@ def test_a_seed_whose_answer_wrote_its_two_word_class_name_loosely_is_asked_agai
     don't do it justice"). Rejected and asked without the name, Yelp's thin seeds lost their class (1.7 points), so
     such a document is kept and one more candidate is asked with the name still in the prompt; a plain answer wins,
     and without one the first document stays (nothing is dropped)."""
-    from privseed.tasks.llm.released import PublicClassNames
 
     names = PublicClassNames((("0", "Beauty & Spas"), ("1", "Home & Garden")), "names.json")
     loose = "The beauty and spas don't do it justice, they're big and the river church is old."
@@ -597,7 +594,6 @@ def test_a_seed_whose_two_answers_wrote_its_two_word_class_name_loosely_is_asked
     """Two candidates in a row that open with the two-word name ("The event planning and services were great"):
     the next is asked in the plain prompt, as after a names_class rejection, and the row says so (17 of 600 Yelp
     rows had named it in all three candidates, 12 of them Event Planning & Services)."""
-    from privseed.tasks.llm.released import PublicClassNames
 
     names = PublicClassNames((("0", "Event Planning & Services"), ("1", "Home & Garden")), "names.json")
     plain = "We booked the hall for a wedding by the old church and the river, and the staff were kind and quick."
@@ -617,3 +613,41 @@ def test_a_seed_whose_two_answers_wrote_its_two_word_class_name_loosely_is_asked
     assert rows["text"].tolist() == [plain] and rows["rejections"].tolist() == [[]]
     template = PromptTemplate.load("generic")
     assert rows["prompt_version"].tolist() == [template.version]  # the plain prompt answered it
+
+
+NEWS = ReleasedVocabulary(["shares", "markets", "oil", "ceo", "olympics", "coach", "scored", "sports", "said"], "test")
+
+
+def test_a_subject_opening_is_a_word_of_the_seed_that_reads_as_its_class():
+    """A news story opens with its subject: a word of its seed among its class's (strongest first), capitalised,
+    never a word of three letters or fewer (an acronym in lower case: "Ceo"), one with a verb's or adverb's ending
+    ("Scored") or a form of its class's public name ("Sports" is its class's name, not its subject); a seed that
+    holds none of them opens with one of its class's strongest, and a class with none leaves the opening to the
+    model."""
+    subjects = ("scored", "sports", "sport", "ceo", "coach", "olympics")
+    holds = NEWS.seed(["said", "olympics", "scored", "sports"], 1, 7)
+    assert {subject_opening(holds, subjects, "Sports", j) for j in range(20)} == {"Olympics"}
+    both = NEWS.seed(["coach", "olympics", "said"], 1, 7)
+    assert {subject_opening(both, subjects, "Sports", j) for j in range(40)} == {"Coach", "Olympics"}
+    bare = NEWS.seed(["said"], 1, 8)
+    assert {subject_opening(bare, subjects, "Sports", j) for j in range(40)} == {"Coach", "Olympics"}
+    assert subject_opening(bare, subjects, None, 0) in {"Sports", "Sport", "Coach", "Olympics"}
+    assert subject_opening(bare, ("scored", "ceo", "sports"), "Sports", 0) == ""
+
+
+def test_news_answers_open_with_their_subject_on_backends_that_continue_one(tmp_path, recording):
+    """With ``subject_openings`` (the example library's news kind) every candidate of a local kind opens with a word
+    its seeds' naive Bayes reads as its class (``SeedClasses.own_words``), whether or not those words are also
+    pushed; remote kinds and generations without class judging open as the model likes."""
+    names = PublicClassNames((("0", "Business"), ("1", "Sports")), "names.toml")
+    business = [NEWS.seed(["shares", "markets", "oil", "ceo", "said"], 0, 100 + i) for i in range(6)]
+    sports = [NEWS.seed(["olympics", "coach", "scored", "sports", "said"], 1, 200 + i) for i in range(6)]
+    params = GenerationParams(doc_type="news article", class_names=names, subject_openings=True,
+                              prefer_own_class=False, max_regenerations=0, max_rewrites=0)
+    rows = generate_seeds(business + sports, LLMSpec("local", "recording-test"), params, str(tmp_path / "cache"))
+    openings = [r.answer_prefix for r in recording.requests]
+    assert set(openings[:6]) <= {"Shares", "Markets"} and set(openings[6:]) <= {"Olympics", "Coach"}
+    assert len(set(openings)) >= 3  # drawn per seed, not one word a class
+    assert all(text.split()[0] in {"Shares", "Markets", "Olympics", "Coach"} for text in rows["text"])
+    assert opening_for(business[0], params, 0, "anthropic", ("shares",)) == ""
+    assert opening_for(business[0], params, 0, "local") == ""  # no class words: the model's own opening

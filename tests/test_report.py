@@ -133,6 +133,10 @@ def test_run_report_says_the_answers_opened_with_the_kinds_public_words():
                                      manifest={"privacy": {"secure": True}, "config": {"answer_openings": []}},
                                      examples=[])
     assert "Answers opened" not in plain
+    news = report.render_run_report({"title": "t", "scores": {}}, figures={}, ledger=None, examples=[],
+                                    manifest={"privacy": {"secure": True},
+                                              "config": {"answer_openings": [], "answer_opens_with_subject": True}})
+    assert "Answers opened with their subject" in news and "Answers opened with public words" not in news
 
 
 def _kps_ledger(classes: int = 14) -> dict:

@@ -531,6 +531,10 @@ def render_run_report(result: Mapping[str, Any], *, figures: Mapping[str, str],
         summary += ("<p><b>Answers opened with public words</b>: each one started from an opening of its document "
                     "kind in the example library, drawn from the run's public seed: "
                     f"{_esc(', '.join(dict.fromkeys(openings)))}.</p>")
+    if ((manifest or {}).get("config") or {}).get("answer_opens_with_subject"):
+        summary += ("<p><b>Answers opened with their subject</b>: each one started from a word of its released seed "
+                    "that reads as its class (or, for a seed with none, one of its class's strongest), capitalised, "
+                    "as a news story opens with who or what it is about.</p>")
     if result.get("client"):
         summary += (f"<p>Deep CORAL used {_esc(result.get('n_client', '?'))} unlabelled client documents "
                     f"(<code>{_esc(result['client'])}</code>), disjoint from the test set.</p>")

@@ -79,8 +79,14 @@ class ExampleKind:
     #: privseed like the examples; a model that can continue an answer starts from one of them
     #: (``privseed.tasks.generation.rounds.opening_for``). Empty: the model opens as it likes.
     openings: tuple[str, ...] = ()
+    #: Whether a document of the kind opens with its subject: a word of its seed that reads as its class
+    #: (``privseed.tasks.generation.rounds.subject_opening``), for a kind whose documents open with who or what they
+    #: are about (a news story: "Oil prices ...", "Microsoft ..."), where no list of first words would fit every class.
+    subject_openings: bool = False
 
     def __post_init__(self) -> None:
+        if self.openings and self.subject_openings:
+            raise ConfigError(f"example library kind {self.name!r}: give openings or subject_openings, not both")
         bad = [o for o in self.openings if not o or o != o.strip()]
         if bad:
             raise ConfigError(f"example library kind {self.name!r}: an opening must be words without leading or "
@@ -102,7 +108,7 @@ def example_library() -> tuple[ExampleKind, ...]:
     index = tomllib.loads((resources.files("privseed.tasks") / "demo_data" / LIBRARY_INDEX).read_text("utf-8"))
     return tuple(ExampleKind(name, frozenset(entry["words"]), entry["file"],
                              {model: ModelMeasure(**m) for model, m in entry.get("measured", {}).items()},
-                             tuple(entry.get("openings", ())))
+                             tuple(entry.get("openings", ())), bool(entry.get("subject_openings", False)))
                  for name, entry in index.items())
 
 
@@ -143,15 +149,29 @@ def examples_for_doc_type(doc_type: str) -> tuple[RecipientExample, ...]:
     return _kind_examples(next(k.file for k in example_library() if k.name == name))
 
 
-def answer_openings(few_shot: str | None, examples: str, prefill: bool, doc_type: str) -> tuple[str, ...]:
-    """The openings a generation's answers start from, as the manifest records them (public: configuration only):
-    the library kind's ``openings`` when the prompts show that kind's examples and the backend continues a given
-    opening (``BackendKind.prefill``); none with the owner's ``--few-shot`` (their examples show how their kind
-    opens), with ``--examples none``, or when the doc type names no kind."""
+def opening_kind(few_shot: str | None, examples: str, prefill: bool, doc_type: str) -> ExampleKind | None:
+    """The library kind whose openings a generation's answers start from (public: configuration only): the kind the
+    prompts show when the backend continues a given opening (``BackendKind.prefill``); None with the owner's
+    ``--few-shot`` (their examples show how their kind opens), with ``--examples none``, or when the doc type names
+    no kind."""
     if few_shot or examples != "library" or not prefill:
-        return ()
+        return None
     name = example_kind_for(doc_type)
-    return next((k.openings for k in example_library() if k.name == name), ())
+    return next((k for k in example_library() if k.name == name), None)
+
+
+def answer_openings(few_shot: str | None, examples: str, prefill: bool, doc_type: str) -> tuple[str, ...]:
+    """The openings a generation's answers start from, as the manifest records them: the ``openings`` of
+    ``opening_kind``, none without one."""
+    kind = opening_kind(few_shot, examples, prefill, doc_type)
+    return kind.openings if kind is not None else ()
+
+
+def answers_open_with_subject(few_shot: str | None, examples: str, prefill: bool, doc_type: str) -> bool:
+    """Whether a generation's answers open with their subject (``ExampleKind.subject_openings`` of
+    ``opening_kind``), as the manifest records it."""
+    kind = opening_kind(few_shot, examples, prefill, doc_type)
+    return kind is not None and kind.subject_openings
 
 
 def prompt_examples(few_shot: str | None, examples: str, shows_examples: bool, doc_type: str) -> str | None:

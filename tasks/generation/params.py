@@ -66,6 +66,9 @@ class GenerationParams:
     # The public words a document of the kind may open with (the example library's ``openings`` for --doc-type);
     # each candidate of a backend that continues a given opening starts with one (rounds.opening_for).
     openings: tuple[str, ...] = ()
+    # Whether each candidate of such a backend opens with its subject instead: a word of its seed that reads as its
+    # class (the example library's ``subject_openings``, the news kind; rounds.subject_opening).
+    subject_openings: bool = False
 
     def __post_init__(self) -> None:
         if self.max_regenerations < 0:

@@ -20,7 +20,8 @@ from privseed.tasks.dp.mechanisms import mechanism_kind
 from privseed.tasks.generation.drivers import (calibrate_local_speed, generate_release_parts, generate_seeds,
                                                refuse_remote_llm_for_reproducible_noise, seeds_from_sequences)
 from privseed.tasks.generation.class_fit import SEED_POOL_CLASSES
-from privseed.tasks.generation.examples import (answer_openings, envelope_warning, examples_for_doc_type,
+from privseed.tasks.generation.examples import (answer_openings, answers_open_with_subject, envelope_warning,
+                                                examples_for_doc_type,
                                                 prompt_examples)
 from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.generation.rounds import build_generation_requests
@@ -191,8 +192,11 @@ def params_from_config(cfg: ReleaseConfig) -> GenerationParams:
     template = getattr(cfg, "prompt_template", None)
     if template:
         kw["template"] = template
-    openings = answer_openings(few, library, kind_of(spec_from_config(cfg)).prefill, cfg.doc_type)
-    return GenerationParams(doc_type=cfg.doc_type, few_shot=examples, class_names=class_names, openings=openings, **kw)
+    prefill = kind_of(spec_from_config(cfg)).prefill
+    openings = answer_openings(few, library, prefill, cfg.doc_type)
+    subject = answers_open_with_subject(few, library, prefill, cfg.doc_type)
+    return GenerationParams(doc_type=cfg.doc_type, few_shot=examples, class_names=class_names, openings=openings,
+                            subject_openings=subject, **kw)
 
 
 def estimate_generation(sequences: pd.DataFrame, cfg: ReleaseConfig, vocabulary: Sequence[str] | None = None,

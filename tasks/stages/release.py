@@ -58,7 +58,7 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     the generation shards wrote. ``generation_report`` (counts of synthetic rows and candidates from
     privseed.tasks.generation.rows.split_documents) goes into quality.json beside the gate's result."""
     from privseed.tasks.data.corpus import publish_release
-    from privseed.tasks.generation.examples import answer_openings, prompt_examples
+    from privseed.tasks.generation.examples import answer_openings, answers_open_with_subject, prompt_examples
     from privseed.tasks.llm import kind_of
     config = cfg.public_dict()
     # The manifest says whether prompts named the classes, and with which public names.
@@ -69,6 +69,9 @@ def publish(cfg: DpKpsConfig, synthetic: pd.DataFrame | StagedRelease, ledger: P
     # ... and the public words their answers opened with (the library kind's openings), if any.
     config["answer_openings"] = list(answer_openings(cfg.few_shot, cfg.examples, kind_of(cfg.llm).prefill,
                                                      cfg.doc_type))
+    # ... or whether they opened with their subject, a word of their seed that reads as its class (news).
+    config["answer_opens_with_subject"] = answers_open_with_subject(cfg.few_shot, cfg.examples,
+                                                                    kind_of(cfg.llm).prefill, cfg.doc_type)
     return publish_release(cfg.out, synthetic, ledger=ledger, config=config, gate=gate_from_config(cfg, labels),
                            quality_extra={"generation": generation_report} if generation_report else None,
                            storage_options=cfg.storage_options, allow_insecure=cfg.allow_insecure_release,
