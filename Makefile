@@ -49,9 +49,10 @@ demo: setup
 
 # The suite on TEST_WORKERS processes (pytest-xdist), a test file to a worker (its module fixtures shared), the
 # longest files first (tests/conftest.py): on 2 cores most end-to-end tests wait on servers and subprocesses.
+# The 40 slowest tests are listed at the end, so a CI log says where the suite's time goes.
 TEST_WORKERS ?= 3
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests; status=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=40 tests; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 # Everyday edits: the suite without the end-to-end tests marked slow (servers, clusters, the local LLM, mypy).

@@ -649,5 +649,10 @@ def test_news_answers_open_with_their_subject_on_backends_that_continue_one(tmp_
     assert set(openings[:6]) <= {"Shares", "Markets"} and set(openings[6:]) <= {"Olympics", "Coach"}
     assert len(set(openings)) >= 3  # drawn per seed, not one word a class
     assert all(text.split()[0] in {"Shares", "Markets", "Olympics", "Coach"} for text in rows["text"])
+    subject_calls = [r for r in recording.requests if r.answer_prefix]
+    assert subject_calls and all(r.steering.whole_opening for r in subject_calls)
+    assert all(r.steering.params()["whole_opening"] for r in subject_calls)
+    listed = GenerationParams(doc_type="review", openings=("We",), max_regenerations=0, max_rewrites=0)
+    assert not candidate_request(PromptTemplate.load("generic"), business[0], listed, 0, "local").steering.whole_opening
     assert opening_for(business[0], params, 0, "anthropic", ("shares",)) == ""
     assert opening_for(business[0], params, 0, "local") == ""  # no class words: the model's own opening

@@ -84,7 +84,8 @@ def test_hf_folder_backend_uses_the_tokenizer_template_and_seeds(tiny_hf_model, 
 def test_steering_sees_the_models_own_text_and_every_end_token():
     """What the steering processor is given for the packaged model: a detokenizer that returns exactly
     llama.cpp's text (its per-token pieces are cached), and every end-of-generation token, not only token_eos()."""
-    from privseed.tasks.llm.local import LlamaCppBackend, detokenizer, end_of_generation_ids, word_continuations
+    from privseed.tasks.llm.local import (LlamaCppBackend, detokenizer, end_of_generation_ids, space_led_tokens,
+                                          word_continuations)
 
     llm = LlamaCppBackend(n_threads=1).llama
     text = "The Tees is a river in northern England; its village, Middleton-in-Teesdale, lies at 1,200 ft. Ünïcödé"
@@ -102,6 +103,11 @@ def test_steering_sees_the_models_own_text_and_every_end_token():
     for token in ids:  # a piece continues a word exactly when its text begins with a letter or digit
         assert flags[token] == llm.detokenize([token]).decode("utf-8", errors="ignore")[:1].isalnum()
     assert not flags[llm.tokenize(b" river", add_bos=False, special=False)[0]] and not flags[eog].any()
+    spaced = space_led_tokens(llm)  # a whole-word opening goes on with one of these
+    assert spaced.shape == (llm.n_vocab(),) and 0 < spaced.mean() < 1
+    for token in ids:
+        assert spaced[token] == llm.detokenize([token]).decode("utf-8", errors="ignore").startswith(" ")
+    assert spaced[llm.tokenize(b" river", add_bos=False, special=False)[0]] and not spaced[eog].any()
 
 
 @pytest.mark.slow

@@ -283,3 +283,21 @@ def test_the_last_word_is_not_written_again_right_after_it_or_after_a_comma():
     assert later[INDEX[" village"]] == 0.0  # a sentence later the word may come back
     # Without the n-gram ban, nothing is banned.
     assert not processor(strength=0.0).bonus(ids(" the", " village"), len(PIECES)).any()
+
+
+def test_after_a_whole_word_opening_the_answer_goes_on_after_a_space():
+    """An answer opened with its subject ("Season") goes on with a token that begins with a space: not glued onto
+    the word ("Seasoned") nor made a topic label ("Iraq, the ..."); from the second token on nothing more is banned,
+    and without the flag (or without the tokens' flags) the first token is free."""
+    space_led = np.array([p[:1] == " " for p in PIECES])
+    p = SeedSteeringProcessor(("river",), 2.0, tokenize, detokenize, eos_ids=[0], schedule="budget", max_tokens=50,
+                              continues_word=CONTINUES_WORD, space_led=space_led, whole_opening=True)
+    first = p.bonus([], len(PIECES))
+    assert all(first[INDEX[piece]] == -np.inf for piece in (",", ".", "s", "owing", "river", "\n"))
+    assert all(np.isfinite(first[INDEX[piece]]) for piece in (" of", " river", " (", " the"))
+    assert not np.isneginf(p.bonus(ids(" of"), len(PIECES))[INDEX[","]])
+    free = SeedSteeringProcessor(("river",), 2.0, tokenize, detokenize, eos_ids=[0], schedule="budget", max_tokens=50,
+                                 continues_word=CONTINUES_WORD, space_led=space_led)
+    assert not np.isneginf(free.bonus([], len(PIECES))[INDEX[","]])
+    assert not np.isneginf(SeedSteeringProcessor(("river",), 2.0, tokenize, detokenize, whole_opening=True)
+                           .bonus([], len(PIECES))[INDEX[","]])

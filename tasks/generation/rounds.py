@@ -53,21 +53,23 @@ def candidate_seed(seed: int, j: int) -> int:
 
 
 def steering_for(seed: ReleasedSeed, params: GenerationParams, backend_kind: str,
-                 avoid: Sequence[str] = (), prefer: Sequence[str] = ()) -> SeedSteering | None:
+                 avoid: Sequence[str] = (), prefer: Sequence[str] = (), whole_opening: bool = False
+                 ) -> SeedSteering | None:
     """The decoding controls of ``seed``'s calls: only for kinds that apply them (``BackendKind.steering``: local
     models; remote APIs cannot), and only when one of them is on, so requests without them keep their cache keys.
     ``avoid``: words that read as another class (``SeedClasses.foreign_words``), kept out by every kind that steers
     (the processor takes each down; the shared server, with a static bias, those that are one token); ``prefer``:
     words that read as the seed's own class (``SeedClasses.own_words``), pushed by the in-process processor while
     the answer does not hold them (a static bias on the shared server could not stop once a word is written, and
-    the server leaves them out)."""
+    the server leaves them out); ``whole_opening``: the answer opens with its subject, a whole word the in-process
+    processor lets the answer go on from only after a space (``SeedSteering.whole_opening``)."""
     kind = KINDS.get(backend_kind)
     if kind is None or kind.steering == "none" or (
             params.steer == 0 and params.repeat_penalty == 1.0 and params.no_repeat_ngram == 0):
         return None
     return SeedSteering(tuple(seed.keyphrases), float(params.steer), float(params.repeat_penalty),
                         int(params.no_repeat_ngram), params.steer_schedule, float(params.steer_end_coverage),
-                        tuple(avoid), tuple(prefer))
+                        tuple(avoid), tuple(prefer), whole_opening)
 
 
 #: ``subject_opening``: a class's strongest words a seed that holds none of them may open with.
@@ -129,10 +131,11 @@ def candidate_request(template: PromptTemplate, seed: ReleasedSeed, params: Gene
     read as its class, which it may open with (``opening_for``)."""
     terms = prompt_seed(seed, earlier, rules)
     class_names = None if named_its_class(seed, earlier, rules) else params.class_names
+    opening = opening_for(seed, params, j, backend_kind, subjects)
+    steering = steering_for(terms, params, backend_kind, avoid, prefer, bool(opening) and params.subject_openings)
     return build_request(template, terms, params.doc_type, max_tokens=params.max_tokens, temperature=params.temperature,
                          top_p=params.top_p, call_seed=candidate_seed(seed.seed, j), few_shot=params.few_shot,
-                         class_names=class_names, steering=steering_for(terms, params, backend_kind, avoid, prefer),
-                         answer_prefix=opening_for(seed, params, j, backend_kind, subjects))
+                         class_names=class_names, steering=steering, answer_prefix=opening)
 
 
 def named_its_class(seed: ReleasedSeed, earlier: Sequence[ChatResult], rules: DocumentRules = DEFAULT_RULES) -> bool:

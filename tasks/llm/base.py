@@ -40,7 +40,10 @@ class SeedSteering:
     (``privseed.tasks.generation.class_fit.SeedClasses.foreign_words``; public, from released seeds), taken down by
     ``strength`` wherever the answer would write them. ``prefer``: words that read as the seed's own class
     (``SeedClasses.own_words``), pushed by half the strength while the answer does not hold them (the in-process
-    processor only). Remote APIs cannot apply these and get none.
+    processor only). ``whole_opening``: the answer's given opening (``ChatRequest.answer_prefix``) is a whole word
+    and the answer goes on after a space (the in-process processor bans every other first token: a subject opening,
+    "Season", became "Seasoned", and "Iraq" a topic label, "Iraq, the world's largest ..."). Remote APIs cannot
+    apply these and get none.
     """
 
     terms: tuple[str, ...]
@@ -51,6 +54,7 @@ class SeedSteering:
     end_coverage: float = 1.0
     avoid: tuple[str, ...] = ()
     prefer: tuple[str, ...] = ()
+    whole_opening: bool = False
 
     def params(self) -> dict:
         params = {"terms": list(self.terms), "strength": self.strength, "repeat_penalty": self.repeat_penalty,
@@ -61,6 +65,8 @@ class SeedSteering:
             params["avoid"] = list(self.avoid)
         if self.prefer:  # likewise
             params["prefer"] = list(self.prefer)
+        if self.whole_opening:  # likewise
+            params["whole_opening"] = True
         return params
 
 

@@ -148,6 +148,17 @@ def word_continuations(llm) -> np.ndarray:
     return flags
 
 
+def space_led_tokens(llm) -> np.ndarray:
+    """One flag per token id: its text begins with a space (after a whole-word opening the answer goes on with one;
+    steering's ``whole_opening``). Found once per loaded model and kept on it."""
+    flags = getattr(llm, "_privseed_space_led", None)
+    if flags is None:
+        pieces = (llm.detokenize([t]).decode("utf-8", errors="ignore") for t in range(llm.n_vocab()))
+        flags = np.fromiter((p[:1] == " " for p in pieces), dtype=bool, count=llm.n_vocab())
+        llm._privseed_space_led = flags
+    return flags
+
+
 def detokenizer(llm) -> Callable[[Sequence[int]], str]:
     """``ids -> text`` for the steering processor, which detokenizes the whole answer at every step: the same
     bytes as ``llm.detokenize`` (the concatenation of each token's piece), with each token's piece looked up
@@ -254,7 +265,8 @@ class LlamaCppBackend(LLMBackend):
                 eos_ids=end_of_generation_ids(llm), no_repeat_ngram=steering.no_repeat_ngram,
                 max_tokens=req.max_tokens, schedule=steering.schedule, continues_word=word_continuations(llm),
                 end_coverage=steering.end_coverage, avoid=steering.avoid,
-                prefer=steering.prefer)
+                prefer=steering.prefer, whole_opening=steering.whole_opening,
+                space_led=space_led_tokens(llm) if steering.whole_opening else None)
             kwargs["logits_processor"] = LogitsProcessorList([processor])
         return kwargs
 
