@@ -158,16 +158,18 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
 
 
-#: The test files that take longest, longest first (a serial run on 2 cores, 2026-11-28: test_audit 238 s ...
-#: test_budget_control 31 s; four files added from `make test --durations` on 2026-11-29: test_external_cluster 91 s,
-#: test_corpus_profile 53 s, test_llm_generation 47 s, test_generation_parts 43 s had been left to the end).
+#: The test files that take longest, longest first: each file's summed test time in `make test --durations=0` on
+#: 2 cores, 3 workers, 2026-12-01 (test_audit 273 s, test_evolution_flow 123 s ... test_accounting 30 s; the suite
+#: is CPU-bound there: 1,578 s of test time in 557 s, the same 560 s on 4 workers). test_lint is placed at its
+#: fresh clone's time, mypy's cold cache (about 30 s; 4 s with the cache).
 #: `make test` hands whole files to its workers (--dist loadfile) in collection order, so these go first and the
 #: short files fill the gaps at the end (longest-processing-time-first scheduling).
-LONGEST_FILES = ("test_audit", "test_evolution_flow", "test_evaluate_flow", "test_external_cluster",
-                 "test_release_privacy", "test_noise_flows", "test_config_contract", "test_api", "test_pe_units",
-                 "test_dpkps_flow", "test_corpus_profile", "test_approval", "test_deployments", "test_llm_privacy",
-                 "test_quality", "test_fault_tolerance", "test_llm_generation", "test_generation_parts",
-                 "test_histogram_seeds", "test_budget_control")
+LONGEST_FILES = ("test_audit", "test_evolution_flow", "test_evaluate_flow", "test_config_contract", "test_quality",
+                 "test_external_cluster", "test_deployments", "test_api", "test_generation_parts",
+                 "test_release_privacy", "test_budget_control", "test_llm_generation", "test_fault_tolerance",
+                 "test_noise_flows", "test_approval", "test_s3_pipeline", "test_lint", "test_canary", "test_accounting",
+                 "test_llm_cache", "test_llm_privacy", "test_llm_anthropic", "test_pe_units", "test_classify",
+                 "test_dpkps_flow", "test_cli", "test_streaming_flow", "test_llm_server")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
