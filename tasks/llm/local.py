@@ -137,13 +137,22 @@ def end_of_generation_ids(llm) -> list[int]:
     return ids
 
 
+def token_first_characters(llm) -> list[str]:
+    """The first character of each token id's text ("" for a token with none), found once per loaded model and
+    kept on it: the flags below are read from it."""
+    firsts = getattr(llm, "_privseed_first_characters", None)
+    if firsts is None:
+        firsts = [llm.detokenize([t]).decode("utf-8", errors="ignore")[:1] for t in range(llm.n_vocab())]
+        llm._privseed_first_characters = firsts
+    return firsts
+
+
 def word_continuations(llm) -> np.ndarray:
     """One flag per token id: its text begins with a letter or digit, so after a word it would extend that word
     (steering closes a finished seed term with it). Found once per loaded model and kept on it."""
     flags = getattr(llm, "_privseed_continues_word", None)
     if flags is None:
-        pieces = (llm.detokenize([t]).decode("utf-8", errors="ignore") for t in range(llm.n_vocab()))
-        flags = np.fromiter((p[:1].isalnum() for p in pieces), dtype=bool, count=llm.n_vocab())
+        flags = np.array([c.isalnum() for c in token_first_characters(llm)], dtype=bool)
         llm._privseed_continues_word = flags
     return flags
 
@@ -153,8 +162,7 @@ def space_led_tokens(llm) -> np.ndarray:
     steering's ``whole_opening``). Found once per loaded model and kept on it."""
     flags = getattr(llm, "_privseed_space_led", None)
     if flags is None:
-        pieces = (llm.detokenize([t]).decode("utf-8", errors="ignore") for t in range(llm.n_vocab()))
-        flags = np.fromiter((p[:1] == " " for p in pieces), dtype=bool, count=llm.n_vocab())
+        flags = np.array([c == " " for c in token_first_characters(llm)], dtype=bool)
         llm._privseed_space_led = flags
     return flags
 
