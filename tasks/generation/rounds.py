@@ -100,7 +100,8 @@ def subject_opening(seed: ReleasedSeed, subjects: Sequence[str], class_name: str
     named |= {w + "s" for w in named} | {w[:-1] for w in named if w.endswith("s")}
     usable = [w for w in subjects if len(w) > 3 and w.isalpha() and not w.endswith(_NOT_A_SUBJECT)
               and w not in named]
-    held = [w for w in dict.fromkeys(tokenize(" ".join(seed.keyphrases))) if w in set(usable)]
+    allowed = set(usable)
+    held = [w for w in dict.fromkeys(tokenize(" ".join(seed.keyphrases))) if w in allowed]
     word = opening_draw(seed, j, held or usable[:SUBJECT_FALLBACK])
     return word[:1].upper() + word[1:]
 
@@ -339,7 +340,7 @@ def foreign_words(seeds: Sequence[ReleasedSeed], classes: SeedClasses | None,
     there are classes to tell apart; {} otherwise."""
     if classes is None or not params.avoid_other_classes:
         return {}
-    return {label: classes.foreign_words(label) for label in dict.fromkeys(s.label for s in seeds)}
+    return _per_class(seeds, classes.foreign_words)
 
 
 def own_words(seeds: Sequence[ReleasedSeed], classes: SeedClasses | None,
@@ -348,7 +349,7 @@ def own_words(seeds: Sequence[ReleasedSeed], classes: SeedClasses | None,
     classes to tell apart; {} otherwise."""
     if classes is None or not params.prefer_own_class:
         return {}
-    return {label: classes.own_words(label) for label in dict.fromkeys(s.label for s in seeds)}
+    return _per_class(seeds, classes.own_words)
 
 
 def subject_words(seeds: Sequence[ReleasedSeed], classes: SeedClasses | None,
@@ -358,4 +359,10 @@ def subject_words(seeds: Sequence[ReleasedSeed], classes: SeedClasses | None,
     also pushed: ``prefer_own_class``)."""
     if classes is None or not params.subject_openings:
         return {}
-    return {label: classes.own_words(label) for label in dict.fromkeys(s.label for s in seeds)}
+    return _per_class(seeds, classes.own_words)
+
+
+def _per_class(seeds: Sequence[ReleasedSeed], words: Callable[[object], tuple[str, ...]]
+               ) -> dict[object, tuple[str, ...]]:
+    """``words(label)`` for each class the seeds hold, in their order."""
+    return {label: words(label) for label in dict.fromkeys(s.label for s in seeds)}

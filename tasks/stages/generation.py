@@ -21,8 +21,7 @@ from privseed.tasks.generation.drivers import (calibrate_local_speed, generate_r
                                                refuse_remote_llm_for_reproducible_noise, seeds_from_sequences)
 from privseed.tasks.generation.class_fit import SEED_POOL_CLASSES
 from privseed.tasks.generation.examples import (answer_openings, answers_open_with_subject, envelope_warning,
-                                                examples_for_doc_type,
-                                                prompt_examples)
+                                                examples_for_doc_type, prompt_examples)
 from privseed.tasks.generation.params import GenerationParams
 from privseed.tasks.generation.rounds import build_generation_requests
 from privseed.tasks.llm.cache import CallCache
